@@ -1,0 +1,76 @@
+"""Kafka plumbing shared by the stages: topic creation, producers, lag from high watermarks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+
+from episodic.errors import BrokerUnavailable
+from schemas.topics import ALL_TOPICS
+
+log = logging.getLogger(__name__)
+
+
+def dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str).encode()
+
+
+async def ensure_topics(
+    bootstrap: str, *, partitions: int = 4, replication: int = 1, topics: tuple[str, ...] = ALL_TOPICS
+) -> list[str]:
+    """Create the missing topics; return the ones created."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    try:
+        await admin.start()
+    except KafkaError as e:
+        raise BrokerUnavailable(f"cannot reach Kafka at {bootstrap}: {e}") from e
+    try:
+        existing = set(await admin.list_topics())
+        missing = [t for t in topics if t not in existing]
+        if missing:
+            try:
+                await admin.create_topics(
+                    [NewTopic(t, num_partitions=partitions, replication_factor=replication) for t in missing]
+                )
+            except TopicAlreadyExistsError:
+                pass
+        return missing
+    finally:
+        await admin.close()
+
+
+async def list_topics(bootstrap: str) -> set[str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5_000)
+    try:
+        await admin.start()
+        return set(await admin.list_topics())
+    except KafkaError as e:
+        raise BrokerUnavailable(f"cannot reach Kafka at {bootstrap}: {e}") from e
+    finally:
+        await admin.close()
+
+
+def make_producer(bootstrap: str, **kw: Any) -> AIOKafkaProducer:
+    """A producer for the embedded broker and Kafka alike (no idempotence: Tansu lacks it)."""
+    opts: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "acks": "all",
+        "linger_ms": 5,
+        "enable_idempotence": False,
+        "request_timeout_ms": 15_000,
+    }
+    opts.update(kw)
+    return AIOKafkaProducer(**opts)
+
+
+async def produce_json(
+    producer: AIOKafkaProducer, topic: str, key: str | None, value: Any
+) -> asyncio.Future[Any]:
+    """Queue one JSON record; the returned future resolves once the broker acknowledged it."""
+    return await producer.send(topic, key=key.encode() if key is not None else None, value=dumps(value))

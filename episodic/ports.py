@@ -1,0 +1,183 @@
+"""Ports: the Embedder protocol and the MemoryStore interface, with the value types they speak.
+
+Adapters: `episodic.store_edge.EdgeStore` (Qdrant Edge, embedded default) and
+`episodic.store_qdrant.QdrantServerStore` (qdrant-client against a Qdrant server, or its local mode in
+tests). One contract suite (tests/contract) runs against both.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+Scope = Literal["own", "crew_shared"]
+Mode = Literal["hybrid", "dense", "sparse"]
+
+DENSE = "dense"    # named dense vector: a multivector (one row per chunk), cosine, max-sim
+SPARSE = "bm25"    # named sparse vector with the IDF modifier
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Provider-neutral embedder. `embed_documents` returns one (n_chunks × dim) array per text."""
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def model_id(self) -> str: ...
+
+    def embed_documents(self, texts: list[str]) -> list[np.ndarray]: ...
+
+    def embed_query(self, text: str) -> np.ndarray: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SparseVec:
+    indices: list[int]
+    values: list[float]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPoint:
+    """A memory as written to the store."""
+
+    point_id: str
+    sparse: SparseVec
+    payload: dict[str, Any]
+    dense: list[list[float]] | None = None  # chunk vectors (unit norm); None in sparse-only mode
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeFilter:
+    """Who may see what. Workspace isolation is part of every filter the store builds from this."""
+
+    workspace_id: str
+    scope: Scope = "own"
+    agent_id: str | None = None
+    crew_id: str | None = None
+    high_value: float = 0.6  # crew_shared: crew entries with importance_score >= this
+
+    def __post_init__(self) -> None:
+        if not self.workspace_id:
+            raise ValueError("workspace_id is required")
+        if self.scope == "own" and not self.agent_id:
+            raise ValueError("scope 'own' requires agent_id")
+        if self.scope == "crew_shared" and not self.crew_id:
+            raise ValueError("scope 'crew_shared' requires crew_id")
+
+
+@dataclass(frozen=True, slots=True)
+class Fusion:
+    """How the hybrid legs are fused. `method`: 'rrf' (weighted) or 'dbsf'."""
+
+    method: Literal["rrf", "dbsf"] = "rrf"
+    k: int = 60
+    dense_weight: float = 1.0
+    sparse_weight: float = 1.0
+    prefetch_limit: int = 100
+
+
+@dataclass(slots=True)
+class StoredHit:
+    point_id: str
+    score: float
+    payload: dict[str, Any]
+    dense: list[list[float]] | None = None  # only when asked for (with_dense=True)
+
+
+@dataclass(slots=True)
+class Relation:
+    src: str  # entry id
+    dst: str
+    relation: Literal["similar", "supports", "contradicts"]
+    weight: float
+    created_at: str
+    workspace_id: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class MemoryStore(ABC):
+    """The store port. Every query is scoped by a ScopeFilter (workspace isolation at the boundary).
+
+    Scores: dense queries return the max-sim cosine × importance_score; sparse queries BM25 (IDF
+    computed over the request's workspace only) × importance_score; hybrid the fused score ×
+    importance_score. Payload carries everything recall returns (SPEC §6).
+    """
+
+    backend: str = "abstract"
+
+    @abstractmethod
+    def ensure_collection(self, dim: int) -> None:
+        """Create the collection and payload indexes if missing (idempotent)."""
+
+    @abstractmethod
+    def upsert(self, points: list[MemoryPoint]) -> None:
+        """Insert or replace whole points (vectors and payload)."""
+
+    @abstractmethod
+    def retrieve(self, point_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Payloads of the points that exist, keyed by point id."""
+
+    @abstractmethod
+    def find_by_dedup_keys(self, workspace_id: str, keys: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+        """dedup_key -> (point_id, payload) for the keys that already have a memory in the workspace."""
+
+    @abstractmethod
+    def find_by_alias(self, workspace_id: str, entry_ids: list[str]) -> dict[str, str]:
+        """entry id -> point id, for ids recorded as aliases of an existing memory in the workspace."""
+
+    @abstractmethod
+    def set_payload(self, point_id: str, fields: dict[str, Any]) -> None:
+        """Merge `fields` into the point's payload."""
+
+    @abstractmethod
+    def set_dense(self, point_id: str, dense: list[list[float]], fields: dict[str, Any]) -> None:
+        """Add or replace the dense vectors of an existing point and merge `fields` into its payload."""
+
+    @abstractmethod
+    def missing_dense(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
+        """Up to `limit` points indexed without a dense vector (sparse-only), for the backfill."""
+
+    @abstractmethod
+    def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
+        """Number of memories, optionally of one workspace and with/without a dense vector."""
+
+    @abstractmethod
+    def query_dense(
+        self, vector: list[float], scope: ScopeFilter, limit: int, *, with_dense: bool = False
+    ) -> list[StoredHit]: ...
+
+    @abstractmethod
+    def query_sparse(
+        self, sparse: SparseVec, scope: ScopeFilter, limit: int, *, with_dense: bool = False
+    ) -> list[StoredHit]: ...
+
+    @abstractmethod
+    def query_hybrid(
+        self,
+        vector: list[float],
+        sparse: SparseVec,
+        scope: ScopeFilter,
+        limit: int,
+        fusion: Fusion,
+        *,
+        with_dense: bool = False,
+    ) -> list[StoredHit]: ...
+
+    @abstractmethod
+    def flush(self) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def ping(self) -> bool:
+        """True when the store answers."""
+        try:
+            self.count()
+            return True
+        except Exception:
+            return False

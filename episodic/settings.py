@@ -1,0 +1,74 @@
+"""Settings: one frozen pydantic-settings class, prefix EPISODIC_ (SPEC §9)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="EPISODIC_", frozen=True, extra="ignore")
+
+    # Kafka
+    kafka_bootstrap: str | None = Field(
+        default=None, description="Kafka bootstrap servers; unset: start the embedded broker"
+    )
+    broker_port: int = Field(default=9092, ge=1, le=65535, description="embedded broker port")
+    broker_host: str = "127.0.0.1"
+    topic_partitions: int = Field(default=4, ge=1, le=256)
+    topic_replication: int = Field(default=1, ge=1)
+    consumer_group_prefix: str = "episodic"
+    session_timeout_ms: int = Field(default=10_000, ge=1000)
+
+    # Store
+    qdrant_url: str | None = Field(default=None, description="Qdrant server URL; unset: embedded Qdrant Edge")
+    qdrant_api_key: SecretStr | None = None
+    collection: str = "episodic_memories"
+    data_dir: Path = Path("./.episodic")
+
+    # Embedding
+    embed_model: str = Field(
+        default=DEFAULT_MODEL,
+        description="sentence-transformers model name or path; 'none' forces sparse-only",
+    )
+    embed_device: str = "cpu"
+    batch_size: int = Field(default=64, ge=1, le=4096)
+    batch_max_wait_ms: int = Field(default=50, ge=0, le=60_000)
+    chunk_tokens: int = Field(default=256, ge=16, le=512, description="word pieces per dense chunk")
+    chunk_overlap_tokens: int = Field(default=32, ge=0, le=256)
+
+    # HTTP
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(default=8080, ge=0, le=65535)
+    tokens_file: Path | None = Field(default=None, description="bearer tokens file (JSON)")
+
+    # Recall
+    high_value_threshold: float = Field(default=0.6, ge=0.0, le=1.0)
+    prefetch_limit: int = Field(default=100, ge=10, le=2000)
+    fusion: Literal["rrf", "dbsf", "rrf_equal"] = "rrf"
+    rrf_k: int = Field(default=60, ge=1)
+    rrf_dense_weight: float = Field(default=1.0, ge=0.0)
+    rrf_sparse_weight: float = Field(default=1.0, ge=0.0)
+
+    @property
+    def embedded_broker(self) -> bool:
+        return not self.kafka_bootstrap
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka_bootstrap or f"{self.broker_host}:{self.broker_port}"
+
+    @property
+    def sparse_only_forced(self) -> bool:
+        return self.embed_model.strip().lower() in ("none", "", "off")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,1 @@
+"""Infrastructure: the embedded broker launcher and the ops configuration files beside it."""

@@ -1,0 +1,23 @@
+"""Topic names: the one place they are spelled (SPEC §5)."""
+
+from __future__ import annotations
+
+JOURNAL_ENTRIES = "journal.entries"
+JOURNAL_EMBEDDABLE = "journal.embeddable"
+JOURNAL_DLQ = "journal.dlq"
+MEMORY_INDEXED = "memory.indexed"
+MEMORY_REFERENCED = "memory.referenced"
+MEMORY_NUDGES = "memory.nudges"
+MEMORY_HEALTH = "memory.health"
+MEMORY_ARCHIVED = "memory.archived"
+
+ALL_TOPICS: tuple[str, ...] = (
+    JOURNAL_ENTRIES,
+    JOURNAL_EMBEDDABLE,
+    JOURNAL_DLQ,
+    MEMORY_INDEXED,
+    MEMORY_REFERENCED,
+    MEMORY_NUDGES,
+    MEMORY_HEALTH,
+    MEMORY_ARCHIVED,
+)
