@@ -69,8 +69,6 @@ def make_producer(bootstrap: str, **kw: Any) -> AIOKafkaProducer:
     return AIOKafkaProducer(**opts)
 
 
-async def produce_json(
-    producer: AIOKafkaProducer, topic: str, key: str | None, value: Any
-) -> asyncio.Future[Any]:
+async def produce_json(producer: AIOKafkaProducer, topic: str, key: str | None, value: Any) -> asyncio.Future[Any]:
     """Queue one JSON record; the returned future resolves once the broker acknowledged it."""
     return await producer.send(topic, key=key.encode() if key is not None else None, value=dumps(value))

@@ -42,7 +42,7 @@ class Metrics:
         self.embed_duration = Histogram(
             "episodic_embed_duration_seconds",
             "Time of one model call for a batch",
-            buckets=LATENCY_BUCKETS + (5.0, 10.0),
+            buckets=(*LATENCY_BUCKETS, 5.0, 10.0),
             registry=r,
         )
         self.upsert_duration = Histogram(

@@ -16,8 +16,8 @@ import numpy as np
 Scope = Literal["own", "crew_shared"]
 Mode = Literal["hybrid", "dense", "sparse"]
 
-DENSE = "dense"    # named dense vector: a multivector (one row per chunk), cosine, max-sim
-SPARSE = "bm25"    # named sparse vector with the IDF modifier
+DENSE = "dense"  # named dense vector: a multivector (one row per chunk), cosine, max-sim
+SPARSE = "bm25"  # named sparse vector with the IDF modifier
 
 
 @runtime_checkable

@@ -36,9 +36,7 @@ class DlqRecord(BaseModel):
     raw_text: str | None
 
     @classmethod
-    def build(
-        cls, *, reason: str, error: str, raw: bytes | None, topic: str, partition: int, offset: int
-    ) -> DlqRecord:
+    def build(cls, *, reason: str, error: str, raw: bytes | None, topic: str, partition: int, offset: int) -> DlqRecord:
         data = raw or b""
         try:
             text: str | None = data.decode("utf-8")

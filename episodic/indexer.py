@@ -1,0 +1,243 @@
+"""Turn a batch of embeddable records into memories (SPEC §5, §10 "Identity and duplicates").
+
+Pure orchestration over the ports: one `embed_documents` call and one store upsert per batch.
+
+- Point ids are uuid5(workspace_id, entry id): re-delivery of the same id is idempotent and never resets
+  reference_count, last_referenced_at or importance; a changed summary under the same id replaces text
+  and vectors and keeps those counters.
+- Exact duplicates (same workspace, agent, entry_type and normalised summary) keep one point: the first
+  id stays `entry_id`, later ids go to `aliases`, `occurrences` grows, and the event says
+  mode "duplicate" with `duplicate_of`. A re-delivered alias changes nothing.
+- No embedder: points get only the sparse vector ("sparse-only"); `backfill` adds dense vectors later.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from episodic.identity import dedup_key, point_id
+from episodic.ports import Embedder, MemoryPoint, MemoryStore
+from episodic.sparse import Bm25Encoder
+from schemas.events import EmbeddableRecord, IndexedEvent
+
+log = logging.getLogger(__name__)
+
+COUNTER_FIELDS = ("reference_count", "last_referenced_at", "importance_score", "aliases", "occurrences", "indexed_at")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(dt: datetime) -> str:
+    return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def index_text(record: EmbeddableRecord) -> str:
+    """The text that is embedded and searched."""
+    return record.summary
+
+
+@dataclass
+class BatchResult:
+    events: list[IndexedEvent] = field(default_factory=list)
+    embedded: int = 0  # texts sent to the model
+    written: int = 0  # points upserted
+    embed_seconds: float = 0.0
+    upsert_seconds: float = 0.0
+    embed_failed: bool = False
+
+
+def _payload(rec: EmbeddableRecord, *, indexed_at: str, model: str | None, key: str) -> dict[str, Any]:
+    return {
+        "entry_id": rec.id,
+        "workspace_id": rec.workspace_id,
+        "crew_id": rec.crew_id,
+        "agent_id": rec.agent_id,
+        "run_id": rec.run_id,
+        "ts": iso(rec.ts),
+        "entry_type": rec.entry_type,
+        "severity": rec.severity,
+        "summary": rec.summary,
+        "payload": rec.payload,
+        "refs": rec.refs.model_dump(mode="json", exclude_none=True) if rec.refs else None,
+        "priority": rec.priority,
+        "base_importance": rec.base_importance,
+        "importance_score": rec.base_importance,
+        "reference_count": 0,
+        "last_referenced_at": None,
+        "indexed_at": indexed_at,
+        "accepted_at": iso(rec.accepted_at),
+        "model": model,
+        "has_dense": model is not None,
+        "aliases": [],
+        "occurrences": 1,
+        "dedup_key": key,
+    }
+
+
+class Indexer:
+    def __init__(
+        self,
+        *,
+        store: MemoryStore,
+        embedder: Embedder | None,
+        bm25: Bm25Encoder,
+        clock: Callable[[], datetime] = _now,
+        perf: Callable[[], float] | None = None,
+    ) -> None:
+        import time
+
+        self.store = store
+        self.embedder = embedder
+        self.bm25 = bm25
+        self.clock = clock
+        self.perf = perf or time.perf_counter
+
+    @property
+    def mode(self) -> str:
+        return "vector" if self.embedder is not None else "sparse-only"
+
+    def index_batch(self, records: list[EmbeddableRecord]) -> BatchResult:
+        result = BatchResult()
+        if not records:
+            return result
+        now = self.clock()
+        indexed_at = iso(now)
+        pids = [point_id(r.workspace_id, r.id) for r in records]
+        keys = [dedup_key(r.workspace_id, r.agent_id, r.entry_type, r.summary) for r in records]
+        existing = self.store.retrieve(sorted(set(pids)))
+
+        by_ws: dict[str, list[int]] = {}
+        for i, r in enumerate(records):
+            if pids[i] not in existing:
+                by_ws.setdefault(r.workspace_id, []).append(i)
+        aliases: dict[tuple[str, str], str] = {}
+        dups: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+        for ws, idx in by_ws.items():
+            for eid, pid in self.store.find_by_alias(ws, sorted({records[i].id for i in idx})).items():
+                aliases[(ws, eid)] = pid
+            found = self.store.find_by_dedup_keys(ws, sorted({keys[i] for i in idx}))
+            for k, hit in found.items():
+                dups[(ws, k)] = hit
+
+        # Decide, in batch order, with in-batch state.
+        pending: dict[str, tuple[EmbeddableRecord, dict[str, Any]]] = {}  # pid -> (record, payload)
+        alias_updates: dict[str, dict[str, Any]] = {}  # pid -> payload fields to merge
+        events: list[IndexedEvent] = []
+
+        def event(rec: EmbeddableRecord, pid: str, mode: str, dup_of: str | None = None) -> None:
+            events.append(
+                IndexedEvent(
+                    entry_id=rec.id,
+                    workspace_id=rec.workspace_id,
+                    point_id=pid,
+                    indexed_at=now,
+                    mode=mode,  # type: ignore[arg-type]
+                    duplicate_of=dup_of,
+                )
+            )
+
+        for i, rec in enumerate(records):
+            pid, key, ws = pids[i], keys[i], rec.workspace_id
+            if pid in pending:  # same id twice in one batch: the later version wins, counters kept
+                _, payload = pending[pid]
+                new = _payload(rec, indexed_at=payload["indexed_at"], model=None, key=key)
+                for f in COUNTER_FIELDS:
+                    new[f] = payload[f]
+                pending[pid] = (rec, new)
+                continue
+            if pid in existing:
+                old = existing[pid]
+                if old.get("summary") == rec.summary and old.get("entry_type") == rec.entry_type:
+                    event(rec, pid, "vector" if old.get("has_dense") else "sparse-only")
+                    continue
+                new = _payload(rec, indexed_at=old.get("indexed_at") or indexed_at, model=None, key=key)
+                for f in COUNTER_FIELDS:
+                    if f in old:
+                        new[f] = old[f]
+                pending[pid] = (rec, new)
+                continue
+            if (ws, rec.id) in aliases:
+                target = aliases[(ws, rec.id)]
+                owner = existing.get(target) or self.store.retrieve([target]).get(target, {})
+                event(rec, target, "duplicate", owner.get("entry_id"))
+                continue
+            owner_pid: str | None = None
+            owner_payload: dict[str, Any] | None = None
+            if (ws, key) in dups:
+                owner_pid, owner_payload = dups[(ws, key)]
+                owner_payload = alias_updates.get(owner_pid) or owner_payload
+            else:
+                for p, (r, pl) in pending.items():
+                    if pl["dedup_key"] == key and r.workspace_id == ws:
+                        owner_pid, owner_payload = p, pl
+                        break
+            if owner_pid is not None and owner_payload is not None:
+                al = list(owner_payload.get("aliases") or [])
+                if rec.id not in al and rec.id != owner_payload.get("entry_id"):
+                    al.append(rec.id)
+                    occ = int(owner_payload.get("occurrences") or 1) + 1
+                    if owner_pid in pending:
+                        owner_payload["aliases"], owner_payload["occurrences"] = al, occ
+                    else:
+                        merged = dict(owner_payload)
+                        merged["aliases"], merged["occurrences"] = al, occ
+                        alias_updates[owner_pid] = merged
+                event(rec, owner_pid, "duplicate", owner_payload.get("entry_id"))
+                continue
+            pending[pid] = (rec, _payload(rec, indexed_at=indexed_at, model=None, key=key))
+
+        # Embed (one model call) and write (one upsert).
+        points: list[MemoryPoint] = []
+        if pending:
+            items = list(pending.items())
+            texts = [index_text(rec) for _, (rec, _) in items]
+            dense: list[Any] | None = None
+            if self.embedder is not None:
+                t0 = self.perf()
+                try:
+                    dense = self.embedder.embed_documents(texts)
+                except Exception:
+                    log.exception("embedding failed for a batch of %d; indexing it sparse-only", len(texts))
+                    result.embed_failed = True
+                    dense = None
+                result.embed_seconds = self.perf() - t0
+                result.embedded = len(texts)
+            for j, (pid, (_rec, payload)) in enumerate(items):
+                vecs = dense[j].tolist() if dense is not None else None
+                payload["model"] = self.embedder.model_id if vecs is not None and self.embedder else None
+                payload["has_dense"] = vecs is not None
+                points.append(
+                    MemoryPoint(point_id=pid, sparse=self.bm25.document(texts[j]), payload=payload, dense=vecs)
+                )
+            t0 = self.perf()
+            self.store.upsert(points)
+            result.upsert_seconds = self.perf() - t0
+            result.written = len(points)
+            for pid, (rec, payload) in items:
+                event(rec, pid, "vector" if payload["has_dense"] else "sparse-only")
+        for pid, merged in alias_updates.items():
+            self.store.set_payload(pid, {"aliases": merged["aliases"], "occurrences": merged["occurrences"]})
+        # Events in input order: re-sort by the record order they were produced for.
+        order = {(r.workspace_id, r.id): i for i, r in enumerate(records)}
+        events.sort(key=lambda e: order.get((e.workspace_id, e.entry_id), 0))
+        result.events = events
+        return result
+
+    def backfill(self, limit: int = 256) -> int:
+        """Add dense vectors to memories indexed sparse-only. Returns how many were filled."""
+        if self.embedder is None:
+            return 0
+        todo = self.store.missing_dense(limit)
+        if not todo:
+            return 0
+        texts = [str(p.get("summary") or "") for _, p in todo]
+        vecs = self.embedder.embed_documents(texts)
+        for (pid, _), v in zip(todo, vecs, strict=True):
+            self.store.set_dense(pid, v.tolist(), {"has_dense": True, "model": self.embedder.model_id})
+        return len(todo)
