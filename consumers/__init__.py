@@ -1,0 +1,1 @@
+"""aiokafka consumer loops: the embedding consumer."""

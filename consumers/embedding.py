@@ -1,0 +1,253 @@
+"""The embedding consumer: journal.embeddable -> embed -> Qdrant -> memory.indexed (SPEC §5).
+
+An aiokafka consumer group. Each batch is bounded by size (`EPISODIC_BATCH_SIZE`) and by time
+(`EPISODIC_BATCH_MAX_WAIT_MS` after its first record), goes through one model call and one store upsert,
+then its memory.indexed events are produced and only then are its offsets committed: at-least-once
+delivery with idempotent writes, so a crash re-delivers the batch and the store still holds exactly one
+point per entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.errors import CommitFailedError, KafkaError
+from aiokafka.structs import OffsetAndMetadata
+from pydantic import ValidationError
+
+from episodic.bus import dumps
+from episodic.errors import StoreError, StoreUnavailable
+from episodic.indexer import BatchResult, Indexer
+from episodic.metrics import Metrics
+from episodic.settings import Settings
+from schemas import topics
+from schemas.events import DlqRecord, EmbeddableRecord
+
+log = logging.getLogger(__name__)
+
+STORE_RETRY_MAX_S = 30.0
+
+
+@dataclass
+class ConsumerStats:
+    batches: int = 0
+    records: int = 0
+    indexed: int = 0
+    errors: int = 0
+    last_batch_at: float = 0.0
+    lag: dict[str, int] = field(default_factory=dict)
+
+
+class EmbeddingConsumer:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        indexer: Indexer,
+        producer: AIOKafkaProducer,
+        metrics: Metrics,
+        source_topic: str = topics.JOURNAL_EMBEDDABLE,
+        indexed_topic: str = topics.MEMORY_INDEXED,
+        dlq_topic: str = topics.JOURNAL_DLQ,
+        group_id: str | None = None,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.indexer = indexer
+        self.producer = producer
+        self.metrics = metrics
+        self.source_topic = source_topic
+        self.indexed_topic = indexed_topic
+        self.dlq_topic = dlq_topic
+        self.group_id = group_id or f"{settings.consumer_group_prefix}-embedder"
+        self.on_fatal = on_fatal
+        self.stats = ConsumerStats()
+        self._consumer: AIOKafkaConsumer | None = None
+        self._stopping = asyncio.Event()
+        self._ready = asyncio.Event()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def wait_ready(self, timeout: float = 60.0) -> None:
+        await asyncio.wait_for(self._ready.wait(), timeout)
+
+    def request_stop(self) -> None:
+        """Stop taking new records; the batch in flight is finished and committed."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        s = self.settings
+        consumer = AIOKafkaConsumer(
+            self.source_topic,
+            bootstrap_servers=s.bootstrap,
+            group_id=self.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_poll_records=s.batch_size,
+            session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=max(500, s.session_timeout_ms // 10),
+            fetch_max_wait_ms=50,
+            isolation_level="read_uncommitted",
+        )
+        self._consumer = consumer
+        await consumer.start()
+        try:
+            self._ready.set()
+            log.info("embedding consumer: group %s on %s (%s)", self.group_id, self.source_topic, self.indexer.mode)
+            while not self._stopping.is_set():
+                batch = await self._collect()
+                if batch:
+                    await self._process(consumer, batch)
+        finally:
+            try:
+                await consumer.stop()
+            except Exception:  # pragma: no cover - best effort on shutdown
+                log.exception("consumer stop failed")
+            self._consumer = None
+
+    # -- batching ----------------------------------------------------------------------------------
+    async def _collect(self) -> list[ConsumerRecord[bytes, bytes]]:
+        """A batch bounded by size and by time since its first record."""
+        assert self._consumer is not None
+        s = self.settings
+        batch: list[ConsumerRecord[bytes, bytes]] = []
+        deadline: float | None = None
+        while len(batch) < s.batch_size and not self._stopping.is_set():
+            if deadline is None:
+                timeout_ms = 200
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                timeout_ms = max(1, int(remaining * 1000))
+            got = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=s.batch_size - len(batch))
+            for recs in got.values():
+                batch.extend(recs)
+            if batch and deadline is None:
+                deadline = time.monotonic() + s.batch_max_wait_ms / 1000
+            if not batch and not got:
+                continue
+        return batch
+
+    # -- one batch -----------------------------------------------------------------------------------
+    async def _process(self, consumer: AIOKafkaConsumer, batch: list[ConsumerRecord[bytes, bytes]]) -> None:
+        m = self.metrics
+        records: list[EmbeddableRecord] = []
+        produce_ts: dict[tuple[str, str], float] = {}
+        dead: list[DlqRecord] = []
+        for msg in batch:
+            try:
+                rec = EmbeddableRecord.model_validate_json(msg.value or b"")
+            except (ValidationError, ValueError) as e:
+                m.consumer_errors.labels(stage="decode").inc()
+                dead.append(
+                    DlqRecord.build(
+                        reason="bad_embeddable",
+                        error=str(e).splitlines()[0][:500],
+                        raw=msg.value,
+                        topic=msg.topic,
+                        partition=msg.partition,
+                        offset=msg.offset,
+                    )
+                )
+                continue
+            records.append(rec)
+            produce_ts[(rec.workspace_id, rec.id)] = msg.timestamp / 1000.0
+        m.batch_size.observe(len(batch))
+
+        result = await self._index_with_retry(records)
+        if result.embedded:
+            m.embed_duration.observe(result.embed_seconds)
+        if result.written:
+            m.upsert_duration.observe(result.upsert_seconds)
+        if result.embed_failed:
+            m.consumer_errors.labels(stage="embed").inc()
+
+        # Publish events (and dead letters), wait for the broker, then commit.
+        futures: list[asyncio.Future[Any]] = []
+        try:
+            for ev in result.events:
+                futures.append(
+                    await self.producer.send(
+                        self.indexed_topic, key=ev.workspace_id.encode(), value=dumps(ev.to_json_dict())
+                    )
+                )
+            for d in dead:
+                futures.append(await self.producer.send(self.dlq_topic, value=dumps(d.model_dump(mode="json"))))
+            if futures:
+                await asyncio.gather(*futures)
+        except KafkaError:
+            m.consumer_errors.labels(stage="publish").inc()
+            raise
+        now = datetime.now(UTC).timestamp()
+        by_key = {(r.workspace_id, r.id): r for r in records}
+        for ev in result.events:
+            m.indexed.labels(mode=ev.mode).inc()
+            src = by_key.get((ev.workspace_id, ev.entry_id))
+            if src is not None and ev.mode != "duplicate":
+                m.index_lag.observe(max(0.0, now - src.ts.timestamp()))
+            pts = produce_ts.get((ev.workspace_id, ev.entry_id))
+            if pts:
+                m.produce_to_index.observe(max(0.0, now - pts))
+        await self._commit(consumer, batch)
+        self.stats.batches += 1
+        self.stats.records += len(batch)
+        self.stats.indexed += len(result.events)
+        self.stats.last_batch_at = time.time()
+        await self._update_lag(consumer)
+
+    async def _index_with_retry(self, records: list[EmbeddableRecord]) -> BatchResult:
+        """Retry store failures with backoff: never skip a batch (nothing is lost)."""
+        delay = 0.2
+        while True:
+            try:
+                return await asyncio.to_thread(self.indexer.index_batch, records)
+            except (StoreUnavailable, StoreError) as e:
+                self.metrics.consumer_errors.labels(stage="store").inc()
+                self.stats.errors += 1
+                if self._stopping.is_set() and delay >= STORE_RETRY_MAX_S:
+                    raise
+                log.warning("store write failed (%s); retrying in %.1fs", e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, STORE_RETRY_MAX_S)
+
+    async def _commit(self, consumer: AIOKafkaConsumer, batch: list[ConsumerRecord[bytes, bytes]]) -> None:
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        for msg in batch:
+            tp = TopicPartition(msg.topic, msg.partition)
+            if tp not in offsets or offsets[tp].offset < msg.offset + 1:
+                offsets[tp] = OffsetAndMetadata(msg.offset + 1, "")
+        try:
+            await consumer.commit(offsets)
+        except CommitFailedError as e:
+            # A rebalance took the partitions: the new owner re-delivers; writes are idempotent.
+            self.metrics.consumer_errors.labels(stage="commit").inc()
+            log.warning("commit failed after a rebalance (records will be re-delivered): %s", e)
+
+    async def _update_lag(self, consumer: AIOKafkaConsumer) -> None:
+        """Lag from the high watermark carried by fetch responses (Tansu misreports ListOffsets)."""
+        total = 0
+        for tp in consumer.assignment():
+            hw = consumer.highwater(tp)
+            if hw is None:
+                continue
+            try:
+                position = await asyncio.wait_for(consumer.position(tp), 1.0)
+            except (KafkaError, TimeoutError, AssertionError):
+                continue
+            total += max(0, hw - position)
+        self.stats.lag[self.group_id] = total
+        self.metrics.consumer_lag.labels(group=self.group_id).set(total)
+
+
+def consumer_main(argv: list[str]) -> int:
+    """`episodic embedder`: the embedding consumer alone (distributed mode)."""
+    from episodic.runtime import run_role
+
+    return run_role("embedder", argv)
