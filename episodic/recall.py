@@ -1,0 +1,288 @@
+"""RecallEngine: a validated request -> scored hits from the store, over the ports (SPEC §7, §10).
+
+- Workspace isolation: every store query is built from a `ScopeFilter` carrying the request's
+  workspace; as a second line of defence, any hit whose payload names another workspace is dropped
+  (and logged), so a buggy adapter cannot leak across workspaces through this engine.
+- Scores come from the store: dense = max-sim cosine × importance, sparse = BM25 × importance,
+  hybrid = fused legs × importance (fusion from settings, at least 100 candidates per leg).
+- Sparse-only (no embedder, or the query embedding fails): dense and hybrid requests are answered from
+  the sparse leg with `degraded=True`.
+- `cosine` on each hit is the query-memory cosine (max over the point's dense chunks), for
+  `memory.referenced`; None when the point or the service has no dense vector.
+- "High-value" crew entries (scope crew_shared) are those with importance_score >=
+  `settings.high_value_threshold` (default 0.6).
+- `walk_depth=1`: the store port has no relation queries yet, so the walk is a no-op that returns the
+  direct hits (all marked `via="direct"`). When the port gains relations, the walk belongs here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from episodic.errors import EpisodicError, StoreError
+from episodic.ports import Embedder, Fusion, MemoryStore, ScopeFilter, SparseVec, StoredHit
+from episodic.settings import Settings
+from episodic.sparse import Bm25Encoder
+from schemas.api import RecallRequest
+
+log = logging.getLogger(__name__)
+
+MIN_PREFETCH = 100
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def fusion_from_settings(settings: Settings) -> Fusion:
+    """The hybrid fusion configured in settings; `rrf_equal` is the seed's equal-weight RRF, k=60."""
+    prefetch = max(MIN_PREFETCH, settings.prefetch_limit)
+    if settings.fusion == "rrf_equal":
+        return Fusion(method="rrf", k=60, dense_weight=1.0, sparse_weight=1.0, prefetch_limit=prefetch)
+    if settings.fusion == "dbsf":
+        return Fusion(
+            method="dbsf",
+            k=settings.rrf_k,
+            dense_weight=settings.rrf_dense_weight,
+            sparse_weight=settings.rrf_sparse_weight,
+            prefetch_limit=prefetch,
+        )
+    return Fusion(
+        method="rrf",
+        k=settings.rrf_k,
+        dense_weight=settings.rrf_dense_weight,
+        sparse_weight=settings.rrf_sparse_weight,
+        prefetch_limit=prefetch,
+    )
+
+
+def parse_ts(value: Any) -> datetime | None:
+    """An RFC 3339 string (or datetime) as an aware datetime; None when it does not parse."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if not isinstance(value, str) or not value:
+        return None
+    s = value.strip()
+    if s.endswith(("Z", "z")):
+        s = s[:-1] + "+00:00"
+    try:
+        dt = datetime.fromisoformat(s)
+    except ValueError:
+        return None
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def age_seconds(ts: Any, now: datetime) -> float:
+    """now - ts in seconds, never negative (0 for future or unparseable timestamps)."""
+    dt = parse_ts(ts)
+    if dt is None:
+        return 0.0
+    return max(0.0, (now - dt).total_seconds())
+
+
+def max_sim(query: np.ndarray | None, dense: list[list[float]] | None) -> float | None:
+    """Max over the point's chunk vectors of the cosine with the (unit) query vector."""
+    if query is None or not dense:
+        return None
+    m = np.asarray(dense, dtype=np.float32)
+    if m.ndim == 1:
+        m = m.reshape(1, -1)
+    if m.shape[1] != query.shape[0]:
+        return None
+    norms = np.linalg.norm(m, axis=1)
+    norms[norms == 0] = 1.0
+    qn = float(np.linalg.norm(query)) or 1.0
+    return float(np.max((m @ query) / (norms * qn)))
+
+
+@dataclass(slots=True)
+class RecallHit:
+    entry_id: str
+    score: float
+    age_seconds: float
+    summary: str
+    entry_type: str
+    severity: str
+    agent_id: str | None
+    crew_id: str | None
+    ts: str
+    payload: dict[str, Any]
+    via: str = "direct"
+    aliases: list[str] = field(default_factory=list)
+    cosine: float | None = None
+    point_id: str = ""
+    workspace_id: str = ""
+    importance: float | None = None
+
+    def public(self) -> dict[str, Any]:
+        """The fields of a hit in the HTTP response (SPEC §7)."""
+        return {
+            "entry_id": self.entry_id,
+            "score": self.score,
+            "age_seconds": self.age_seconds,
+            "summary": self.summary,
+            "entry_type": self.entry_type,
+            "severity": self.severity,
+            "agent_id": self.agent_id,
+            "crew_id": self.crew_id,
+            "ts": self.ts,
+            "payload": self.payload,
+            "via": self.via,
+            "aliases": self.aliases,
+        }
+
+    def referenced(self) -> dict[str, Any]:
+        return {"entry_id": self.entry_id, "score": self.score, "cosine": self.cosine}
+
+
+@dataclass(slots=True)
+class RecallResult:
+    mode: str
+    degraded: bool
+    hits: list[RecallHit]
+    scope: str = "own"
+    workspace_id: str = ""
+    at: datetime = field(default_factory=_now)
+
+    def referenced_event(self, hits: list[RecallHit] | None = None) -> dict[str, Any]:
+        """The `memory.referenced` record for `hits` (default: all hits)."""
+        chosen = self.hits if hits is None else hits
+        return {
+            "workspace_id": self.workspace_id,
+            "scope": self.scope,
+            "mode": self.mode,
+            "at": self.at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+            "hits": [h.referenced() for h in chosen],
+        }
+
+
+class RecallEngine:
+    def __init__(
+        self,
+        *,
+        store: MemoryStore,
+        embedder: Embedder | None,
+        bm25: Bm25Encoder,
+        fusion: Fusion | None = None,
+        high_value: float = 0.6,
+        clock: Callable[[], datetime] = _now,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.bm25 = bm25
+        self.fusion = fusion or Fusion(prefetch_limit=MIN_PREFETCH)
+        self.high_value = high_value
+        self.clock = clock
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, *, store: MemoryStore, embedder: Embedder | None, bm25: Bm25Encoder
+    ) -> RecallEngine:
+        return cls(
+            store=store,
+            embedder=embedder,
+            bm25=bm25,
+            fusion=fusion_from_settings(settings),
+            high_value=settings.high_value_threshold,
+        )
+
+    @property
+    def sparse_only(self) -> bool:
+        return self.embedder is None
+
+    def scope_filter(self, req: RecallRequest) -> ScopeFilter:
+        return ScopeFilter(
+            workspace_id=req.workspace_id,
+            scope=req.scope,
+            agent_id=req.agent_id,
+            crew_id=req.crew_id,
+            high_value=self.high_value,
+        )
+
+    def _embed_query(self, text: str) -> np.ndarray | None:
+        if self.embedder is None:
+            return None
+        try:
+            return np.asarray(self.embedder.embed_query(text), dtype=np.float32)
+        except Exception:  # a failing model degrades to the sparse leg, never a 5xx
+            log.exception("query embedding failed; answering from the sparse leg")
+            return None
+
+    def recall(self, req: RecallRequest) -> RecallResult:
+        """Run one recall. Raises ValueError for an invalid scope, StoreUnavailable/StoreError on store failure."""
+        now = self.clock()
+        scope = self.scope_filter(req)
+        qvec = self._embed_query(req.query)
+        degraded = req.mode != "sparse" and qvec is None
+        # Ask for the candidates' dense vectors only where the query cosine can be computed.
+        with_dense = qvec is not None
+        stored = self._query(req, scope, qvec, with_dense)
+        hits: list[RecallHit] = []
+        for s in stored:
+            hit = self._to_hit(s, qvec, now)
+            if hit.workspace_id != req.workspace_id:
+                log.error(
+                    "store returned a memory of workspace %r for a query on %r; dropped",
+                    hit.workspace_id,
+                    req.workspace_id,
+                )
+                continue
+            hits.append(hit)
+        hits = hits[: req.k]
+        # walk_depth=1: no relations in the store port yet -> direct hits only (see module doc).
+        return RecallResult(
+            mode=req.mode,
+            degraded=degraded,
+            hits=hits,
+            scope=req.scope,
+            workspace_id=req.workspace_id,
+            at=now,
+        )
+
+    def _query(
+        self, req: RecallRequest, scope: ScopeFilter, qvec: np.ndarray | None, with_dense: bool
+    ) -> list[StoredHit]:
+        sparse: SparseVec | None = None
+        try:
+            if req.mode == "dense" and qvec is not None:
+                return self.store.query_dense(qvec.tolist(), scope, req.k, with_dense=with_dense)
+            sparse = self.bm25.query(req.query)
+            if req.mode == "hybrid" and qvec is not None:
+                if not sparse.indices:  # no searchable term: the dense leg alone ranks
+                    return self.store.query_dense(qvec.tolist(), scope, req.k, with_dense=with_dense)
+                return self.store.query_hybrid(qvec.tolist(), sparse, scope, req.k, self.fusion, with_dense=with_dense)
+            if not sparse.indices:  # no searchable term (e.g. only stop words): nothing matches
+                return []
+            return self.store.query_sparse(sparse, scope, req.k, with_dense=with_dense)
+        except EpisodicError:
+            raise
+        except Exception as e:  # adapters should wrap; never let a raw driver error become a 500
+            raise StoreError(f"store query failed: {type(e).__name__}: {e}") from e
+
+    def _to_hit(self, s: StoredHit, qvec: np.ndarray | None, now: datetime) -> RecallHit:
+        p = s.payload
+        aliases = p.get("aliases") or []
+        return RecallHit(
+            entry_id=str(p.get("entry_id", "")),
+            score=float(s.score),
+            age_seconds=age_seconds(p.get("ts"), now),
+            summary=str(p.get("summary", "")),
+            entry_type=str(p.get("entry_type", "")),
+            severity=str(p.get("severity", "")),
+            agent_id=p.get("agent_id"),
+            crew_id=p.get("crew_id"),
+            ts=str(p.get("ts", "")),
+            payload=p.get("payload") if isinstance(p.get("payload"), dict) else {},
+            via="direct",
+            aliases=[str(a) for a in aliases] if isinstance(aliases, list) else [],
+            cosine=max_sim(qvec, s.dense),
+            point_id=s.point_id,
+            workspace_id=str(p.get("workspace_id", "")),
+            importance=p.get("importance_score"),
+        )
