@@ -1,0 +1,106 @@
+"""kill -9 mid-batch, restart, and every embeddable entry handed to the consumer is indexed exactly once.
+
+The broker runs in the test process (the embedded broker would die with the process we kill), the stack
+runs as `python -m episodic.cli up` against it; we count points in the store, not events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from episodic.identity import point_id
+from episodic.settings import Settings
+from infra.broker import free_port
+from tests.e2e.conftest import poll, produce_lines
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def start_stack(bootstrap: str, data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "EPISODIC_KAFKA_BOOTSTRAP": bootstrap,
+            "EPISODIC_DATA_DIR": str(data_dir),
+            "EPISODIC_HTTP_PORT": str(port),
+            "EPISODIC_BATCH_SIZE": "16",
+            "EPISODIC_BATCH_MAX_WAIT_MS": "20",
+            "EPISODIC_TOPIC_PARTITIONS": "2",
+            "HF_HUB_OFFLINE": "1",
+        }
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "episodic.cli", "up"], env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT
+    )
+
+
+def indexed(port: int, ws: str) -> int:
+    try:
+        r = httpx.get(f"http://127.0.0.1:{port}/v1/memory/stats", params={"workspace_id": ws}, timeout=2)
+        return int(r.json()["indexed"]) if r.status_code == 200 else -1
+    except (httpx.HTTPError, ValueError, KeyError):
+        return -1
+
+
+async def test_kill_9_mid_batch_then_restart_indexes_each_entry_once(fresh_broker: str, tmp_path: Path) -> None:
+    n = 600
+    lines = [
+        json.dumps(
+            {
+                "id": f"k{i:05d}",
+                "workspace_id": "crash-ws",
+                "agent_id": "agent",
+                "ts": "2026-11-21T10:00:00Z",
+                "entry_type": "summary.generated",
+                "severity": "info",
+                "summary": f"incident {i}: service {i % 37} restarted after {i % 11} retries on node {i % 5}",
+                "payload": {"i": i},
+            }
+        ).encode()
+        for i in range(n)
+    ]
+    port = free_port()
+    log = tmp_path / "stack.log"
+    proc = start_stack(fresh_broker, tmp_path / "data", port, log)
+    try:
+        await poll(lambda: indexed(port, "crash-ws") == 0, timeout=90, what="stack up")
+        await produce_lines(fresh_broker, lines)
+        # kill -9 while the consumer is part-way through the journal
+        got = await poll(
+            lambda: indexed(port, "crash-ws") >= 40 and indexed(port, "crash-ws"), timeout=90, what="first batches"
+        )
+        assert got < n, "the consumer finished before the kill: make the journal longer"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    port2 = free_port()
+    proc2 = start_stack(fresh_broker, tmp_path / "data", port2, log)
+    try:
+        await poll(lambda: indexed(port2, "crash-ws") == n, timeout=180, what=f"all {n} entries indexed after restart")
+        time.sleep(1.0)  # re-deliveries after the restart must not add points
+        assert indexed(port2, "crash-ws") == n
+        proc2.send_signal(signal.SIGTERM)
+        assert proc2.wait(60) == 0, log.read_text()[-3000:]
+    finally:
+        if proc2.poll() is None:
+            proc2.kill()
+    # the store holds exactly one point per entry: open it after the process is gone
+    from episodic.store import open_store
+
+    store = open_store(Settings(data_dir=tmp_path / "data"), dim=384)
+    try:
+        assert store.count("crash-ws") == n
+        assert len(store.retrieve([point_id("crash-ws", f"k{i:05d}") for i in range(n)])) == n
+    finally:
+        store.close()

@@ -1,0 +1,91 @@
+"""The whole embedded stack on a real broker, the real store and the real model."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from episodic.identity import point_id
+from tests.e2e.conftest import poll, produce_lines, read_topic, running_stack, stack_settings
+from tests.e2e.journal import build
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+async def test_mixed_journal_gives_exact_memories_and_dead_letters(fresh_broker: str, tmp_path: Path) -> None:
+    exp = build(n_valid=300)
+    settings = stack_settings(fresh_broker, tmp_path)
+    async with running_stack(settings) as stack:
+        await produce_lines(fresh_broker, exp.lines)
+        store = stack.store
+        await poll(lambda: store.count() >= len(exp.memories), timeout=120, what="memories indexed")
+        events = await read_topic(fresh_broker, "memory.indexed", expect=len(exp.memories) + len(exp.duplicates))
+        dlq = await read_topic(fresh_broker, "journal.dlq", expect=len(exp.dlq))
+
+        # exactly the memories the policy keeps: one point per kept entry, none for skipped entries
+        assert store.count() == len(exp.memories)
+        present = store.retrieve([point_id(ws, i) for ws, i in exp.memories])
+        assert len(present) == len(exp.memories)
+        assert store.retrieve([point_id(ws, i) for ws, i in exp.skipped | set(exp.duplicates)]) == {}
+        for ws in {w for w, _ in exp.memories}:
+            assert store.count(ws) == len([1 for w, _ in exp.memories if w == ws])
+
+        # duplicates folded into their first entry as aliases
+        for (ws, dup_id), owner in exp.duplicates.items():
+            assert dup_id in present[point_id(ws, owner)]["aliases"]
+
+        # one memory.indexed event per memory, duplicates marked
+        parsed = [json.loads(r.value) for r in events]
+        modes = {(e["workspace_id"], e["entry_id"]): e for e in parsed}
+        assert len(parsed) == len(exp.memories) + len(exp.duplicates)
+        assert {k for k, e in modes.items() if e["mode"] == "vector"} == exp.memories
+        assert {k: e["duplicate_of"] for k, e in modes.items() if e["mode"] == "duplicate"} == exp.duplicates
+
+        # the dead letters: exactly the garbage, original bytes, reason and source offsets
+        got = sorted((json.loads(r.value)["reason"], base64.b64decode(json.loads(r.value)["raw_b64"])) for r in dlq)
+        assert got == sorted(exp.dlq)
+        for r in dlq:
+            d = json.loads(r.value)
+            assert d["source"]["topic"] == "journal.entries" and d["source"]["offset"] >= 0 and d["error"]
+
+        # and the service answers over HTTP
+        base = f"http://127.0.0.1:{stack.http_port}"
+        async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+            health = (await http.get("/healthz")).json()
+            assert health["episodic"] == "vector" and health["kafka_bootstrap"] == fresh_broker
+            stats = (await http.get("/v1/memory/stats", params={"workspace_id": "w-a"})).json()
+            assert stats["indexed"] == store.count("w-a") == stats["dense"] and stats["sparse_only"] == 0
+            metrics = (await http.get("/metrics")).text
+            assert 'episodic_dead_lettered_total{reason="not_utf8"} 1.0' in metrics
+
+
+async def test_sparse_only_mode_then_backfill(fresh_broker: str, tmp_path: Path) -> None:
+    exp = build(n_valid=60, seed=5)
+    settings = stack_settings(fresh_broker, tmp_path, embed_model="none")
+    async with running_stack(settings) as stack:
+        assert stack.embedder is None
+        await produce_lines(fresh_broker, exp.lines)
+        await poll(lambda: stack.store.count() >= len(exp.memories), timeout=60, what="sparse-only indexing")
+        base = f"http://127.0.0.1:{stack.http_port}"
+        async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+            assert (await http.get("/healthz")).json()["episodic"] == "sparse-only"
+            ws = next(iter(exp.memories))[0]
+            stats = (await http.get("/v1/memory/stats", params={"workspace_id": ws})).json()
+            assert stats["dense"] == 0 and stats["sparse_only"] == stats["indexed"] > 0
+            agent = "planner"
+            r = await http.post(
+                "/v1/recall",
+                json={"workspace_id": ws, "agent_id": agent, "query": "checkout failed", "mode": "hybrid", "k": 5},
+            )
+            body = r.json()
+            assert r.status_code == 200 and body["degraded"] is True
+    # the model is back: a restart against the same broker and store backfills the dense vectors
+    settings2 = stack_settings(fresh_broker, tmp_path)
+    async with running_stack(settings2) as stack2:
+        total = len(exp.memories)
+        await poll(lambda: stack2.store.count(has_dense=True) == total, timeout=90, what="backfill")
+        assert stack2.store.count(has_dense=False) == 0

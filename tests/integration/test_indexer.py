@@ -1,0 +1,156 @@
+"""Indexer against the real store (Qdrant Edge) and the real model: identity, duplicates, sparse-only."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from episodic.identity import point_id
+from episodic.indexer import Indexer
+from episodic.ports import ScopeFilter
+from episodic.settings import Settings
+from episodic.sparse import Bm25Encoder
+from schemas.events import EmbeddableRecord
+
+pytestmark = pytest.mark.integration
+
+
+def rec(i: str, summary: str, *, ws: str = "w1", agent: str = "a1", et: str = "summary.generated") -> EmbeddableRecord:
+    return EmbeddableRecord.model_validate(
+        {
+            "id": i,
+            "workspace_id": ws,
+            "agent_id": agent,
+            "crew_id": "c1",
+            "ts": "2026-11-20T10:00:00Z",
+            "entry_type": et,
+            "severity": "info",
+            "summary": summary,
+            "payload": {"k": i},
+            "base_importance": 0.7,
+            "accepted_at": datetime(2026, 11, 20, 10, 0, 1, tzinfo=UTC),
+        }
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path):  # type: ignore[no-untyped-def]
+    from episodic.store import open_store
+
+    s = open_store(Settings(data_dir=tmp_path), dim=384)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def indexer(store: Any, embedder: Any) -> Indexer:
+    return Indexer(store=store, embedder=embedder, bm25=Bm25Encoder())
+
+
+def payload_of(store: Any, ws: str, eid: str) -> dict[str, Any]:
+    pid = point_id(ws, eid)
+    got = store.retrieve([pid])
+    assert pid in got, f"no point for {ws}/{eid}"
+    return dict(got[pid])
+
+
+def test_new_entries_become_points_with_vectors(indexer: Indexer, store: Any) -> None:
+    res = indexer.index_batch([rec("e1", "checkout OOM in prod"), rec("e2", "TLS cert expires soon")])
+    assert [(e.entry_id, e.mode) for e in res.events] == [("e1", "vector"), ("e2", "vector")]
+    assert res.embedded == 2 and res.written == 2
+    assert store.count("w1") == 2 and store.count("w1", has_dense=True) == 2
+    p = payload_of(store, "w1", "e1")
+    assert p["entry_id"] == "e1" and p["reference_count"] == 0 and p["occurrences"] == 1 and p["aliases"] == []
+    assert p["importance_score"] == pytest.approx(0.7) and p["has_dense"] is True and p["model"]
+
+
+def test_redelivery_is_idempotent_and_keeps_counters(indexer: Indexer, store: Any) -> None:
+    indexer.index_batch([rec("e1", "checkout OOM in prod")])
+    pid = point_id("w1", "e1")
+    store.set_payload(
+        pid, {"reference_count": 5, "last_referenced_at": "2026-11-21T00:00:00Z", "importance_score": 0.9}
+    )
+    res = indexer.index_batch([rec("e1", "checkout OOM in prod")])
+    assert res.written == 0 and res.embedded == 0 and res.events[0].mode == "vector"
+    p = payload_of(store, "w1", "e1")
+    assert (p["reference_count"], p["last_referenced_at"], p["importance_score"]) == (5, "2026-11-21T00:00:00Z", 0.9)
+    assert store.count("w1") == 1
+
+
+def test_changed_summary_replaces_text_and_keeps_counters(indexer: Indexer, store: Any) -> None:
+    indexer.index_batch([rec("e1", "checkout OOM in prod")])
+    store.set_payload(point_id("w1", "e1"), {"reference_count": 3})
+    res = indexer.index_batch([rec("e1", "payments ledger moved to Postgres 16")])
+    assert res.written == 1
+    p = payload_of(store, "w1", "e1")
+    assert p["summary"] == "payments ledger moved to Postgres 16" and p["reference_count"] == 3
+    scope = ScopeFilter(workspace_id="w1", agent_id="a1")
+    hits = store.query_sparse(Bm25Encoder().query("ledger postgres"), scope, 5)
+    assert [h.payload["entry_id"] for h in hits] == ["e1"]
+    assert store.query_sparse(Bm25Encoder().query("checkout OOM"), scope, 5) == []
+
+
+def test_exact_duplicates_keep_one_point_with_aliases(indexer: Indexer, store: Any) -> None:
+    indexer.index_batch([rec("e1", "Checkout  OOM in prod")])
+    res = indexer.index_batch([rec("e2", "checkout oom in PROD "), rec("e3", "checkout OOM in prod")])
+    assert [(e.entry_id, e.mode, e.duplicate_of) for e in res.events] == [
+        ("e2", "duplicate", "e1"),
+        ("e3", "duplicate", "e1"),
+    ]
+    assert store.count("w1") == 1
+    p = payload_of(store, "w1", "e1")
+    assert p["aliases"] == ["e2", "e3"] and p["occurrences"] == 3
+    # re-delivery of an alias changes nothing
+    res = indexer.index_batch([rec("e2", "checkout oom in PROD ")])
+    assert res.events[0].mode == "duplicate" and res.events[0].duplicate_of == "e1"
+    assert payload_of(store, "w1", "e1")["occurrences"] == 3
+    # another agent or entry type is not a duplicate
+    indexer.index_batch(
+        [rec("e4", "checkout OOM in prod", agent="a2"), rec("e5", "checkout OOM in prod", et="peer.escalation")]
+    )
+    assert store.count("w1") == 3
+
+
+def test_duplicates_inside_one_batch(indexer: Indexer, store: Any) -> None:
+    res = indexer.index_batch([rec("e1", "same text"), rec("e2", "Same   text"), rec("e1", "same text")])
+    assert store.count("w1") == 1
+    assert payload_of(store, "w1", "e1")["aliases"] == ["e2"]
+    assert {e.entry_id: e.mode for e in res.events}["e2"] == "duplicate"
+
+
+def test_same_id_in_two_workspaces_are_two_memories(indexer: Indexer, store: Any) -> None:
+    indexer.index_batch([rec("e1", "alpha text", ws="w1"), rec("e1", "alpha text", ws="w2")])
+    assert store.count("w1") == 1 and store.count("w2") == 1
+    assert point_id("w1", "e1") != point_id("w2", "e1")
+
+
+def test_sparse_only_then_backfill(store: Any, embedder: Any) -> None:
+    bm25 = Bm25Encoder()
+    sparse_ix = Indexer(store=store, embedder=None, bm25=bm25)
+    res = sparse_ix.index_batch([rec("e1", "checkout OOM in prod"), rec("e2", "TLS cert expiry")])
+    assert {e.mode for e in res.events} == {"sparse-only"}
+    assert store.count("w1", has_dense=False) == 2 and store.count("w1", has_dense=True) == 0
+    scope = ScopeFilter(workspace_id="w1", agent_id="a1")
+    assert [h.payload["entry_id"] for h in store.query_sparse(bm25.query("OOM"), scope, 5)] == ["e1"]
+    assert store.query_dense(embedder.embed_query("OOM").tolist(), scope, 5) == []
+    full_ix = Indexer(store=store, embedder=embedder, bm25=bm25)
+    assert full_ix.backfill(10) == 2
+    assert full_ix.backfill(10) == 0
+    assert store.count("w1", has_dense=True) == 2
+    hits = store.query_dense(embedder.embed_query("out of memory in checkout").tolist(), scope, 1)
+    assert hits[0].payload["entry_id"] == "e1" and hits[0].payload["has_dense"] is True
+
+
+def test_long_text_is_chunked_and_its_tail_is_searchable(indexer: Indexer, store: Any, embedder: Any) -> None:
+    filler = " ".join(f"The quarterly planning meeting covered budget line {i} and staffing." for i in range(60))
+    tail = "Finally, the database failover drill revealed that replica promotion took eleven minutes."
+    indexer.index_batch([rec("long", filler + " " + tail), rec("other", "Lunch menu for the offsite: tacos.")])
+    assert len(embedder.chunk(filler + " " + tail)) > 1
+    scope = ScopeFilter(workspace_id="w1", agent_id="a1")
+    hits = store.query_dense(
+        embedder.embed_query("how long did replica promotion take in the failover drill").tolist(), scope, 2
+    )
+    assert hits[0].payload["entry_id"] == "long"
