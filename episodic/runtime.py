@@ -93,9 +93,12 @@ def _tcp_ok(bootstrap: str) -> bool:
 class Stack:
     """The embedded stack (or a subset of its roles for distributed mode)."""
 
-    def __init__(self, settings: Settings, *, roles: tuple[str, ...] = ("gate", "embedder", "http")) -> None:
+    def __init__(
+        self, settings: Settings, *, roles: tuple[str, ...] = ("gate", "embedder", "http"), insecure: bool = False
+    ) -> None:
         self.settings = settings
         self.roles = roles
+        self.insecure = insecure
         self.metrics = Metrics()
         self.broker: Any = None
         self.store: Any = None
@@ -211,6 +214,7 @@ class Stack:
             publish=publish,
             status=self.status.snapshot,
             metrics=self.metrics,
+            insecure=self.insecure,
         )
         config = uvicorn.Config(
             app,
@@ -311,8 +315,8 @@ class Stack:
         log.info("stopped")
 
 
-async def run_stack(settings: Settings, roles: tuple[str, ...]) -> int:
-    stack = Stack(settings, roles=roles)
+async def run_stack(settings: Settings, roles: tuple[str, ...], *, insecure: bool = False) -> int:
+    stack = Stack(settings, roles=roles, insecure=insecure)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
@@ -322,6 +326,9 @@ async def run_stack(settings: Settings, roles: tuple[str, ...]) -> int:
         await stack.wait()
     except (BrokerUnavailable, EpisodicError, OSError) as e:
         log.error("cannot start: %s", e)
+        stack.exit_code = stack.exit_code or 2
+    except Exception as e:  # a refused bind, a bad tokens file, a broken store: say it, exit non-zero
+        log.error("cannot start: %s: %s", type(e).__name__, e)
         stack.exit_code = stack.exit_code or 2
     finally:
         await stack.stop()
@@ -333,6 +340,9 @@ def _parse(prog: str, argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--log-level", default="INFO")
     ap.add_argument("--data-dir", type=Path, help="overrides EPISODIC_DATA_DIR")
     ap.add_argument("--http-port", type=int, help="overrides EPISODIC_HTTP_PORT")
+    ap.add_argument(
+        "--insecure", action="store_true", help="allow the recall service beyond loopback without a tokens file"
+    )
     return ap.parse_args(argv)
 
 
@@ -348,7 +358,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def up_main(argv: list[str]) -> int:
     args = _parse("episodic up", argv)
     setup_logging(args.log_level)
-    return asyncio.run(run_stack(_settings(args), ("gate", "embedder", "http")))
+    return asyncio.run(run_stack(_settings(args), ("gate", "embedder", "http"), insecure=args.insecure))
 
 
 def run_role(role: str, argv: list[str]) -> int:
@@ -359,4 +369,4 @@ def run_role(role: str, argv: list[str]) -> int:
     if settings.embedded_broker:
         log.error("`episodic %s` runs one stage against a shared Kafka: set EPISODIC_KAFKA_BOOTSTRAP", role)
         return 2
-    return asyncio.run(run_stack(settings, (role,)))
+    return asyncio.run(run_stack(settings, (role,), insecure=args.insecure))
