@@ -99,7 +99,8 @@ valid = st.fixed_dictionaries(
         "crew_id": st.sampled_from(CREWS),
         "scope": st.sampled_from(["own", "crew_shared"]),
         "query": st.one_of(
-            st.sampled_from([*TEXTS, "ws-b", "ws-a heap", "checkout"]), st.text(min_size=1, max_size=30)
+            st.sampled_from([*TEXTS, "ws-b", "ws-a heap", "checkout"]),
+            st.text(min_size=1, max_size=30).filter(str.strip),
         ),
         "k": st.integers(1, 50),
         "mode": st.sampled_from(["hybrid", "dense", "sparse"]),
@@ -118,7 +119,7 @@ garbage = st.fixed_dictionaries(
     },
     optional={"walk_depth": st.integers(0, 2), "junk": st.just(1)},
 )
-request = st.one_of(valid, valid, valid, garbage)
+request = st.one_of(valid, valid, valid, valid, valid, garbage)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], database=None)
