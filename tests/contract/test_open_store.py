@@ -1,0 +1,37 @@
+"""The factory: the embedded store by default, the server adapter when EPISODIC_QDRANT_URL is set."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from episodic.errors import StoreUnavailable
+from episodic.settings import Settings
+from episodic.store import open_store
+from episodic.store_edge import EdgeStore
+
+
+def test_default_is_edge_under_the_data_dir(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, qdrant_url=None, collection="mem")
+    store = open_store(settings, dim=8)
+    try:
+        assert isinstance(store, EdgeStore)
+        assert store.backend == "qdrant-edge"
+        assert store.path == tmp_path / "qdrant-edge" / "mem"
+        assert store.count() == 0  # ensured and usable
+        assert any(store.path.iterdir())
+    finally:
+        store.close()
+
+
+@pytest.mark.filterwarnings("ignore:Api key is used with an insecure connection")
+def test_server_url_selects_the_server_adapter_and_wraps_connection_errors() -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = Settings(qdrant_url=f"http://127.0.0.1:{port}", qdrant_api_key=SecretStr("secret"))
+    with pytest.raises(StoreUnavailable):
+        open_store(settings, dim=8)
