@@ -119,7 +119,7 @@ garbage = st.fixed_dictionaries(
     },
     optional={"walk_depth": st.integers(0, 2), "junk": st.just(1)},
 )
-request = st.one_of(valid, valid, valid, valid, valid, garbage)
+request = st.integers(0, 5).flatmap(lambda n: garbage if n == 0 else valid)  # about 1 in 6 malformed
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], database=None)
@@ -142,6 +142,7 @@ def test_no_response_leaks_another_workspace(
         return
     allowed = tok == ADMIN or ws in TOKENS[tok]  # type: ignore[index]
     if r.status_code == 422:
+        event(r.json()["error"][:40])
         return
     if not allowed:
         assert r.status_code == 403, r.text
