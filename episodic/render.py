@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -298,7 +299,7 @@ def _waterfill(needs: list[int], mins: list[int], weights: list[float], budget: 
     return alloc
 
 
-def render(hits: list[RenderableHit], max_chars: int) -> RenderResult:
+def render(hits: Sequence[RenderableHit], max_chars: int) -> RenderResult:
     """The `<recalled-memory>` block for `hits` within `max_chars` characters (see the module doc)."""
     floor = min_chars()
     if max_chars < floor:
@@ -335,6 +336,6 @@ def render(hits: list[RenderableHit], max_chars: int) -> RenderResult:
     return RenderResult(text, chosen)
 
 
-def render_tokens(hits: list[RenderableHit], max_tokens: int) -> RenderResult:
+def render_tokens(hits: Sequence[RenderableHit], max_tokens: int) -> RenderResult:
     """`render` with a budget in tokens (about 4 characters a token, as seed 000)."""
     return render(hits, max_tokens * CHARS_PER_TOKEN)

@@ -100,7 +100,7 @@ async def recall_render(
 ) -> RenderResponse:
     authorize(principal, req.workspace_id)
     result, t0 = await _recall(services, req)
-    rendered = render(result.hits, req.budget_chars)  # type: ignore[arg-type]
+    rendered = render(result.hits, req.budget_chars)
     shown = [result.hits[i] for i in rendered.included]
     nudge = None
     if req.run_id is not None and services.nudges is not None:
