@@ -82,4 +82,4 @@ def serve_main(argv: list[str]) -> int:
         )
     if args.insecure:
         log.warning("--insecure: serving on %s without requiring tokens", settings.http_host)
-    return asyncio.run(run_stack(settings, ("http",)))
+    return asyncio.run(run_stack(settings, ("http",), insecure=args.insecure))
