@@ -1,0 +1,59 @@
+"""The Faust application factory: one `faust.App` per process, configured for the project's brokers.
+
+Agents live in their own modules (`streams/gate.py`) and are installed on an app by the runner.
+"""
+
+from __future__ import annotations
+
+import faust
+from faust.types import TransportT
+
+from episodic.settings import Settings
+from streams.transport import FastDrainTransport
+
+GATE_APP_SUFFIX = "gate"
+
+
+class EpisodicApp(faust.App):
+    """faust.App with the fast-drain Kafka transport (see streams/transport.py)."""
+
+    def _new_transport(self) -> TransportT:
+        return FastDrainTransport(self.conf.broker_consumer, self)
+
+
+def create_app(settings: Settings, *, app_id: str | None = None, fast_drain: bool = True) -> faust.App:
+    """A Faust app for `settings.bootstrap`, raw bytes in and out, no web server, no tables.
+
+    - app id (= consumer group): `<consumer_group_prefix>-gate` unless `app_id` is given;
+    - session timeout from settings (~10 s: Tansu's group join takes half of it);
+    - offsets reset to earliest, so that entries written before the first start are not skipped;
+    - no leader topic and no tables: Tansu misreports end offsets, so changelog recovery is wrong on it.
+    """
+    app_id = app_id or f"{settings.consumer_group_prefix}-{GATE_APP_SUFFIX}"
+    session_s = settings.session_timeout_ms / 1000.0
+    cls = EpisodicApp if fast_drain else faust.App
+    return cls(
+        app_id,
+        broker=f"kafka://{settings.bootstrap}",
+        value_serializer="raw",
+        key_serializer="raw",
+        web_enabled=False,
+        datadir=str(settings.data_dir / "faust" / app_id),
+        autodiscover=False,
+        topic_partitions=settings.topic_partitions,
+        topic_replication_factor=settings.topic_replication,
+        topic_disable_leader=True,
+        broker_session_timeout=session_s,
+        broker_heartbeat_interval=max(0.5, session_s / 10),
+        broker_rebalance_timeout=max(2 * session_s, 20.0),
+        broker_commit_interval=1.0,
+        broker_max_poll_records=2000,
+        consumer_auto_offset_reset="earliest",
+        consumer_max_fetch_size=4 * 1024 * 1024,
+        stream_buffer_maxsize=8192,
+        stream_wait_empty=False,
+        stream_recovery_delay=0.0,
+        producer_acks=-1,
+        producer_linger_ms=5,
+        producer_max_request_size=1024 * 1024,
+    )

@@ -1,0 +1,163 @@
+"""The gate agent: journal.entries -> validate + policy -> journal.embeddable | journal.dlq (SPEC §3-§5).
+
+A thin pipe around `episodic.gating.route`. Throughput comes from three choices:
+
+- events arrive in batches (`noack_take`), so the per-record Faust machinery runs once per record but
+  the agent body, the clock, the metrics and the delivery wait run once per batch;
+- records go straight to the app's producer (`app.producer.send`, aiokafka batching underneath) instead
+  of `topic.send`, and the batch waits for all of its delivery futures at once;
+- events are acked only after the whole batch is delivered (at-least-once: a crash or a stop mid-batch
+  leaves the batch uncommitted, and it is read again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import faust
+from faust.types import EventT, StreamT
+
+from episodic.gating import METRIC_TYPE_LABELS, DeadLetter, Forward, route, type_label
+from episodic.metrics import Metrics
+from episodic.policy import DECISIONS
+from schemas import topics as T
+
+log = logging.getLogger(__name__)
+
+DEAD_LETTER_DECISION = "dead_letter"
+INVALID_TYPE_LABEL = "invalid"  # entry_type label of records that are not entries at all
+
+
+@dataclass(frozen=True, slots=True)
+class GateTopics:
+    """The gate's three topics (defaults from schemas/topics.py; tests pass uuid names)."""
+
+    entries: str = T.JOURNAL_ENTRIES
+    embeddable: str = T.JOURNAL_EMBEDDABLE
+    dlq: str = T.JOURNAL_DLQ
+
+    def all(self) -> tuple[str, str, str]:
+        return (self.entries, self.embeddable, self.dlq)
+
+
+DEFAULT_BATCH_SIZE = 1000  # events per batch at most
+DEFAULT_BATCH_WITHIN_S = 0.02  # and at most this long to fill one (bounds the latency the gate adds)
+
+
+@dataclass(frozen=True, slots=True)
+class GateOptions:
+    batch_size: int = DEFAULT_BATCH_SIZE
+    batch_within_s: float = DEFAULT_BATCH_WITHIN_S
+    max_retry_backoff_s: float = 5.0
+
+
+def init_gate_metrics(metrics: Metrics) -> None:
+    """Create the gate's label values up front (bounded: known types x decisions)."""
+    for label in METRIC_TYPE_LABELS:
+        for decision in DECISIONS:
+            metrics.entries_consumed.labels(entry_type=label, decision=decision)
+    metrics.entries_consumed.labels(entry_type=INVALID_TYPE_LABEL, decision=DEAD_LETTER_DECISION)
+
+
+Send = tuple[str, bytes | None, bytes]  # topic, key, value
+SendFn = Callable[[str, bytes | None, bytes], Awaitable[Awaitable[Any]]]
+
+
+async def deliver(send: SendFn, records: Sequence[Send], *, metrics: Metrics, max_backoff_s: float = 5.0) -> None:
+    """Send all records and wait for every delivery; resend the failures until they are delivered.
+
+    Returns only when the broker acknowledged every record (or raises CancelledError on stop, leaving the
+    batch unacked so that it is read again).
+    """
+    pending = list(records)
+    attempt = 0
+    while pending:
+        futures: list[Awaitable[Any] | None] = []
+        for topic, key, value in pending:
+            try:
+                futures.append(await send(topic, key, value))
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("gate: cannot queue a record for %s: %r", topic, e)
+                futures.append(None)
+        results = await asyncio.gather(*(f for f in futures if f is not None), return_exceptions=True)
+        it = iter(results)
+        failed: list[Send] = []
+        for rec, fut in zip(pending, futures, strict=True):
+            if fut is None:
+                failed.append(rec)
+                continue
+            res = next(it)
+            if isinstance(res, asyncio.CancelledError):
+                raise res
+            if isinstance(res, BaseException):
+                failed.append(rec)
+        if not failed:
+            return
+        attempt += 1
+        metrics.consumer_errors.labels(stage="publish").inc(len(failed))
+        backoff = min(max_backoff_s, 0.05 * 2**attempt)
+        log.warning("gate: %d of %d records not delivered; retrying in %.2fs", len(failed), len(pending), backoff)
+        pending = failed
+        await asyncio.sleep(backoff)
+
+
+def process(
+    events: Sequence[EventT], *, topics: GateTopics, now: datetime
+) -> tuple[list[Send], Counter[tuple[str, str]], Counter[str]]:
+    """Route one batch: the records to send, consumed counts by (type label, decision), DLQ counts."""
+    sends: list[Send] = []
+    consumed: Counter[tuple[str, str]] = Counter()
+    dead: Counter[str] = Counter()
+    for event in events:
+        msg = event.message
+        routed = route(msg.value, topic=msg.topic, partition=msg.partition, offset=msg.offset, now=now)
+        if isinstance(routed, Forward):
+            sends.append((topics.embeddable, routed.key, routed.value))
+            consumed[(type_label(routed.entry_type), routed.decision)] += 1
+        elif isinstance(routed, DeadLetter):
+            sends.append((topics.dlq, msg.key, routed.value))
+            consumed[(INVALID_TYPE_LABEL, DEAD_LETTER_DECISION)] += 1
+            dead[routed.reason] += 1
+        else:
+            consumed[(type_label(routed.entry_type), routed.decision)] += 1
+    return sends, consumed, dead
+
+
+def install_gate(
+    app: faust.App,
+    *,
+    topics: GateTopics = GateTopics(),
+    metrics: Metrics,
+    options: GateOptions = GateOptions(),
+) -> Any:
+    """Declare the gate agent on `app`; returns the agent."""
+    init_gate_metrics(metrics)
+    source = app.topic(topics.entries, key_serializer="raw", value_serializer="raw")
+
+    async def send(topic: str, key: bytes | None, value: bytes) -> Awaitable[Any]:
+        return await app.producer.send(topic, key, value, None, None, None)
+
+    async def gate(stream: StreamT) -> None:
+        async for events in stream.noack_take(  # type: ignore[attr-defined]
+            options.batch_size, within=options.batch_within_s
+        ):
+            batch: Sequence[EventT] = events  # noack_take yields the events themselves
+            sends, consumed, dead = process(batch, topics=topics, now=datetime.now(UTC))
+            if sends:
+                await deliver(send, sends, metrics=metrics, max_backoff_s=options.max_retry_backoff_s)
+            for event in batch:
+                await stream.ack(event)
+            for (label, decision), n in consumed.items():
+                metrics.entries_consumed.labels(entry_type=label, decision=decision).inc(n)
+            for reason, n in dead.items():
+                metrics.dead_lettered.labels(reason=reason).inc(n)
+
+    return app.agent(source, name="episodic.gate")(gate)

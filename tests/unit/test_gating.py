@@ -1,0 +1,149 @@
+"""The gate's pure routing: raw bytes -> Forward | Skip | DeadLetter (SPEC §3, §4, §10 topic records)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from episodic.gating import (
+    MAX_DLQ_RECORD_BYTES,
+    METRIC_TYPE_LABELS,
+    DeadLetter,
+    Forward,
+    Skip,
+    route,
+    type_label,
+)
+from schemas.events import DlqRecord, EmbeddableRecord
+
+NOW = datetime(2026, 3, 1, 12, 0, 5, tzinfo=UTC)
+
+
+def entry(**over: Any) -> dict[str, Any]:
+    e: dict[str, Any] = {
+        "id": "e-1",
+        "workspace_id": "ws-1",
+        "agent_id": "agent-1",
+        "ts": "2026-03-01T12:00:00Z",
+        "entry_type": "peer.escalation",
+        "severity": "info",
+        "summary": "escalated the failing deploy",
+        "payload": {"n": 1},
+    }
+    e.update(over)
+    return e
+
+
+def go(value: bytes | None) -> Any:
+    return route(value, topic="journal.entries", partition=3, offset=42, now=NOW)
+
+
+def test_forward_carries_entry_importance_and_acceptance() -> None:
+    r = go(json.dumps(entry(priority="permanent", refs={"supports": ["a"], "x": 1})).encode())
+    assert isinstance(r, Forward)
+    assert r.key == b"ws-1"
+    assert r.decision == "embed"
+    rec = EmbeddableRecord.model_validate_json(r.value)
+    assert rec.id == "e-1" and rec.workspace_id == "ws-1"
+    assert rec.base_importance == pytest.approx(0.95)
+    assert rec.accepted_at == NOW
+    assert rec.payload == {"n": 1}
+    assert rec.refs is not None and rec.refs.supports == ["a"]
+    assert json.loads(r.value)["refs"]["x"] == 1  # extra refs keys survive
+
+
+def test_forced_entry_is_forwarded_with_forced_label() -> None:
+    r = go(json.dumps(entry(entry_type="peer.conversation", severity="warn", refs={"episodic": True})).encode())
+    assert isinstance(r, Forward) and r.decision == "forced"
+    assert EmbeddableRecord.model_validate_json(r.value).base_importance == pytest.approx(0.60)
+
+
+@pytest.mark.parametrize(
+    ("entry_type", "severity", "label"),
+    [
+        ("peer.conversation", "error", "skip_type"),
+        ("network.http", "error", "skip_type"),
+        ("keeper.decision", "info", "skip_severity"),
+        ("mission.status_change", "debug", "skip_severity"),
+    ],
+)
+def test_skips(entry_type: str, severity: str, label: str) -> None:
+    r = go(json.dumps(entry(entry_type=entry_type, severity=severity)).encode())
+    assert isinstance(r, Skip)
+    assert r.decision == label and r.entry_id == "e-1"
+
+
+GARBAGE: list[tuple[bytes | None, str]] = [
+    (None, "not_json"),
+    (b"\xc3\x28", "not_utf8"),
+    (b"nope", "not_json"),
+    (b"[]", "not_object"),
+    (b"null", "not_object"),
+    (b"{" * 50_000, "not_json"),
+    (b'{"a":' * 5000 + b"1" + b"}" * 5000, "not_json"),
+    (json.dumps(entry(id="")).encode(), "empty_field"),
+    (json.dumps({k: v for k, v in entry().items() if k != "summary"}).encode(), "missing_field"),
+    (json.dumps(entry(severity="critical")).encode(), "bad_severity"),
+    (json.dumps(entry(ts="01/03/2026")).encode(), "bad_timestamp"),
+    (json.dumps(entry(summary="s" * 20_000)).encode(), "oversize_summary"),
+    (json.dumps(entry(payload={"b": "x" * 70_000})).encode(), "oversize_payload"),
+    (json.dumps(entry(payload=[1])).encode(), "payload_not_object"),
+    (b'{"id": 1e999999}', "invalid_field"),
+]
+
+
+@pytest.mark.parametrize(("value", "reason"), GARBAGE)
+def test_garbage_is_dead_lettered_with_original_bytes(value: bytes | None, reason: str) -> None:
+    r = go(value)
+    assert isinstance(r, DeadLetter)
+    assert r.reason == reason, r.error
+    rec = DlqRecord.model_validate_json(r.value)
+    assert rec.reason == reason and rec.error
+    assert (rec.source.topic, rec.source.partition, rec.source.offset) == ("journal.entries", 3, 42)
+    assert rec.raw_bytes() == (value or b"")
+    if value is not None and reason != "not_utf8":
+        assert rec.raw_text == value.decode()
+    if reason == "not_utf8":
+        assert rec.raw_text is None
+
+
+def test_huge_record_dead_letter_fits_one_message() -> None:
+    value = b"x" * 3_000_000
+    r = go(value)
+    assert isinstance(r, DeadLetter)
+    assert len(r.value) <= MAX_DLQ_RECORD_BYTES
+    rec = DlqRecord.model_validate_json(r.value)
+    assert rec.raw_text is None
+    assert value.startswith(rec.raw_bytes()) and "truncated" in rec.error
+
+
+def test_large_record_keeps_all_bytes_when_it_fits() -> None:
+    value = b"\x00\xff" * 200_000  # 400 kB, not UTF-8
+    rec = DlqRecord.model_validate_json(go(value).value)
+    assert base64.b64decode(rec.raw_b64) == value
+
+
+def test_route_never_raises_on_odd_inputs() -> None:
+    for value in (b"", bytearray(b"{}"), memoryview(b"[]"), b"\x00" * 10, "é".encode("utf-16")):
+        assert isinstance(go(value), DeadLetter)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("entry_type", "label"),
+    [
+        ("peer.escalation", "peer.escalation"),
+        ("keeper.decision", "keeper.decision"),
+        ("exec.output_chunk", "exec.output_chunk"),
+        ("network.dns", "network.*"),
+        ("network.http.request", "network.*"),
+        ("my.custom.type", "other"),
+        ("x" * 128, "other"),
+    ],
+)
+def test_type_label_is_bounded(entry_type: str, label: str) -> None:
+    assert type_label(entry_type) == label
+    assert label in METRIC_TYPE_LABELS
