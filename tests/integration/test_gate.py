@@ -1,0 +1,252 @@
+"""The gate against the real embedded broker (Tansu): exact outputs, garbage, metrics, scale-out."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, ConsumerRecord
+
+from episodic.bus import ensure_topics, make_producer
+from episodic.metrics import Metrics
+from episodic.settings import Settings
+from schemas.events import DlqRecord, EmbeddableRecord
+from streams.gate import GateTopics
+from streams.runner import GateRunner
+
+pytestmark = pytest.mark.integration
+
+EMBED = ("peer.escalation", "summary.generated", "memory.consolidated", "approval.denied")
+SKIP = ("peer.conversation", "exec.output_chunk", "container.metrics", "network.http", "tool.call")
+
+
+def entry(i: int, **over: Any) -> dict[str, Any]:
+    e: dict[str, Any] = {
+        "id": f"e-{i}",
+        "workspace_id": f"ws-{i % 5}",
+        "crew_id": "crew-1",
+        "agent_id": f"agent-{i % 3}",
+        "run_id": "run-1",
+        "ts": "2026-03-01T12:00:00Z",
+        "entry_type": EMBED[i % len(EMBED)],
+        "severity": "info",
+        "summary": f"entry number {i}: the deploy failed and was escalated",
+        "payload": {"i": i},
+    }
+    e.update(over)
+    return e
+
+
+def enc(obj: Any) -> bytes:
+    return json.dumps(obj).encode()
+
+
+def garbage(i: int) -> tuple[bytes | None, str]:
+    """One invalid record of each kind the gate must dead-letter, with the reason it must give."""
+    base = entry(i)
+    no_agent = {k: v for k, v in base.items() if k != "agent_id"}
+    cases: list[tuple[bytes | None, str]] = [
+        (b"\xff\xfe\x00garbage", "not_utf8"),
+        (b"{this is not json", "not_json"),
+        (b"[1, 2, 3]", "not_object"),
+        (b"null", "not_object"),
+        (None, "not_json"),  # tombstone
+        (enc(no_agent), "missing_field"),
+        (enc(entry(i, summary="")), "empty_field"),
+        (enc(entry(i, severity="fatal")), "bad_severity"),
+        (enc(entry(i, ts="last tuesday")), "bad_timestamp"),
+        (enc(entry(i, summary="s" * 16_385)), "oversize_summary"),
+        (enc(entry(i, payload={"blob": "p" * 70_000})), "oversize_payload"),
+        (enc(entry(i, payload=["not", "an", "object"])), "payload_not_object"),
+        (b"[" * 200_000, "not_json"),  # deeply nested
+        (b"x" * 1_500_000, "not_json"),  # bigger than one DLQ message can carry in full
+    ]
+    return cases[i % len(cases)]
+
+
+async def read_all(
+    bootstrap: str, topics: list[str], *, want: int, timeout: float, settle: float = 1.0
+) -> list[ConsumerRecord[bytes, bytes]]:
+    """Read the topics until `want` records arrived (then `settle` more seconds, to catch extras)."""
+    c = AIOKafkaConsumer(
+        *topics,
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=8 * 1024 * 1024,
+        fetch_max_bytes=16 * 1024 * 1024,
+    )
+    await c.start()
+    out: list[ConsumerRecord[bytes, bytes]] = []
+    try:
+        deadline = time.monotonic() + timeout
+        settle_until: float | None = None
+        while time.monotonic() < deadline:
+            if len(out) >= want:
+                settle_until = settle_until or time.monotonic() + settle
+                if time.monotonic() >= settle_until:
+                    break
+            batch = await c.getmany(timeout_ms=200)
+            for recs in batch.values():
+                out.extend(recs)
+        return out
+    finally:
+        await c.stop()
+
+
+def settings_for(bootstrap: str, tmp_path: Path, partitions: int = 2) -> Settings:
+    return Settings(kafka_bootstrap=bootstrap, topic_partitions=partitions, data_dir=tmp_path)
+
+
+async def test_mixed_journal_exact_outputs(broker: str, uid: str, tmp_path: Path) -> None:
+    topics = GateTopics(entries=f"entries.{uid}", embeddable=f"embeddable.{uid}", dlq=f"dlq.{uid}")
+    await ensure_topics(broker, partitions=2, topics=topics.all())
+
+    # 300 records: embeddable, skipped by type, skipped by severity, forced, and garbage of every kind
+    records: list[tuple[bytes | None, str, str | None]] = []  # (value, kind, entry id or dlq reason)
+    for i in range(300):
+        r = i % 6
+        if r in (0, 1):
+            records.append((enc(entry(i)), "embed", f"e-{i}"))
+        elif r == 2:
+            records.append((enc(entry(i, entry_type=SKIP[i % len(SKIP)], severity="error")), "skip", f"e-{i}"))
+        elif r == 3:
+            ok = i % 4 == 1
+            sev = "warn" if ok else "info"
+            records.append(
+                (enc(entry(i, entry_type="keeper.decision", severity=sev)), "embed" if ok else "skip", f"e-{i}")
+            )
+        elif r == 4:
+            forced = entry(i, entry_type="peer.conversation", refs={"episodic": True}, priority="high")
+            records.append((enc(forced), "embed", f"e-{i}"))
+        else:
+            value, reason = garbage(i // 6)
+            records.append((value, "dlq", reason))
+
+    metrics = Metrics()
+    runner = GateRunner(settings_for(broker, tmp_path), topics=topics, app_id=f"gate-{uid}", metrics=metrics)
+    await runner.start(wait_assigned=30)
+    producer = make_producer(broker, max_request_size=4 * 1024 * 1024)
+    await producer.start()
+    sources: dict[tuple[int, int], tuple[bytes | None, str]] = {}  # (partition, offset) -> (raw, reason)
+    try:
+        futs = []
+        for value, _, _ in records:
+            futs.append(await producer.send(topics.entries, key=b"ws", value=value))
+        metas = await asyncio.gather(*futs)
+        for (value, kind, what), meta in zip(records, metas, strict=True):
+            if kind == "dlq":
+                assert what is not None
+                sources[(meta.partition, meta.offset)] = (value, what)
+
+        want_ids = {str(what) for _, kind, what in records if kind == "embed"}
+        skipped_ids = {what for _, kind, what in records if kind == "skip"}
+        got = await read_all(broker, [topics.embeddable, topics.dlq], want=len(want_ids) + len(sources), timeout=40)
+
+        embeddable = [r for r in got if r.topic == topics.embeddable]
+        dead = [r for r in got if r.topic == topics.dlq]
+        forwarded = [EmbeddableRecord.model_validate_json(r.value) for r in embeddable if r.value is not None]
+        assert sorted(e.id for e in forwarded) == sorted(want_ids)  # exact set, no duplicates
+        assert not skipped_ids & {e.id for e in forwarded}
+        for r, e in zip(embeddable, forwarded, strict=True):
+            assert r.key == e.workspace_id.encode()
+            assert e.accepted_at.tzinfo is not None
+            if e.entry_type == "peer.conversation":
+                assert e.base_importance == pytest.approx(0.85)  # forced info 0.5, floored by priority high
+            if e.entry_type == "keeper.decision":
+                assert e.base_importance == pytest.approx(0.65)
+
+        dlq = [DlqRecord.model_validate_json(r.value) for r in dead if r.value is not None]
+        seen = {(d.source.partition, d.source.offset): d for d in dlq}
+        assert len(seen) == len(dlq) == len(sources)
+        assert set(seen) == set(sources)
+        for pos, (raw, reason) in sources.items():
+            d = seen[pos]
+            assert d.source.topic == topics.entries
+            assert d.reason == reason, (pos, d.error)
+            if raw is not None and len(raw) < 500_000:
+                assert d.raw_bytes() == raw  # the original bytes, exactly
+            elif raw is not None:
+                assert raw.startswith(d.raw_bytes()) and "truncated" in d.error
+        for r in dead:  # skipped entries appear nowhere
+            assert not any(f'"id": "{s}"'.encode() in (r.value or b"") for s in skipped_ids)
+
+        # metrics: by type (bounded labels) and decision; dead letters by reason
+        def sample(name: str, **labels: str) -> float:
+            return metrics.registry.get_sample_value(name, labels) or 0.0
+
+        n_reason = Counter(r for _, r in sources.values())
+        assert len(n_reason) >= 10
+        for reason, n in n_reason.items():
+            assert sample("episodic_dead_lettered_total", reason=reason) == n
+        assert sample("episodic_gate_entries_total", entry_type="network.*", decision="skip_type") > 0
+        assert sample("episodic_gate_entries_total", entry_type="other", decision="skip_type") > 0
+        assert sample("episodic_gate_entries_total", entry_type="keeper.decision", decision="skip_severity") > 0
+        assert sample("episodic_gate_entries_total", entry_type="peer.conversation", decision="forced") == 50
+
+        # the gate keeps running after all that garbage
+        assert runner.running
+        fut = await producer.send(topics.entries, key=b"ws-9", value=enc(entry(9999, workspace_id="ws-9")))
+        await fut
+        later = await read_all(broker, [topics.embeddable], want=len(want_ids) + 1, timeout=20, settle=0.2)
+        assert "e-9999" in {EmbeddableRecord.model_validate_json(r.value).id for r in later if r.value}
+    finally:
+        await producer.stop()
+        await runner.stop()
+    assert not runner.running
+
+
+async def test_two_gate_processes_share_the_journal(broker: str, uid: str, tmp_path: Path) -> None:
+    """Scale-out: two `episodic gate` processes in one consumer group; nothing lost; SIGTERM stops both."""
+    topics = GateTopics(entries=f"entries.{uid}", embeddable=f"embeddable.{uid}", dlq=f"dlq.{uid}")
+    await ensure_topics(broker, partitions=4, topics=topics.all())
+    env = dict(
+        os.environ,
+        EPISODIC_KAFKA_BOOTSTRAP=broker,
+        EPISODIC_DATA_DIR=str(tmp_path),
+        EPISODIC_TOPIC_PARTITIONS="4",
+    )
+    cmd = [
+        sys.executable, "-m", "episodic.cli", "gate",
+        "--entries-topic", topics.entries, "--embeddable-topic", topics.embeddable,
+        "--dlq-topic", topics.dlq, "--app-id", f"gate-{uid}", "--log-level", "INFO",
+    ]  # fmt: skip
+    procs = [
+        subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    producer = make_producer(broker)
+    await producer.start()
+    try:
+        futs = []
+        for i in range(400):
+            e = entry(i, workspace_id=f"ws-{i % 16}")
+            futs.append(await producer.send(topics.entries, key=e["workspace_id"].encode(), value=enc(e)))
+        metas = await asyncio.gather(*futs)
+        assert {m.partition for m in metas} == {0, 1, 2, 3}
+        got = await read_all(broker, [topics.embeddable], want=400, timeout=45, settle=0.5)
+        ids = {EmbeddableRecord.model_validate_json(r.value).id for r in got if r.value}
+        assert ids == {f"e-{i}" for i in range(400)}  # nothing lost (at-least-once: extras are allowed)
+        assert all(p.poll() is None for p in procs), "a gate process died"
+    finally:
+        await producer.stop()
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        codes: list[int | None] = []
+        for p in procs:
+            try:
+                codes.append(p.wait(20))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                codes.append(None)
+    logs = [p.stderr.read() if p.stderr else "" for p in procs]
+    assert codes == [0, 0], logs
