@@ -252,6 +252,10 @@ class Stack:
     async def _watchdog(self) -> None:
         while not self._stop.is_set():
             ok = await asyncio.to_thread(_tcp_ok, self.settings.bootstrap)
+            if self.gate is not None and getattr(self.gate, "crashed", False):
+                log.error("the gate crashed (%s); stopping the stack", getattr(self.gate, "crash_reason", "?"))
+                self.fail(4)
+                return
             if self.broker is not None and not self.broker.alive():
                 log.error("the embedded broker died (%s); stopping the stack", self.broker.last_output()[-500:])
                 self.status.ok = False
