@@ -1,0 +1,356 @@
+"""Freshness: produce -> indexed latency with the whole embedded stack, at 20 embeddable entries/s among
+420 entries/s (400/s of types the policy filters out).
+
+`episodic up` runs as a child process on free loopback ports with a temporary data directory (its own
+embedded broker, the gate, the embedding consumer, Qdrant Edge, the real model, the recall service).
+This process produces journal entries in 50 ms ticks (1 `summary.generated` + 20 `exec.output_chunk`
+per tick) and measures, per embeddable entry:
+
+  indexed   produce time -> its `memory.indexed` event arrives (a consumer on memory.indexed here);
+  visible   produce time -> first `POST /v1/recall` that returns it (every 10th entry is sampled and
+            polled every 50 ms with its first sentence and unique ref as the query, scope `own`, k 10).
+
+Baselines in the same run: the broker round trip (a raw record produced and consumed through the same
+broker at 20/s, no pipeline), and the seed's design (a 30-second sweep: an entry waits 0–30 s, p99 ≈ 29.7 s;
+stated, not run).
+
+    python -m bench.bench_freshness            # 45 s measured
+    python -m bench.bench_freshness --quick    # 10 s measured
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    LOOPBACK,
+    Deadline,
+    Row,
+    child_process,
+    emit,
+    episodic_up_cmd,
+    journal_entry,
+    journal_summary,
+    percentile,
+    stack_env,
+    tmp_dir,
+    uid,
+    wait_http,
+)
+
+TARGET_P99_S = 1.0
+SEED_SWEEP_S = 30.0
+TICK_S = 0.05
+FILTERED_PER_TICK = 20  # 400/s
+VISIBLE_EVERY = 10  # sample every 10th embeddable entry for the recall poll
+VISIBLE_POLL_S = 0.05
+VISIBLE_GIVE_UP_S = 10.0
+
+
+class Probe:
+    def __init__(self) -> None:
+        self.produced: dict[str, float] = {}  # entry id -> wall time handed to the producer
+        self.indexed: dict[str, float] = {}
+        self.visible: dict[str, float] = {}
+        self.visible_missed: list[str] = []
+        self.rt_sent: dict[str, float] = {}
+        self.rt_recv: dict[str, float] = {}
+
+
+async def consume_until(
+    bootstrap: str, topic: str, on_value: Any, stop: asyncio.Event, *, group: str, ready: asyncio.Event
+) -> None:
+    from aiokafka import AIOKafkaConsumer
+
+    c = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        auto_offset_reset="latest",
+        enable_auto_commit=False,
+        fetch_max_wait_ms=20,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=600,
+    )
+    await c.start()
+    try:
+        d = Deadline(60)
+        while not c.assignment() and not d.passed():
+            await c.getmany(timeout_ms=100)
+        for tp in c.assignment():
+            await c.seek_to_end(tp)
+            await c.position(tp)
+        ready.set()
+        while not stop.is_set():
+            got = await c.getmany(timeout_ms=100)
+            now = time.time()
+            for recs in got.values():
+                for r in recs:
+                    on_value(r, now)
+    finally:
+        await c.stop()
+
+
+async def poll_visible(client: Any, url: str, entry: dict[str, Any], probe: Probe) -> None:
+    body = {
+        "workspace_id": entry["workspace_id"],
+        "agent_id": entry["agent_id"],
+        "scope": "own",
+        "query": entry["summary"].split(". ")[0][:200] + f" (ref {entry['id']})",
+        "k": 10,
+        "mode": "hybrid",
+    }
+    d = Deadline(VISIBLE_GIVE_UP_S)
+    while not d.passed():
+        try:
+            r = await client.post(url, json=body)
+            if r.status_code == 200 and any(h.get("entry_id") == entry["id"] for h in r.json().get("hits", [])):
+                probe.visible[entry["id"]] = time.time()
+                return
+            if r.status_code in (401, 403, 404):
+                raise RuntimeError(f"/v1/recall answered {r.status_code}: {r.text[:200]}")
+        except (OSError, ValueError) as e:  # connection reset under load: try again
+            logging.getLogger("bench").debug("recall poll: %s", e)
+        await asyncio.sleep(VISIBLE_POLL_S)
+    probe.visible_missed.append(entry["id"])
+
+
+async def wait_warm(producer: Any, probe: Probe, ws: str, timeout: float) -> None:
+    """Send embeddable entries until one comes back indexed: the gate and the consumer have joined."""
+    from schemas import topics
+
+    d = Deadline(timeout)
+    rng = random.Random(1)
+    i = 0
+    while not d.passed():
+        eid = f"warm-{i}"
+        e = journal_entry(entry_id=eid, workspace_id=ws, agent_id="warm", summary=journal_summary(rng))
+        await producer.send_and_wait(topics.JOURNAL_ENTRIES, key=ws.encode(), value=json.dumps(e).encode())
+        t_end = time.monotonic() + 3
+        while time.monotonic() < t_end:
+            if probe.indexed:
+                return
+            await asyncio.sleep(0.05)
+        i += 1
+    raise TimeoutError(f"the stack indexed nothing within {timeout}s")
+
+
+async def run(args: argparse.Namespace) -> list[Row]:
+    import httpx
+
+    from episodic.bus import ensure_topics, make_producer
+    from infra.broker import free_port
+    from schemas import topics
+
+    broker_port, http_port = free_port(LOOPBACK), free_port(LOOPBACK)
+    bootstrap = f"{LOOPBACK}:{broker_port}"
+    base = f"http://{LOOPBACK}:{http_port}"
+    probe = Probe()
+    rt_topic = f"bench.roundtrip.{uid()}"
+    with tmp_dir() as tmp:
+        log_path = tmp / "stack.log"
+        env = stack_env(tmp / "data", broker_port=broker_port, http_port=http_port)
+        with child_process(episodic_up_cmd(), env=env, log_path=log_path) as proc:
+            health = wait_http(f"{base}/healthz", timeout=args.start_timeout, proc=proc, log_path=log_path)
+            print(f"bench_freshness: stack up ({health.get('episodic')}), broker {bootstrap}, http {base}")
+            await ensure_topics(bootstrap, partitions=1, topics=(rt_topic,))
+            stop = asyncio.Event()
+            ready_ix, ready_rt = asyncio.Event(), asyncio.Event()
+
+            def on_indexed(rec: Any, now: float) -> None:
+                with contextlib.suppress(ValueError, KeyError):
+                    ev = json.loads(rec.value)
+                    probe.indexed.setdefault(ev["entry_id"], now)
+
+            def on_rt(rec: Any, now: float) -> None:
+                probe.rt_recv.setdefault(rec.value.decode(), now)
+
+            tasks = [
+                asyncio.create_task(
+                    consume_until(
+                        bootstrap, topics.MEMORY_INDEXED, on_indexed, stop, group=f"bench-ix-{uid()}", ready=ready_ix
+                    )
+                ),
+                asyncio.create_task(
+                    consume_until(bootstrap, rt_topic, on_rt, stop, group=f"bench-rt-{uid()}", ready=ready_rt)
+                ),
+            ]
+            producer = make_producer(bootstrap, linger_ms=2)
+            await producer.start()
+            try:
+                await asyncio.wait_for(asyncio.gather(ready_ix.wait(), ready_rt.wait()), 60)
+                await wait_warm(producer, probe, "ws-warm", timeout=args.start_timeout)
+                probe.indexed.clear()
+                rows = await measure(args, producer, probe, rt_topic, f"{base}/v1/recall", httpx)
+                print(stack_metrics_summary(f"{base}/metrics"))
+            finally:
+                stop.set()
+                await producer.stop()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            if args.log:
+                args.log.write_bytes(log_path.read_bytes())
+            if proc.poll() is not None:
+                raise RuntimeError(f"the stack exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
+    return rows
+
+
+def stack_metrics_summary(url: str) -> str:
+    """The stack's own view (its /metrics): where the time goes, for diagnosis."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = httpx.get(url, timeout=5.0).text
+    except httpx.HTTPError as e:
+        return f"  (no /metrics: {e})"
+    v: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            if smp.name.endswith(("_sum", "_count")) or smp.name == "episodic_consumer_lag_records":
+                v[smp.name] = v.get(smp.name, 0.0) + smp.value
+            if smp.name == "episodic_gate_entries_total":
+                key = f"gate {smp.labels.get('decision')}"
+                v[key] = v.get(key, 0.0) + smp.value
+
+    def mean(name: str) -> float:
+        return v.get(f"{name}_sum", 0.0) / max(1.0, v.get(f"{name}_count", 0.0))
+
+    gate = ", ".join(f"{k[5:]} {int(n)}" for k, n in sorted(v.items()) if k.startswith("gate "))
+    return (
+        f"  stack metrics: gate [{gate}]; batches {int(v.get('episodic_embed_batch_size_count', 0))} "
+        f"(mean {mean('episodic_embed_batch_size'):.1f} records), embed mean "
+        f"{mean('episodic_embed_duration_seconds') * 1000:.0f} ms, upsert mean "
+        f"{mean('episodic_upsert_duration_seconds') * 1000:.0f} ms, embeddable-record->indexed mean "
+        f"{mean('episodic_produce_to_index_seconds') * 1000:.0f} ms, consumer lag "
+        f"{int(v.get('episodic_consumer_lag_records', 0))}, recall mean "
+        f"{mean('episodic_recall_duration_seconds') * 1000:.0f} ms over "
+        f"{int(v.get('episodic_recall_duration_seconds_count', 0))} requests"
+    )
+
+
+async def measure(
+    args: argparse.Namespace, producer: Any, probe: Probe, rt_topic: str, recall_url: str, httpx: Any
+) -> list[Row]:
+    from schemas import topics
+
+    rng = random.Random(42)
+    run = uid()
+    pollers: list[asyncio.Task[None]] = []
+    ticks = int(args.duration / TICK_S)
+    sent_total = 0
+    t_start = time.monotonic()
+    async with httpx.AsyncClient(timeout=5.0, limits=httpx.Limits(max_connections=16)) as client:
+        for k in range(ticks):
+            due = t_start + k * TICK_S
+            delay = due - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            ws = f"ws-{k % 10}"
+            eid = f"{run}-{k:06d}"
+            entry = journal_entry(
+                entry_id=eid,
+                workspace_id=ws,
+                agent_id=f"agent-{k % 3}",
+                summary=f"{journal_summary(rng)} (ref {eid})",
+            )
+            now = time.time()
+            probe.produced[eid] = now
+            await producer.send(
+                topics.JOURNAL_ENTRIES, key=ws.encode(), value=json.dumps(entry).encode(), timestamp_ms=int(now * 1000)
+            )
+            for j in range(FILTERED_PER_TICK):
+                noise = journal_entry(
+                    entry_id=f"{eid}-x{j}",
+                    workspace_id=ws,
+                    agent_id="executor",
+                    entry_type="exec.output_chunk",
+                    severity="debug",
+                    summary=f"stdout chunk {j}: compiled 37 files, 0 warnings, wrote build/{eid}.o",
+                )
+                await producer.send(topics.JOURNAL_ENTRIES, key=ws.encode(), value=json.dumps(noise).encode())
+            sent_total += 1 + FILTERED_PER_TICK
+            rt_id = f"rt-{k}"
+            probe.rt_sent[rt_id] = time.time()
+            await producer.send(rt_topic, value=rt_id.encode())
+            if k % VISIBLE_EVERY == 0:
+                pollers.append(asyncio.create_task(poll_visible(client, recall_url, entry, probe)))
+        elapsed = time.monotonic() - t_start
+        await producer.flush()
+        d = Deadline(30)
+        while not d.passed() and (len(probe.indexed) < len(probe.produced) or len(probe.rt_recv) < len(probe.rt_sent)):
+            await asyncio.sleep(0.1)
+        await asyncio.wait_for(asyncio.gather(*pollers, return_exceptions=True), VISIBLE_GIVE_UP_S + 10)
+
+    rate = sent_total / elapsed
+    lat_ix = [probe.indexed[e] - t for e, t in probe.produced.items() if e in probe.indexed]
+    lat_vis = [probe.visible[e] - probe.produced[e] for e in probe.visible]
+    lat_rt = [probe.rt_recv[r] - t for r, t in probe.rt_sent.items() if r in probe.rt_recv]
+    lost = len(probe.produced) - len(lat_ix)
+    print(
+        f"  produced {sent_total} entries in {elapsed:.1f}s ({rate:.0f}/s; {len(probe.produced)} embeddable), "
+        f"indexed {len(lat_ix)}, visible {len(lat_vis)}/{len(lat_vis) + len(probe.visible_missed)} sampled"
+    )
+    rt50, rt99 = percentile(lat_rt, 50), percentile(lat_rt, 99)
+    sweep = f"seed: 30 s sweep (p99 ~{SEED_SWEEP_S * 0.99:.1f} s)"
+    note = f"{len(lat_ix)} entries over {elapsed:.0f}s at {rate:.0f} entries/s"
+    if lost:
+        note += f"; {lost} never indexed within 30 s"
+    rows = [
+        Row("freshness", "produce -> memory.indexed p50", percentile(lat_ix, 50), "s", rt50, "broker round trip p50"),
+        Row(
+            "freshness",
+            "produce -> memory.indexed p99",
+            percentile(lat_ix, 99),
+            "s",
+            rt99,
+            f"broker round trip p99; {sweep}",
+            target="p99 <= 1 s",
+            ok=bool(lat_ix) and not lost and percentile(lat_ix, 99) <= TARGET_P99_S,
+            note=note,
+        ),
+    ]
+    if lat_vis or probe.visible_missed:
+        rows += [
+            Row(
+                "freshness", "produce -> visible in /v1/recall p50", percentile(lat_vis, 50), "s", rt50, "broker rt p50"
+            ),
+            Row(
+                "freshness",
+                "produce -> visible in /v1/recall p99",
+                percentile(lat_vis, 99),
+                "s",
+                rt99,
+                "broker round trip p99",
+                target="p99 <= 1 s",
+                ok=bool(lat_vis) and not probe.visible_missed and percentile(lat_vis, 99) <= TARGET_P99_S,
+                note=f"every {VISIBLE_EVERY}th entry polled every {VISIBLE_POLL_S * 1000:.0f} ms; "
+                f"{len(probe.visible_missed)} not visible within {VISIBLE_GIVE_UP_S:.0f}s",
+            ),
+        ]
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--quick", action="store_true", help="10 s instead of 45 s (a sanity check, not a figure)")
+    ap.add_argument("--duration", type=float, default=None, help="seconds of load (default 45, quick 10)")
+    ap.add_argument("--log", type=Path, default=None, help="copy the stack's log here")
+    ap.add_argument("--start-timeout", type=float, default=180.0, help="seconds for the stack to come up")
+    args = ap.parse_args(argv)
+    args.duration = args.duration or (10.0 if args.quick else 45.0)
+    logging.basicConfig(level=logging.WARNING)
+    rows = asyncio.run(run(args))
+    emit(rows, f"freshness (embedded stack, {args.duration:.0f}s at 420 entries/s, 20/s embeddable)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
