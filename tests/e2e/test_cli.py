@@ -1,0 +1,88 @@
+"""The CLI against a running stack: produce, recall, doctor; and `up` stops when its broker dies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from episodic.client import recall_main
+from episodic.doctor import doctor_main
+from episodic.producer import produce_file
+from episodic.runtime import Stack
+from episodic.settings import Settings
+from infra.broker import free_port
+from tests.e2e.conftest import poll, running_stack, stack_settings
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SAMPLE = Path(__file__).resolve().parents[2] / "infra" / "samples" / "journal.jsonl"
+
+
+async def test_produce_recall_and_doctor_against_a_running_stack(
+    fresh_broker: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EPISODIC_KAFKA_BOOTSTRAP", fresh_broker)
+    async with running_stack(stack_settings(fresh_broker, tmp_path)) as stack:
+        url = f"http://127.0.0.1:{stack.http_port}"
+        sent = await produce_file(SAMPLE, bootstrap=fresh_broker, progress=False)
+        assert sent == 43
+        # 12 acme memories + 2 globex (one duplicate folded, noise and garbage dropped)
+        await poll(lambda: stack.store.count("acme") == 12 and stack.store.count("globex") == 2, what="sample indexed")
+
+        capsys.readouterr()
+        rc = await asyncio.to_thread(
+            recall_main,
+            ["checkout ran out of memory", "--workspace", "acme", "--agent", "planner", "--url", url, "--json"],
+        )
+        out = json.loads(capsys.readouterr().out)
+        assert rc == 0 and out["hits"][0]["entry_id"] == "e0001"
+        assert all(h["agent_id"] == "planner" for h in out["hits"])
+        assert "e0001" in {h["entry_id"] for h in out["hits"]} and "globex" not in json.dumps(out)
+
+        rc = await asyncio.to_thread(recall_main, ["canary", "--workspace", "acme", "--agent", "planner", "--url", url])
+        table = capsys.readouterr().out
+        assert rc == 0 and "keeper.decision" in table and "score" in table
+
+        rc = await asyncio.to_thread(doctor_main, ["--url", url])
+        report = capsys.readouterr().out
+        assert rc == 0, report
+        for check in ("broker", "topics", "store", "embedder", "lag", "auth"):
+            assert check in report
+
+
+async def test_doctor_warns_with_the_fix_in_sparse_only_mode(
+    fresh_broker: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EPISODIC_KAFKA_BOOTSTRAP", fresh_broker)
+    async with running_stack(stack_settings(fresh_broker, tmp_path, embed_model="none")) as stack:
+        url = f"http://127.0.0.1:{stack.http_port}"
+        capsys.readouterr()
+        rc = await asyncio.to_thread(doctor_main, ["--url", url])
+        report = capsys.readouterr().out
+        assert rc == 0
+        line = next(ln for ln in report.splitlines() if "embedder" in ln)
+        assert line.startswith("WARN") and "sparse-only" in line
+        assert "EPISODIC_EMBED_MODEL" in report
+
+
+async def test_doctor_fails_when_the_service_is_down(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = await asyncio.to_thread(doctor_main, ["--url", f"http://127.0.0.1:{free_port()}"])
+    assert rc != 0
+
+
+async def test_up_stops_when_its_embedded_broker_dies(tmp_path: Path) -> None:
+    settings = Settings(
+        data_dir=tmp_path, broker_port=free_port(), http_port=free_port(), embed_model="none", topic_partitions=1
+    )
+    stack = Stack(settings)
+    try:
+        await stack.start()
+        assert stack.broker is not None and stack.broker.alive()
+        stack.broker._proc.kill()  # the broker dies under the stack
+        await asyncio.wait_for(stack.wait(), 30)
+        assert stack.exit_code == 3
+    finally:
+        await stack.stop()
