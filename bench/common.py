@@ -370,6 +370,8 @@ def wait_http(
         except (httpx.HTTPError, ValueError) as e:
             last = str(e)
         time.sleep(0.2)
+    if proc is not None and proc.poll() is not None:
+        last = f"the process exited with {proc.returncode}"
     tail = log_path.read_text(errors="replace")[-3000:] if log_path and log_path.exists() else ""
     raise RuntimeError(f"{url} did not come up within {timeout}s ({last})\n--- log tail ---\n{tail}")
 

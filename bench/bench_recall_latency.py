@@ -1,0 +1,368 @@
+"""Hybrid recall latency over HTTP at 10k and 100k memories spread over ten workspaces, querying one.
+
+Seeding (directly into the Qdrant Edge store of a temporary data directory, not through Kafka): N
+synthetic but realistic journal summaries, one agent per workspace, `summary.generated` at info, the
+payload the Indexer writes. Embedding 100k texts on a CPU takes too long, so S texts (default 1024) get
+real all-MiniLM-L6-v2 vectors and every other memory gets the vector of one of them plus Gaussian noise
+(cosine ≈ 0.93 to its source), renormalised; every memory's BM25 vector is computed from its own text.
+After seeding, the store's optimizers run once (Qdrant Edge never runs them by itself).
+
+Measured in the same run, for each size:
+  direct    in this process, on the seeded store: the bare query embedding (`embed_query`), the store
+            query alone (`query_hybrid`, precomputed vectors) and both through `RecallEngine.recall`;
+  http      `episodic up` as a child process on that data directory (free loopback ports), sequential
+            `POST /v1/recall` (hybrid, scope own, k 5) with a keep-alive client: idle, then under
+            ingestion load (20 embeddable + 400 filtered entries/s produced to its broker meanwhile).
+
+Target: HTTP p99 <= 25 ms at 100k with ingestion idle.
+
+    python -m bench.bench_recall_latency            # 10k and 100k, 300 queries each
+    python -m bench.bench_recall_latency --quick    # 2k and 10k, 60 queries, S=128
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.common import (
+    LOOPBACK,
+    Deadline,
+    Row,
+    child_process,
+    emit,
+    episodic_up_cmd,
+    journal_entry,
+    journal_summary,
+    load_embedder,
+    percentile,
+    stack_env,
+    tmp_dir,
+    wait_http,
+)
+
+TARGET_P99_S = 0.025
+WORKSPACES = 10
+QUERY_WS = "ws-3"
+NOISE_SIGMA = 0.02  # per dimension: noise norm ≈ 0.39 on 384 dims, cosine ≈ 0.93
+QUESTIONS = [
+    "why was the checkout service OOM-killed",
+    "what did we decide about the payments ledger migration",
+    "which deploy was rolled back last week",
+    "connection pool exhausted on the gateway",
+    "who raised the memory limit",
+    "eval regression on the support bot",
+    "approval denied for dropping a production table",
+    "consumer lag after the rebalance",
+    "stale prices served from cache",
+    "how did we fix the double charge incident",
+    "partition count increase for the queue",
+    "circuit breaker on fraud scoring",
+]
+
+
+def short_summary(rng: random.Random) -> str:
+    """Seeded memories: the common case, one to four sentences (long reports would need chunk vectors)."""
+    for _ in range(20):
+        s = journal_summary(rng)
+        if len(s) < 900:
+            return s
+    return s[:900]
+
+
+class Seeder:
+    def __init__(self, store: Any, embedder: Any, sample: int, seed: int = 5) -> None:
+        from episodic.sparse import Bm25Encoder
+
+        self.store, self.embedder = store, embedder
+        self.bm25 = Bm25Encoder()
+        self.rng = random.Random(seed)
+        self.np_rng = np.random.default_rng(seed)
+        texts = [short_summary(self.rng) for _ in range(sample)]
+        t0 = time.perf_counter()
+        self.base = np.stack([v[0] for v in embedder.embed_documents(texts)]).astype(np.float32)
+        print(f"  embedded {sample} seed texts with the real model in {time.perf_counter() - t0:.1f}s")
+        self.count = 0
+
+    def add(self, n: int, batch: int = 1000) -> None:
+        from episodic.identity import point_id
+        from episodic.indexer import _payload
+        from episodic.ports import MemoryPoint
+        from schemas.events import EmbeddableRecord
+
+        t0 = time.perf_counter()
+        for start in range(0, n, batch):
+            points = []
+            m = min(batch, n - start)
+            src = self.np_rng.integers(0, len(self.base), size=m)
+            vecs = self.base[src] + self.np_rng.normal(0, NOISE_SIGMA, size=(m, self.base.shape[1])).astype(np.float32)
+            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+            for j in range(m):
+                i = self.count + j
+                ws = f"ws-{i % WORKSPACES}"
+                e = journal_entry(
+                    entry_id=f"m{i:07d}", workspace_id=ws, agent_id=f"agent-{ws}", summary=short_summary(self.rng)
+                )
+                rec = EmbeddableRecord.model_validate({**e, "base_importance": 0.7, "accepted_at": e["ts"]})
+                key = f"bench-{i}"
+                payload = _payload(rec, indexed_at=e["ts"], model=self.embedder.model_id, key=key)
+                payload["has_dense"] = True
+                points.append(
+                    MemoryPoint(
+                        point_id=point_id(ws, rec.id),
+                        sparse=self.bm25.document(rec.summary),
+                        payload=payload,
+                        dense=[vecs[j].tolist()],
+                    )
+                )
+            self.store.upsert(points)
+            self.count += m
+        print(f"  seeded {n} memories in {time.perf_counter() - t0:.1f}s (total {self.count})")
+
+
+def time_direct(store: Any, embedder: Any, queries: list[str]) -> dict[str, list[float]]:
+    from episodic.ports import ScopeFilter
+    from episodic.recall import RecallEngine, fusion_from_settings
+    from episodic.settings import Settings
+    from episodic.sparse import Bm25Encoder
+    from schemas.api import RecallRequest
+
+    settings = Settings()
+    bm25 = Bm25Encoder()
+    fusion = fusion_from_settings(settings)
+    engine = RecallEngine.from_settings(settings, store=store, embedder=embedder, bm25=bm25)
+    scope = ScopeFilter(workspace_id=QUERY_WS, scope="own", agent_id=f"agent-{QUERY_WS}")
+    out: dict[str, list[float]] = {"embed": [], "store": [], "engine": []}
+    for q in queries[:10]:  # warm-up
+        store.query_hybrid(embedder.embed_query(q).tolist(), bm25.query(q), scope, 5, fusion)
+    for q in queries:
+        t0 = time.perf_counter()
+        vec = embedder.embed_query(q)
+        t1 = time.perf_counter()
+        sparse = bm25.query(q)
+        store.query_hybrid(vec.tolist(), sparse, scope, 5, fusion)
+        t2 = time.perf_counter()
+        req = RecallRequest(workspace_id=QUERY_WS, agent_id=f"agent-{QUERY_WS}", scope="own", query=q, k=5)
+        engine.recall(req)
+        t3 = time.perf_counter()
+        out["embed"].append(t1 - t0)
+        out["store"].append(t2 - t1)
+        out["engine"].append(t3 - t2)
+    return out
+
+
+def time_http(url: str, queries: list[str]) -> list[float]:
+    import httpx
+
+    lat = []
+    with httpx.Client(timeout=10.0) as c:
+        body = {"workspace_id": QUERY_WS, "agent_id": f"agent-{QUERY_WS}", "scope": "own", "k": 5, "mode": "hybrid"}
+        for q in queries[:20]:
+            c.post(url, json={**body, "query": q}).raise_for_status()
+        for q in queries:
+            t0 = time.perf_counter()
+            r = c.post(url, json={**body, "query": q})
+            lat.append(time.perf_counter() - t0)
+            r.raise_for_status()
+            if not r.json()["hits"]:
+                raise RuntimeError(f"no hits for {q!r}: the seeded workspace is not visible")
+    return lat
+
+
+class IngestLoad:
+    """20 embeddable + 400 filtered journal entries per second into the stack's broker, on a thread."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.stop = threading.Event()
+        self.sent = 0
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="ingest-load", daemon=True)
+
+    def __enter__(self) -> IngestLoad:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(30)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._produce())
+        except BaseException as e:  # reported by the caller
+            self.error = e
+
+    async def _produce(self) -> None:
+        from episodic.bus import make_producer
+        from schemas import topics
+
+        rng = random.Random(9)
+        producer = make_producer(self.bootstrap, linger_ms=5)
+        await producer.start()
+        try:
+            t0 = time.monotonic()
+            k = 0
+            while not self.stop.is_set():
+                delay = t0 + k * 0.05 - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                ws = f"ws-{k % WORKSPACES}"
+                e = journal_entry(
+                    entry_id=f"load-{k}", workspace_id=ws, agent_id=f"agent-{ws}", summary=journal_summary(rng)
+                )
+                await producer.send(topics.JOURNAL_ENTRIES, key=ws.encode(), value=json.dumps(e).encode())
+                for j in range(20):
+                    noise = journal_entry(
+                        entry_id=f"load-{k}-x{j}",
+                        workspace_id=ws,
+                        agent_id="executor",
+                        entry_type="exec.output_chunk",
+                        severity="debug",
+                        summary=f"stdout chunk {j} of step {k}",
+                    )
+                    await producer.send(topics.JOURNAL_ENTRIES, key=ws.encode(), value=json.dumps(noise).encode())
+                self.sent += 21
+                k += 1
+        finally:
+            await producer.stop()
+
+
+def measure_http(data_dir: Path, queries: list[str], log_path: Path, start_timeout: float) -> dict[str, Any]:
+    from infra.broker import free_port
+
+    broker_port, http_port = free_port(LOOPBACK), free_port(LOOPBACK)
+    env = stack_env(data_dir, broker_port=broker_port, http_port=http_port)
+    base = f"http://{LOOPBACK}:{http_port}"
+    with child_process(episodic_up_cmd(), env=env, log_path=log_path) as proc:
+        wait_http(f"{base}/healthz", timeout=start_timeout, proc=proc, log_path=log_path)
+        idle = time_http(f"{base}/v1/recall", queries)
+        with IngestLoad(f"{LOOPBACK}:{broker_port}") as load:
+            d = Deadline(5)  # let the gate and the consumer start working
+            while not d.passed() and load.sent < 1000:
+                time.sleep(0.1)
+            loaded = time_http(f"{base}/v1/recall", queries)
+        if load.error:
+            raise RuntimeError(f"ingest load failed: {load.error}")
+        if proc.poll() is not None:
+            raise RuntimeError(f"the stack exited with {proc.returncode}")
+    return {"idle": idle, "load": loaded, "load_sent": load.sent}
+
+
+def run(args: argparse.Namespace) -> list[Row]:
+    from episodic.settings import Settings
+    from episodic.store_edge import EdgeStore
+
+    sizes = args.sizes
+    rng = random.Random(3)
+    queries = [
+        rng.choice(QUESTIONS) + ("" if rng.random() < 0.5 else f" in {rng.choice(['may', 'june', 'q3'])}")
+        for _ in range(args.queries)
+    ]
+    embedder = load_embedder()
+    rows: list[Row] = []
+    with tmp_dir() as tmp:
+        data_dir = tmp / "data"
+        store_path = data_dir / "qdrant-edge" / Settings().collection
+        store = EdgeStore(store_path)
+        store.ensure_collection(embedder.dim)
+        seeder = Seeder(store, embedder, args.sample)
+        for n in sizes:
+            print(
+                f"bench_recall_latency: {n} memories over {WORKSPACES} workspaces, "
+                f"querying {QUERY_WS} ({n // WORKSPACES})"
+            )
+            if store is None:
+                store = EdgeStore(store_path)
+                store.ensure_collection(embedder.dim)
+                seeder.store = store
+            seeder.add(n - seeder.count)
+            unopt = time_direct(store, embedder, queries[: max(20, len(queries) // 5)])
+            t0 = time.perf_counter()
+            store.optimize()
+            print(f"  optimized the store in {time.perf_counter() - t0:.1f}s")
+            direct = time_direct(store, embedder, queries)
+            store.close()
+            store = None
+            http = measure_http(data_dir, queries, tmp / f"stack-{n}.log", args.start_timeout)
+            p50 = {k: percentile(v, 50) for k, v in direct.items()}
+            p99 = {k: percentile(v, 99) for k, v in direct.items()}
+            label = f"direct: embed {p50['embed'] * 1000:.1f} + store {p50['store'] * 1000:.1f} ms"
+            size = f"{n // 1000}k"
+            rows += [
+                Row(
+                    "recall",
+                    f"{size} http hybrid p50 (idle)",
+                    percentile(http["idle"], 50),
+                    "s",
+                    p50["embed"] + p50["store"],
+                    label,
+                    note=f"RecallEngine in-process p50 {p50['engine'] * 1000:.1f} ms",
+                ),
+                Row(
+                    "recall",
+                    f"{size} http hybrid p99 (idle)",
+                    percentile(http["idle"], 99),
+                    "s",
+                    p99["embed"] + p99["store"],
+                    "direct p99: embed + store",
+                    target="p99 <= 25 ms" if n >= 100_000 else "",
+                    ok=(percentile(http["idle"], 99) <= TARGET_P99_S) if n >= 100_000 else None,
+                    note=f"RecallEngine in-process p99 {p99['engine'] * 1000:.1f} ms; "
+                    "store alone before optimize p50/p99 "
+                    f"{percentile(unopt['store'], 50) * 1000:.1f}/{percentile(unopt['store'], 99) * 1000:.1f} ms",
+                ),
+                Row(
+                    "recall",
+                    f"{size} http hybrid p50 (ingest load)",
+                    percentile(http["load"], 50),
+                    "s",
+                    percentile(http["idle"], 50),
+                    "http p50 idle",
+                ),
+                Row(
+                    "recall",
+                    f"{size} http hybrid p99 (ingest load)",
+                    percentile(http["load"], 99),
+                    "s",
+                    percentile(http["idle"], 99),
+                    "http p99 idle",
+                    note=f"{http['load_sent']} entries produced at 420/s (20/s embeddable) during the queries",
+                ),
+            ]
+            print(
+                f"  http idle p50/p99 {percentile(http['idle'], 50) * 1000:.1f}/"
+                f"{percentile(http['idle'], 99) * 1000:.1f} ms; "
+                f"load {percentile(http['load'], 50) * 1000:.1f}/{percentile(http['load'], 99) * 1000:.1f} ms"
+            )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--quick", action="store_true", help="2k and 10k memories, 60 queries (a sanity check)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=None, help="total memories (default 10000 100000)")
+    ap.add_argument("--queries", type=int, default=None, help="timed queries per phase (default 300, quick 60)")
+    ap.add_argument("--sample", type=int, default=None, help="texts embedded with the real model (1024, quick 128)")
+    ap.add_argument("--start-timeout", type=float, default=180.0)
+    args = ap.parse_args(argv)
+    args.sizes = sorted(args.sizes or ([2_000, 10_000] if args.quick else [10_000, 100_000]))
+    args.queries = args.queries or (60 if args.quick else 300)
+    args.sample = args.sample or (128 if args.quick else 1024)
+    logging.basicConfig(level=logging.WARNING)
+    rows = run(args)
+    emit(rows, f"recall latency (hybrid, HTTP, {args.queries} queries per phase)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
