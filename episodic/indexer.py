@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from episodic.identity import dedup_key, point_id
-from episodic.ports import Embedder, MemoryPoint, MemoryStore
+from episodic.ports import Embedder, MemoryPoint, MemoryStore, Relation, merge_relations
 from episodic.sparse import Bm25Encoder
 from schemas.events import EmbeddableRecord, IndexedEvent
 
@@ -52,7 +52,20 @@ class BatchResult:
     embed_failed: bool = False
 
 
+def supports_relations(rec: EmbeddableRecord, created_at: str) -> list[Relation]:
+    """`memory.consolidated` entries point at their evidence: refs.supports -> `supports` edges (weight 1)."""
+    if rec.entry_type != "memory.consolidated" or rec.refs is None or not rec.refs.supports:
+        return []
+    return [
+        Relation(
+            src=rec.id, dst=dst, relation="supports", weight=1.0, created_at=created_at, workspace_id=rec.workspace_id
+        )
+        for dst in rec.refs.supports
+    ]
+
+
 def _payload(rec: EmbeddableRecord, *, indexed_at: str, model: str | None, key: str) -> dict[str, Any]:
+    relations = merge_relations([], supports_relations(rec, indexed_at))
     return {
         "entry_id": rec.id,
         "workspace_id": rec.workspace_id,
@@ -77,7 +90,25 @@ def _payload(rec: EmbeddableRecord, *, indexed_at: str, model: str | None, key: 
         "aliases": [],
         "occurrences": 1,
         "dedup_key": key,
+        "relations": relations,
+        "links": sorted({e["dst"] for e in relations}),
     }
+
+
+def _keep(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A new version of a memory keeps the old one's counters and edges (and adds its own edges)."""
+    for f in COUNTER_FIELDS:
+        if f in old:
+            new[f] = old[f]
+    own = [
+        Relation(
+            src=new["entry_id"], dst=e["dst"], relation=e["relation"], weight=e["weight"], created_at=e["created_at"]
+        )
+        for e in new.get("relations") or []
+    ]
+    new["relations"] = merge_relations(old.get("relations"), own)
+    new["links"] = sorted({e["dst"] for e in new["relations"]})
+    return new
 
 
 class Indexer:
@@ -146,10 +177,10 @@ class Indexer:
             pid, key, ws = pids[i], keys[i], rec.workspace_id
             if pid in pending:  # same id twice in one batch: the later version wins, counters kept
                 _, payload = pending[pid]
-                new = _payload(rec, indexed_at=payload["indexed_at"], model=None, key=key)
-                for f in COUNTER_FIELDS:
-                    new[f] = payload[f]
-                pending[pid] = (rec, new)
+                pending[pid] = (
+                    rec,
+                    _keep(payload, _payload(rec, indexed_at=payload["indexed_at"], model=None, key=key)),
+                )
                 continue
             if pid in existing:
                 old = existing[pid]
@@ -157,10 +188,7 @@ class Indexer:
                     event(rec, pid, "vector" if old.get("has_dense") else "sparse-only")
                     continue
                 new = _payload(rec, indexed_at=old.get("indexed_at") or indexed_at, model=None, key=key)
-                for f in COUNTER_FIELDS:
-                    if f in old:
-                        new[f] = old[f]
-                pending[pid] = (rec, new)
+                pending[pid] = (rec, _keep(old, new))
                 continue
             if (ws, rec.id) in aliases:
                 target = aliases[(ws, rec.id)]

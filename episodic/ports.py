@@ -100,6 +100,18 @@ class Relation:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def merge_relations(existing: Any, new: list[Relation]) -> list[dict[str, Any]]:
+    """The payload form of a memory's outgoing edges: existing ones kept, new (dst, relation) pairs added."""
+    merged: list[dict[str, Any]] = [dict(e) for e in (existing or []) if isinstance(e, dict)]
+    seen = {(e.get("dst"), e.get("relation")) for e in merged}
+    for r in new:
+        if (r.dst, r.relation) in seen or r.dst == r.src:
+            continue
+        seen.add((r.dst, r.relation))
+        merged.append({"dst": r.dst, "relation": r.relation, "weight": float(r.weight), "created_at": r.created_at})
+    return merged
+
+
 class MemoryStore(ABC):
     """The store port. Every query is scoped by a ScopeFilter (workspace isolation at the boundary).
 
@@ -167,6 +179,63 @@ class MemoryStore(ABC):
         *,
         with_dense: bool = False,
     ) -> list[StoredHit]: ...
+
+    @abstractmethod
+    def find_entries(self, scope: ScopeFilter, entry_ids: list[str], *, with_dense: bool = False) -> list[StoredHit]:
+        """The memories inside `scope` whose entry_id is one of `entry_ids` (score 0), for the walk."""
+
+    @abstractmethod
+    def linked_to(self, workspace_id: str, entry_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
+        """(point id, payload) of the workspace's memories whose `links` name one of `entry_ids`."""
+
+    # -- relations: stored on the source memory (payload `relations` + keyword array `links`) ------------
+    def add_relations(self, relations: list[Relation]) -> int:
+        """Add edges src -> dst (idempotent per (dst, relation)); returns how many were new.
+
+        A relation whose source memory does not exist (yet) is skipped and not counted.
+        """
+        from episodic.identity import point_id
+
+        by_src: dict[tuple[str, str], list[Relation]] = {}
+        for r in relations:
+            by_src.setdefault((r.workspace_id, r.src), []).append(r)
+        pids = {key: point_id(*key) for key in by_src}
+        existing = self.retrieve(sorted(set(pids.values())))
+        added = 0
+        for key, rels in by_src.items():
+            payload = existing.get(pids[key])
+            if payload is None:
+                continue
+            merged = merge_relations(payload.get("relations"), rels)
+            if len(merged) == len(payload.get("relations") or []):
+                continue
+            added += len(merged) - len(payload.get("relations") or [])
+            self.set_payload(pids[key], {"relations": merged, "links": sorted({e["dst"] for e in merged})})
+        return added
+
+    def relations_of(self, workspace_id: str, entry_ids: list[str]) -> list[Relation]:
+        """Every edge that starts or ends at one of `entry_ids` in the workspace (both directions)."""
+        from episodic.identity import point_id
+
+        wanted = set(entry_ids)
+        out: dict[tuple[str, str, str], Relation] = {}
+        outgoing = self.retrieve([point_id(workspace_id, e) for e in sorted(wanted)])
+        incoming = self.linked_to(workspace_id, sorted(wanted))
+        for payload in [*outgoing.values(), *(p for _, p in incoming)]:
+            src = str(payload.get("entry_id", ""))
+            for e in payload.get("relations") or []:
+                if not isinstance(e, dict) or (src not in wanted and e.get("dst") not in wanted):
+                    continue
+                rel = Relation(
+                    src=src,
+                    dst=str(e.get("dst")),
+                    relation=e.get("relation", "similar"),
+                    weight=float(e.get("weight", 0.0)),
+                    created_at=str(e.get("created_at", "")),
+                    workspace_id=workspace_id,
+                )
+                out[(rel.src, rel.dst, rel.relation)] = rel
+        return list(out.values())
 
     @abstractmethod
     def flush(self) -> None: ...

@@ -11,8 +11,11 @@
   `memory.referenced`; None when the point or the service has no dense vector.
 - "High-value" crew entries (scope crew_shared) are those with importance_score >=
   `settings.high_value_threshold` (default 0.6).
-- `walk_depth=1`: the store port has no relation queries yet, so the walk is a no-op that returns the
-  direct hits (all marked `via="direct"`). When the port gains relations, the walk belongs here.
+- `walk_depth=1`: one hop along `similar` and `supports` edges, in both directions (edges point new ->
+  old; the inverse is implied at read time). A neighbour scores its parent's score × the edge weight,
+  is fetched through the request's scope filter (so the walk never leaves the scope or the workspace),
+  is marked `via="similar"|"supports"`, and competes with the direct hits for the k places (a direct hit
+  wins a tie).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from schemas.api import RecallRequest
 log = logging.getLogger(__name__)
 
 MIN_PREFETCH = 100
+WALKED_RELATIONS = ("similar", "supports")
 
 
 def _now() -> datetime:
@@ -235,7 +239,8 @@ class RecallEngine:
                 continue
             hits.append(hit)
         hits = hits[: req.k]
-        # walk_depth=1: no relations in the store port yet -> direct hits only (see module doc).
+        if req.walk_depth == 1 and hits:
+            hits = self._walk(hits, scope, qvec, now, req.k)
         return RecallResult(
             mode=req.mode,
             degraded=degraded,
@@ -264,6 +269,37 @@ class RecallEngine:
             raise
         except Exception as e:  # adapters should wrap; never let a raw driver error become a 500
             raise StoreError(f"store query failed: {type(e).__name__}: {e}") from e
+
+    def _walk(
+        self, hits: list[RecallHit], scope: ScopeFilter, qvec: np.ndarray | None, now: datetime, k: int
+    ) -> list[RecallHit]:
+        by_id = {h.entry_id: h for h in hits}
+        try:
+            relations = self.store.relations_of(scope.workspace_id, list(by_id))
+        except EpisodicError:
+            raise
+        except Exception as e:
+            raise StoreError(f"store relation lookup failed: {type(e).__name__}: {e}") from e
+        neighbours: dict[str, tuple[float, str]] = {}
+        for r in relations:
+            if r.relation not in WALKED_RELATIONS:
+                continue
+            for here, there in ((r.src, r.dst), (r.dst, r.src)):
+                if here in by_id and there not in by_id:
+                    score = by_id[here].score * min(1.0, max(0.0, r.weight))
+                    if there not in neighbours or score > neighbours[there][0]:
+                        neighbours[there] = (score, r.relation)
+        if not neighbours:
+            return hits
+        walked: list[RecallHit] = []
+        for stored in self.store.find_entries(scope, sorted(neighbours), with_dense=qvec is not None):
+            hit = self._to_hit(stored, qvec, now)
+            if hit.workspace_id != scope.workspace_id or hit.entry_id not in neighbours:
+                continue
+            hit.score, hit.via = neighbours[hit.entry_id]
+            walked.append(hit)
+        walked.sort(key=lambda h: -h.score)
+        return sorted([*hits, *walked], key=lambda h: -h.score)[:k]  # stable: a direct hit wins a tie
 
     def _to_hit(self, s: StoredHit, qvec: np.ndarray | None, now: datetime) -> RecallHit:
         p = s.payload

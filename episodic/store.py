@@ -37,6 +37,7 @@ PAYLOAD_INDEXES: dict[str, IndexKind] = {
     "severity": "keyword",
     "dedup_key": "keyword",
     "aliases": "keyword",  # keyword array: a match on any element
+    "links": "keyword",  # entry ids this memory has an edge to (relations, read in both directions)
     "importance_score": "float",
     "ts": "datetime",
     "has_dense": "bool",

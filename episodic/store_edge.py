@@ -244,7 +244,7 @@ class EdgeStore(MemoryStore):
 
     # -- reads ---------------------------------------------------------------------------------------
 
-    def _scroll(self, flt: qe.Filter | None, limit: int | None = None) -> Iterator[Any]:
+    def _scroll(self, flt: qe.Filter | None, limit: int | None = None, *, with_vector: bool = False) -> Iterator[Any]:
         offset: Any = None
         seen = 0
         while True:
@@ -253,7 +253,13 @@ class EdgeStore(MemoryStore):
                 return
             with self._guard("scroll"):
                 records, offset = self._open().scroll(
-                    qe.ScrollRequest(offset=offset, limit=page, filter=flt, with_payload=True, with_vector=False)
+                    qe.ScrollRequest(
+                        offset=offset,
+                        limit=page,
+                        filter=flt,
+                        with_payload=True,
+                        with_vector=[DENSE] if with_vector else False,
+                    )
                 )
             yield from records
             seen += len(records)
@@ -289,6 +295,25 @@ class EdgeStore(MemoryStore):
                 if alias in wanted:
                     out.setdefault(alias, _pid(r.id))
         return out
+
+    def find_entries(self, scope: ScopeFilter, entry_ids: list[str], *, with_dense: bool = False) -> list[StoredHit]:
+        if not entry_ids:
+            return []
+        flt = qe.Filter(
+            must=[scope_filter(scope), qe.FieldCondition("entry_id", match=qe.MatchAny(sorted(set(entry_ids))))]
+        )
+        return [
+            StoredHit(_pid(r.id), 0.0, dict(r.payload or {}), dense_rows(r.vector) if with_dense else None)
+            for r in self._scroll(flt, None, with_vector=with_dense)
+        ]
+
+    def linked_to(self, workspace_id: str, entry_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
+        if not entry_ids:
+            return []
+        flt = qe.Filter(
+            must=[_workspace(workspace_id), qe.FieldCondition("links", match=qe.MatchAny(sorted(set(entry_ids))))]
+        )
+        return [(_pid(r.id), dict(r.payload or {})) for r in self._scroll(flt)]
 
     def missing_dense(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
         if limit <= 0:

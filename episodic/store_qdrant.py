@@ -265,7 +265,9 @@ class QdrantServerStore(MemoryStore):
 
     # -- reads ---------------------------------------------------------------------------------------
 
-    def _scroll(self, flt: m.Filter | None, limit: int | None = None) -> Iterator[m.Record]:
+    def _scroll(
+        self, flt: m.Filter | None, limit: int | None = None, *, with_vector: bool = False
+    ) -> Iterator[m.Record]:
         offset: Any = None
         seen = 0
         while True:
@@ -279,7 +281,7 @@ class QdrantServerStore(MemoryStore):
                     limit=page,
                     offset=offset,
                     with_payload=True,
-                    with_vectors=False,
+                    with_vectors=[DENSE] if with_vector else False,
                 )
             yield from records
             seen += len(records)
@@ -318,6 +320,25 @@ class QdrantServerStore(MemoryStore):
                 if alias in wanted:
                     out.setdefault(alias, str(r.id))
         return out
+
+    def find_entries(self, scope: ScopeFilter, entry_ids: list[str], *, with_dense: bool = False) -> list[StoredHit]:
+        if not entry_ids:
+            return []
+        flt = m.Filter(
+            must=[scope_filter(scope), m.FieldCondition(key="entry_id", match=m.MatchAny(any=sorted(set(entry_ids))))]
+        )
+        return [
+            StoredHit(str(r.id), 0.0, dict(r.payload or {}), dense_rows(r.vector) if with_dense else None)
+            for r in self._scroll(flt, None, with_vector=with_dense)
+        ]
+
+    def linked_to(self, workspace_id: str, entry_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
+        if not entry_ids:
+            return []
+        flt = m.Filter(
+            must=[_workspace(workspace_id), m.FieldCondition(key="links", match=m.MatchAny(any=sorted(set(entry_ids))))]
+        )
+        return [(str(r.id), dict(r.payload or {})) for r in self._scroll(flt)]
 
     def missing_dense(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
         if limit <= 0:

@@ -68,6 +68,12 @@ class FakeStore(MemoryStore):
     def missing_dense(self, limit: int) -> list[Any]:
         return []
 
+    def find_entries(self, scope: ScopeFilter, entry_ids: Any, *, with_dense: bool = False) -> list[StoredHit]:
+        return []
+
+    def linked_to(self, workspace_id: Any, entry_ids: Any) -> list[Any]:
+        return []
+
     def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
         if self.fail:
             raise StoreUnavailable("connection refused")

@@ -1,0 +1,59 @@
+"""Relations on every adapter: stored on the source memory, read in both directions, scoped reads."""
+
+from __future__ import annotations
+
+from episodic.ports import MemoryStore, Relation, ScopeFilter
+from tests.contract.conftest import MakePoint, e
+
+OWN = ScopeFilter(workspace_id="ws-a", scope="own", agent_id="agent-1")
+
+
+def rel(src: str, dst: str, kind: str = "similar", weight: float = 0.9, ws: str = "ws-a") -> Relation:
+    return Relation(src=src, dst=dst, relation=kind, weight=weight, created_at="2026-11-21T00:00:00Z", workspace_id=ws)  # type: ignore[arg-type]
+
+
+def edges(rels: list[Relation]) -> set[tuple[str, str, str, float]]:
+    return {(r.src, r.dst, r.relation, round(r.weight, 3)) for r in rels}
+
+
+def test_relations_are_read_in_both_directions(store: MemoryStore, mk: MakePoint) -> None:
+    store.upsert([mk(f"e{i}", f"text {i}", e(i)) for i in range(4)])
+    assert store.add_relations([rel("e2", "e1"), rel("e3", "e1", "supports", 1.0), rel("e2", "e0", weight=0.85)]) == 3
+    assert edges(store.relations_of("ws-a", ["e1"])) == {("e2", "e1", "similar", 0.9), ("e3", "e1", "supports", 1.0)}
+    assert edges(store.relations_of("ws-a", ["e2"])) == {("e2", "e1", "similar", 0.9), ("e2", "e0", "similar", 0.85)}
+    assert store.relations_of("ws-a", ["e9"]) == []
+
+
+def test_add_relations_is_idempotent_and_skips_missing_sources(store: MemoryStore, mk: MakePoint) -> None:
+    store.upsert([mk("e1", "one", e(0)), mk("e2", "two", e(1))])
+    assert store.add_relations([rel("e2", "e1")]) == 1
+    assert store.add_relations([rel("e2", "e1"), rel("e2", "e2")]) == 0  # a repeat and a self-loop
+    assert store.add_relations([rel("ghost", "e1")]) == 0
+    assert len(store.relations_of("ws-a", ["e1"])) == 1
+    # the source memory keeps its other payload
+    assert store.retrieve([mk("e2", "two", e(1)).point_id])[mk("e2", "two", e(1)).point_id]["summary"] == "two"
+
+
+def test_relations_never_cross_workspaces(store: MemoryStore, mk: MakePoint) -> None:
+    store.upsert(
+        [mk("e1", "one", e(0)), mk("e2", "two", e(1)), mk("e1", "one", e(0), ws="ws-b"), mk("e3", "x", e(2), ws="ws-b")]
+    )
+    store.add_relations([rel("e3", "e1", ws="ws-b")])
+    assert store.relations_of("ws-a", ["e1"]) == []
+    assert edges(store.relations_of("ws-b", ["e1"])) == {("e3", "e1", "similar", 0.9)}
+
+
+def test_find_entries_respects_scope_and_workspace(store: MemoryStore, mk: MakePoint) -> None:
+    store.upsert(
+        [
+            mk("e1", "mine", e(0)),
+            mk("e2", "another agent's", e(1), agent="agent-2"),
+            mk("e1", "other workspace", e(0), ws="ws-b"),
+        ]
+    )
+    got = store.find_entries(OWN, ["e1", "e2", "missing"], with_dense=True)
+    assert [(h.payload["entry_id"], h.payload["workspace_id"]) for h in got] == [("e1", "ws-a")]
+    assert got[0].dense is not None and len(got[0].dense) == 1
+    crew = ScopeFilter(workspace_id="ws-a", scope="crew_shared", crew_id="crew-1", high_value=0.5)
+    assert {h.payload["entry_id"] for h in store.find_entries(crew, ["e1", "e2"])} == {"e1", "e2"}
+    assert store.find_entries(OWN, []) == []
