@@ -145,6 +145,8 @@ class Stack:
             await self._start_gate()
         if "http" in self.roles:
             await self._start_http()
+        else:
+            self._start_metrics_server()
         self._tasks.append(asyncio.create_task(self._watchdog(), name="watchdog"))
         self._log_where()
 
@@ -235,6 +237,16 @@ class Stack:
         sockets = [sock for srv in (self.http.servers or []) for sock in srv.sockets]
         self.http_port = sockets[0].getsockname()[1] if sockets else self.settings.http_port
 
+    def _start_metrics_server(self) -> None:
+        """Roles without the recall service still serve /metrics (Prometheus) on the HTTP port."""
+        from prometheus_client import start_http_server
+
+        s = self.settings
+        server, _thread = start_http_server(s.http_port, addr=s.http_host, registry=self.metrics.registry)
+        self._metrics_server = server
+        self.http_port = int(server.server_address[1])
+        log.info("metrics: http://%s:%d/metrics", s.http_host, self.http_port)
+
     def _log_where(self) -> None:
         s = self.settings
         mode = "vector" if self.embedder is not None else "sparse-only"
@@ -244,7 +256,7 @@ class Stack:
             log.info("store: %s (%s)", where, "Qdrant server" if s.qdrant_url else "Qdrant Edge, embedded")
         if "embedder" in self.roles:
             log.info("embedder: %s (%s)", getattr(self.embedder, "model_id", "none"), mode)
-        if self.http_port is not None:
+        if self.http is not None and self.http_port is not None:
             log.info("recall service: http://%s:%d  (OpenAPI: /docs, metrics: /metrics)", s.http_host, self.http_port)
         log.info("ready: roles %s; Ctrl-C to stop", ", ".join(self.roles))
 
@@ -304,6 +316,8 @@ class Stack:
                 t.cancel()
         if self.http is not None:
             self.http.should_exit = True
+        if getattr(self, "_metrics_server", None) is not None:
+            self._metrics_server.shutdown()
         for t in self._tasks:
             if t.get_name() != "http":
                 t.cancel()

@@ -86,3 +86,18 @@ async def test_up_stops_when_its_embedded_broker_dies(tmp_path: Path) -> None:
         assert stack.exit_code == 3
     finally:
         await stack.stop()
+
+
+async def test_a_role_without_the_recall_service_still_serves_metrics(fresh_broker: str, tmp_path: Path) -> None:
+    import httpx
+
+    settings = stack_settings(fresh_broker, tmp_path, embed_model="none")
+    stack = Stack(settings, roles=("embedder",))
+    try:
+        await stack.start()
+        assert stack.http is None and stack.http_port == settings.http_port
+        async with httpx.AsyncClient(timeout=5) as http:
+            text = (await http.get(f"http://127.0.0.1:{stack.http_port}/metrics")).text
+        assert "episodic_embed_batch_size" in text and "episodic_sparse_only 1.0" in text
+    finally:
+        await stack.stop()
