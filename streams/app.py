@@ -9,19 +9,19 @@ import faust
 from faust.types import TransportT
 
 from episodic.settings import Settings
-from streams.transport import FastDrainTransport
+from streams.transport import BatchTransport
 
 GATE_APP_SUFFIX = "gate"
 
 
 class EpisodicApp(faust.App):
-    """faust.App with the fast-drain Kafka transport (see streams/transport.py)."""
+    """faust.App with the batch-delivering Kafka transport (see streams/transport.py)."""
 
     def _new_transport(self) -> TransportT:
-        return FastDrainTransport(self.conf.broker_consumer, self)
+        return BatchTransport(self.conf.broker_consumer, self)
 
 
-def create_app(settings: Settings, *, app_id: str | None = None, fast_drain: bool = True) -> faust.App:
+def create_app(settings: Settings, *, app_id: str | None = None) -> faust.App:
     """A Faust app for `settings.bootstrap`, raw bytes in and out, no web server, no tables.
 
     - app id (= consumer group): `<consumer_group_prefix>-gate` unless `app_id` is given;
@@ -31,8 +31,7 @@ def create_app(settings: Settings, *, app_id: str | None = None, fast_drain: boo
     """
     app_id = app_id or f"{settings.consumer_group_prefix}-{GATE_APP_SUFFIX}"
     session_s = settings.session_timeout_ms / 1000.0
-    cls = EpisodicApp if fast_drain else faust.App
-    return cls(
+    return EpisodicApp(
         app_id,
         broker=f"kafka://{settings.bootstrap}",
         value_serializer="raw",
@@ -50,7 +49,7 @@ def create_app(settings: Settings, *, app_id: str | None = None, fast_drain: boo
         broker_max_poll_records=2000,
         consumer_auto_offset_reset="earliest",
         consumer_max_fetch_size=4 * 1024 * 1024,
-        stream_buffer_maxsize=8192,
+        stream_buffer_maxsize=4,  # items are whole fetched batches (streams/transport.py)
         stream_wait_empty=False,
         stream_recovery_delay=0.0,
         producer_acks=-1,

@@ -1,58 +1,218 @@
-"""A Faust Kafka transport whose consumer hands records to the streams without a task per record.
+"""A Faust Kafka transport that hands whole fetched partition batches to an agent, as one event each.
 
-Faust's `Consumer._drain_messages` awaits `wait_first(callback(message), suspend_flow.wait())` for every
-record: two tasks and an `asyncio.wait` per record, the largest single cost of a Faust agent on a fast
-broker. This consumer awaits the callback directly while the flow runs, and falls back to Faust's
-interruptible wait only while the flow is suspended (during a rebalance), which is when that wait
-matters. Everything else (gaps, read offsets, acks, commits) is Faust's own code path. Measured with
-`python -m bench.bench_gate`: about 1.5x the gate's throughput.
+Why: profiling the gate (py-spy, `bench/bench_gate.py`) showed that with Faust's per-record path the
+framework, not the gate, owns the time. For every record Faust builds a `ConsumerMessage`, runs the
+conductor's `on_message` (flow-control lock, decode, `Event`), pushes it through a queue into the
+stream (sensors, tracking, the Monitor, `Event.ack`, refcounts) and back into the consumer's ack
+bookkeeping: about 100 µs/record on the bench machine, while `episodic.gating.route` needs 10-20 µs.
+So the gate reached 2-4 % of a raw aiokafka consumer.
+
+What: for the topics registered as *batch topics* (`BatchConsumer.batch_topics`; the gate's
+`journal.entries`), the consumer's drain loop does not make a message per record. Each fetched
+`(topic-partition, [records])` chunk becomes one `RecordBatch` (the raw aiokafka records), delivered to
+every channel subscribed to the topic as one Faust `Event`. The event's message is a `BatchMessage`: a
+real `ConsumerMessage` for the batch's last record that also knows the batch's first offset. So the
+agent is still an ordinary Faust agent on the topic (group membership, rebalances, flow control,
+generation checks, stream tracking and acks are Faust's), but all of that runs once per batch.
+
+At-least-once: acking the batch's event (`stream.ack(event)`) marks every offset of the batch as
+processed in Faust's own offset tracking (`_acked`, committed by Faust's commit loop), and only if the
+agent called `RecordBatch.mark_delivered()` first, i.e. after the broker acknowledged all of the batch's
+output. Faust acks events in a few places where nothing was processed (an event skipped during a
+rebalance, an agent that raised or was cancelled): such a batch's offsets stay uncommitted and it is
+read again. A batch fetched before a rebalance (older consumer generation) is never acked either.
+
+Records of other topics keep Faust's per-record path, minus its per-record `wait_first` (two tasks and
+an `asyncio.wait` per record), which only matters while the flow is suspended during a rebalance.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any, ClassVar, cast
 
+from faust.events import Event
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP, Message
+from faust.types.tuples import ConsumerMessage, ack_lock
 
 
-class FastDrainConsumer(faust_aiokafka.Consumer):
-    async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - exercised by every gate test
+class BatchMessage(ConsumerMessage):
+    """The message of a batch event: the batch's last record, plus the first offset the batch covers."""
+
+    __slots__ = ("delivered", "first_offset")
+
+    def __init__(self, *args: Any, first_offset: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.first_offset = first_offset
+        self.delivered = False
+
+
+class RecordBatch:
+    """The value of a batch event: one partition's fetched records, in offset order.
+
+    `records` are aiokafka `ConsumerRecord`s (`.key`, `.value`, `.offset`, `.partition`, `.topic`,
+    `.timestamp`). Call `mark_delivered()` once the batch's output is safely delivered, then ack the event.
+    """
+
+    __slots__ = ("message", "records", "tp")
+
+    def __init__(self, tp: TP, records: list[Any], message: BatchMessage) -> None:
+        self.tp = tp
+        self.records = records
+        self.message = message
+
+    @property
+    def first_offset(self) -> int:
+        return self.message.first_offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.message.offset
+
+    def mark_delivered(self) -> None:
+        self.message.delivered = True
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __repr__(self) -> str:
+        return f"<RecordBatch {self.tp.topic}[{self.tp.partition}] {self.first_offset}..{self.last_offset}>"
+
+
+class BatchConsumer(faust_aiokafka.Consumer):
+    """aiokafka Faust consumer: batch delivery for `batch_topics`, direct per-record delivery otherwise."""
+
+    batch_topics: set[str]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.batch_topics = set()
+
+    # -- offsets -------------------------------------------------------------------------------------
+
+    def ack(self, message: Message) -> bool:
+        if type(message) is BatchMessage:
+            return self._ack_batch(message)
+        return bool(super().ack(message))
+
+    def _ack_batch(self, message: BatchMessage) -> bool:
+        """Mark all offsets of a delivered batch as processed (Faust commits them on its next commit)."""
+        with ack_lock:
+            if message.acked:
+                return False
+            message.acked = True
+            self._unacked_messages.discard(message)
+            if not message.delivered or message.generation_id != self.app.consumer_generation_id:
+                return False  # not processed, or fetched before a rebalance: it is read again
+            tp = message.tp
+            first, last = message.first_offset, message.offset
+            committed = self._committed_offset[tp]
+            if committed is not None:
+                first = max(first, committed)
+            if first > last:
+                return False
+            acked_index = self._acked_index[tp]
+            new = [o for o in range(first, last + 1) if o not in acked_index]
+            acked_index.update(new)
+            self._acked[tp].extend(new)
+            self._n_acked += len(new)
+            return bool(new)
+
+    # -- delivery ------------------------------------------------------------------------------------
+
+    def _batch_message(self, tp: TP, record: Any, first_offset: int, generation_id: int) -> BatchMessage:
+        ts = record.timestamp
+        return BatchMessage(
+            record.topic,
+            record.partition,
+            record.offset,
+            ts / 1000.0 if ts is not None else cast(float, None),
+            record.timestamp_type,
+            record.headers,
+            record.key,
+            None,  # the records are in the batch; the carrier holds no value of its own
+            record.checksum,
+            0,
+            0,
+            tp,
+            generation_id=generation_id,
+            first_offset=first_offset,
+        )
+
+    async def _deliver_batch(self, tp: TP, records: list[Any], generation_id: int) -> None:
+        r_offset = self._read_offset[tp]
+        if r_offset is not None:
+            records = [r for r in records if r.offset >= r_offset]
+        if not records:
+            return
+        first = records[0].offset if r_offset is None else min(records[0].offset, r_offset + 1)
+        message = self._batch_message(tp, records[-1], first, generation_id)
+        batch = RecordBatch(tp, records, message)
+        channels: Iterable[Any] = self.app.topics._topic_name_index.get(tp.topic, ())  # type: ignore[attr-defined]
+        channels = list(channels)
+        if channels:
+            message.incref(len(channels))
+            for chan in channels:
+                event = Event(self.app, None, batch, None, message)
+                await chan.queue.put(event)  # blocks while the stream is behind: back-pressure
+        self._read_offset[tp] = message.offset
+
+    async def _deliver_records(self, tp: TP, records: list[Any]) -> None:
         callback = self.callback
-        getmany = self.getmany
+        to_message = self._to_message
+        suspend_flow = self.suspend_flow
+        acks_enabled = self.app.topics.acks_enabled_for(tp.topic)
+        for i, record in enumerate(records):
+            offset = record.offset
+            r_offset = self._read_offset[tp]
+            if r_offset is None or offset >= r_offset:
+                if r_offset and offset - r_offset > 1 and acks_enabled:
+                    await self._add_gap(tp, r_offset + 1, offset)
+                message = to_message(tp, record)
+                if suspend_flow.is_set():
+                    await self.wait_first(callback(message), suspend_flow.wait())
+                else:
+                    await callback(message)
+                self._read_offset[tp] = offset
+            if i % 100 == 99:
+                await asyncio.sleep(0)
+
+    async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - exercised by every gate test
         consumer_should_stop = self._stopped.is_set
         fetcher_should_stop = fetcher._stopped.is_set
-        get_read_offset = self._read_offset.__getitem__
-        set_read_offset = self._read_offset.__setitem__
         set_flag = self.diag.set_flag
         unset_flag = self.diag.unset_flag
-        acks_enabled_for = self.app.topics.acks_enabled_for
-        suspend_flow = self.suspend_flow
-        yield_every = 100
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 set_flag(CONSUMER_FETCHING)
-                ait = getmany(timeout=1.0)
-                await self.sleep(0)
-                if not self.should_stop:
-                    since_yield = 0
-                    async for tp, message in ait:
-                        offset = message.offset
-                        r_offset = get_read_offset(tp)
-                        if r_offset is None or offset >= r_offset:
-                            if r_offset and offset - r_offset > 1 and acks_enabled_for(message.topic):
-                                await self._add_gap(tp, r_offset + 1, offset)
-                            if suspend_flow.is_set():
-                                await self.wait_first(callback(message), suspend_flow.wait())
-                            else:
-                                await callback(message)
-                            set_read_offset(tp, offset)
-                        since_yield += 1
-                        if since_yield >= yield_every:
-                            since_yield = 0
-                            await asyncio.sleep(0)
+                records, active = await self._wait_next_records(1.0)
+                if records is None or self.should_stop:
                     unset_flag(CONSUMER_FETCHING)
+                    continue
+                if not self.flow_active:
+                    try:
+                        await self.perform_seek()
+                    except Exception as e:
+                        self.log.warning(f"exception performing seek when flow not active {e}")
+                    unset_flag(CONSUMER_FETCHING)
+                    continue
+                generation_id = self.app.consumer_generation_id
+                batch_topics = self.batch_topics
+                for tp, recs in records.items():
+                    if not self.flow_active or self.app.consumer_generation_id != generation_id:
+                        break
+                    if not (active is None or tp in active or tp in self._buffered_partitions):
+                        continue
+                    self.app.monitor.track_tp_end_offset(tp, self.highwater(tp))
+                    if tp.topic in batch_topics:
+                        await self._deliver_batch(tp, recs, generation_id)
+                    else:
+                        await self._deliver_records(tp, recs)
+                unset_flag(CONSUMER_FETCHING)
+                await asyncio.sleep(0)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
                 return
@@ -65,5 +225,5 @@ class FastDrainConsumer(faust_aiokafka.Consumer):
             unset_flag(CONSUMER_FETCHING)
 
 
-class FastDrainTransport(faust_aiokafka.Transport):
-    Consumer: ClassVar[type] = cast(type, FastDrainConsumer)
+class BatchTransport(faust_aiokafka.Transport):
+    Consumer: ClassVar[type] = cast(type, BatchConsumer)

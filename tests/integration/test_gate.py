@@ -250,3 +250,93 @@ async def test_two_gate_processes_share_the_journal(broker: str, uid: str, tmp_p
                 codes.append(None)
     logs = [p.stderr.read() if p.stderr else "" for p in procs]
     assert codes == [0, 0], logs
+
+
+async def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int | None]:
+    from aiokafka import TopicPartition
+
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await c.start()
+    try:
+        return {p: await c.committed(TopicPartition(topic, p)) for p in range(partitions)}
+    finally:
+        await c.stop()
+
+
+async def test_offsets_committed_only_after_delivery_and_stop_mid_batch_rereads(
+    broker: str, uid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At-least-once: while a batch's output is not delivered its offsets are not committed, even across
+    Faust's commit interval and a stop; the next gate of the group reads the batch again."""
+    import streams.gate as gate_mod
+
+    topics = GateTopics(entries=f"entries.{uid}", embeddable=f"embeddable.{uid}", dlq=f"dlq.{uid}")
+    await ensure_topics(broker, partitions=1, topics=topics.all())
+    group = f"gate-{uid}"
+    producer = make_producer(broker)
+    await producer.start()
+    try:
+        futs = [await producer.send(topics.entries, key=b"ws", value=enc(entry(i))) for i in range(50)]
+        await asyncio.gather(*futs)
+    finally:
+        await producer.stop()
+
+    real_deliver = gate_mod.deliver
+    entered = asyncio.Event()
+
+    async def stuck_deliver(*args: Any, **kwargs: Any) -> None:
+        entered.set()
+        await asyncio.Event().wait()  # the broker never acknowledges: stays mid-batch until cancelled
+
+    monkeypatch.setattr(gate_mod, "deliver", stuck_deliver)
+    runner = GateRunner(settings_for(broker, tmp_path, 1), topics=topics, app_id=group, create_topics=False)
+    await runner.start(wait_assigned=30)
+    try:
+        await asyncio.wait_for(entered.wait(), timeout=30)
+        await asyncio.sleep(2.5)  # more than Faust's commit interval (1 s)
+        assert await committed_offsets(broker, group, topics.entries, 1) == {0: None}
+    finally:
+        await runner.stop()
+    assert await committed_offsets(broker, group, topics.entries, 1) == {0: None}  # the stop did not commit it
+
+    monkeypatch.setattr(gate_mod, "deliver", real_deliver)
+    runner = GateRunner(settings_for(broker, tmp_path, 1), topics=topics, app_id=group, create_topics=False)
+    await runner.start(wait_assigned=30)
+    try:
+        got = await read_all(broker, [topics.embeddable], want=50, timeout=30, settle=0.5)
+        assert {EmbeddableRecord.model_validate_json(r.value).id for r in got if r.value} == {
+            f"e-{i}" for i in range(50)
+        }
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if (await committed_offsets(broker, group, topics.entries, 1))[0] == 50:
+                break
+            await asyncio.sleep(0.5)
+    finally:
+        await runner.stop()
+    assert await committed_offsets(broker, group, topics.entries, 1) == {0: 50}  # all delivered, all committed
+
+
+async def test_two_gates_in_one_group_split_the_partitions(broker: str, uid: str, tmp_path: Path) -> None:
+    """Scale-out: two gates of one consumer group hold disjoint shares of the journal's partitions."""
+    topics = GateTopics(entries=f"entries.{uid}", embeddable=f"embeddable.{uid}", dlq=f"dlq.{uid}")
+    await ensure_topics(broker, partitions=4, topics=topics.all())
+    runners = [
+        GateRunner(settings_for(broker, tmp_path / str(i), 4), topics=topics, app_id=f"gate-{uid}") for i in range(2)
+    ]
+    try:
+        for r in runners:
+            await r.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            a, b = (r.assignment() for r in runners)
+            if a and b and not a & b and len(a | b) == 4:
+                break
+            await asyncio.sleep(0.2)
+        a, b = (r.assignment() for r in runners)
+        assert a and b, (a, b)
+        assert not a & b
+        assert {tp.partition for tp in a | b} == {0, 1, 2, 3}
+    finally:
+        for r in runners:
+            await r.stop()

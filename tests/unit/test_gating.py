@@ -147,3 +147,45 @@ def test_route_never_raises_on_odd_inputs() -> None:
 def test_type_label_is_bounded(entry_type: str, label: str) -> None:
     assert type_label(entry_type) == label
     assert label in METRIC_TYPE_LABELS
+
+
+FAST_PATH_CASES: list[bytes] = [
+    json.dumps(entry()).encode(),
+    json.dumps(entry(entry_type="peer.escalation", payload={"a": [1, 2.5, "é", None]})).encode(),
+    json.dumps(entry(entry_type="peer.escalation", payload=None)).encode(),
+    json.dumps({k: v for k, v in entry(entry_type="peer.escalation").items() if k != "payload"}).encode(),
+    json.dumps(entry(payload=["not", "an", "object"])).encode(),
+    json.dumps(entry(payload="text")).encode(),
+    json.dumps(entry(entry_type="peer.escalation", payload={"blob": "p" * 70_000})).encode(),  # oversize
+    json.dumps(entry(entry_type="peer.escalation", payload={"blob": "p" * 65_000})).encode(),  # just under
+    # numbers grow when re-encoded (1e15 -> 1000000000000000.0): just over the fast path's raw size bound
+    json.dumps(entry(entry_type="peer.escalation")).encode()[:-1]
+    + b', "payload": {"n": ['
+    + b",".join([b"1e15"] * 2_500)
+    + b"]}}",
+    # and big enough to exceed the payload limit once re-encoded, though small as raw bytes
+    json.dumps(entry(entry_type="peer.escalation")).encode()[:-1]
+    + b', "payload": {"n": ['
+    + b",".join([b"1e15"] * 4_000)
+    + b"]}}",
+    # deep nesting inside the payload
+    json.dumps(entry(entry_type="peer.escalation")).encode()[:-1]
+    + b', "payload": {"d": '
+    + b"[" * 900
+    + b"]" * 900
+    + b"}}",
+    json.dumps(entry(entry_type="peer.escalation", summary="")).encode(),
+    json.dumps(entry(entry_type="peer.escalation", summary="", payload=[1])).encode(),
+]
+
+
+@pytest.mark.parametrize("raw", FAST_PATH_CASES, ids=range(len(FAST_PATH_CASES)))
+def test_fast_path_routes_exactly_like_the_shared_parser(raw: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The orjson fast pass (which skips the payload re-encoding for small records) changes nothing."""
+    import episodic.gating as gating
+
+    fast = route(raw, topic="t", partition=0, offset=1, now=NOW)
+    monkeypatch.setattr(gating, "_fast_loads", None)
+    slow = route(raw, topic="t", partition=0, offset=1, now=NOW)
+    assert type(fast) is type(slow)
+    assert fast == slow
