@@ -323,6 +323,15 @@ def run(args: argparse.Namespace) -> list[Row]:
                 ),
                 Row(
                     "recall",
+                    f"{size} direct query_hybrid p50/p99 (store only)",
+                    p50["store"],
+                    "s",
+                    p99["store"],
+                    "(baseline column: p99)",
+                    note=f"bare embed_query p50/p99 {p50['embed'] * 1000:.1f}/{p99['embed'] * 1000:.1f} ms",
+                ),
+                Row(
+                    "recall",
                     f"{size} http hybrid p50 (ingest load)",
                     percentile(http["load"], 50),
                     "s",
