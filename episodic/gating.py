@@ -17,18 +17,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
-
+from episodic import fastpath as _fastpath
 from episodic.policy import ALWAYS_TYPES, NEVER_PREFIXES, NEVER_TYPES, WARN_ERROR_TYPES, decide
 from schemas.events import DlqRecord, EmbeddableRecord
 from schemas.journal import InvalidEntry, JournalEntry, parse_entry
-
-try:  # orjson is optional: a faster first pass; the stdlib parser decides every failure.
-    import orjson
-
-    _fast_loads: Any = orjson.loads
-except ImportError:  # pragma: no cover - depends on the environment
-    _fast_loads = None
 
 # A dead-letter record must fit in one Kafka message (the producer's default max.request.size is 1 MiB).
 MAX_DLQ_RECORD_BYTES = 900_000
@@ -93,63 +85,45 @@ class DeadLetter:
 Routed = Forward | Skip | DeadLetter
 
 
-# The fast pass below validates everything but `payload` with the model, and checks `payload` itself only
-# when its size limit cannot be reached: JournalEntry's payload validator re-encodes the payload with the
-# stdlib json module (about a third of the gate's time per record). Re-encoding JSON never grows it more
-# than 4.5x (the worst case is a number such as `1e15` -> `1000000000000000.0`; strings only shrink), so
-# a record of at most FAST_MAX_RAW_BYTES cannot hold a payload over MAX_PAYLOAD_BYTES. Deep nesting (the
-# model's check can hit the recursion limit) is ruled out by counting brackets.
-FAST_MAX_RAW_BYTES = 12_000
-FAST_MAX_BRACKETS = 256
-_MISSING: Any = object()
+# The fast path (episodic/fastpath.py) validates and encodes the common clean record without pydantic;
+# whatever it doubts goes through `parse_entry` and the models below, the single source of truth.
+# Set to None (tests) to route everything through the shared parser.
+_fast_validate: Any = _fastpath.validate
+
+_accepted_cache: tuple[datetime, str] | None = None
 
 
-def _brackets(raw: bytes | bytearray | memoryview) -> int:
-    data = raw if isinstance(raw, bytes | bytearray) else bytes(raw)
-    return data.count(b"{") + data.count(b"[")
+def _accepted_json(now: datetime) -> str:
+    """`accepted_at` as the model writes it (one batch shares one `now`: computed once per batch)."""
+    global _accepted_cache
+    cached = _accepted_cache
+    if cached is not None and cached[0] is now:
+        return cached[1]
+    text = _fastpath.datetime_json(now)
+    _accepted_cache = (now, text)
+    return text
 
 
-def _validate(raw: bytes | bytearray | memoryview | None) -> tuple[JournalEntry, dict[str, Any] | None]:
-    """parse_entry, with a faster pass when orjson is present: (the entry, its payload when checked here).
-
-    Anything the fast pass doubts is handed to `parse_entry`, so the reasons of invalid records are
-    exactly the shared parser's. When the payload is returned, the entry's own `payload` is empty: use
-    the returned one.
-    """
-    if _fast_loads is not None and raw is not None:
-        try:
-            obj = _fast_loads(raw)
-        except Exception:
-            obj = None
-        if type(obj) is dict:
-            payload = obj.pop("payload", _MISSING)
-            small = (
-                len(raw) <= FAST_MAX_RAW_BYTES
-                and (payload is _MISSING or payload is None or type(payload) is dict)
-                and _brackets(raw) <= FAST_MAX_BRACKETS
-            )
-            if not small and payload is not _MISSING:
-                obj["payload"] = payload
-            try:
-                entry = JournalEntry.model_validate(obj)
-            except (ValidationError, RecursionError, ValueError, TypeError):
-                pass
-            else:
-                if not small:
-                    return entry, None
-                return entry, payload if type(payload) is dict else {}
-    return parse_entry(raw), None
-
-
-def _embeddable_json(
-    entry: JournalEntry, base_importance: float, accepted_at: datetime, payload: dict[str, Any] | None = None
-) -> bytes:
+def _embeddable_json(entry: JournalEntry, base_importance: float, accepted_at: datetime) -> bytes:
     # The entry was validated already; construct without validating twice.
     fields = {name: getattr(entry, name) for name in JournalEntry.model_fields}
-    if payload is not None:
-        fields["payload"] = payload
     record = EmbeddableRecord.model_construct(**fields, base_importance=base_importance, accepted_at=accepted_at)
     return record.model_dump_json().encode()
+
+
+def _route_fast(clean: Any, now: datetime) -> Routed:
+    e = clean.entry
+    entry_type = e["entry_type"]
+    decision = decide(entry_type, e["severity"], forced=clean.forced, priority=e.get("priority"))
+    if not decision.embed or decision.base_importance is None:
+        return Skip(entry_id=e["id"], entry_type=entry_type, decision=decision.label)
+    return Forward(
+        key=e["workspace_id"].encode(),
+        value=_fastpath.embeddable_json(clean, decision.base_importance, _accepted_json(now)),
+        entry_id=e["id"],
+        entry_type=entry_type,
+        decision=decision.label,
+    )
 
 
 def dead_letter(
@@ -187,8 +161,12 @@ def route(
 ) -> Routed:
     """Validate one raw record, apply the embedding policy, and say where it goes. Never raises."""
     try:
+        if _fast_validate is not None:
+            clean = _fast_validate(raw)
+            if clean is not None:
+                return _route_fast(clean, now)
         try:
-            entry, payload = _validate(raw)
+            entry = parse_entry(raw)
         except InvalidEntry as e:
             return dead_letter(raw, reason=e.reason, error=e.error, topic=topic, partition=partition, offset=offset)
         decision = decide(entry.entry_type, entry.severity, forced=entry.forced, priority=entry.priority)
@@ -196,7 +174,7 @@ def route(
             return Skip(entry_id=entry.id, entry_type=entry.entry_type, decision=decision.label)
         return Forward(
             key=entry.workspace_id.encode(),
-            value=_embeddable_json(entry, decision.base_importance, now, payload),
+            value=_embeddable_json(entry, decision.base_importance, now),
             entry_id=entry.id,
             entry_type=entry.entry_type,
             decision=decision.label,

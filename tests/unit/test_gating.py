@@ -185,7 +185,7 @@ def test_fast_path_routes_exactly_like_the_shared_parser(raw: bytes, monkeypatch
     import episodic.gating as gating
 
     fast = route(raw, topic="t", partition=0, offset=1, now=NOW)
-    monkeypatch.setattr(gating, "_fast_loads", None)
+    monkeypatch.setattr(gating, "_fast_validate", None)
     slow = route(raw, topic="t", partition=0, offset=1, now=NOW)
     assert type(fast) is type(slow)
     assert fast == slow
