@@ -11,6 +11,11 @@ from faust.types import TransportT
 from episodic.settings import Settings
 from streams.transport import BatchTransport
 
+# Producer batch size: a fetched input batch (~1000 records) yields a few hundred output records per
+# output partition, which then go out as one produce batch each (streams/gate.py batch_publisher), well
+# under the 1 MiB max request size.
+PRODUCE_BATCH_BYTES = 512 * 1024
+
 GATE_APP_SUFFIX = "gate"
 
 
@@ -54,5 +59,6 @@ def create_app(settings: Settings, *, app_id: str | None = None) -> faust.App:
         stream_recovery_delay=0.0,
         producer_acks=-1,
         producer_linger_ms=5,
+        producer_max_batch_size=PRODUCE_BATCH_BYTES,  # one produce batch per output partition per input batch
         producer_max_request_size=1024 * 1024,
     )
