@@ -162,7 +162,7 @@ def load_model(name: str, settings: Settings) -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder(
         model,
         name,
-        batch_size=settings.batch_size,
+        batch_size=settings.encode_batch,
         chunk_tokens=settings.chunk_tokens,
         chunk_overlap=settings.chunk_overlap_tokens,
     )

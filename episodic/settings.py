@@ -38,7 +38,10 @@ class Settings(BaseSettings):
         description="sentence-transformers model name or path; 'none' forces sparse-only",
     )
     embed_device: str = "cpu"
-    batch_size: int = Field(default=64, ge=1, le=4096)
+    batch_size: int = Field(default=128, ge=1, le=4096, description="records per consumer batch (one model call)")
+    encode_batch: int = Field(
+        default=16, ge=1, le=1024, description="sequences per forward pass inside the call (less padding)"
+    )
     batch_max_wait_ms: int = Field(default=50, ge=0, le=60_000)
     chunk_tokens: int = Field(default=256, ge=16, le=512, description="word pieces per dense chunk")
     chunk_overlap_tokens: int = Field(default=32, ge=0, le=256)
