@@ -6,11 +6,12 @@ A thin pipe around `episodic.gating.route`. Throughput comes from three choices 
 - the agent receives whole fetched partition batches (`streams.transport.RecordBatch`, one Faust event
   per batch), so Faust's per-record machinery (messages, events, sensors, acks) runs once per batch: the
   gate went from ~6k to ~13k records/s on the bench machine, and `route` is now most of the time;
-- records go straight to the app's producer (`app.producer.send`, aiokafka batching underneath) instead
-  of `topic.send`, and the batch waits for all of its delivery futures at once;
+- each batch's output is written as one aiokafka record batch per output partition (`batch_publisher`:
+  the producer's own partitioner, then `create_batch`/`send_batch`), not record by record, and the next
+  input batch is routed while the previous one's output is in flight (`GateOptions.in_flight_batches`);
 - the stream is `noack()`: the batch is marked delivered and its event acked only after the broker
-  acknowledged all of the batch's output, so its offsets are committed only then (at-least-once: a
-  crash or a stop mid-batch leaves the batch uncommitted, and it is read again).
+  acknowledged all of the batch's output (batches are acked in order), so its offsets are committed only
+  then (at-least-once: a crash or a stop mid-batch leaves the batch uncommitted, and it is read again).
 """
 
 from __future__ import annotations
