@@ -56,6 +56,22 @@ async def list_topics(bootstrap: str) -> set[str]:
         await admin.close()
 
 
+def bootstrap_reachable(bootstrap: str, timeout: float = 1.0) -> bool:
+    """True when a TCP connection to any of the bootstrap servers succeeds (a cheap liveness probe)."""
+    import socket
+
+    for hostport in bootstrap.split(","):
+        host, _, port = hostport.strip().rpartition(":")
+        if not port.isdigit():
+            continue
+        try:
+            with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def make_producer(bootstrap: str, **kw: Any) -> AIOKafkaProducer:
     """A producer for the embedded broker and Kafka alike (no idempotence: Tansu lacks it)."""
     opts: dict[str, Any] = {

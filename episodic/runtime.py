@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from episodic.bus import dumps, ensure_topics, make_producer
+from episodic.bus import bootstrap_reachable, dumps, ensure_topics, make_producer
 from episodic.errors import BrokerUnavailable, EpisodicError
 from episodic.metrics import Metrics
 from episodic.settings import Settings
@@ -78,16 +78,6 @@ class KafkaStatus:
 
     def snapshot(self) -> dict[str, Any]:
         return {"kafka": "ok" if self.ok else "down", "kafka_bootstrap": self.bootstrap}
-
-
-def _tcp_ok(bootstrap: str) -> bool:
-    from infra.broker import port_open
-
-    for hostport in bootstrap.split(","):
-        host, _, port = hostport.strip().rpartition(":")
-        if port.isdigit() and port_open(host.strip("[]") or "127.0.0.1", int(port), timeout=1.0):
-            return True
-    return False
 
 
 class Stack:
@@ -263,7 +253,7 @@ class Stack:
     # -- supervision ---------------------------------------------------------------------------------
     async def _watchdog(self) -> None:
         while not self._stop.is_set():
-            ok = await asyncio.to_thread(_tcp_ok, self.settings.bootstrap)
+            ok = await asyncio.to_thread(bootstrap_reachable, self.settings.bootstrap)
             if self.gate is not None and getattr(self.gate, "crashed", False):
                 log.error("the gate crashed (%s); stopping the stack", getattr(self.gate, "crash_reason", "?"))
                 self.fail(4)

@@ -22,12 +22,14 @@ from typing import Any
 
 import faust
 
-from episodic.bus import ensure_topics
+from episodic.bus import bootstrap_reachable, ensure_topics
 from episodic.metrics import Metrics
 from episodic.settings import Settings, get_settings
 from schemas import topics as T
 from streams.app import create_app
 from streams.gate import DEFAULT_BATCH_SIZE, GateOptions, GateTopics, install_gate
+
+BROKER_DEAD_AFTER_S = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -144,11 +146,23 @@ async def run_gate(
 ) -> int:
     runner = GateRunner(settings, topics=topics, app_id=app_id, options=options)
     await runner.start()
+    serve_metrics(runner.metrics, settings)
+    down_since: float | None = None
     try:
         while not stop.is_set():
             if runner.crashed:
                 log.error("gate crashed: %r", runner.crash_reason)
                 return 1
+            # A dead broker stops the role instead of leaving it hanging on failed commits.
+            if await asyncio.to_thread(bootstrap_reachable, settings.bootstrap):
+                down_since = None
+            else:
+                down_since = down_since or time.monotonic()
+                if time.monotonic() - down_since > BROKER_DEAD_AFTER_S:
+                    log.error(
+                        "Kafka at %s unreachable for %.0fs; stopping the gate", settings.bootstrap, BROKER_DEAD_AFTER_S
+                    )
+                    return 3
             try:
                 await asyncio.wait_for(stop.wait(), timeout=1.0)
             except TimeoutError:
@@ -156,6 +170,19 @@ async def run_gate(
         return 0
     finally:
         await runner.stop()
+
+
+def serve_metrics(metrics: Metrics, settings: Settings) -> None:
+    """/metrics for Prometheus on the HTTP port; a busy port (two gates on one host) only warns."""
+    from prometheus_client import start_http_server
+
+    try:
+        start_http_server(settings.http_port, addr=settings.http_host, registry=metrics.registry)
+        log.info("gate metrics: http://%s:%d/metrics", settings.http_host, settings.http_port)
+    except OSError as e:
+        log.warning(
+            "gate: no /metrics on %s:%d (%s); set EPISODIC_HTTP_PORT", settings.http_host, settings.http_port, e
+        )
 
 
 def gate_main(argv: list[str]) -> int:
