@@ -1,0 +1,330 @@
+"""`make eval`: LongMemEval turn-level evidence recall through the real pipeline and the recall API.
+
+    python -m eval.longmemeval [--set oracle|s|both] [--limit N] [--url URL] [--no-baseline]
+
+Every turn becomes a journal entry (``summary.generated``, severity info, ``summary = "role: content"``,
+``run_id`` = the session id, ``ts`` from the haystack date), one workspace per corpus (oracle: one
+pooled workspace; s: one per question), one agent, scope ``own``. The entries are produced to
+``journal.entries`` of an ``episodic up`` stack (started here on free ports under eval/results/stack
+unless ``--url``/``--bootstrap`` name a running one); once ``/v1/memory/stats`` shows them indexed, every
+question is asked through ``POST /v1/recall`` (k=10) in modes dense, sparse and hybrid. The seed's
+equal-weight RRF k=60 column is the same store served with ``EPISODIC_FUSION=rrf_equal`` (the stack is
+restarted on the same data directory; nothing is re-ingested).
+
+Prints recall@5/@10 (and hit@10) side by side per set and writes eval/results/longmemeval-<ts>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from episodic.identity import normalise_summary
+from eval.data import Corpus, load
+from eval.embcache import RESULTS
+from eval.metrics import Score, score
+
+AGENT = "lme-agent"
+MAX_SUMMARY = 16_384
+MODES = ("dense", "sparse", "hybrid")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def workspace(c: Corpus) -> str:
+    return f"lme-{c.name}"
+
+
+def _ts(date: str, index: int) -> str:
+    """'2023/05/20 (Sat) 00:59' -> RFC 3339, one second per turn so a session keeps its order."""
+    try:
+        d = datetime.strptime(date.split(" (")[0] + " " + date.split(") ")[-1], "%Y/%m/%d %H:%M").replace(tzinfo=UTC)
+    except (ValueError, IndexError):
+        d = datetime(2023, 1, 1, tzinfo=UTC)
+    return (d + timedelta(seconds=index)).isoformat().replace("+00:00", "Z")
+
+
+def entries(c: Corpus) -> Iterator[dict[str, Any]]:
+    ws = workspace(c)
+    for t in c.turns:
+        yield {
+            "id": t.id,
+            "workspace_id": ws,
+            "crew_id": None,
+            "agent_id": AGENT,
+            "run_id": t.session_id,
+            "ts": _ts(t.date, t.index),
+            "entry_type": "summary.generated",
+            "severity": "info",
+            "summary": t.text()[:MAX_SUMMARY],
+            "payload": {"session_id": t.session_id, "turn": t.index, "role": t.role},
+        }
+
+
+def expected_points(c: Corpus) -> int:
+    """Points the store will hold: exact duplicates (normalised summary) collapse into one memory."""
+    return len({normalise_summary(t.text()[:MAX_SUMMARY]) for t in c.turns})
+
+
+# ---- the stack ---------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Stack:
+    """`episodic up` in a child process on free ports, with its own data directory."""
+
+    def __init__(self, data_dir: Path, env: dict[str, str] | None = None, log: Path | None = None) -> None:
+        self.data_dir = data_dir
+        self.broker_port = _free_port()
+        self.http_port = _free_port()
+        self.extra = env or {}
+        self.log = log or data_dir / "stack.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    def start(self, timeout: float = 180.0) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "EPISODIC_DATA_DIR": str(self.data_dir),
+            "EPISODIC_BROKER_PORT": str(self.broker_port),
+            "EPISODIC_HTTP_PORT": str(self.http_port),
+            "EPISODIC_HTTP_HOST": "127.0.0.1",
+            **self.extra,
+        }
+        env.pop("EPISODIC_KAFKA_BOOTSTRAP", None)
+        env.pop("EPISODIC_QDRANT_URL", None)
+        out = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "episodic.cli", "up"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"episodic up exited with {self.proc.returncode}; see {self.log}")
+            with contextlib.suppress(httpx.HTTPError):
+                r = httpx.get(f"{self.url}/healthz", timeout=2)
+                if r.status_code == 200 and r.json().get("episodic") == "vector":
+                    return
+            time.sleep(1)
+        raise TimeoutError(f"episodic up not healthy after {timeout:.0f}s; see {self.log}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# ---- ingest, wait, query -----------------------------------------------------------------------------
+
+
+def produce(corpora: list[Corpus], bootstrap: str) -> int:
+    from episodic.producer import produce_file
+
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, encoding="utf-8") as f:
+        for c in corpora:
+            for e in entries(c):
+                f.write(json.dumps(e, ensure_ascii=False) + "\n")
+        path = Path(f.name)
+    try:
+        return asyncio.run(produce_file(path, bootstrap=bootstrap, progress=False))
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def wait_indexed(client: httpx.Client, corpora: list[Corpus], timeout: float) -> dict[str, dict[str, int]]:
+    """Poll /v1/memory/stats until every workspace holds its expected points, all with dense vectors."""
+    want = {workspace(c): expected_points(c) for c in corpora}
+    total = sum(want.values())
+    deadline = time.monotonic() + timeout
+    last_print = 0.0
+    stats: dict[str, dict[str, int]] = {}
+    pending = set(want)
+    while pending and time.monotonic() < deadline:
+        for ws in sorted(pending):
+            r = client.get("/v1/memory/stats", params={"workspace_id": ws})
+            r.raise_for_status()
+            stats[ws] = r.json()
+            if stats[ws]["dense"] >= want[ws]:
+                pending.discard(ws)
+        if time.monotonic() - last_print > 15 or not pending:
+            done = sum(min(stats.get(w, {}).get("dense", 0), want[w]) for w in want)
+            print(f"  indexed {done}/{total} memories ({len(want) - len(pending)}/{len(want)} workspaces)", flush=True)
+            last_print = time.monotonic()
+        if pending:
+            time.sleep(2)
+    if pending:
+        raise TimeoutError(f"not indexed after {timeout:.0f}s: {sorted(pending)[:5]}")
+    return stats
+
+
+def ask(client: httpx.Client, corpora: list[Corpus], modes: tuple[str, ...], k: int = 10) -> dict[str, Score]:
+    out: dict[str, Score] = {}
+    for mode in modes:
+        pairs = []
+        for c in corpora:
+            for q in c.scored_questions:
+                body = {
+                    "workspace_id": workspace(c),
+                    "agent_id": AGENT,
+                    "scope": "own",
+                    "query": q.question,
+                    "k": k,
+                    "mode": mode,
+                }
+                r = client.post("/v1/recall", json=body)
+                r.raise_for_status()
+                data = r.json()
+                if data.get("degraded"):
+                    raise RuntimeError(f"{mode} answered degraded (sparse-only): the model is not loaded")
+                ranked = [[h["entry_id"], *h.get("aliases", [])] for h in data["hits"]]
+                pairs.append((ranked, q.evidence))
+        out[mode] = score(pairs)
+    return out
+
+
+def print_table(results: dict[str, dict[str, Score]]) -> str:
+    sets = list(results)
+    cols = ["dense", "sparse", "hybrid", "rrf60 (seed)"]
+    head = f"{'method':<14}" + "".join(f"  {s + ' R@5':>12} {s + ' R@10':>12} {s + ' hit@10':>13}" for s in sets)
+    lines = [head, "-" * len(head)]
+    for m in cols:
+        if not any(m in results[s] for s in sets):
+            continue
+        row = f"{m:<14}"
+        for s in sets:
+            sc = results[s].get(m)
+            row += (
+                f"  {sc.recall5:>12.3f} {sc.recall10:>12.3f} {sc.hit10:>13.3f}"
+                if sc
+                else f"  {'-':>12} {'-':>12} {'-':>13}"
+            )
+        lines.append(row)
+    lines.append("n questions: " + ", ".join(f"{s}={next(iter(results[s].values())).n}" for s in sets))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="LongMemEval recall@5/@10 through the pipeline and the recall API")
+    ap.add_argument("--set", default="both", choices=["oracle", "s", "both"])
+    ap.add_argument(
+        "--limit", type=int, default=None, help="first N questions of each set (oracle: their sessions pooled)"
+    )
+    ap.add_argument(
+        "--s-limit", type=int, default=None, help="first N s haystacks (types interleaved); default --limit"
+    )
+    ap.add_argument("--url", help="recall service of a running stack (needs --bootstrap); default: start one")
+    ap.add_argument("--bootstrap", help="Kafka bootstrap of that running stack")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the seed's RRF k=60 column (a second stack start)")
+    ap.add_argument("--no-ingest", action="store_true", help="the store under --data-dir already holds the corpora")
+    ap.add_argument("--data-dir", type=Path, default=None, help="stack data directory (default: a fresh one)")
+    ap.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="extra settings for the stack started here"
+    )
+    ap.add_argument("--index-timeout", type=float, default=7200.0)
+    a = ap.parse_args(argv)
+
+    names = ["oracle", "s"] if a.set == "both" else [a.set]
+    limits = {"oracle": a.limit, "s": a.s_limit if a.s_limit is not None else a.limit}
+    sets = {n: load(n, limit=limits[n]) for n in names}
+    corpora = [c for cs in sets.values() for c in cs]
+    n_turns = sum(len(c.turns) for c in corpora)
+    summary = ", ".join(
+        f"{n}: {len(cs)} corpora, {sum(len(c.scored_questions) for c in cs)} questions" for n, cs in sets.items()
+    )
+    print(f"LongMemEval: {summary}; {n_turns} turns", flush=True)
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    data_dir = a.data_dir or RESULTS / f"stack-{stamp}"
+    results: dict[str, dict[str, Score]] = {n: {} for n in names}
+    stack: Stack | None = None
+    extra = dict(e.split("=", 1) for e in a.env)
+    try:
+        if a.url:
+            if not a.bootstrap and not a.no_ingest:
+                ap.error("--url needs --bootstrap (or --no-ingest)")
+            url, bootstrap = a.url.rstrip("/"), a.bootstrap
+        else:
+            stack = Stack(data_dir, env=extra)
+            print(f"starting episodic up (data {data_dir}, log {stack.log})", flush=True)
+            stack.start()
+            url, bootstrap = stack.url, stack.bootstrap
+        with httpx.Client(base_url=url, timeout=60) as client:
+            if not a.no_ingest:
+                t0 = time.monotonic()
+                sent = produce(corpora, bootstrap)
+                print(f"produced {sent} entries in {time.monotonic() - t0:.0f}s", flush=True)
+                t0 = time.monotonic()
+                wait_indexed(client, corpora, a.index_timeout)
+                print(f"indexed in {time.monotonic() - t0:.0f}s", flush=True)
+            for n, cs in sets.items():
+                results[n].update(ask(client, cs, MODES))
+        if not a.no_baseline:
+            if stack is None:
+                print("(rrf60 column skipped: it needs the stack started here, served with EPISODIC_FUSION=rrf_equal)")
+            else:
+                stack.stop()
+                stack = Stack(data_dir, env={**extra, "EPISODIC_FUSION": "rrf_equal"}, log=data_dir / "stack-rrf60.log")
+                stack.start()
+                with httpx.Client(base_url=stack.url, timeout=60) as client:
+                    for n, cs in sets.items():
+                        results[n]["rrf60 (seed)"] = ask(client, cs, ("hybrid",))["hybrid"]
+    finally:
+        if stack:
+            stack.stop()
+
+    text = print_table(results)
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"longmemeval-{stamp}.json"
+    out.write_text(
+        json.dumps(
+            {
+                "args": vars(a) | {"data_dir": str(data_dir)},
+                "results": {n: {m: asdict(s) for m, s in r.items()} for n, r in results.items()},
+                "table": text,
+            },
+            indent=1,
+            default=str,
+        )
+    )
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
