@@ -54,9 +54,11 @@ class Settings(BaseSettings):
     # Recall
     high_value_threshold: float = Field(default=0.6, ge=0.0, le=1.0)
     prefetch_limit: int = Field(default=100, ge=10, le=2000)
+    # Hybrid fusion, chosen on LongMemEval (eval/README.md): weighted RRF with k=2 and the dense leg at
+    # half the BM25 leg's weight beats both legs alone and the seed's equal-weight RRF k=60 ("rrf_equal").
     fusion: Literal["rrf", "dbsf", "rrf_equal"] = "rrf"
-    rrf_k: int = Field(default=60, ge=1)
-    rrf_dense_weight: float = Field(default=1.0, ge=0.0)
+    rrf_k: int = Field(default=2, ge=1)
+    rrf_dense_weight: float = Field(default=0.5, ge=0.0)
     rrf_sparse_weight: float = Field(default=1.0, ge=0.0)
 
     @property
