@@ -225,8 +225,17 @@ def sentence(rng: random.Random) -> str:
     return _fill(rng, f"For {svc}, {rng.choice(OUTCOMES)}; {rng.choice(TECH)} is the suspect.")
 
 
-def journal_summary(rng: random.Random) -> str:
-    """A realistic journal summary: mostly 1–4 sentences, some paragraphs, ~4% long reports (>256 pieces)."""
+MIXES = ("mixed", "short")
+
+
+def journal_summary(rng: random.Random, mix: str = "mixed") -> str:
+    """A realistic journal summary.
+
+    mixed: 70 % one to three sentences, 26 % paragraphs of five to ten, 4 % long reports (>256 pieces).
+    short: the typical entry alone, one to three sentences (escalations, decisions, denials).
+    """
+    if mix == "short":
+        return f"{rng.choice(OPENERS)} " + " ".join(sentence(rng) for _ in range(rng.randint(1, 3)))
     r = rng.random()
     n = rng.randint(1, 3) if r < 0.70 else rng.randint(5, 10) if r < 0.96 else rng.randint(30, 70)
     return f"{rng.choice(OPENERS)} " + " ".join(sentence(rng) for _ in range(n))

@@ -8,7 +8,8 @@
 - Sparse-only (no embedder, or the query embedding fails): dense and hybrid requests are answered from
   the sparse leg with `degraded=True`.
 - `cosine` on each hit is the query-memory cosine (max over the point's dense chunks), for
-  `memory.referenced`; None when the point or the service has no dense vector.
+  `memory.referenced`; None when the point or the service has no dense vector, and in sparse mode (which
+  computes no query vector, so that BM25 recalls stay cheap).
 - "High-value" crew entries (scope crew_shared) are those with importance_score >=
   `settings.high_value_threshold` (default 0.6).
 - `walk_depth=1`: one hop along `similar` and `supports` edges, in both directions (edges point new ->
@@ -222,7 +223,9 @@ class RecallEngine:
         """Run one recall. Raises ValueError for an invalid scope, StoreUnavailable/StoreError on store failure."""
         now = self.clock()
         scope = self.scope_filter(req)
-        qvec = self._embed_query(req.query)
+        # Sparse mode needs no query vector: skipping it keeps BM25 recalls cheap (their hits carry
+        # cosine null in memory.referenced).
+        qvec = self._embed_query(req.query) if req.mode != "sparse" else None
         degraded = req.mode != "sparse" and qvec is None
         # Ask for the candidates' dense vectors only where the query cosine can be computed.
         with_dense = qvec is not None

@@ -43,6 +43,13 @@ class Settings(BaseSettings):
         default=16, ge=1, le=1024, description="sequences per forward pass inside the call (less padding)"
     )
     batch_max_wait_ms: int = Field(default=50, ge=0, le=60_000)
+    embed_threads: int | None = Field(
+        default=None,
+        ge=1,
+        le=256,
+        description="torch threads for the model; unset: all cores for a dedicated embedder, one fewer when "
+        "the process runs other stages too (an oversubscribed OpenMP pool stalls)",
+    )
     chunk_tokens: int = Field(default=256, ge=16, le=512, description="word pieces per dense chunk")
     chunk_overlap_tokens: int = Field(default=32, ge=0, le=256)
 
