@@ -182,11 +182,14 @@ def load_embedder(settings: Settings, *, shared_process: bool = False) -> Senten
             e,
         )
         return None
-    import torch
-
-    torch.set_num_threads(model_threads(settings, shared_process=shared_process))
+    embedder.document_threads = model_threads(settings, shared_process=shared_process)
+    embedder.query_threads = settings.embed_threads or os.cpu_count() or 1
     log.info(
-        "embedder: %s on %s, %d torch thread(s)", embedder.model_id, settings.embed_device, torch.get_num_threads()
+        "embedder: %s on %s; torch threads: %d for ingestion batches, %d for queries",
+        embedder.model_id,
+        settings.embed_device,
+        embedder.document_threads,
+        embedder.query_threads,
     )
     return embedder
 
