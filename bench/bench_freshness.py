@@ -39,6 +39,7 @@ from bench.common import (
     child_process,
     emit,
     episodic_up_cmd,
+    exec_noise,
     journal_entry,
     journal_summary,
     percentile,
@@ -283,13 +284,8 @@ async def measure(
                 topics.JOURNAL_ENTRIES, key=ws.encode(), value=json.dumps(entry).encode(), timestamp_ms=int(now * 1000)
             )
             for j in range(FILTERED_PER_TICK):
-                noise = journal_entry(
-                    entry_id=f"{eid}-x{j}",
-                    workspace_id=ws,
-                    agent_id="executor",
-                    entry_type="exec.output_chunk",
-                    severity="debug",
-                    summary=f"stdout chunk {j}: compiled 37 files, 0 warnings, wrote build/{eid}.o",
+                noise = exec_noise(
+                    f"{eid}-x{j}", ws, f"stdout chunk {j}: compiled 37 files, 0 warnings, wrote build/{eid}.o"
                 )
                 await producer.send(topics.JOURNAL_ENTRIES, key=ws.encode(), value=json.dumps(noise).encode())
             sent_total += 1 + FILTERED_PER_TICK

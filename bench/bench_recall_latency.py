@@ -41,6 +41,7 @@ from bench.common import (
     child_process,
     emit,
     episodic_up_cmd,
+    exec_noise,
     journal_entry,
     journal_summary,
     load_embedder,
@@ -222,14 +223,7 @@ class IngestLoad:
                 )
                 await producer.send(topics.JOURNAL_ENTRIES, key=ws.encode(), value=json.dumps(e).encode())
                 for j in range(20):
-                    noise = journal_entry(
-                        entry_id=f"load-{k}-x{j}",
-                        workspace_id=ws,
-                        agent_id="executor",
-                        entry_type="exec.output_chunk",
-                        severity="debug",
-                        summary=f"stdout chunk {j} of step {k}",
-                    )
+                    noise = exec_noise(f"load-{k}-x{j}", ws, f"stdout chunk {j} of step {k}")
                     await producer.send(topics.JOURNAL_ENTRIES, key=ws.encode(), value=json.dumps(noise).encode())
                 self.sent += 21
                 k += 1

@@ -276,6 +276,18 @@ def journal_entry(
     }
 
 
+def exec_noise(entry_id: str, workspace_id: str, summary: str) -> dict[str, Any]:
+    """A high-volume entry the gate filters out (exec.output_chunk at debug)."""
+    return journal_entry(
+        entry_id=entry_id,
+        workspace_id=workspace_id,
+        agent_id="executor",
+        entry_type="exec.output_chunk",
+        severity="debug",
+        summary=summary,
+    )
+
+
 def embeddable_record(entry: dict[str, Any], base_importance: float = 0.7) -> dict[str, Any]:
     """A `journal.embeddable` record as the gate would forward it."""
     return {**entry, "base_importance": base_importance, "accepted_at": iso(datetime.now(UTC))}

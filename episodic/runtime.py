@@ -15,8 +15,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +48,7 @@ class Publisher:
         self._producer = producer
         self._loop = loop
         self._metrics = metrics
+        self._in_flight: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
 
     def __call__(self, topic: str, key: str | None, value: dict[str, Any]) -> None:
         coro = self._send(topic, key, value)
@@ -57,7 +57,9 @@ class Publisher:
         except RuntimeError:
             running = None
         if running is self._loop:
-            self._loop.create_task(coro)
+            task = self._loop.create_task(coro)
+            self._in_flight.add(task)
+            task.add_done_callback(self._in_flight.discard)
         else:
             asyncio.run_coroutine_threadsafe(coro, self._loop)
 
@@ -74,7 +76,6 @@ class KafkaStatus:
     bootstrap: str
     ok: bool = True
     down_since: float | None = None
-    checks: list[Callable[[], bool]] = field(default_factory=list)
 
     def snapshot(self) -> dict[str, Any]:
         return {"kafka": "ok" if self.ok else "down", "kafka_bootstrap": self.bootstrap}
