@@ -148,7 +148,9 @@ class Stack:
 
         s = self.settings
         shared = self.roles != ("embedder",)  # other stages share this process's cores
-        self.embedder = await asyncio.to_thread(lambda: load_embedder(s, shared_process=shared))
+        self.embedder = await asyncio.to_thread(
+            lambda: load_embedder(s, shared_process=shared, queries="http" in self.roles)
+        )
         self.metrics.sparse_only.set(0 if self.embedder is not None else 1)
         dim = self.embedder.dim if self.embedder is not None else DEFAULT_DIM
         self.store = await asyncio.to_thread(open_store, s, dim=dim)

@@ -50,6 +50,12 @@ class Settings(BaseSettings):
         description="torch threads for the model; unset: all cores for a dedicated embedder, one fewer when "
         "the process runs other stages too (an oversubscribed OpenMP pool stalls)",
     )
+    query_backend: Literal["onnx", "torch"] = Field(
+        default="onnx",
+        description="recall query embeddings: ONNX Runtime (same vector, ~2.5x faster; exported once into "
+        "model_cache_dir) or the torch model",
+    )
+    model_cache_dir: Path | None = Field(default=None, description="ONNX export cache; unset: ~/.cache/episodic/onnx")
     chunk_tokens: int = Field(default=256, ge=16, le=512, description="word pieces per dense chunk")
     chunk_overlap_tokens: int = Field(default=32, ge=0, le=256)
 
