@@ -5,11 +5,21 @@ An aiokafka consumer group. Each batch is bounded by size (`EPISODIC_BATCH_SIZE`
 then its memory.indexed events are produced and only then are its offsets committed: at-least-once
 delivery with idempotent writes, so a crash re-delivers the batch and the store still holds exactly one
 point per entry.
+
+Visibility first (SPEC §5: recall sees an entry within about a second). A batch is embedded inline only
+while its oldest record can still become searchable within `EPISODIC_VISIBLE_BUDGET_MS` of production,
+judged from the measured embedding speed (seconds per character, moving average). Otherwise (a backlog,
+a long report, the model busy filling earlier vectors) the batch is written with its BM25 vectors only,
+committed, and `memory.indexed` says "sparse-only"; the densify loop then adds the dense vectors as soon
+as the model is free and emits a second `memory.indexed` ("vector") for each. The missing vectors are
+found in the store (`has_dense` false), so a crash in between loses nothing. The same loop is the
+backfill after sparse-only mode.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -33,6 +43,28 @@ from schemas.events import DlqRecord, EmbeddableRecord
 log = logging.getLogger(__name__)
 
 STORE_RETRY_MAX_S = 30.0
+DENSIFY_BATCH = 32  # small: the consumer waits for the model no longer than one of these
+DENSIFY_IDLE_S = 30.0  # look for missing vectors at least this often (backfill after sparse-only mode)
+PRIOR_SECONDS_PER_CHAR = 2e-4  # about 30 one-line summaries a second on one core, until measured
+
+
+class EmbedSpeed:
+    """Moving average of the model's seconds per character, and the inline-or-defer decision."""
+
+    def __init__(self, budget_s: float, prior: float = PRIOR_SECONDS_PER_CHAR, alpha: float = 0.2) -> None:
+        self.budget_s = budget_s
+        self.per_char = prior
+        self.alpha = alpha
+
+    def observe(self, chars: int, seconds: float) -> None:
+        if chars >= 200 and seconds > 0:  # tiny batches are dominated by fixed costs
+            self.per_char += self.alpha * (seconds / chars - self.per_char)
+
+    def defer(self, *, age_s: float, chars: int, model_busy: bool) -> bool:
+        """True when embedding inline would make the oldest record visible later than the budget."""
+        if self.budget_s <= 0:
+            return False
+        return model_busy or age_s + chars * self.per_char > self.budget_s
 
 
 @dataclass
@@ -72,6 +104,9 @@ class EmbeddingConsumer:
         self._consumer: AIOKafkaConsumer | None = None
         self._stopping = asyncio.Event()
         self._ready = asyncio.Event()
+        self.speed = EmbedSpeed(settings.visible_budget_ms / 1000)
+        self._densify_wake = asyncio.Event()
+        self._densifying = False
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def wait_ready(self, timeout: float = 60.0) -> None:
@@ -97,6 +132,9 @@ class EmbeddingConsumer:
         )
         self._consumer = consumer
         await consumer.start()
+        densify = (
+            asyncio.create_task(self._densify_loop(), name="densify") if self.indexer.embedder is not None else None
+        )
         try:
             self._ready.set()
             log.info("embedding consumer: group %s on %s (%s)", self.group_id, self.source_topic, self.indexer.mode)
@@ -105,6 +143,10 @@ class EmbeddingConsumer:
                 if batch:
                     await self._process(consumer, batch)
         finally:
+            if densify is not None:
+                densify.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await densify
             try:
                 await consumer.stop()
             except Exception:  # pragma: no cover - best effort on shutdown
@@ -161,9 +203,21 @@ class EmbeddingConsumer:
             produce_ts[(rec.workspace_id, rec.id)] = msg.timestamp / 1000.0
         m.batch_size.observe(len(batch))
 
-        result = await self._index_with_retry(records)
+        defer = False
+        if records and self.indexer.embedder is not None:
+            oldest = min(msg.timestamp for msg in batch) / 1000.0
+            defer = self.speed.defer(
+                age_s=max(0.0, time.time() - oldest),
+                chars=sum(len(r.summary) for r in records),
+                model_busy=self._densifying,
+            )
+        result = await self._index_with_retry(records, defer_dense=defer)
+        if result.deferred:
+            m.dense_deferred.inc(result.deferred)
+            self._densify_wake.set()
         if result.embedded:
             m.embed_duration.observe(result.embed_seconds)
+            self.speed.observe(result.chars, result.embed_seconds)
         if result.written:
             m.upsert_duration.observe(result.upsert_seconds)
         if result.embed_failed:
@@ -202,12 +256,12 @@ class EmbeddingConsumer:
         self.stats.last_batch_at = time.time()
         await self._update_lag(consumer)
 
-    async def _index_with_retry(self, records: list[EmbeddableRecord]) -> BatchResult:
+    async def _index_with_retry(self, records: list[EmbeddableRecord], *, defer_dense: bool = False) -> BatchResult:
         """Retry store failures with backoff: never skip a batch (nothing is lost)."""
         delay = 0.2
         while True:
             try:
-                return await asyncio.to_thread(self.indexer.index_batch, records)
+                return await asyncio.to_thread(self.indexer.index_batch, records, defer_dense=defer_dense)
             except (StoreUnavailable, StoreError) as e:
                 self.metrics.consumer_errors.labels(stage="store").inc()
                 self.stats.errors += 1
@@ -216,6 +270,44 @@ class EmbeddingConsumer:
                 log.warning("store write failed (%s); retrying in %.1fs", e, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, STORE_RETRY_MAX_S)
+
+    # -- vectors after the fact ----------------------------------------------------------------------
+    async def _densify_loop(self) -> None:
+        """Fill missing dense vectors (deferred, or left by sparse-only mode) whenever the model is free;
+        look again at least every DENSIFY_IDLE_S. Store errors are retried on the next round."""
+        while not self._stopping.is_set():
+            self._densify_wake.clear()
+            filled = 0
+            try:
+                filled = await self._densify_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                self.metrics.consumer_errors.labels(stage="densify").inc()
+                log.warning("adding dense vectors failed (retried later): %s", e)
+            if filled:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._densify_wake.wait(), DENSIFY_IDLE_S)
+
+    async def _densify_once(self) -> int:
+        self._densifying = True
+        try:
+            result = await asyncio.to_thread(self.indexer.densify, DENSIFY_BATCH)
+        finally:
+            self._densifying = False
+        if result.embedded:
+            self.speed.observe(result.chars, result.embed_seconds)
+        events = result.events
+        if not events:
+            return 0
+        self.metrics.densified.inc(len(events))
+        futures = [
+            await self.producer.send(self.indexed_topic, key=ev.workspace_id.encode(), value=dumps(ev.to_json_dict()))
+            for ev in events
+        ]
+        await asyncio.gather(*futures)
+        return len(events)
 
     async def _commit(self, consumer: AIOKafkaConsumer, batch: list[ConsumerRecord[bytes, bytes]]) -> None:
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}

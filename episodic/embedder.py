@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ class SentenceTransformerEmbedder:
         self._window = max(8, min(chunk_tokens, max_len) - 2)
         self._overlap = max(0, min(chunk_overlap, self._window // 2))
         self._tokenizer = model.tokenizer
+        self._documents_lock = threading.Lock()  # one ingestion batch on the model's core at a time
         self.model_path = model_id
         # Set by `load_embedder` when ONNX Runtime reproduces the torch vector (episodic/onnx_query.py).
         self.query_encoder: Any = None
@@ -132,7 +134,8 @@ class SentenceTransformerEmbedder:
             parts = self.chunk(t)
             spans.append((len(flat), len(flat) + len(parts)))
             flat.extend(parts)
-        vecs = self._encode(flat)  # one model call for the whole batch
+        with self._documents_lock:
+            vecs = self._encode(flat)  # one model call for the whole batch
         return [vecs[a:b] for a, b in spans]
 
     def embed_query(self, text: str) -> np.ndarray:

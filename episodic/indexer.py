@@ -50,6 +50,8 @@ class BatchResult:
     embed_seconds: float = 0.0
     upsert_seconds: float = 0.0
     embed_failed: bool = False
+    deferred: int = 0  # points written sparse first; their dense vectors come from `densify`
+    chars: int = 0  # characters of the texts that were (or would have been) embedded
 
 
 def supports_relations(rec: EmbeddableRecord, created_at: str) -> list[Relation]:
@@ -133,7 +135,10 @@ class Indexer:
     def mode(self) -> str:
         return "vector" if self.embedder is not None else "sparse-only"
 
-    def index_batch(self, records: list[EmbeddableRecord]) -> BatchResult:
+    def index_batch(self, records: list[EmbeddableRecord], *, defer_dense: bool = False) -> BatchResult:
+        """Index one batch. `defer_dense`: write the new points with their BM25 vectors only (searchable
+        now, event mode "sparse-only") and leave the dense vectors to `densify`, which runs when the model
+        is free: the consumer asks for it when embedding inline would keep the batch invisible too long."""
         result = BatchResult()
         if not records:
             return result
@@ -226,7 +231,10 @@ class Indexer:
             items = list(pending.items())
             texts = [index_text(rec) for _, (rec, _) in items]
             dense: list[Any] | None = None
-            if self.embedder is not None:
+            result.chars = sum(len(t) for t in texts)
+            if self.embedder is not None and defer_dense:
+                result.deferred = len(texts)
+            elif self.embedder is not None:
                 t0 = self.perf()
                 try:
                     dense = self.embedder.embed_documents(texts)
@@ -257,15 +265,42 @@ class Indexer:
         result.events = events
         return result
 
-    def backfill(self, limit: int = 256) -> int:
-        """Add dense vectors to memories indexed sparse-only. Returns how many were filled."""
+    def densify(self, limit: int = 32) -> BatchResult:
+        """Add dense vectors to up to `limit` memories that lack them (indexed sparse-only, or with the
+        vector deferred). The result has one `memory.indexed` event (mode "vector") per memory filled, so
+        that the stages that need the vector learn it is there; no events when there was nothing to do."""
+        result = BatchResult()
         if self.embedder is None:
-            return 0
+            return result
         todo = self.store.missing_dense(limit)
         if not todo:
-            return 0
+            return result
         texts = [str(p.get("summary") or "") for _, p in todo]
+        t0 = self.perf()
         vecs = self.embedder.embed_documents(texts)
-        for (pid, _), v in zip(todo, vecs, strict=True):
+        result.embed_seconds = self.perf() - t0
+        result.embedded = len(texts)
+        result.chars = sum(len(t) for t in texts)
+        now = self.clock()
+        events = result.events
+        current = self.store.retrieve([pid for pid, _ in todo])
+        for (pid, payload), v in zip(todo, vecs, strict=True):
+            now_there = current.get(pid)
+            if now_there is None or now_there.get("summary") != payload.get("summary") or now_there.get("has_dense"):
+                continue  # replaced (or already embedded by the consumer) while the model ran: not this vector
             self.store.set_dense(pid, v.tolist(), {"has_dense": True, "model": self.embedder.model_id})
-        return len(todo)
+            events.append(
+                IndexedEvent(
+                    entry_id=str(payload.get("entry_id", "")),
+                    workspace_id=str(payload.get("workspace_id", "")),
+                    point_id=pid,
+                    indexed_at=now,
+                    mode="vector",
+                )
+            )
+        result.written = len(events)
+        return result
+
+    def backfill(self, limit: int = 256) -> int:
+        """Add dense vectors to memories indexed sparse-only. Returns how many were filled."""
+        return len(self.densify(limit).events)

@@ -63,6 +63,14 @@ class Metrics:
         self.indexed = Counter("episodic_indexed_total", "Memories handled, by mode", ["mode"], registry=r)
         for mode in INDEX_MODES:
             self.indexed.labels(mode=mode)
+        self.dense_deferred = Counter(
+            "episodic_dense_deferred_total",
+            "Memories written sparse first because embedding inline would have kept them invisible too long",
+            registry=r,
+        )
+        self.densified = Counter(
+            "episodic_densified_total", "Dense vectors added after the fact (deferred or backfilled)", registry=r
+        )
         self.consumer_errors = Counter(
             "episodic_consumer_errors_total", "Errors in the consumers, by stage", ["stage"], registry=r
         )

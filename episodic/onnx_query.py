@@ -213,7 +213,7 @@ class OnnxQueryEncoder:
             # A spinning pool burns the cores that the gate, the consumer and the broker share with us.
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
             session = ort.InferenceSession(str(target), opts, providers=["CPUExecutionProvider"])
-            max_len = int(getattr(model, "max_seq_length", None) or getattr(tokenizer, "model_max_length", 512))
+            max_len = int(getattr(model, "max_seq_length", None) or getattr(tokenizer, "model_max_length", None) or 512)
             enc = cls(session, tokenizer, max_len, pooling)
             worst = min(float(np.dot(enc.encode(p), reference(p))) for p in PROBES)
         except Exception as e:

@@ -28,7 +28,6 @@ log = logging.getLogger("episodic")
 
 DEFAULT_DIM = 384  # all-MiniLM-L6-v2; the collection's dense size when starting sparse-only
 BROKER_DEAD_AFTER_S = 30.0
-BACKFILL_EVERY_S = 30.0
 
 
 def setup_logging(level: str = "INFO") -> None:
@@ -164,9 +163,8 @@ class Stack:
         self.consumer = EmbeddingConsumer(
             settings=self.settings, indexer=self.indexer, producer=self.producer, metrics=self.metrics
         )
+        # The consumer also adds missing dense vectors (deferred ones, and the backfill after sparse-only mode).
         self._tasks.append(asyncio.create_task(self._run_consumer(), name="embedding-consumer"))
-        if self.embedder is not None:
-            self._tasks.append(asyncio.create_task(self._backfill_loop(), name="backfill"))
 
     async def _run_consumer(self) -> None:
         assert self.consumer is not None
@@ -177,18 +175,6 @@ class Stack:
         except Exception as e:
             log.exception("embedding consumer failed: %s", e)
             self.fail(1)
-
-    async def _backfill_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                n = await asyncio.to_thread(self.indexer.backfill, 256)
-                if n:
-                    log.info("backfill: added dense vectors to %d sparse-only memories", n)
-                    continue
-            except Exception as e:
-                log.warning("backfill failed: %s", e)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), BACKFILL_EVERY_S)
 
     async def _start_gate(self) -> None:
         from streams.runner import GateRunner

@@ -43,6 +43,14 @@ class Settings(BaseSettings):
         default=16, ge=1, le=1024, description="sequences per forward pass inside the call (less padding)"
     )
     batch_max_wait_ms: int = Field(default=50, ge=0, le=60_000)
+    visible_budget_ms: int = Field(
+        default=800,
+        ge=0,
+        le=600_000,
+        description="embed a batch inline only while its oldest entry can still be searchable within this "
+        "many ms of production (measured embedding speed); otherwise write it sparse first and add the dense "
+        "vectors right after. 0: always inline",
+    )
     embed_threads: int | None = Field(
         default=None,
         ge=1,

@@ -55,7 +55,9 @@ class DlqRecord(BaseModel):
 
 
 class IndexedEvent(BaseModel):
-    """`memory.indexed`: one per memory handled by the embedding consumer."""
+    """`memory.indexed`: one per memory handled by the embedding consumer, and one more (mode "vector")
+    when a memory written sparse first (deferred vector, or sparse-only mode then backfill) gets its dense
+    vector."""
 
     model_config = ConfigDict(extra="forbid")
 

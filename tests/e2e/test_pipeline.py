@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 async def test_mixed_journal_gives_exact_memories_and_dead_letters(fresh_broker: str, tmp_path: Path) -> None:
     exp = build(n_valid=300)
-    settings = stack_settings(fresh_broker, tmp_path)
+    # vectors inline (no deferral), so that every memory has exactly one memory.indexed event
+    settings = stack_settings(fresh_broker, tmp_path, visible_budget_ms=0)
     async with running_stack(settings) as stack:
         await produce_lines(fresh_broker, exp.lines)
         store = stack.store
@@ -61,6 +62,44 @@ async def test_mixed_journal_gives_exact_memories_and_dead_letters(fresh_broker:
             assert stats["indexed"] == store.count("w-a") == stats["dense"] and stats["sparse_only"] == 0
             metrics = (await http.get("/metrics")).text
             assert 'episodic_dead_lettered_total{reason="not_utf8"} 1.0' in metrics
+
+
+async def test_a_backlog_is_searchable_first_and_gets_its_vectors_right_after(
+    fresh_broker: str, tmp_path: Path
+) -> None:
+    exp = build(n_valid=80, seed=9)
+    # a 1 ms budget: no batch can be embedded inline in time, so every batch is written sparse first
+    settings = stack_settings(fresh_broker, tmp_path, visible_budget_ms=1)
+    async with running_stack(settings) as stack:
+        await produce_lines(fresh_broker, exp.lines)
+        total = len(exp.memories)
+        await poll(lambda: stack.store.count() >= total, timeout=90, what="memories searchable")
+        await poll(lambda: stack.store.count(has_dense=True) == total, timeout=120, what="vectors added")
+        events = await read_topic(fresh_broker, "memory.indexed", expect=2 * total + len(exp.duplicates))
+        parsed = [json.loads(r.value) for r in events]
+        by_mode: dict[str, list[tuple[str, str]]] = {}
+        for e in parsed:
+            by_mode.setdefault(e["mode"], []).append((e["workspace_id"], e["entry_id"]))
+        # each memory: first searchable (sparse-only), then its vector; duplicates once, as before
+        assert sorted(by_mode["vector"]) == sorted(exp.memories)
+        assert sorted(by_mode["sparse-only"]) == sorted(exp.memories)
+        assert sorted(by_mode["duplicate"]) == sorted(exp.duplicates)
+        first = {}
+        for i, e in enumerate(parsed):
+            first.setdefault((e["workspace_id"], e["entry_id"], e["mode"]), i)
+        assert all(first[(*k, "sparse-only")] < first[(*k, "vector")] for k in exp.memories)
+        assert stack.consumer is not None and stack.consumer.stats.records >= total
+        ws, _ = next(iter(exp.memories))
+        base = f"http://127.0.0.1:{stack.http_port}"
+        async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+            r = await http.post(
+                "/v1/recall",
+                json={"workspace_id": ws, "agent_id": "planner", "query": "checkout failed", "mode": "dense", "k": 5},
+            )
+            assert r.status_code == 200 and r.json()["degraded"] is False
+            metrics = (await http.get("/metrics")).text
+            assert f"episodic_dense_deferred_total {float(total)}" in metrics
+            assert f"episodic_densified_total {float(total)}" in metrics
 
 
 async def test_sparse_only_mode_then_backfill(fresh_broker: str, tmp_path: Path) -> None:

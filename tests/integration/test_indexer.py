@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from episodic.identity import point_id
@@ -154,3 +155,48 @@ def test_long_text_is_chunked_and_its_tail_is_searchable(indexer: Indexer, store
         embedder.embed_query("how long did replica promotion take in the failover drill").tolist(), scope, 2
     )
     assert hits[0].payload["entry_id"] == "long"
+
+
+def test_deferred_dense_is_searchable_at_once_then_densified(indexer: Indexer, store: Any, embedder: Any) -> None:
+    res = indexer.index_batch(
+        [rec("e1", "checkout OOM in prod"), rec("e2", "TLS cert expiry"), rec("e3", "checkout OOM in prod")],
+        defer_dense=True,
+    )
+    assert res.deferred == 2 and res.embedded == 0
+    assert {e.entry_id: e.mode for e in res.events} == {"e1": "sparse-only", "e2": "sparse-only", "e3": "duplicate"}
+    scope = ScopeFilter(workspace_id="w1", agent_id="a1")
+    assert [h.payload["entry_id"] for h in store.query_sparse(indexer.bm25.query("OOM"), scope, 5)] == ["e1"]
+    assert store.count("w1", has_dense=False) == 2
+
+    done = indexer.densify(1)  # bounded: one at a time
+    assert len(done.events) == 1 and done.events[0].mode == "vector" and done.chars > 0
+    rest = indexer.densify(10)
+    assert {e.entry_id for e in [*done.events, *rest.events]} == {"e1", "e2"}
+    assert indexer.densify(10).events == []
+    assert store.count("w1", has_dense=True) == 2
+    assert payload_of(store, "w1", "e1")["aliases"] == ["e3"]  # densify kept the payload
+    hits = store.query_dense(embedder.embed_query("out of memory in checkout").tolist(), scope, 1)
+    assert hits[0].payload["entry_id"] == "e1"
+
+
+def test_densify_skips_a_memory_replaced_while_the_model_ran(store: Any, embedder: Any) -> None:
+    bm25 = Bm25Encoder()
+    Indexer(store=store, embedder=embedder, bm25=bm25).index_batch([rec("e1", "old text")], defer_dense=True)
+
+    class Racing:
+        """Embeds, and meanwhile the consumer re-indexes e1 with a new summary and its own vector."""
+
+        dim = embedder.dim
+        model_id = embedder.model_id
+
+        def embed_documents(self, texts: list[str]) -> list[Any]:
+            out = embedder.embed_documents(texts)
+            Indexer(store=store, embedder=embedder, bm25=bm25).index_batch([rec("e1", "new text")])
+            return out
+
+    ix = Indexer(store=store, embedder=Racing(), bm25=bm25)  # type: ignore[arg-type]
+    assert ix.densify(10).events == []
+    assert payload_of(store, "w1", "e1")["summary"] == "new text"
+    scope = ScopeFilter(workspace_id="w1", agent_id="a1")
+    top = store.query_dense(embedder.embed_query("new text").tolist(), scope, 1, with_dense=True)[0]
+    assert float(np.max(np.asarray(top.dense) @ embedder.embed_query("new text"))) > 0.99

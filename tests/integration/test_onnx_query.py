@@ -89,7 +89,8 @@ def test_parity_failure_keeps_torch(embedder: Any, cache_dir: Path) -> None:
 
 def test_unsupported_pipelines_keep_torch(embedder: Any, cache_dir: Path) -> None:
     class NotSentenceTransformer:
-        _modules: dict[str, Any] = {}
+        def __init__(self) -> None:
+            self._modules: dict[str, Any] = {}
 
     assert (
         OnnxQueryEncoder.build(
