@@ -6,7 +6,10 @@ embedded broker, the gate, the embedding consumer, Qdrant Edge, the real model, 
 This process produces journal entries in 50 ms ticks (1 `summary.generated` + 20 `exec.output_chunk`
 per tick) and measures, per embeddable entry:
 
-  indexed   produce time -> its `memory.indexed` event arrives (a consumer on memory.indexed here);
+  indexed   produce time -> its first `memory.indexed` event arrives (a consumer on memory.indexed here):
+            the memory is searchable. Mode "vector" when it was embedded inline, "sparse-only" when the
+            consumer deferred its dense vector to stay within its visibility budget;
+  vector    produce time -> the event saying its dense vector is in (the same event when inline);
   visible   produce time -> first `POST /v1/recall` that returns it (every 10th entry is sampled; one
             poller cycles over the pending samples every 50 ms, one request in flight, with the entry's
             first sentence and unique ref as the query, mode sparse, scope `own`, k 10).
@@ -62,6 +65,8 @@ class Probe:
     def __init__(self) -> None:
         self.produced: dict[str, float] = {}  # entry id -> wall time handed to the producer
         self.indexed: dict[str, float] = {}
+        self.vector: dict[str, float] = {}
+        self.deferred = 0
         self.visible: dict[str, float] = {}
         self.visible_missed: list[str] = []
         self.rt_sent: dict[str, float] = {}
@@ -184,6 +189,10 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 with contextlib.suppress(ValueError, KeyError):
                     ev = json.loads(rec.value)
                     probe.indexed.setdefault(ev["entry_id"], now)
+                    if ev.get("mode") == "vector":
+                        probe.vector.setdefault(ev["entry_id"], now)
+                    elif ev.get("mode") == "sparse-only":
+                        probe.deferred += 1
 
             def on_rt(rec: Any, now: float) -> None:
                 probe.rt_recv.setdefault(rec.value.decode(), now)
@@ -204,6 +213,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 await asyncio.wait_for(asyncio.gather(ready_ix.wait(), ready_rt.wait()), 60)
                 await wait_warm(producer, probe, "ws-warm", timeout=args.start_timeout)
                 probe.indexed.clear()
+                probe.vector.clear()
+                probe.deferred = 0
                 rows = await measure(args, producer, probe, rt_topic, f"{base}/v1/recall", httpx)
                 print(stack_metrics_summary(f"{base}/metrics"))
             finally:
@@ -299,6 +310,9 @@ async def measure(
         d = Deadline(30)
         while not d.passed() and (len(probe.indexed) < len(probe.produced) or len(probe.rt_recv) < len(probe.rt_sent)):
             await asyncio.sleep(0.1)
+        d = Deadline(60)  # deferred vectors trail a heavy mix
+        while not d.passed() and len(probe.vector) < len(probe.produced):
+            await asyncio.sleep(0.1)
         sampling_done.set()
         await asyncio.wait_for(poller, VISIBLE_GIVE_UP_S + 10)
 
@@ -330,6 +344,21 @@ async def measure(
             note=note,
         ),
     ]
+    lat_vec = [probe.vector[e] - t for e, t in probe.produced.items() if e in probe.vector]
+    if lat_vec:
+        rows.append(
+            Row(
+                "freshness",
+                "produce -> dense vector in, p99",
+                percentile(lat_vec, 99),
+                "s",
+                rt99,
+                "broker round trip p99",
+                note=f"p50 {percentile(lat_vec, 50):.3f} s; {probe.deferred} of {len(probe.produced)} entries "
+                f"written sparse first (vector deferred); {len(probe.produced) - len(lat_vec)} without a vector "
+                "60 s after the load",
+            )
+        )
     if lat_vis or probe.visible_missed:
         rows += [
             Row(
