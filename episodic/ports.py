@@ -72,13 +72,26 @@ class ScopeFilter:
 
 @dataclass(frozen=True, slots=True)
 class Fusion:
-    """How the hybrid legs are fused. `method`: 'rrf' (weighted) or 'dbsf'."""
+    """How the hybrid legs are fused. `method`: 'rrf' (weighted) or 'dbsf'.
+
+    Legs (each a prefetch of `prefetch_limit` candidates unless said otherwise):
+    - dense: max-sim cosine (`dense_weight`);
+    - sparse: BM25 (`sparse_weight`);
+    - both (`both_weight` > 0): the dense leg's candidates re-scored by BM25, so memories near in meaning
+      that also share the query's words rank first;
+    - head (`head` > 0 and `head_weight` > 0): BM25's top `head` again, a stepped extra weight for the
+      best lexical matches.
+    Legs with weight 0 are left out. Without a query term the sparse-based legs are left out.
+    """
 
     method: Literal["rrf", "dbsf"] = "rrf"
     k: int = 60
     dense_weight: float = 1.0
     sparse_weight: float = 1.0
     prefetch_limit: int = 100
+    both_weight: float = 0.0
+    head: int = 0
+    head_weight: float = 0.0
 
 
 @dataclass(slots=True)

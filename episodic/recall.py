@@ -50,20 +50,15 @@ def fusion_from_settings(settings: Settings) -> Fusion:
     prefetch = max(MIN_PREFETCH, settings.prefetch_limit)
     if settings.fusion == "rrf_equal":
         return Fusion(method="rrf", k=60, dense_weight=1.0, sparse_weight=1.0, prefetch_limit=prefetch)
-    if settings.fusion == "dbsf":
-        return Fusion(
-            method="dbsf",
-            k=settings.rrf_k,
-            dense_weight=settings.rrf_dense_weight,
-            sparse_weight=settings.rrf_sparse_weight,
-            prefetch_limit=prefetch,
-        )
     return Fusion(
-        method="rrf",
+        method="dbsf" if settings.fusion == "dbsf" else "rrf",
         k=settings.rrf_k,
         dense_weight=settings.rrf_dense_weight,
         sparse_weight=settings.rrf_sparse_weight,
         prefetch_limit=prefetch,
+        both_weight=settings.rrf_both_weight,
+        head=settings.rrf_head,
+        head_weight=settings.rrf_head_weight,
     )
 
 

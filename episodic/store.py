@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import numpy as np
 
 from episodic.errors import StoreError
-from episodic.ports import DENSE, MemoryPoint, MemoryStore, SparseVec
+from episodic.ports import DENSE, Fusion, MemoryPoint, MemoryStore, SparseVec
 
 if TYPE_CHECKING:
     from episodic.settings import Settings
@@ -146,3 +146,38 @@ def open_store(settings: Settings, *, dim: int) -> MemoryStore:
         store.close()
         raise
     return store
+
+
+L = TypeVar("L")
+
+
+def hybrid_legs(
+    fusion: Fusion,
+    *,
+    limit: int,
+    has_terms: bool,
+    dense: Callable[[int], L],
+    sparse: Callable[[int], L],
+    rescored: Callable[[L, int], L],
+) -> tuple[list[L], list[float]]:
+    """The hybrid query's prefetch legs and their RRF weights (see `Fusion`), built with the adapter's
+    own prefetch constructors: `dense(limit)`, `sparse(limit)`, and `rescored(inner, limit)` (the inner
+    prefetch's candidates re-scored by the BM25 query). One definition for both adapters."""
+    legs: list[L] = []
+    weights: list[float] = []
+
+    def add(leg: L, weight: float) -> None:
+        if weight > 0 or fusion.method == "dbsf":
+            legs.append(leg)
+            weights.append(weight)
+
+    add(dense(limit), fusion.dense_weight)
+    if has_terms:  # an empty sparse query contributes nothing; leave those legs out rather than ask the engine
+        add(sparse(limit), fusion.sparse_weight)
+        if fusion.both_weight > 0:
+            add(rescored(dense(limit), limit), fusion.both_weight)
+        if fusion.head > 0 and fusion.head_weight > 0:
+            add(sparse(min(fusion.head, limit)), fusion.head_weight)
+    if not legs:  # every weight 0: the dense leg alone still ranks
+        legs, weights = [dense(limit)], [1.0]
+    return legs, weights

@@ -34,6 +34,7 @@ from episodic.store import (
     DEFAULT_PREFETCH,
     PAYLOAD_INDEXES,
     dense_rows,
+    hybrid_legs,
     stored_payload,
     validate_dense,
     validate_points,
@@ -340,11 +341,20 @@ class EdgeStore(MemoryStore):
     def _dense_leg(self, vector: list[float], flt: qe.Filter, limit: int) -> qe.Prefetch:
         return qe.Prefetch(limit=limit, query=qe.Query.Nearest([list(map(float, vector))], using=DENSE), filter=flt)
 
-    def _sparse_leg(self, sparse: SparseVec, scope: ScopeFilter, flt: qe.Filter, limit: int) -> qe.Prefetch:
+    def _sparse_leg(
+        self, sparse: SparseVec, scope: ScopeFilter, flt: qe.Filter, limit: int, inner: qe.Prefetch | None = None
+    ) -> qe.Prefetch:
+        """BM25 over the scope, or (`inner`) over the inner prefetch's candidates only."""
         # IDF statistics over the request's workspace only (not the whole collection, not the scope).
         idf = qe.SearchParams(idf=qe.IdfParams(corpus=qe.Filter(must=[_workspace(scope.workspace_id)])))
         vec = qe.SparseVector(list(sparse.indices), list(sparse.values))
-        return qe.Prefetch(limit=limit, query=qe.Query.Nearest(vec, using=SPARSE), filter=flt, params=idf)
+        return qe.Prefetch(
+            limit=limit,
+            query=qe.Query.Nearest(vec, using=SPARSE),
+            filter=flt,
+            params=idf,
+            prefetches=[inner] if inner is not None else None,
+        )
 
     def _run(self, prefetch: qe.Prefetch, flt: qe.Filter, limit: int, with_dense: bool) -> list[StoredHit]:
         request = qe.QueryRequest(
@@ -399,11 +409,14 @@ class EdgeStore(MemoryStore):
             return []
         flt = scope_filter(scope)
         leg = self._leg_limit(limit, fusion.prefetch_limit)
-        legs = [self._dense_leg(vector, flt, leg)]
-        weights = [fusion.dense_weight]
-        if sparse.indices:  # an empty sparse leg contributes nothing; leave it out rather than ask the engine
-            legs.append(self._sparse_leg(sparse, scope, flt, leg))
-            weights.append(fusion.sparse_weight)
+        legs, weights = hybrid_legs(
+            fusion,
+            limit=leg,
+            has_terms=bool(sparse.indices),
+            dense=lambda n: self._dense_leg(vector, flt, n),
+            sparse=lambda n: self._sparse_leg(sparse, scope, flt, n),
+            rescored=lambda inner, n: self._sparse_leg(sparse, scope, flt, n, inner=inner),
+        )
         fuse: Any = qe.Fusion.Dbsf() if fusion.method == "dbsf" else qe.Fusion.Rrf(k=fusion.k, weights=weights)
         fused = qe.Prefetch(limit=leg * len(legs), prefetches=legs, query=fuse, filter=flt)
         return self._run(fused, flt, limit, with_dense)

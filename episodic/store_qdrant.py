@@ -38,6 +38,7 @@ from episodic.store import (
     DEFAULT_PREFETCH,
     PAYLOAD_INDEXES,
     dense_rows,
+    hybrid_legs,
     stored_payload,
     validate_dense,
     validate_points,
@@ -369,10 +370,14 @@ class QdrantServerStore(MemoryStore):
         return m.Prefetch(query=[list(map(float, vector))], using=DENSE, filter=flt, limit=limit)
 
     @staticmethod
-    def _sparse_leg(sparse: SparseVec, scope: ScopeFilter, flt: m.Filter, limit: int) -> m.Prefetch:
+    def _sparse_leg(
+        sparse: SparseVec, scope: ScopeFilter, flt: m.Filter, limit: int, inner: m.Prefetch | None = None
+    ) -> m.Prefetch:
+        """BM25 over the scope, or (`inner`) over the inner prefetch's candidates only."""
         # IDF statistics over the request's workspace only (not the whole collection, not the scope).
         idf = m.SearchParams(idf=m.IdfCorpusParams(corpus=m.Filter(must=[_workspace(scope.workspace_id)])))
         return m.Prefetch(
+            prefetch=[inner] if inner is not None else None,
             query=m.SparseVector(indices=list(sparse.indices), values=list(sparse.values)),
             using=SPARSE,
             filter=flt,
@@ -431,11 +436,14 @@ class QdrantServerStore(MemoryStore):
             return []
         flt = scope_filter(scope)
         leg = self._leg_limit(limit, fusion.prefetch_limit)
-        legs = [self._dense_leg(vector, flt, leg)]
-        weights = [fusion.dense_weight]
-        if sparse.indices:  # an empty sparse leg contributes nothing; leave it out rather than ask the engine
-            legs.append(self._sparse_leg(sparse, scope, flt, leg))
-            weights.append(fusion.sparse_weight)
+        legs, weights = hybrid_legs(
+            fusion,
+            limit=leg,
+            has_terms=bool(sparse.indices),
+            dense=lambda n: self._dense_leg(vector, flt, n),
+            sparse=lambda n: self._sparse_leg(sparse, scope, flt, n),
+            rescored=lambda inner, n: self._sparse_leg(sparse, scope, flt, n, inner=inner),
+        )
         fuse: Any = (
             m.FusionQuery(fusion=m.Fusion.DBSF)
             if fusion.method == "dbsf"

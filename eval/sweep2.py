@@ -67,7 +67,6 @@ class Q:
             self._rr[("B", m)] = (o, self.s[o])
         return self._rr[("B", m)]
 
-
     def Z(self, m: int) -> tuple[np.ndarray, np.ndarray]:
         """B(m) if the engine keeps zero-BM25 candidates: matched first by BM25, then the rest, by index."""
         if ("Z", m) not in self._rr:
@@ -75,6 +74,14 @@ class Q:
             o = c[np.lexsort((c, -self.s[c]))]
             self._rr[("Z", m)] = (o, self.s[o])
         return self._rr[("Z", m)]
+
+    def T(self, spec: tuple[int, float]) -> tuple[np.ndarray, np.ndarray]:
+        """Sparse top-n with score_threshold thr (a prefetch's score_threshold): BM25 grows with ln(corpus
+        size) through the IDF, so this leg fires more in large pools."""
+        n, thr = spec
+        i = self.ts[:n]
+        i = i[self.s[i] >= thr]
+        return i, self.s[i]
 
 
 Leg = tuple[str, int]  # ("D"|"S"|"R"|"B"|"Z", limit) or ("F", (limit, method-with-limit))
@@ -167,7 +174,7 @@ def build_views() -> dict[str, list[Q]]:
 
 
 def evaluate(views: dict[str, list[Q]], m: Method) -> dict[str, Score]:
-    return {v: score((([q.p.aliases[i] for i in m(q)], q.ev) for q in qs)) for v, qs in views.items()}
+    return {v: score(([q.p.aliases[i] for i in m(q)], q.ev) for q in qs) for v, qs in views.items()}
 
 
 def methods(quick: bool = False) -> dict[str, tuple[Method, str]]:
@@ -308,7 +315,8 @@ def methods5() -> dict[str, tuple[Method, str]]:
             for wt in (0.5, 0.625, 0.75):
                 for m in (50, 100):
                     ms[f"rrf k={k} [D100 1.0, Z{m} {wb}, S100 1, S5 {wt}]"] = (
-                        rrf([("D", 100), ("Z", m), ("S", 100), ("S", 5)], k, [1.0, wb, 1.0, wt]), ""
+                        rrf([("D", 100), ("Z", m), ("S", 100), ("S", 5)], k, [1.0, wb, 1.0, wt]),
+                        "",
                     )
     inner = {
         "H4": rrf(legs4, k4, w4, limit=100),
@@ -326,6 +334,135 @@ def methods5() -> dict[str, tuple[Method, str]]:
     return ms
 
 
+def methods6() -> dict[str, tuple[Method, str]]:
+    """Round 6: a stepped sparse weight (S100 + S10 + S5) and a stepped dense weight (D100 + D3)."""
+    ms = {n: v for n, v in methods().items() if n in ("dense", "sparse", "rrf60 (seed)", "rrf k=2 w=0.5/1 (default)")}
+    legs4, k4, w4 = BEST4
+    ms["BEST4 rrf k=3 [D100 1, B100 .5, S100 1, S5 .625]"] = (rrf(legs4, k4, w4), "")
+    for k in (2, 3, 4):
+        for wd in (0.75, 1.0):
+            for wt in (0.5, 0.625, 0.75):
+                for w10 in (0.25, 0.5):
+                    ms[f"rrf k={k} [D100 {wd}, B100 0.5, S100 1, S10 {w10}, S5 {wt}]"] = (
+                        rrf([("D", 100), ("B", 100), ("S", 100), ("S", 10), ("S", 5)], k, [wd, 0.5, 1.0, w10, wt]),
+                        "",
+                    )
+                for wd3 in (0.25, 0.5):
+                    ms[f"rrf k={k} [D100 {wd}, D3 {wd3}, B100 0.5, S100 1, S5 {wt}]"] = (
+                        rrf([("D", 100), ("D", 3), ("B", 100), ("S", 100), ("S", 5)], k, [wd, wd3, 0.5, 1.0, wt]),
+                        "",
+                    )
+                for wb5 in (0.25, 0.5):
+                    ms[f"rrf k={k} [D100 {wd}, B100 0.5, B5 {wb5}, S100 1, S5 {wt}]"] = (
+                        rrf([("D", 100), ("B", 100), ("B", 5), ("S", 100), ("S", 5)], k, [wd, 0.5, wb5, 1.0, wt]),
+                        "",
+                    )
+    return ms
+
+
+def methods_final() -> dict[str, tuple[Method, str]]:
+    """The curated table (eval/results/sweep-rerank.txt): baselines, the best tree and its neighbours,
+    and the best of each candidate family from rounds 1-6."""
+    ms = {n: v for n, v in methods().items() if n in ("dense", "sparse", "rrf60 (seed)", "rrf k=2 w=0.5/1 (default)")}
+    legs4, k4, w4 = BEST4
+    ms["BEST4 rrf k=3 [D100 1, B100 .5, S100 1, S5 .625]"] = (rrf(legs4, k4, w4), "")
+    for k, wd, m, wb, top, wt in (
+        (3, 1.0, 100, 0.5, 5, 0.5),
+        (3, 1.0, 100, 0.5, 5, 0.75),
+        (2, 1.0, 100, 0.5, 5, 0.625),
+        (4, 1.0, 100, 0.5, 5, 0.625),
+        (3, 0.75, 100, 0.5, 5, 0.625),
+        (3, 1.25, 100, 0.5, 5, 0.625),
+        (3, 1.0, 75, 0.5, 5, 0.625),
+        (3, 1.0, 150, 0.5, 5, 0.625),
+        (3, 1.0, 100, 0.25, 5, 0.625),
+        (3, 1.0, 100, 0.75, 5, 0.625),
+        (3, 1.0, 100, 0.5, 4, 0.625),
+        (3, 1.0, 100, 0.5, 6, 0.625),
+    ):
+        ms[f"rrf k={k} [D100 {wd}, B{m} {wb}, S100 1, S{top} {wt}]"] = (
+            rrf([("D", 100), ("B", m), ("S", 100), ("S", top)], k, [wd, wb, 1.0, wt]),
+            "",
+        )
+    for thr, wt in ((9.0, 0.75), (8.0, 0.75), (10.0, 0.75), (9.0, 0.625), (9.0, 0.875), (10.0, 0.625)):
+        ms[f"rrf k=3 [D100 1, B100 .5, S100 1, T5>={thr:g} {wt}]"] = (
+            rrf([("D", 100), ("B", 100), ("S", 100), ("T", (5, thr))], 3, [1.0, 0.5, 1.0, wt]),
+            "",
+        )
+    for k in (2, 4):
+        ms[f"rrf k={k} [D100 1, B100 .5, S100 1, T5>=9 0.75]"] = (
+            rrf([("D", 100), ("B", 100), ("S", 100), ("T", (5, 9.0))], k, [1.0, 0.5, 1.0, 0.75]),
+            "",
+        )
+    ms["rrf k=3 [D100 1, Z100 .5, S100 1, T5>=9 .75] (zeros kept)"] = (
+        rrf([("D", 100), ("Z", 100), ("S", 100), ("T", (5, 9.0))], 3, [1.0, 0.5, 1.0, 0.75]),
+        "",
+    )
+    ms["rrf k=3 [D100 1, Z100 .5, S100 1, S5 .625] (zeros kept)"] = (
+        rrf([("D", 100), ("Z", 100), ("S", 100), ("S", 5)], 3, [1.0, 0.5, 1.0, 0.625]),
+        "",
+    )
+    ms["rrf k=1 [D100 .5, B50 .5, S100 1]"] = (rrf([("D", 100), ("B", 50), ("S", 100)], 1, [0.5, 0.5, 1.0]), "")
+    ms["rrf k=3 [D100 1, S100 1, S3 1]"] = (rrf([("D", 100), ("S", 100), ("S", 3)], 3, [1.0, 1.0, 1.0]), "")
+    ms["rrf k=2 [D100 .5, S100 1, S5 1]"] = (rrf([("D", 100), ("S", 100), ("S", 5)], 2, [0.5, 1.0, 1.0]), "")
+    ms["rrf k=1 [R50 .5, S100 1] (cand. 1)"] = (rrf([("R", 50), ("S", 100)], 1, [0.5, 1.0]), "")
+    ms["rrf k=1 [D100 .5, R50 .5, S100 1] (cand. 2)"] = (
+        rrf([("D", 100), ("R", 50), ("S", 100)], 1, [0.5, 0.5, 1.0]),
+        "",
+    )
+    ms["rrf k=2 [D100 .5, R50 .25, S100 1] (cand. 2)"] = (
+        rrf([("D", 100), ("R", 50), ("S", 100)], 2, [0.5, 0.25, 1.0]),
+        "",
+    )
+    ms["dbsf [R50, S100] (cand. 3)"] = (dbsf([("R", 50), ("S", 100)], [1, 1]), "")
+    ms["dbsf [R100, S100 x2] (cand. 3)"] = (dbsf([("R", 100), ("S", 100)], [1, 2]), "")
+    ms["dbsf [D100, R50, S100 x3] (cand. 3)"] = (dbsf([("D", 100), ("R", 50), ("S", 100)], [1, 1, 3]), "")
+    ms["R50 alone (dense over S50)"] = (single(("R", 50)), "")
+    return ms
+
+
+def methods7() -> dict[str, tuple[Method, str]]:
+    """Round 7: a thresholded sparse boost leg T(n, thr) = S top-n with score_threshold thr."""
+    ms = {n: v for n, v in methods().items() if n in ("dense", "sparse", "rrf60 (seed)", "rrf k=2 w=0.5/1 (default)")}
+    legs4, k4, w4 = BEST4
+    ms["BEST4 rrf k=3 [D100 1, B100 .5, S100 1, S5 .625]"] = (rrf(legs4, k4, w4), "")
+    for k in (2, 3):
+        for n in (5, 10, 20):
+            for thr in (8.0, 10.0, 12.0, 14.0, 16.0):
+                for wt in (0.5, 0.75, 1.0):
+                    ms[f"rrf k={k} [D100 1, B100 .5, S100 1, T{n}>={thr:g} {wt}]"] = (
+                        rrf([("D", 100), ("B", 100), ("S", 100), ("T", (n, thr))], k, [1.0, 0.5, 1.0, wt]),
+                        "",
+                    )
+                    ms[f"rrf k={k} [D100 1, B100 .5, S100 1, S5 .625, T{n}>={thr:g} {wt}]"] = (
+                        rrf(
+                            [("D", 100), ("B", 100), ("S", 100), ("S", 5), ("T", (n, thr))],
+                            k,
+                            [1.0, 0.5, 1.0, 0.625, wt],
+                        ),
+                        "",
+                    )
+                    ms[f"rrf k={k} [D100 .5, S100 1, T{n}>={thr:g} {wt}]"] = (
+                        rrf([("D", 100), ("S", 100), ("T", (n, thr))], k, [0.5, 1.0, wt]),
+                        "",
+                    )
+    return ms
+
+
+def methods8() -> dict[str, tuple[Method, str]]:
+    """Round 8: plateau of [D100 1, B100 .5, S100 1, T<n> >= thr] (the thresholded short sparse leg)."""
+    ms = {n: v for n, v in methods().items() if n in ("dense", "sparse", "rrf60 (seed)", "rrf k=2 w=0.5/1 (default)")}
+    for k in (2, 3, 4):
+        for n in (4, 5, 6):
+            for thr in (6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0):
+                for wt in (0.5, 0.625, 0.75, 0.875):
+                    ms[f"rrf k={k} [D100 1, B100 .5, S100 1, T{n}>={thr:g} {wt}]"] = (
+                        rrf([("D", 100), ("B", 100), ("S", 100), ("T", (n, thr))], k, [1.0, 0.5, 1.0, wt]),
+                        "",
+                    )
+    return ms
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -335,7 +472,16 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.monotonic()
     views = build_views()
     print(f"views built in {time.monotonic() - t0:.0f}s: " + ", ".join(f"{v}={len(q)}" for v, q in views.items()))
-    ms = {2: methods2, 3: methods3, 4: methods4, 5: methods5}.get(a.round, lambda: methods(a.quick))()
+    ms = {
+        2: methods2,
+        3: methods3,
+        4: methods4,
+        5: methods5,
+        6: methods6,
+        7: methods7,
+        8: methods8,
+        9: methods_final,
+    }.get(a.round, lambda: methods(a.quick))()
     res: dict[str, dict[str, Score]] = {}
     t1 = time.monotonic()
     for i, (name, (m, _)) in enumerate(ms.items()):
@@ -364,7 +510,7 @@ def main(argv: list[str] | None = None) -> None:
     lines = [head]
     for mean, worst, lm, sm, name, r in rows:
         cells = " ".join(f"{v} {r[v].recall5:.3f}/{r[v].recall10:.3f}" for v in views)
-        lines.append(f"{name:38} mean {mean:.3f} worst {worst:+.3f} (leg {lm:+.3f} seed {sm:+.3f}) | {cells}")
+        lines.append(f"{name:38} mean {mean:.3f} worst {worst:+.4f} (leg {lm:+.4f} seed {sm:+.3f}) | {cells}")
     text = "\n".join(lines)
     # a second ranking: methods with worst > 0, by s mean then overall mean
     pos = [r for r in rows if r[1] > 0]

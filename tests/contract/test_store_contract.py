@@ -351,6 +351,62 @@ def test_hybrid_returns_union_and_strong_in_both_first(store: MemoryStore, mk: M
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
+def _lexical_vs_semantic(store: MemoryStore, mk: MakePoint) -> None:
+    """Dense ranking near-nolex > near-lex > filler-0..3 >> lex-far; BM25 for "rollback": lex-far > near-lex."""
+    store.upsert(
+        [
+            mk("near-nolex", "garden watering schedule", mix((0, 0.95), (1, math.sqrt(1 - 0.95**2)))),
+            mk("near-lex", "rollback of the release", mix((0, 0.8), (2, 0.6))),
+            *(
+                mk(f"filler-{i}", f"unrelated note number {i}", mix((0, 0.7 - 0.05 * i), (3 + i, 0.6)))
+                for i in range(4)
+            ),
+            mk("lex-far", "rollback rollback, the rollback runbook", e(4)),
+        ]
+    )
+
+
+def test_hybrid_both_leg_rescores_the_dense_candidates_by_bm25(
+    store: MemoryStore, mk: MakePoint, bm25: Bm25Encoder
+) -> None:
+    _lexical_vs_semantic(store, mk)
+    only_both = Fusion(dense_weight=0, sparse_weight=0, both_weight=1.0, k=1, prefetch_limit=4)
+    got = ids(store.query_hybrid(e(0), bm25.query("rollback"), OWN, 4, only_both))
+    # the dense top 4 (near-nolex, near-lex, filler-0, filler-1) ranked by BM25: near-lex first, and
+    # lex-far (the best BM25 match, far in meaning) cannot enter through this leg
+    assert got[0] == "near-lex" and "lex-far" not in got
+    assert set(got) <= {"near-nolex", "near-lex", "filler-0", "filler-1"}
+
+
+def test_hybrid_head_leg_is_bm25s_top_n(store: MemoryStore, mk: MakePoint, bm25: Bm25Encoder) -> None:
+    _lexical_vs_semantic(store, mk)
+    only_head = Fusion(dense_weight=0, sparse_weight=0, head=1, head_weight=1.0, k=1, prefetch_limit=10)
+    assert ids(store.query_hybrid(e(0), bm25.query("rollback"), OWN, 5, only_head)) == ["lex-far"]
+
+
+def test_hybrid_default_fusion_ranks_the_lexical_matches_first(
+    store: MemoryStore, mk: MakePoint, bm25: Bm25Encoder
+) -> None:
+    from episodic.recall import fusion_from_settings
+    from episodic.settings import Settings
+
+    _lexical_vs_semantic(store, mk)
+    fusion = fusion_from_settings(Settings())
+    assert fusion.both_weight > 0 and fusion.head > 0  # the shipped default uses all four legs
+    hits = store.query_hybrid(e(0), bm25.query("rollback"), OWN, 7, fusion)
+    got = ids(hits)
+    # in a pool this small every memory is a dense candidate: the two BM25 matches lead
+    assert set(got[:2]) == {"near-lex", "lex-far"} and set(got) == {
+        "near-nolex",
+        "near-lex",
+        "lex-far",
+        *(f"filler-{i}" for i in range(4)),
+    }
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    # no query term: the sparse-based legs drop out and the dense leg ranks alone
+    assert ids(store.query_hybrid(e(0), SparseVec([], []), OWN, 3, fusion)) == ["near-nolex", "near-lex", "filler-0"]
+
+
 def test_sparse_only_points_are_in_sparse_and_hybrid_not_dense(
     store: MemoryStore, mk: MakePoint, bm25: Bm25Encoder
 ) -> None:
