@@ -52,6 +52,7 @@ from bench.common import (
 )
 
 TARGET_P99_S = 0.025
+SETTLE_S = 12.0
 WORKSPACES = 10
 QUERY_WS = "ws-3"
 NOISE_SIGMA = 0.02  # per dimension: noise norm ≈ 0.39 on 384 dims, cosine ≈ 0.93
@@ -239,6 +240,9 @@ def measure_http(data_dir: Path, queries: list[str], log_path: Path, start_timeo
     base = f"http://{LOOPBACK}:{http_port}"
     with child_process(episodic_up_cmd(), env=env, log_path=log_path) as proc:
         wait_http(f"{base}/healthz", timeout=start_timeout, proc=proc, log_path=log_path)
+        # /healthz answers before the gate and the consumer have joined their groups (about half the
+        # session timeout): let the start-up work finish, so that "idle" measures an idle stack
+        time.sleep(SETTLE_S)
         idle = time_http(f"{base}/v1/recall", queries)
         with IngestLoad(f"{LOOPBACK}:{broker_port}") as load:
             d = Deadline(5)  # let the gate and the consumer start working
