@@ -143,7 +143,7 @@ def time_direct(store: Any, embedder: Any, queries: list[str]) -> dict[str, list
     fusion = fusion_from_settings(settings)
     engine = RecallEngine.from_settings(settings, store=store, embedder=embedder, bm25=bm25)
     scope = ScopeFilter(workspace_id=QUERY_WS, scope="own", agent_id=f"agent-{QUERY_WS}")
-    out: dict[str, list[float]] = {"embed": [], "store": [], "engine": []}
+    out: dict[str, list[float]] = {"embed": [], "store": [], "engine": [], "embed_torch": []}
     for q in queries[:10]:  # warm-up
         store.query_hybrid(embedder.embed_query(q).tolist(), bm25.query(q), scope, 5, fusion)
     for q in queries:
@@ -159,6 +159,8 @@ def time_direct(store: Any, embedder: Any, queries: list[str]) -> dict[str, list
         out["embed"].append(t1 - t0)
         out["store"].append(t2 - t1)
         out["engine"].append(t3 - t2)
+        embedder.embed_query_torch(q)  # the torch path, for comparison
+        out["embed_torch"].append(time.perf_counter() - t3)
     return out
 
 
@@ -267,6 +269,10 @@ def run(args: argparse.Namespace) -> list[Row]:
         for _ in range(args.queries)
     ]
     embedder = load_embedder()
+    # the query path the service uses (ONNX Runtime when it reproduces the torch vector)
+    from episodic.embedder import attach_query_encoder
+
+    query_backend = "onnx" if attach_query_encoder(embedder, Settings()) else "torch"
     rows: list[Row] = []
     with tmp_dir() as tmp:
         data_dir = tmp / "data"
@@ -324,8 +330,9 @@ def run(args: argparse.Namespace) -> list[Row]:
                     f"{size} direct query_hybrid p99 (store only)",
                     p99["store"],
                     "s",
-                    note=f"store p50 {p50['store'] * 1000:.1f} ms; bare embed_query p50/p99 "
-                    f"{p50['embed'] * 1000:.1f}/{p99['embed'] * 1000:.1f} ms",
+                    note=f"store p50 {p50['store'] * 1000:.1f} ms; bare embed_query ({query_backend}) p50/p99 "
+                    f"{p50['embed'] * 1000:.1f}/{p99['embed'] * 1000:.1f} ms; torch forward p50/p99 "
+                    f"{p50['embed_torch'] * 1000:.1f}/{p99['embed_torch'] * 1000:.1f} ms",
                 ),
                 Row(
                     "recall",

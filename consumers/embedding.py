@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 STORE_RETRY_MAX_S = 30.0
 DENSIFY_BATCH = 32  # small: the consumer waits for the model no longer than one of these
 DENSIFY_IDLE_S = 30.0  # look for missing vectors at least this often (backfill after sparse-only mode)
+DENSIFY_STOP_S = 30.0  # on stop, wait this long for the vectors being computed
 PRIOR_SECONDS_PER_CHAR = 2e-4  # about 30 one-line summaries a second on one core, until measured
 
 
@@ -143,10 +144,15 @@ class EmbeddingConsumer:
                 if batch:
                     await self._process(consumer, batch)
         finally:
-            if densify is not None:
-                densify.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await densify
+            if densify is not None:  # let a batch of vectors in flight land before the store closes
+                self._stopping.set()
+                self._densify_wake.set()
+                try:
+                    await asyncio.wait_for(asyncio.shield(densify), DENSIFY_STOP_S)
+                except BaseException:
+                    densify.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await densify
             try:
                 await consumer.stop()
             except Exception:  # pragma: no cover - best effort on shutdown
