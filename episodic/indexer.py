@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 COUNTER_FIELDS = ("reference_count", "last_referenced_at", "importance_score", "aliases", "occurrences", "indexed_at")
 
 
+DENSIFY_WINDOW = 16  # densify looks at up to 16x its batch of missing vectors to pick the oldest
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -272,7 +275,9 @@ class Indexer:
         result = BatchResult()
         if self.embedder is None:
             return result
-        todo = self.store.missing_dense(limit)
+        # Oldest first (the store scrolls in id order): look at a wider window, take the earliest indexed.
+        window = self.store.missing_dense(max(limit, limit * DENSIFY_WINDOW))
+        todo = sorted(window, key=lambda t: (str(t[1].get("indexed_at") or ""), str(t[1].get("ts") or "")))[:limit]
         if not todo:
             return result
         texts = [str(p.get("summary") or "") for _, p in todo]

@@ -200,3 +200,13 @@ def test_densify_skips_a_memory_replaced_while_the_model_ran(store: Any, embedde
     scope = ScopeFilter(workspace_id="w1", agent_id="a1")
     top = store.query_dense(embedder.embed_query("new text").tolist(), scope, 1, with_dense=True)[0]
     assert float(np.max(np.asarray(top.dense) @ embedder.embed_query("new text"))) > 0.99
+
+
+def test_densify_fills_the_oldest_first(store: Any, embedder: Any) -> None:
+    times = iter(datetime(2026, 11, 20, 10, m, tzinfo=UTC) for m in range(0, 60, 5))
+    ix = Indexer(store=store, embedder=embedder, bm25=Bm25Encoder(), clock=lambda: next(times))
+    # ids chosen so that the store's id order is not the arrival order
+    for eid in ("zz-first", "aa-second", "mm-third", "bb-fourth"):
+        ix.index_batch([rec(eid, f"memory {eid}")], defer_dense=True)
+    order = [ix.densify(1).events[0].entry_id for _ in range(4)]
+    assert order == ["zz-first", "aa-second", "mm-third", "bb-fourth"]
