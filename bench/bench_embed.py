@@ -138,7 +138,11 @@ async def run_pipeline(
             if self.stats.records >= n:
                 self.request_stop()
 
-    settings = Settings(kafka_bootstrap=bootstrap, batch_size=batch, batch_max_wait_ms=50, session_timeout_ms=6000)
+    # visible_budget_ms=0: every batch embedded inline (a pre-produced backlog would otherwise be written
+    # BM25-first and this would time the sparse path, not the embedding throughput)
+    settings = Settings(
+        kafka_bootstrap=bootstrap, batch_size=batch, batch_max_wait_ms=50, session_timeout_ms=6000, visible_budget_ms=0
+    )
     store = _new_store(store_dir, embedder.dim)
     producer = make_producer(bootstrap)
     await producer.start()
@@ -174,7 +178,7 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
     from episodic.bus import ensure_topics
 
     n, batch, rounds = args.n, args.batch, args.rounds
-    texts = journal_summaries(n, seed=11)
+    texts = journal_summaries(n, seed=11, mix=args.mix)
     records = make_records(texts)
     embedder = load_embedder(batch)
     chunks = sum(len(embedder.chunk(t)) for t in texts)
@@ -255,6 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--quick", action="store_true", help="small sizes (a sanity check, not a figure)")
     ap.add_argument("--n", type=int, default=None, help="texts (default 2048, quick 256)")
+    ap.add_argument(
+        "--mix",
+        choices=["mixed", "short"],
+        default="mixed",
+        help="summary lengths: mixed (26%% paragraphs, 4%% long reports, chunked) or short (1-3 sentences)",
+    )
     ap.add_argument("--batch", type=int, default=64, help="batch size for both sides (default 64)")
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3, quick 2)")
     ap.add_argument("--timeout", type=float, default=900.0, help="per pipeline run, seconds")

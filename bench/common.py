@@ -241,9 +241,9 @@ def journal_summary(rng: random.Random, mix: str = "mixed") -> str:
     return f"{rng.choice(OPENERS)} " + " ".join(sentence(rng) for _ in range(n))
 
 
-def journal_summaries(n: int, seed: int = 7) -> list[str]:
+def journal_summaries(n: int, seed: int = 7, mix: str = "mixed") -> list[str]:
     rng = random.Random(seed)
-    return [journal_summary(rng) for _ in range(n)]
+    return [journal_summary(rng, mix) for _ in range(n)]
 
 
 def iso(dt: datetime) -> str:

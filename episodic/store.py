@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
@@ -181,3 +181,18 @@ def hybrid_legs(
     if not legs:  # every weight 0: the dense leg alone still ranks
         legs, weights = [dense(limit)], [1.0]
     return legs, weights
+
+
+def adapter_hybrid_legs(
+    adapter: Any, vector: list[float], sparse: SparseVec, scope: Any, flt: Any, limit: int, fusion: Fusion
+) -> tuple[list[Any], list[float]]:
+    """`hybrid_legs` over an adapter's `_dense_leg(vector, flt, n)` and
+    `_sparse_leg(sparse, scope, flt, n, inner=None)` prefetch constructors."""
+    return hybrid_legs(
+        fusion,
+        limit=limit,
+        has_terms=bool(sparse.indices),
+        dense=lambda n: adapter._dense_leg(vector, flt, n),
+        sparse=lambda n: adapter._sparse_leg(sparse, scope, flt, n),
+        rescored=lambda inner, n: adapter._sparse_leg(sparse, scope, flt, n, inner=inner),
+    )
