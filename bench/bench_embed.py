@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     args.rounds = args.rounds or (2 if args.quick else 3)
     logging.basicConfig(level=logging.WARNING)
     rows = asyncio.run(main_async(args))
-    emit(rows, f"embedding throughput (N={args.n}, batch {args.batch})")
+    emit(rows, f"embedding throughput (N={args.n}, batch {args.batch}, {args.mix} summaries)")
     return 0
 
 
