@@ -191,7 +191,10 @@ async def gate_run(
         "--log-level",
         "WARNING",
     ]
-    procs = [subprocess.Popen(cmd, env=env) for _ in range(workers)]
+    from infra.broker import free_port
+
+    # each worker its own metrics port (two on the default 8080 would collide)
+    procs = [subprocess.Popen(cmd, env={**env, "EPISODIC_HTTP_PORT": str(free_port())}) for _ in range(workers)]
     try:
         got, first, last = await count_outputs(bootstrap, [emb, dlq], sum(want), timeout=300)
     finally:
