@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -148,51 +148,29 @@ def open_store(settings: Settings, *, dim: int) -> MemoryStore:
     return store
 
 
-L = TypeVar("L")
-
-
 def hybrid_legs(
-    fusion: Fusion,
-    *,
-    limit: int,
-    has_terms: bool,
-    dense: Callable[[int], L],
-    sparse: Callable[[int], L],
-    rescored: Callable[[L, int], L],
-) -> tuple[list[L], list[float]]:
-    """The hybrid query's prefetch legs and their RRF weights (see `Fusion`), built with the adapter's
-    own prefetch constructors: `dense(limit)`, `sparse(limit)`, and `rescored(inner, limit)` (the inner
-    prefetch's candidates re-scored by the BM25 query). One definition for both adapters."""
-    legs: list[L] = []
+    adapter: Any, vector: list[float], sparse: SparseVec, scope: Any, flt: Any, limit: int, fusion: Fusion
+) -> tuple[list[Any], list[float]]:
+    """The hybrid query's prefetch legs and their RRF weights (see `Fusion`), built with the adapter's own
+    prefetch constructors `_dense_leg(vector, flt, n)` and `_sparse_leg(sparse, scope, flt, n, inner=None)`
+    (`inner`: re-score that prefetch's candidates by the BM25 query). One definition for both adapters;
+    the dense prefetch is built once and also serves as the inner of the re-scored leg."""
+    dense = adapter._dense_leg(vector, flt, limit)
+    legs: list[Any] = []
     weights: list[float] = []
 
-    def add(leg: L, weight: float) -> None:
+    def add(leg: Any, weight: float) -> None:
         if weight > 0 or fusion.method == "dbsf":
             legs.append(leg)
             weights.append(weight)
 
-    add(dense(limit), fusion.dense_weight)
-    if has_terms:  # an empty sparse query contributes nothing; leave those legs out rather than ask the engine
-        add(sparse(limit), fusion.sparse_weight)
+    add(dense, fusion.dense_weight)
+    if sparse.indices:  # an empty sparse query contributes nothing; leave those legs out rather than ask the engine
+        add(adapter._sparse_leg(sparse, scope, flt, limit), fusion.sparse_weight)
         if fusion.both_weight > 0:
-            add(rescored(dense(limit), limit), fusion.both_weight)
+            add(adapter._sparse_leg(sparse, scope, flt, limit, inner=dense), fusion.both_weight)
         if fusion.head > 0 and fusion.head_weight > 0:
-            add(sparse(min(fusion.head, limit)), fusion.head_weight)
+            add(adapter._sparse_leg(sparse, scope, flt, min(fusion.head, limit)), fusion.head_weight)
     if not legs:  # every weight 0: the dense leg alone still ranks
-        legs, weights = [dense(limit)], [1.0]
+        legs, weights = [dense], [1.0]
     return legs, weights
-
-
-def adapter_hybrid_legs(
-    adapter: Any, vector: list[float], sparse: SparseVec, scope: Any, flt: Any, limit: int, fusion: Fusion
-) -> tuple[list[Any], list[float]]:
-    """`hybrid_legs` over an adapter's `_dense_leg(vector, flt, n)` and
-    `_sparse_leg(sparse, scope, flt, n, inner=None)` prefetch constructors."""
-    return hybrid_legs(
-        fusion,
-        limit=limit,
-        has_terms=bool(sparse.indices),
-        dense=lambda n: adapter._dense_leg(vector, flt, n),
-        sparse=lambda n: adapter._sparse_leg(sparse, scope, flt, n),
-        rescored=lambda inner, n: adapter._sparse_leg(sparse, scope, flt, n, inner=inner),
-    )

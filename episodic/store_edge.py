@@ -33,8 +33,8 @@ from episodic.store import (
     DEFAULT_IMPORTANCE,
     DEFAULT_PREFETCH,
     PAYLOAD_INDEXES,
-    adapter_hybrid_legs,
     dense_rows,
+    hybrid_legs,
     stored_payload,
     validate_dense,
     validate_points,
@@ -409,7 +409,7 @@ class EdgeStore(MemoryStore):
             return []
         flt = scope_filter(scope)
         leg = self._leg_limit(limit, fusion.prefetch_limit)
-        legs, weights = adapter_hybrid_legs(self, vector, sparse, scope, flt, leg, fusion)
+        legs, weights = hybrid_legs(self, vector, sparse, scope, flt, leg, fusion)
         fuse: Any = qe.Fusion.Dbsf() if fusion.method == "dbsf" else qe.Fusion.Rrf(k=fusion.k, weights=weights)
         fused = qe.Prefetch(limit=leg * len(legs), prefetches=legs, query=fuse, filter=flt)
         return self._run(fused, flt, limit, with_dense)

@@ -37,8 +37,8 @@ from episodic.store import (
     DEFAULT_IMPORTANCE,
     DEFAULT_PREFETCH,
     PAYLOAD_INDEXES,
-    adapter_hybrid_legs,
     dense_rows,
+    hybrid_legs,
     stored_payload,
     validate_dense,
     validate_points,
@@ -436,7 +436,7 @@ class QdrantServerStore(MemoryStore):
             return []
         flt = scope_filter(scope)
         leg = self._leg_limit(limit, fusion.prefetch_limit)
-        legs, weights = adapter_hybrid_legs(self, vector, sparse, scope, flt, leg, fusion)
+        legs, weights = hybrid_legs(self, vector, sparse, scope, flt, leg, fusion)
         fuse: Any = (
             m.FusionQuery(fusion=m.Fusion.DBSF)
             if fusion.method == "dbsf"
