@@ -8,7 +8,8 @@ Pure orchestration over the ports: one `embed_documents` call and one store upse
 - Exact duplicates (same workspace, agent, entry_type and normalised summary) keep one point: the first
   id stays `entry_id`, later ids go to `aliases`, `occurrences` grows, and the event says
   mode "duplicate" with `duplicate_of`. A re-delivered alias changes nothing.
-- No embedder: points get only the sparse vector ("sparse-only"); `backfill` adds dense vectors later.
+- No embedder, or `defer_dense`: points get only the sparse vector ("sparse-only"); `densify` adds the
+  dense vectors later (the consumer's densify loop, which is also the backfill after sparse-only mode).
 """
 
 from __future__ import annotations
@@ -305,7 +306,3 @@ class Indexer:
             )
         result.written = len(events)
         return result
-
-    def backfill(self, limit: int = 256) -> int:
-        """Add dense vectors to memories indexed sparse-only. Returns how many were filled."""
-        return len(self.densify(limit).events)

@@ -138,8 +138,8 @@ def test_sparse_only_then_backfill(store: Any, embedder: Any) -> None:
     assert [h.payload["entry_id"] for h in store.query_sparse(bm25.query("OOM"), scope, 5)] == ["e1"]
     assert store.query_dense(embedder.embed_query("OOM").tolist(), scope, 5) == []
     full_ix = Indexer(store=store, embedder=embedder, bm25=bm25)
-    assert full_ix.backfill(10) == 2
-    assert full_ix.backfill(10) == 0
+    assert len(full_ix.densify(10).events) == 2
+    assert len(full_ix.densify(10).events) == 0
     assert store.count("w1", has_dense=True) == 2
     hits = store.query_dense(embedder.embed_query("out of memory in checkout").tolist(), scope, 1)
     assert hits[0].payload["entry_id"] == "e1" and hits[0].payload["has_dense"] is True
