@@ -50,6 +50,7 @@ class SentenceTransformerEmbedder:
         chunk_overlap: int = 32,
         document_threads: int | None = None,
         query_threads: int | None = None,
+        model_path: str | None = None,
     ) -> None:
         self._model = model
         # torch's intra-op thread count is per calling thread: ingestion batches and queries each get their own
@@ -67,7 +68,7 @@ class SentenceTransformerEmbedder:
         self._overlap = max(0, min(chunk_overlap, self._window // 2))
         self._tokenizer = model.tokenizer
         self._documents_lock = threading.Lock()  # one ingestion batch on the model's core at a time
-        self.model_path = model_id
+        self.model_path = model_path or model_id  # where the files are (keys the ONNX export cache)
         # Set by `load_embedder` when ONNX Runtime reproduces the torch vector (episodic/onnx_query.py).
         self.query_encoder: Any = None
 
@@ -246,12 +247,11 @@ def load_model(name: str, settings: Settings) -> SentenceTransformerEmbedder:
         model = SentenceTransformer(path, device=settings.embed_device)
     except Exception as e:  # any load failure means sparse-only, never a crash
         raise EmbedderUnavailable(f"cannot load model {name!r}: {e}") from e
-    embedder = SentenceTransformerEmbedder(
+    return SentenceTransformerEmbedder(
         model,
         name,
         batch_size=settings.encode_batch,
         chunk_tokens=settings.chunk_tokens,
         chunk_overlap=settings.chunk_overlap_tokens,
+        model_path=path,
     )
-    embedder.model_path = path
-    return embedder
