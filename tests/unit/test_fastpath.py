@@ -19,6 +19,7 @@ import episodic.gating as gating
 from episodic import fastpath
 from episodic.gating import DeadLetter, Forward, Routed, Skip, route
 from schemas.events import EmbeddableRecord
+from tests.unit.test_gating import entry
 
 NOW = datetime(2026, 3, 1, 12, 0, 5, 123000, tzinfo=UTC)
 
@@ -57,20 +58,8 @@ def assert_same(raw: Any) -> Routed:
 
 
 def base(**over: Any) -> dict[str, Any]:
-    e: dict[str, Any] = {
-        "id": "e-1",
-        "workspace_id": "ws-1",
-        "crew_id": "crew-1",
-        "agent_id": "agent-1",
-        "run_id": "run-1",
-        "ts": "2026-03-01T12:00:00Z",
-        "entry_type": "peer.escalation",
-        "severity": "info",
-        "summary": "escalated the failing deploy",
-        "payload": {"n": 1},
-    }
-    e.update(over)
-    return e
+    """The gating tests' entry with its optional crew and run ids set."""
+    return entry(**{"crew_id": "crew-1", "run_id": "run-1", **over})
 
 
 def enc(obj: Any, ascii_only: bool = False) -> bytes:
