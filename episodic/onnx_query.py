@@ -92,8 +92,8 @@ def _cache_key(auto_model: Any, model_path: str) -> str:
     return h.hexdigest()[:20]
 
 
-def _export(auto_model: Any, tokenizer: Any, target: Path) -> list[str]:
-    """Export `auto_model` (a copy with eager attention) to `target`, then fuse it. Returns the input names."""
+def _export(auto_model: Any, tokenizer: Any, target: Path) -> None:
+    """Export `auto_model` (a copy with eager attention) to `target`, then fuse it."""
     import torch
 
     m = copy.deepcopy(auto_model).eval()
@@ -150,7 +150,6 @@ def _export(auto_model: Any, tokenizer: Any, target: Path) -> list[str]:
         os.replace(raw, target)  # atomic: concurrent processes never read a half-written file
     finally:
         raw.unlink(missing_ok=True)
-    return names
 
 
 class OnnxQueryEncoder:
