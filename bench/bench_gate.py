@@ -7,7 +7,7 @@ For each topic (1 and 4 partitions) the same N mixed journal records (≈ 60 % s
 ≈ 27 % embeddable, ≈ 8 % invalid) are read by:
 
 - the baseline: a raw aiokafka consumer (no group, all partitions assigned) that only counts records;
-- the gate: 1 or 2 `python -m streams.runner` processes (the `episodic gate` role) in one consumer group.
+- the gate: 1 or 2 `python -m stack.cli gate` processes (the `episodic gate` role) in one consumer group.
 
 Rates are records of the journal per second. The gate's window runs from its first to its last output
 record (broker-side CreateTime of the records on journal.embeddable and journal.dlq), so group join and
@@ -179,7 +179,8 @@ async def gate_run(
     cmd = [
         sys.executable,
         "-m",
-        "streams.runner",
+        "stack.cli",
+        "gate",
         "--entries-topic",
         entries,
         "--embeddable-topic",

@@ -369,7 +369,7 @@ def stack_env(data_dir: Path, *, broker_port: int, http_port: int, **extra: str)
 
 
 def episodic_up_cmd() -> list[str]:
-    return [sys.executable, "-m", "episodic.cli", "up", "--log-level", "INFO"]
+    return [sys.executable, "-m", "stack.cli", "up", "--log-level", "INFO"]
 
 
 def wait_http(

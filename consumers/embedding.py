@@ -342,10 +342,3 @@ class EmbeddingConsumer:
             total += max(0, hw - position)
         self.stats.lag[self.group_id] = total
         self.metrics.consumer_lag.labels(group=self.group_id).set(total)
-
-
-def consumer_main(argv: list[str]) -> int:
-    """`episodic embedder`: the embedding consumer alone (distributed mode)."""
-    from episodic.runtime import run_role
-
-    return run_role("embedder", argv)

@@ -1,26 +1,51 @@
-"""`episodic recall "query" --workspace W --agent A [...]`: query a running recall service.
+"""HTTP client of the recall service (SPEC §7), for agents and for `episodic recall`.
 
-Prints a readable table by default, the raw JSON response with --json, the rendered block with --render.
-URL: --url, else EPISODIC_RECALL_URL, else http://<EPISODIC_HTTP_HOST>:<EPISODIC_HTTP_PORT>.
-Token: --token, else EPISODIC_TOKEN. Exit codes: 0 ok, 1 the service refused (4xx/5xx, its `error`
-printed), 2 usage, 3 the service cannot be reached.
+    with RecallClient(token=os.environ.get("EPISODIC_TOKEN")) as client:   # URL: default_url()
+        hits = client.recall({"workspace_id": "acme", "agent_id": "planner", "query": "checkout OOM"})["hits"]
+        block = client.render({"workspace_id": "acme", "agent_id": "planner", "query": "deploy"})["text"]
+
+The body is sent as given: the service validates it, and a 422 names the field. Errors are the core's
+own: `ServiceUnreachable` (no answer at the URL), `RecallRefused` (a 4xx/5xx, or an answer that is not a
+JSON object), with the service's `error` message. Imports httpx and the core's errors only.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import shutil
-import sys
+from collections.abc import Mapping
+from types import TracebackType
 from typing import Any
 
 import httpx
 
-from episodic.render import relative_age
+from episodic.errors import EpisodicError
+
+DEFAULT_TIMEOUT_S = 10.0
+
+
+class RecallClientError(EpisodicError):
+    """Base class of the client's errors."""
+
+
+class ServiceUnreachable(RecallClientError):
+    """No answer from the recall service at `url`."""
+
+    def __init__(self, url: str, reason: object) -> None:
+        super().__init__(f"cannot reach {url}: {reason}")
+        self.url = url
+
+
+class RecallRefused(RecallClientError):
+    """The service answered with an error status (or with something that is not a JSON object)."""
+
+    def __init__(self, status_code: int, message: object) -> None:
+        super().__init__(f"HTTP {status_code}: {message}")
+        self.status_code = status_code
+        self.message = message
 
 
 def default_url() -> str:
+    """EPISODIC_RECALL_URL, else http://<EPISODIC_HTTP_HOST>:<EPISODIC_HTTP_PORT> (a wildcard host: loopback)."""
     env = os.environ.get("EPISODIC_RECALL_URL")
     if env:
         return env.rstrip("/")
@@ -31,92 +56,52 @@ def default_url() -> str:
     return f"http://{host}:{port}"
 
 
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="episodic recall", description="Query a running recall service")
-    ap.add_argument("query")
-    ap.add_argument("--workspace", "-w", required=True)
-    ap.add_argument("--agent", "-a")
-    ap.add_argument("--crew", "-c")
-    ap.add_argument("--scope", choices=("own", "crew_shared"), default="own")
-    ap.add_argument("--k", "-k", type=int, default=5)
-    ap.add_argument("--mode", choices=("hybrid", "dense", "sparse"), default="hybrid")
-    ap.add_argument("--walk", type=int, choices=(0, 1), default=0, help="walk_depth")
-    ap.add_argument("--json", action="store_true", help="print the JSON response")
-    ap.add_argument("--render", action="store_true", help="print the <recalled-memory> block instead")
-    ap.add_argument("--max-chars", type=int, help="render budget in characters")
-    ap.add_argument("--url", default=None, help="service URL (default: EPISODIC_RECALL_URL or local)")
-    ap.add_argument("--token", default=None, help="bearer token (default: EPISODIC_TOKEN)")
-    ap.add_argument("--timeout", type=float, default=10.0)
-    return ap
+class RecallClient:
+    """A synchronous client over one connection pool; use it as a context manager or call `close()`."""
 
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = (url or default_url()).rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, headers=headers, transport=transport)
 
-def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+    def recall(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """`POST /v1/recall`: ranked hits (`hits`, `degraded`, ...)."""
+        return self._post("/v1/recall", body)
 
+    def render(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """`POST /v1/recall/render`: the prompt-ready `<recalled-memory>` block in `text`."""
+        return self._post("/v1/recall/render", body)
 
-def format_table(hits: list[dict[str, Any]], *, width: int = 120) -> str:
-    """A fixed-width table of hits: rank, score, age, type/severity, agent, summary."""
-    if not hits:
-        return "(no hits)"
-    head = f"{'#':>2}  {'score':>7}  {'age':<15} {'type':<24} {'sev':<5} {'agent':<14} summary"
-    fixed = len(head) - len("summary")
-    room = max(20, width - fixed)
-    rows = [head, "-" * min(width, fixed + room)]
-    for n, h in enumerate(hits, 1):
-        rows.append(
-            f"{n:>2}  {h.get('score', 0.0):>7.4f}  {relative_age(h.get('age_seconds', 0.0)):<15} "
-            f"{_clip(str(h.get('entry_type', '')), 24):<24} {_clip(str(h.get('severity', '')), 5):<5} "
-            f"{_clip(str(h.get('agent_id') or '-'), 14):<14} {_clip(str(h.get('summary', '')), room)}"
-        )
-    return "\n".join(rows)
+    def _post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            r = self._http.post(path, json=dict(body))
+        except httpx.HTTPError as e:
+            raise ServiceUnreachable(self.url, e) from e
+        try:
+            data = r.json()
+        except ValueError:
+            data = None
+        if r.status_code >= 400:
+            message = data.get("error") if isinstance(data, dict) else None
+            raise RecallRefused(r.status_code, message or (r.text[:500] if data is None else data))
+        if not isinstance(data, dict):
+            raise RecallRefused(r.status_code, f"not a JSON object: {r.text[:500]}")
+        return data
 
+    def close(self) -> None:
+        self._http.close()
 
-def build_body(args: argparse.Namespace) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "workspace_id": args.workspace,
-        "scope": args.scope,
-        "query": args.query,
-        "k": args.k,
-        "mode": args.mode,
-        "walk_depth": args.walk,
-    }
-    if args.agent:
-        body["agent_id"] = args.agent
-    if args.crew:
-        body["crew_id"] = args.crew
-    if args.render and args.max_chars:
-        body["max_chars"] = args.max_chars
-    return body
+    def __enter__(self) -> RecallClient:
+        return self
 
-
-def recall_main(argv: list[str], *, transport: httpx.BaseTransport | None = None) -> int:
-    args = _parser().parse_args(argv)
-    url = (args.url or default_url()).rstrip("/")
-    token = args.token or os.environ.get("EPISODIC_TOKEN")
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    path = "/v1/recall/render" if args.render else "/v1/recall"
-    try:
-        with httpx.Client(base_url=url, timeout=args.timeout, transport=transport) as client:
-            r = client.post(path, json=build_body(args), headers=headers)
-    except httpx.HTTPError as e:
-        print(f"episodic recall: cannot reach {url}: {e}. Is `episodic up` running?", file=sys.stderr)
-        return 3
-    try:
-        data = r.json()
-    except ValueError:
-        data = {"error": r.text[:500]}
-    if r.status_code >= 400:
-        msg = data.get("error") if isinstance(data, dict) else None
-        print(f"episodic recall: HTTP {r.status_code}: {msg or data}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(data, indent=2, ensure_ascii=False))
-    elif args.render:
-        print(data.get("text", ""))
-    else:
-        if data.get("degraded"):
-            print("note: degraded (sparse-only: the service has no embedder)", file=sys.stderr)
-        width = shutil.get_terminal_size((120, 24)).columns
-        print(format_table(data.get("hits", []), width=width))
-    return 0
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

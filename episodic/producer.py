@@ -1,4 +1,4 @@
-"""`episodic produce FILE.jsonl`: send a journal file to journal.entries with a progress bar.
+"""Send a journal file (JSONL) to journal.entries, with a progress bar: the library behind `episodic produce`.
 
 Each line is sent as-is (key = its workspace_id when the line parses), so malformed lines reach the gate
 and end up in journal.dlq like any producer's garbage would.
@@ -6,15 +6,12 @@ and end up in journal.dlq like any producer's garbage would.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from episodic.bus import make_producer
-from episodic.settings import Settings
 from schemas import topics
 
 
@@ -54,23 +51,3 @@ async def produce_file(
     finally:
         await producer.stop()
     return sent
-
-
-def produce_main(argv: list[str]) -> int:
-    settings = Settings()
-    ap = argparse.ArgumentParser(prog="episodic produce", description="send a journal file (JSONL) to Kafka")
-    ap.add_argument("file", type=Path, help="one JSON journal entry per line")
-    ap.add_argument("--bootstrap", default=settings.bootstrap, help="Kafka bootstrap (default %(default)s)")
-    ap.add_argument("--topic", default=topics.JOURNAL_ENTRIES)
-    ap.add_argument("--quiet", action="store_true", help="no progress bar")
-    args = ap.parse_args(argv)
-    if not args.file.is_file():
-        print(f"episodic produce: no such file: {args.file}", file=sys.stderr)
-        return 2
-    try:
-        n = asyncio.run(produce_file(args.file, bootstrap=args.bootstrap, topic=args.topic, progress=not args.quiet))
-    except Exception as e:
-        print(f"episodic produce: cannot send to Kafka at {args.bootstrap}: {e}", file=sys.stderr)
-        return 1
-    print(f"sent {n} records to {args.topic} at {args.bootstrap}")
-    return 0

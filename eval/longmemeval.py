@@ -126,7 +126,7 @@ class Stack:
         env.pop("EPISODIC_QDRANT_URL", None)
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "episodic.cli", "up"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT
+            [sys.executable, "-m", "stack.cli", "up"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -1,6 +1,6 @@
 """`create_app`: the recall HTTP service (SPEC §7) over injected IO handles.
 
-Wiring (see episodic/runtime.py): `publish(topic, key, value)` must not block and may be called from the
+Wiring (see stack/roles.py): `publish(topic, key, value)` must not block and may be called from the
 event-loop thread; `status()` returns at least {"kafka": "ok"|..., "kafka_bootstrap": "host:port"};
 `metrics` is the process's `Metrics` (its registry is what /metrics exposes). The tokens file named by
 `settings.tokens_file` is loaded here (a bad file fails start-up). When `settings.http_host` is beyond

@@ -1,5 +1,5 @@
-"""Run the gate: `GateRunner` inside an already-running asyncio loop (`episodic up`), and `gate_main` for
-the standalone distributed role (`episodic gate`), which stops cleanly on SIGINT/SIGTERM.
+"""Run the gate: `GateRunner` owns one Faust app with the gate agent inside the caller's asyncio loop (the
+Stack's gate role in `episodic up`, and the standalone `episodic gate` in `stack.commands.gate`).
 
     runner = GateRunner(settings, metrics=metrics)
     await runner.start()          # creates missing topics, starts the Faust app in this loop
@@ -12,24 +12,19 @@ Scale-out: every `episodic gate` process with the same settings joins one consum
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
-import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import faust
 
-from episodic.bus import bootstrap_reachable, ensure_topics
+from episodic.bus import ensure_topics
 from episodic.metrics import Metrics
-from episodic.settings import Settings, get_settings
-from schemas import topics as T
+from episodic.settings import Settings
 from streams.app import create_app
-from streams.gate import DEFAULT_BATCH_SIZE, GateOptions, GateTopics, install_gate
-
-BROKER_DEAD_AFTER_S = 30.0
+from streams.gate import GateOptions, GateTopics, install_gate
 
 log = logging.getLogger(__name__)
 
@@ -124,95 +119,3 @@ class GateRunner:
         except Exception as e:  # stopping must not fail the caller's shutdown
             log.warning("gate: error while stopping: %r", e)
         log.info("gate stopped")
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="episodic gate",
-        description="Run only the gate (distributed mode): journal.entries -> journal.embeddable | journal.dlq. "
-        "Start several with the same settings to share the partitions in one consumer group.",
-    )
-    p.add_argument("--entries-topic", default=T.JOURNAL_ENTRIES)
-    p.add_argument("--embeddable-topic", default=T.JOURNAL_EMBEDDABLE)
-    p.add_argument("--dlq-topic", default=T.JOURNAL_DLQ)
-    p.add_argument("--app-id", default=None, help="consumer group (default: <consumer_group_prefix>-gate)")
-    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
-    p.add_argument("--log-level", default="INFO")
-    return p
-
-
-async def run_gate(
-    settings: Settings, *, topics: GateTopics, app_id: str | None, options: GateOptions, stop: asyncio.Event
-) -> int:
-    runner = GateRunner(settings, topics=topics, app_id=app_id, options=options)
-    await runner.start()
-    serve_metrics(runner.metrics, settings)
-    down_since: float | None = None
-    try:
-        while not stop.is_set():
-            if runner.crashed:
-                log.error("gate crashed: %r", runner.crash_reason)
-                return 1
-            # A dead broker stops the role instead of leaving it hanging on failed commits.
-            if await asyncio.to_thread(bootstrap_reachable, settings.bootstrap):
-                down_since = None
-            else:
-                down_since = down_since or time.monotonic()
-                if time.monotonic() - down_since > BROKER_DEAD_AFTER_S:
-                    log.error(
-                        "Kafka at %s unreachable for %.0fs; stopping the gate", settings.bootstrap, BROKER_DEAD_AFTER_S
-                    )
-                    return 3
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=1.0)
-            except TimeoutError:
-                pass
-        return 0
-    finally:
-        await runner.stop()
-
-
-def serve_metrics(metrics: Metrics, settings: Settings) -> None:
-    """/metrics for Prometheus on the HTTP port; a busy port (two gates on one host) only warns."""
-    from prometheus_client import start_http_server
-
-    try:
-        start_http_server(settings.http_port, addr=settings.http_host, registry=metrics.registry)
-        log.info("gate metrics: http://%s:%d/metrics", settings.http_host, settings.http_port)
-    except OSError as e:
-        log.warning(
-            "gate: no /metrics on %s:%d (%s); set EPISODIC_HTTP_PORT", settings.http_host, settings.http_port, e
-        )
-
-
-def gate_main(argv: list[str]) -> int:
-    """`episodic gate`: the standalone gate role; returns the exit status."""
-    args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    settings = get_settings()
-    if settings.embedded_broker:
-        log.info("gate: EPISODIC_KAFKA_BOOTSTRAP is unset, using %s (a running embedded broker)", settings.bootstrap)
-    topics = GateTopics(entries=args.entries_topic, embeddable=args.embeddable_topic, dlq=args.dlq_topic)
-    options = GateOptions(batch_size=args.batch_size)
-
-    async def main() -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        return await run_gate(settings, topics=topics, app_id=args.app_id, options=options, stop=stop)
-
-    try:
-        return asyncio.run(main())
-    except Exception as e:
-        log.error("gate failed: %s", e)
-        return 1
-
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    raise SystemExit(gate_main(sys.argv[1:]))

@@ -14,9 +14,10 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 
 from episodic.bus import make_producer
-from episodic.runtime import Stack
 from episodic.settings import Settings
 from infra.broker import EmbeddedBroker, free_port
+from stack.roles import EmbedderRole
+from stack.runtime import Stack
 
 
 @pytest.fixture
@@ -48,8 +49,9 @@ async def running_stack(settings: Settings) -> AsyncIterator[Stack]:
     stack = Stack(settings)
     try:
         await stack.start()
-        if stack.consumer is not None:
-            await stack.consumer.wait_ready()
+        embedder = stack.role(EmbedderRole)
+        if embedder is not None and embedder.consumer is not None:
+            await embedder.consumer.wait_ready()
         yield stack
     finally:
         await stack.stop()

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from episodic.client import recall_main
-from episodic.doctor import doctor_main
 from episodic.producer import produce_file
-from episodic.runtime import Stack
 from episodic.settings import Settings
 from infra.broker import free_port
+from stack.commands.doctor import main as doctor_main
+from stack.commands.recall import main as recall_main
+from stack.roles import HttpRole
+from stack.runtime import Stack
 from tests.e2e.conftest import poll, running_stack, stack_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -95,7 +96,7 @@ async def test_a_role_without_the_recall_service_still_serves_metrics(fresh_brok
     stack = Stack(settings, roles=("embedder",))
     try:
         await stack.start()
-        assert stack.http is None and stack.http_port == settings.http_port
+        assert stack.role(HttpRole) is None and stack.http_port == settings.http_port
         async with httpx.AsyncClient(timeout=5) as http:
             text = (await http.get(f"http://127.0.0.1:{stack.http_port}/metrics")).text
         assert "episodic_embed_batch_size" in text and "episodic_sparse_only 1.0" in text

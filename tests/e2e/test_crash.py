@@ -1,7 +1,7 @@
 """kill -9 mid-batch, restart, and every embeddable entry handed to the consumer is indexed exactly once.
 
 The broker runs in the test process (the embedded broker would die with the process we kill), the stack
-runs as `python -m episodic.cli up` against it; we count points in the store, not events.
+runs as `python -m stack.cli up` against it; we count points in the store, not events.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def start_stack(bootstrap: str, data_dir: Path, port: int, log: Path) -> subproc
         }
     )
     return subprocess.Popen(
-        [sys.executable, "-m", "episodic.cli", "up"], env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT
+        [sys.executable, "-m", "stack.cli", "up"], env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT
     )
 
 

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from episodic.identity import point_id
+from stack.roles import EmbedderRole
 from tests.e2e.conftest import poll, produce_lines, read_topic, running_stack, stack_settings
 from tests.e2e.journal import build
 
@@ -88,7 +89,8 @@ async def test_a_backlog_is_searchable_first_and_gets_its_vectors_right_after(
         for i, e in enumerate(parsed):
             first.setdefault((e["workspace_id"], e["entry_id"], e["mode"]), i)
         assert all(first[(*k, "sparse-only")] < first[(*k, "vector")] for k in exp.memories)
-        assert stack.consumer is not None and stack.consumer.stats.records >= total
+        role = stack.role(EmbedderRole)
+        assert role is not None and role.consumer is not None and role.consumer.stats.records >= total
         ws, _ = next(iter(exp.memories))
         base = f"http://127.0.0.1:{stack.http_port}"
         async with httpx.AsyncClient(base_url=base, timeout=10) as http:

@@ -216,7 +216,7 @@ async def test_two_gate_processes_share_the_journal(broker: str, uid: str, tmp_p
         EPISODIC_TOPIC_PARTITIONS="4",
     )
     cmd = [
-        sys.executable, "-m", "episodic.cli", "gate",
+        sys.executable, "-m", "stack.cli", "gate",
         "--entries-topic", topics.entries, "--embeddable-topic", topics.embeddable,
         "--dlq-topic", topics.dlq, "--app-id", f"gate-{uid}", "--log-level", "INFO",
     ]  # fmt: skip

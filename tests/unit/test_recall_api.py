@@ -380,14 +380,3 @@ def test_refuses_to_bind_beyond_loopback_without_tokens(bm25: Bm25Encoder, token
         create_app(settings=Settings(http_host="0.0.0.0"), **kw)
     create_app(settings=Settings(http_host="0.0.0.0"), insecure=True, **kw)
     create_app(settings=Settings(http_host="0.0.0.0", tokens_file=tokens_file), **kw)
-
-
-def test_serve_main_preflight_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from recall.server import serve_main
-
-    assert serve_main(["--host", "0.0.0.0", "--port", "0"]) == 2
-    assert "refusing" in capsys.readouterr().err
-    bad = tmp_path / "t.json"
-    bad.write_text("{}")
-    assert serve_main(["--tokens-file", str(bad)]) == 2
-    assert "tokens file" in capsys.readouterr().err

@@ -17,6 +17,8 @@ from typing import Any
 from episodic.auth import AuthConfigError, load_tokens
 from episodic.settings import Settings
 from recall.app import InsecureBind, check_bind
+from stack.roles import HttpRole
+from stack.runtime import run_stack, setup_logging
 
 log = logging.getLogger("episodic")
 
@@ -64,10 +66,9 @@ def preflight(settings: Settings, *, insecure: bool) -> str | None:
     return None
 
 
-def serve_main(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:
+    """`episodic serve`; returns the exit status."""
     args = _parser().parse_args(argv)
-    from episodic.runtime import run_stack, setup_logging
-
     setup_logging(args.log_level)
     settings = settings_from_args(args)
     problem = preflight(settings, insecure=args.insecure)
@@ -82,4 +83,4 @@ def serve_main(argv: list[str]) -> int:
         )
     if args.insecure:
         log.warning("--insecure: serving on %s without requiring tokens", settings.http_host)
-    return asyncio.run(run_stack(settings, ("http",), insecure=args.insecure))
+    return asyncio.run(run_stack(settings, (HttpRole.name,), insecure=args.insecure))

@@ -19,6 +19,7 @@ from typing import Literal
 
 import httpx
 
+from episodic.client import default_url
 from episodic.settings import Settings
 
 Level = Literal["OK", "WARN", "FAIL"]
@@ -216,9 +217,8 @@ def check_service(
     return out
 
 
-def doctor_main(argv: list[str]) -> int:
-    from episodic.client import default_url
-
+def main(argv: list[str]) -> int:
+    """`episodic doctor`; returns the exit status."""
     ap = argparse.ArgumentParser(prog="episodic doctor", description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--url", default=None, help="recall service URL (default: EPISODIC_RECALL_URL or local)")
     ap.add_argument("--token", default=None, help="bearer token (default: EPISODIC_TOKEN)")
@@ -245,7 +245,3 @@ def doctor_main(argv: list[str]) -> int:
         warned = sum(1 for c in checks if c.level == "WARN")
         print(f"\n{len(failed)} failed, {warned} warning(s)", file=sys.stderr)
     return 1 if failed else 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(doctor_main(sys.argv[1:]))

@@ -1,0 +1,104 @@
+"""`episodic recall "query" --workspace W --agent A [...]`: query a running recall service.
+
+Prints a readable table by default, the raw JSON response with --json, the rendered block with --render.
+URL: --url, else EPISODIC_RECALL_URL, else http://<EPISODIC_HTTP_HOST>:<EPISODIC_HTTP_PORT>.
+Token: --token, else EPISODIC_TOKEN. Exit codes: 0 ok, 1 the service refused (4xx/5xx, its `error`
+printed), 2 usage, 3 the service cannot be reached. The HTTP calls are `episodic.client.RecallClient`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from typing import Any
+
+import httpx
+
+from episodic.client import RecallClient, RecallRefused, ServiceUnreachable
+from episodic.render import relative_age
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="episodic recall", description="Query a running recall service")
+    ap.add_argument("query")
+    ap.add_argument("--workspace", "-w", required=True)
+    ap.add_argument("--agent", "-a")
+    ap.add_argument("--crew", "-c")
+    ap.add_argument("--scope", choices=("own", "crew_shared"), default="own")
+    ap.add_argument("--k", "-k", type=int, default=5)
+    ap.add_argument("--mode", choices=("hybrid", "dense", "sparse"), default="hybrid")
+    ap.add_argument("--walk", type=int, choices=(0, 1), default=0, help="walk_depth")
+    ap.add_argument("--json", action="store_true", help="print the JSON response")
+    ap.add_argument("--render", action="store_true", help="print the <recalled-memory> block instead")
+    ap.add_argument("--max-chars", type=int, help="render budget in characters")
+    ap.add_argument("--url", default=None, help="service URL (default: EPISODIC_RECALL_URL or local)")
+    ap.add_argument("--token", default=None, help="bearer token (default: EPISODIC_TOKEN)")
+    ap.add_argument("--timeout", type=float, default=10.0)
+    return ap
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def format_table(hits: list[dict[str, Any]], *, width: int = 120) -> str:
+    """A fixed-width table of hits: rank, score, age, type/severity, agent, summary."""
+    if not hits:
+        return "(no hits)"
+    head = f"{'#':>2}  {'score':>7}  {'age':<15} {'type':<24} {'sev':<5} {'agent':<14} summary"
+    fixed = len(head) - len("summary")
+    room = max(20, width - fixed)
+    rows = [head, "-" * min(width, fixed + room)]
+    for n, h in enumerate(hits, 1):
+        rows.append(
+            f"{n:>2}  {h.get('score', 0.0):>7.4f}  {relative_age(h.get('age_seconds', 0.0)):<15} "
+            f"{_clip(str(h.get('entry_type', '')), 24):<24} {_clip(str(h.get('severity', '')), 5):<5} "
+            f"{_clip(str(h.get('agent_id') or '-'), 14):<14} {_clip(str(h.get('summary', '')), room)}"
+        )
+    return "\n".join(rows)
+
+
+def build_body(args: argparse.Namespace) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "workspace_id": args.workspace,
+        "scope": args.scope,
+        "query": args.query,
+        "k": args.k,
+        "mode": args.mode,
+        "walk_depth": args.walk,
+    }
+    if args.agent:
+        body["agent_id"] = args.agent
+    if args.crew:
+        body["crew_id"] = args.crew
+    if args.render and args.max_chars:
+        body["max_chars"] = args.max_chars
+    return body
+
+
+def main(argv: list[str], *, transport: httpx.BaseTransport | None = None) -> int:
+    args = _parser().parse_args(argv)
+    token = args.token or os.environ.get("EPISODIC_TOKEN")
+    try:
+        with RecallClient(args.url, token=token, timeout=args.timeout, transport=transport) as client:
+            data = client.render(build_body(args)) if args.render else client.recall(build_body(args))
+    except ServiceUnreachable as e:
+        print(f"episodic recall: {e}. Is `episodic up` running?", file=sys.stderr)
+        return 3
+    except RecallRefused as e:
+        print(f"episodic recall: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(data, indent=2, ensure_ascii=False))
+    elif args.render:
+        print(data.get("text", ""))
+    else:
+        if data.get("degraded"):
+            print("note: degraded (sparse-only: the service has no embedder)", file=sys.stderr)
+        width = shutil.get_terminal_size((120, 24)).columns
+        print(format_table(data.get("hits", []), width=width))
+    return 0

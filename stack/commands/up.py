@@ -1,0 +1,64 @@
+"""`episodic up`: the whole embedded stack in one process, and the single-stage roles.
+
+`episodic up` runs every role in the foreground; `episodic embedder` (and `episodic serve`, see
+`stack.commands.serve`) runs one role against a shared Kafka. Both run a `stack.runtime.Stack`; Ctrl-C
+(SIGINT) or SIGTERM drains it. Exit status: 0 after a clean stop, 2 when it cannot start, 3 when the
+broker dies, 4 when the gate crashes, 1 when a role fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from episodic.settings import Settings
+from stack.roles import ALL_ROLES, EmbedderRole
+from stack.runtime import run_stack, setup_logging
+
+log = logging.getLogger("episodic")
+
+
+def parse(prog: str, argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("--data-dir", type=Path, help="overrides EPISODIC_DATA_DIR")
+    ap.add_argument("--http-port", type=int, help="overrides EPISODIC_HTTP_PORT")
+    ap.add_argument(
+        "--insecure", action="store_true", help="allow the recall service beyond loopback without a tokens file"
+    )
+    return ap.parse_args(argv)
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    over: dict[str, Any] = {}
+    if args.data_dir is not None:
+        over["data_dir"] = args.data_dir
+    if args.http_port is not None:
+        over["http_port"] = args.http_port
+    return Settings(**over)
+
+
+def main(argv: list[str]) -> int:
+    """`episodic up`."""
+    args = parse("episodic up", argv)
+    setup_logging(args.log_level)
+    return asyncio.run(run_stack(settings_from(args), ALL_ROLES, insecure=args.insecure))
+
+
+def run_role(role: str, argv: list[str]) -> int:
+    """One stage alone, against an external Kafka (distributed mode)."""
+    args = parse(f"episodic {role}", argv)
+    setup_logging(args.log_level)
+    settings = settings_from(args)
+    if settings.embedded_broker:
+        log.error("`episodic %s` runs one stage against a shared Kafka: set EPISODIC_KAFKA_BOOTSTRAP", role)
+        return 2
+    return asyncio.run(run_stack(settings, (role,), insecure=args.insecure))
+
+
+def embedder_main(argv: list[str]) -> int:
+    """`episodic embedder`: the embedding consumer alone (distributed mode)."""
+    return run_role(EmbedderRole.name, argv)

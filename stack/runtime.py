@@ -1,0 +1,265 @@
+"""The Stack: some or all of the roles (`stack.roles`) in one process, over resources opened once.
+
+`episodic up` runs every role: the embedded Tansu broker (memory storage) started here unless
+EPISODIC_KAFKA_BOOTSTRAP names a Kafka, Qdrant Edge under the data directory, the bundled
+all-MiniLM-L6-v2, the gate, the embedding consumer and the recall service on one asyncio loop. The
+distributed roles (`episodic embedder`, `episodic serve`) run one role each against a shared Kafka.
+
+SIGINT/SIGTERM drain: the gate stops taking journal records, the consumer finishes and commits its batch
+in flight, then the HTTP service, the producer, the store and the broker stop. A dead broker (30 s
+unreachable, or the embedded one exits) or a crashed role stops the stack with a non-zero status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from episodic.bus import bootstrap_reachable, ensure_topics, make_producer
+from episodic.errors import BrokerUnavailable, EpisodicError
+from episodic.metrics import Metrics
+from episodic.settings import Settings
+from stack.roles import ALL_ROLES, ROLES, Resources, Role
+
+if TYPE_CHECKING:
+    from aiokafka import AIOKafkaProducer
+
+    from episodic.ports import Embedder, MemoryStore
+    from episodic.sparse import Bm25Encoder
+    from infra.broker import EmbeddedBroker
+
+log = logging.getLogger("episodic")
+
+DEFAULT_DIM = 384  # all-MiniLM-L6-v2; the collection's dense size when starting sparse-only
+BROKER_DEAD_AFTER_S = 30.0
+WATCH_EVERY_S = 2.0
+
+R = TypeVar("R", bound=Role)
+
+
+def setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("aiokafka", "faust", "mode", "kafka", "httpx", "sentence_transformers", "transformers"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@dataclass
+class KafkaStatus:
+    bootstrap: str
+    ok: bool = True
+    down_since: float | None = None
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"kafka": "ok" if self.ok else "down", "kafka_bootstrap": self.bootstrap}
+
+
+class Stack:
+    """The embedded stack (or a subset of its roles for distributed mode)."""
+
+    def __init__(self, settings: Settings, *, roles: tuple[str, ...] = ALL_ROLES, insecure: bool = False) -> None:
+        unknown = [r for r in roles if r not in ROLES]
+        if unknown or not roles:
+            raise ValueError(f"unknown role(s) {unknown or roles}: the roles are {', '.join(ROLES)}")
+        self.settings = settings
+        self.roles = roles
+        self.insecure = insecure
+        self.metrics = Metrics()
+        self.broker: EmbeddedBroker | None = None
+        self.producer: AIOKafkaProducer | None = None
+        self.store: MemoryStore | None = None
+        self.embedder: Embedder | None = None
+        self.bm25: Bm25Encoder | None = None
+        self.status = KafkaStatus(settings.bootstrap)
+        self.running: dict[str, Role] = {}  # name -> role, in start order
+        self.exit_code = 0
+        self.http_port: int | None = None
+        self._kinds = [kind for name, kind in ROLES.items() if name in roles]  # the table's order
+        self._stop = asyncio.Event()
+        self._watchdog: asyncio.Task[None] | None = None
+        self._metrics_server: Any = None
+
+    def role(self, kind: type[R]) -> R | None:
+        """The running role of this class, if this stack runs it."""
+        found = self.running.get(kind.name)
+        return found if isinstance(found, kind) else None
+
+    # -- start -------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        s = self.settings
+        s.data_dir.mkdir(parents=True, exist_ok=True)
+        if s.embedded_broker:
+            from infra.broker import EmbeddedBroker
+
+            self.broker = EmbeddedBroker(host=s.broker_host, port=s.broker_port, log_file=s.data_dir / "broker.log")
+            await asyncio.to_thread(self.broker.start)
+            log.warning(
+                "embedded broker at %s keeps topics and offsets IN MEMORY: entries not yet indexed are lost "
+                "when it stops. Set EPISODIC_KAFKA_BOOTSTRAP to a real Kafka for durability.",
+                self.broker.bootstrap,
+            )
+        else:
+            log.info("using Kafka at %s", s.bootstrap)
+        created = await ensure_topics(s.bootstrap, partitions=s.topic_partitions, replication=s.topic_replication)
+        if created:
+            log.info("created topics: %s", ", ".join(created))
+
+        self.producer = make_producer(s.bootstrap)
+        await self.producer.start()
+        if any(kind.needs_store for kind in self._kinds):
+            await self._open_store_and_model()
+        res = Resources(
+            settings=s,
+            metrics=self.metrics,
+            producer=self.producer,
+            status=self.status.snapshot,
+            fail=self.fail,
+            insecure=self.insecure,
+            store=self.store,
+            embedder=self.embedder,
+            bm25=self.bm25,
+        )
+        for kind in self._kinds:
+            role = self.running[kind.name] = kind()  # registered first: stop() drains a half-started role
+            await role.start(res)
+        self.http_port = next((r.http_port for r in self.running.values() if r.http_port is not None), None)
+        if not any(kind.serves_http for kind in self._kinds):
+            self._start_metrics_server()
+        self._watchdog = asyncio.create_task(self._watch(), name="watchdog")
+        self._log_where()
+
+    async def _open_store_and_model(self) -> None:
+        from episodic.embedder import load_embedder
+        from episodic.sparse import Bm25Encoder
+        from episodic.store import open_store
+
+        s = self.settings
+        # Ingestion batches get every core only when the document embedder has the process to itself.
+        shared = not (len(self._kinds) == 1 and self._kinds[0].embeds_documents)
+        queries = any(kind.answers_queries for kind in self._kinds)
+        embedder = await asyncio.to_thread(lambda: load_embedder(s, shared_process=shared, queries=queries))
+        self.embedder = embedder
+        self.metrics.sparse_only.set(0 if embedder is not None else 1)
+        dim = embedder.dim if embedder is not None else DEFAULT_DIM
+        self.store = await asyncio.to_thread(open_store, s, dim=dim)
+        self.bm25 = Bm25Encoder()
+
+    def _start_metrics_server(self) -> None:
+        """Roles without the recall service still serve /metrics (Prometheus) on the HTTP port."""
+        from prometheus_client import start_http_server
+
+        s = self.settings
+        server, _thread = start_http_server(s.http_port, addr=s.http_host, registry=self.metrics.registry)
+        self._metrics_server = server
+        self.http_port = int(server.server_address[1])
+        log.info("metrics: http://%s:%d/metrics", s.http_host, self.http_port)
+
+    def _log_where(self) -> None:
+        s = self.settings
+        log.info("kafka: %s (%s)", s.bootstrap, "embedded Tansu, memory storage" if self.broker else "external")
+        if self.store is not None:
+            where = s.qdrant_url or str((s.data_dir / "qdrant-edge" / s.collection).resolve())
+            log.info("store: %s (%s)", where, "Qdrant server" if s.qdrant_url else "Qdrant Edge, embedded")
+        for role in self.running.values():
+            line = role.describe()
+            if line:
+                log.info("%s", line)
+        log.info("ready: roles %s; Ctrl-C to stop", ", ".join(self.roles))
+
+    # -- supervision ---------------------------------------------------------------------------------
+    async def _watch(self) -> None:
+        while not self._stop.is_set():
+            ok = await asyncio.to_thread(bootstrap_reachable, self.settings.bootstrap)
+            for name, role in self.running.items():
+                reason = role.crash()
+                if reason is not None:
+                    log.error("the %s crashed (%s); stopping the stack", name, reason)
+                    self.fail(role.crash_exit)
+                    return
+            if self.broker is not None and not self.broker.alive():
+                log.error("the embedded broker died (%s); stopping the stack", self.broker.last_output()[-500:])
+                self.status.ok = False
+                self.fail(3)
+                return
+            now = time.monotonic()
+            if ok:
+                self.status.ok, self.status.down_since = True, None
+            else:
+                self.status.ok = False
+                self.status.down_since = self.status.down_since or now
+                if now - self.status.down_since > BROKER_DEAD_AFTER_S:
+                    log.error(
+                        "Kafka at %s unreachable for %.0fs; stopping the stack",
+                        self.settings.bootstrap,
+                        now - self.status.down_since,
+                    )
+                    self.fail(3)
+                    return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), WATCH_EVERY_S)
+
+    def fail(self, code: int) -> None:
+        self.exit_code = self.exit_code or code
+        self._stop.set()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def wait(self) -> None:
+        await self._stop.wait()
+
+    # -- stop ------------------------------------------------------------------------------------------
+    async def stop(self) -> None:
+        self._stop.set()
+        log.info("draining: stop taking journal records, finish the batch in flight, commit")
+        for name in sorted(self.running, key=lambda n: self.running[n].drain_rank):
+            try:
+                await self.running[name].drain()
+            except Exception as e:  # one role's failure to drain must not keep the others running
+                log.warning("%s: error while draining: %r", name, e)
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server = None
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            await asyncio.gather(self._watchdog, return_exceptions=True)
+            self._watchdog = None
+        if self.producer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.producer.stop(), 10)
+        if self.store is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.store.close)
+        if self.broker is not None:
+            await asyncio.to_thread(self.broker.stop)
+        log.info("stopped")
+
+
+async def run_stack(settings: Settings, roles: tuple[str, ...], *, insecure: bool = False) -> int:
+    """Start the stack, run until SIGINT/SIGTERM or a failure, drain; returns the exit status."""
+    stack = Stack(settings, roles=roles, insecure=insecure)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stack.request_stop)
+    try:
+        await stack.start()
+        await stack.wait()
+    except (BrokerUnavailable, EpisodicError, OSError) as e:
+        log.error("cannot start: %s", e)
+        stack.exit_code = stack.exit_code or 2
+    except Exception as e:  # a refused bind, a bad tokens file, a broken store: say it, exit non-zero
+        log.error("cannot start: %s: %s", type(e).__name__, e)
+        stack.exit_code = stack.exit_code or 2
+    finally:
+        await stack.stop()
+    return stack.exit_code
