@@ -36,10 +36,11 @@ test: $(STAMP) ## run the test suite (unit, contract, integration, e2e)
 test-fast: $(STAMP) ## unit tests only
 	$(BIN)/pytest -q tests/unit
 
-lint: $(STAMP) ## ruff (lint + format check) and mypy
+lint: $(STAMP) ## ruff (lint + format check), mypy and the import layers (lint-imports)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy episodic recall schemas streams consumers infra
+	$(BIN)/mypy schemas episodic streams consumers recall infra stack
+	$(BIN)/lint-imports --no-cache
 
 fmt: $(STAMP) ## format the code
 	$(BIN)/ruff format .

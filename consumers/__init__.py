@@ -1,1 +1,5 @@
-"""aiokafka consumer loops: the embedding consumer."""
+"""consumers: the aiokafka consumer loops: the embedding consumer (journal.embeddable -> store).
+
+Owns: `embedding.py` (EmbeddingConsumer: batches, the visibility budget, densify, commit after upsert).
+May import: `episodic` (the core) and `schemas`; not `streams`, `recall`, `infra` or `stack`.
+"""

@@ -1,3 +1,11 @@
-"""episodic: the core. Pure domain logic, ports and adapters shared by streams, consumers and recall."""
+"""episodic: the core. Pure domain logic, its ports and the adapters behind them, shared by the stages.
+
+Owns: the embedding policy and gating, identity, the indexer, the embedder and BM25, the ports
+(Embedder, MemoryStore) and the store adapters, recall and rendering, auth, settings, metrics, the Kafka
+helpers (`bus.py`), and the two client libraries: the journal producer helper (`producer.py`) and the
+recall service's HTTP client (`client.py`).
+May import: `schemas` and third-party libraries; never `streams`, `consumers`, `recall`, `stack` or
+`infra` (they stand on the core). `make lint` and tests/unit/test_layout.py enforce it.
+"""
 
 __version__ = "0.1.0"

@@ -7,6 +7,7 @@ prefetches, fusion is Qdrant's RRF/DBSF, and the importance multiplier is a Form
 Qdrant Edge is single-process (the shard's WAL is locked by the process that opened it) and its thread
 safety under concurrent update+query is not documented, so every shard call holds one RLock: the recall
 service queries from a thread pool while the embedding consumer upserts.
+Size: over 400 lines while it mirrors the other adapter; issue 8 part 2 writes the shared code once.
 """
 
 from __future__ import annotations

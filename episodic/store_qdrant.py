@@ -11,6 +11,7 @@ contract suite. Known local-mode differences, none of which changes results:
 - it searches exactly, so HNSW settings are ignored;
 - it is single-process (the `path` directory is locked), like Qdrant Edge, and we serialise calls to it
   with a lock because its collections are plain Python objects.
+Size: over 400 lines while it mirrors the other adapter; issue 8 part 2 writes the shared code once.
 """
 
 from __future__ import annotations

@@ -1,1 +1,6 @@
-"""The recall HTTP service (SPEC §7): `create_app` in recall.app, `episodic serve` in recall.server."""
+"""recall: the recall HTTP service (SPEC §7): the FastAPI app over injected IO handles.
+
+Owns: `app.py` (`create_app`, the bind check), `routes.py`, `deps.py` (the services a request sees).
+Running it (uvicorn, `episodic serve`) is the composition root's: `stack.roles.HttpRole`.
+May import: `episodic` (the core) and `schemas`; not `streams`, `consumers`, `infra` or `stack`.
+"""

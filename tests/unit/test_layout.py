@@ -1,0 +1,147 @@
+"""The shape of the house: import layers (import-linter), package docstrings, module size.
+
+Imports point one way: schemas <- core (episodic) <- streams / consumers / recall <- stack, with infra
+imported only by stack. The contracts live in pyproject's [tool.importlinter]; `make lint` runs
+`lint-imports` and so does this test, plus a run against a copy of the tree with a forbidden import added,
+to prove the contracts fail when they should.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PACKAGES: list[str] = PYPROJECT["tool"]["importlinter"]["root_packages"]
+TOOLS = {"tests", "bench", "eval"}  # top-level packages outside the distribution: they may import anything
+MAX_LINES = 400
+SIZE_MARKER = re.compile(r"^[ \t]*Size:[ \t]*\S+(?:[ \t]+\S+){2,}", re.MULTILINE)  # "Size:" and a reason of 3+ words
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    """`lint-imports` over the tree at `root` (its own pyproject, its packages first on the path)."""
+    code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+    return subprocess.run(
+        [sys.executable, "-c", code, "--config", "pyproject.toml", "--no-cache", "--no-logo"],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_import_contracts_hold() -> None:
+    run = lint_imports(ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "4 kept, 0 broken" in run.stdout, run.stdout
+
+
+@pytest.fixture(scope="module")
+def tree_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The packages' sources and pyproject.toml, copied: a probe module is added per case, then removed."""
+    root = tmp_path_factory.mktemp("tree")
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    for pkg in PACKAGES:
+        shutil.copytree(ROOT / pkg, root / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.json", "*.y*ml"))
+    return root
+
+
+@pytest.mark.parametrize(
+    ("probes", "contract"),
+    [
+        # the core reaching up to the composition root, lazily inside a function
+        ({"episodic/_probe.py": "def main() -> None:\n    from stack.cli import main\n"}, "layers"),
+        # the contracts importing the core
+        ({"schemas/_probe.py": "from episodic.settings import Settings\n"}, "layers"),
+        # a stage importing another stage, or the broker launcher
+        ({"consumers/_probe.py": "import recall.app\n"}, "independence"),
+        ({"streams/_probe.py": "from infra.broker import free_port\n"}, "independence"),
+        # the broker launcher importing the core
+        ({"infra/_probe.py": "from episodic.settings import Settings\n"}, "infra (the broker launcher)"),
+        # a circle between two modules of one package
+        (
+            {"stack/commands/_probe_a.py": "import stack.commands._probe_b\n",
+             "stack/commands/_probe_b.py": "import stack.commands._probe_a\n"},
+            "no import circles",
+        ),
+    ],
+    ids=["core-up-lazy", "schemas-up", "stage-to-stage", "stage-to-infra", "infra-to-core", "circle"],
+)  # fmt: skip
+def test_the_import_contracts_fail_on_a_violation(tree_copy: Path, probes: dict[str, str], contract: str) -> None:
+    for rel, source in probes.items():
+        (tree_copy / rel).write_text(source)
+    try:
+        run = lint_imports(tree_copy)
+    finally:
+        for rel in probes:
+            (tree_copy / rel).unlink()
+    report = run.stdout + run.stderr
+    assert run.returncode == 1, report
+    broken = report.split("Broken contracts", 1)[-1]
+    assert contract in broken and "_probe" in broken, report
+
+
+def _docstring(path: Path) -> str:
+    return ast.get_docstring(ast.parse(path.read_text(), filename=str(path))) or ""
+
+
+def test_the_packages_are_the_same_everywhere() -> None:
+    """A new top-level package is registered in every place that lists them, or this fails."""
+    on_disk = {p.parent.name for p in ROOT.glob("*/__init__.py")} - TOOLS
+    installed = {pattern.rstrip("*") for pattern in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]}
+    first_party = set(PYPROJECT["tool"]["ruff"]["lint"]["isort"]["known-first-party"]) - TOOLS
+    in_image = set(re.findall(r"^COPY (\w+) \./\1$", (ROOT / "infra" / "Dockerfile").read_text(), re.MULTILINE))
+    linted = re.search(r"^\t\$\(BIN\)/mypy ([\w ]+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert linted is not None
+    assert set(PACKAGES) == on_disk == installed == first_party == in_image == set(linted.group(1).split())
+    assert PYPROJECT["project"]["scripts"]["episodic"] == "stack.cli:main"
+
+
+@pytest.mark.parametrize("pkg", PACKAGES)
+def test_every_package_says_what_it_owns_and_may_import(pkg: str) -> None:
+    doc = _docstring(ROOT / pkg / "__init__.py")
+    assert re.search(r"^Owns: \S", doc, re.MULTILINE), f"{pkg}/__init__.py: no 'Owns: ...' line"
+    assert re.search(r"^May import: \S", doc, re.MULTILINE), f"{pkg}/__init__.py: no 'May import: ...' line"
+
+
+def oversized_without_reason(paths: list[Path]) -> list[str]:
+    """Modules over MAX_LINES lines whose docstring has no `Size: <reason>` line."""
+    out = []
+    for path in paths:
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_LINES and not SIZE_MARKER.search(_docstring(path)):
+            out.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {lines} lines")
+    return out
+
+
+def test_modules_over_400_lines_say_why() -> None:
+    modules = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
+    assert len(modules) > 50
+    offenders = oversized_without_reason(modules)
+    assert not offenders, (
+        f"modules over {MAX_LINES} lines: split them, or state why in a 'Size: <reason>' docstring line: {offenders}"
+    )
+
+
+def test_the_size_rule_catches_a_long_module(tmp_path: Path) -> None:
+    body = "\n".join(f"x{i} = {i}" for i in range(MAX_LINES))
+    long = tmp_path / "long.py"
+    long.write_text(f'"""A module."""\n{body}\n')
+    assert oversized_without_reason([long]) == [f"{long}: {MAX_LINES + 1} lines"]
+    long.write_text(f'"""A module.\n\nSize: \n"""\n{body}\n')  # a marker without a reason does not count
+    assert oversized_without_reason([long])
+    long.write_text(f'"""A module.\n\nSize: one table of {MAX_LINES} constants, read top to bottom.\n"""\n{body}\n')
+    assert oversized_without_reason([long]) == []
+    short = tmp_path / "short.py"
+    short.write_text('"""A module."""\nx = 1\n')
+    assert oversized_without_reason([short]) == []
