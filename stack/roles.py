@@ -236,7 +236,7 @@ class HttpRole(Role):
         self.server = uvicorn.Server(config)
         self.server.install_signal_handlers = lambda: None  # the Stack owns SIGINT/SIGTERM
         self._host = s.http_host
-        self._task = asyncio.create_task(self.server.serve(), name="http")
+        self._task = asyncio.create_task(self._serve(), name="http")
         deadline = time.monotonic() + HTTP_START_S
         while not self.server.started and time.monotonic() < deadline and not self._task.done():
             await asyncio.sleep(0.05)
@@ -244,6 +244,14 @@ class HttpRole(Role):
             raise EpisodicError(f"recall service did not start on {s.http_host}:{s.http_port}")
         sockets = [sock for srv in (self.server.servers or []) for sock in srv.sockets]
         self.http_port = sockets[0].getsockname()[1] if sockets else s.http_port
+
+    async def _serve(self) -> None:
+        try:
+            await self.server.serve()
+        except SystemExit as e:
+            # uvicorn exits the process when it cannot bind (its own ERROR line says why); here that only
+            # fails this role's start, and the Stack stops with "cannot start" and status 2.
+            log.debug("uvicorn exited with %s", e.code)
 
     async def drain(self) -> None:
         if self.server is not None:

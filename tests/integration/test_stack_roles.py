@@ -1,0 +1,75 @@
+"""A Stack role on its own, over the real store (Qdrant Edge): the recall service's start, answer, drain."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from episodic.errors import EpisodicError
+from episodic.metrics import Metrics
+from episodic.ports import MemoryStore
+from episodic.settings import Settings
+from episodic.sparse import Bm25Encoder
+from episodic.store import open_store
+from stack.roles import HttpRole, Resources
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[MemoryStore]:
+    s = open_store(Settings(data_dir=tmp_path), dim=384)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def resources(settings: Settings, store: MemoryStore, failed: list[int]) -> Resources:
+    return Resources(
+        settings=settings,
+        metrics=Metrics(CollectorRegistry()),
+        producer=None,  # type: ignore[arg-type]  # publishes only when a recall returns hits
+        status=lambda: {"kafka": "ok", "kafka_bootstrap": settings.bootstrap},
+        fail=failed.append,
+        store=store,
+        bm25=Bm25Encoder(),
+    )
+
+
+async def test_the_recall_service_role_starts_answers_and_drains(tmp_path: Path, store: MemoryStore) -> None:
+    settings = Settings(data_dir=tmp_path, http_port=0, embed_model="none")
+    failed: list[int] = []
+    role = HttpRole()
+    try:
+        await role.start(resources(settings, store, failed))
+        assert role.http_port and role.describe() == (
+            f"recall service: http://127.0.0.1:{role.http_port}  (OpenAPI: /docs, metrics: /metrics)"
+        )
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{role.http_port}", timeout=5) as http:
+            health = (await http.get("/healthz")).json()
+        assert health["kafka"] == "ok" and health["episodic"] == "sparse-only"
+    finally:
+        await role.drain()
+    assert role.server.should_exit and failed == []
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{role.http_port}/healthz", timeout=2)
+
+
+async def test_a_busy_port_fails_the_start_and_not_the_process(tmp_path: Path, store: MemoryStore) -> None:
+    """uvicorn calls sys.exit when it cannot bind: that must become a start error (`cannot start`, status 2)."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        role = HttpRole()
+        try:
+            with pytest.raises(EpisodicError, match=f"did not start on 127.0.0.1:{port}"):
+                await role.start(resources(Settings(data_dir=tmp_path, http_port=port), store, []))
+        finally:
+            await role.drain()
