@@ -62,6 +62,16 @@ class Resources:
         return self.store, self.bm25
 
 
+async def finish(task: asyncio.Task[Any] | None, timeout: float) -> None:
+    """Let a role's task end by itself within `timeout` seconds, then cancel it; never raises."""
+    if task is None:
+        return
+    _done, pending = await asyncio.wait([task], timeout=timeout)
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
 class Role:
     """One stage of the pipeline run by the Stack. Subclasses set the class attributes and override
     `start` and `drain`; `crash` and `describe` are optional."""
@@ -159,11 +169,7 @@ class EmbedderRole(Role):
     async def drain(self) -> None:
         if self.consumer is not None:
             self.consumer.request_stop()
-        if self._task is not None:
-            _done, pending = await asyncio.wait([self._task], timeout=CONSUMER_DRAIN_S)
-            for t in pending:
-                t.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await finish(self._task, CONSUMER_DRAIN_S)
 
     def describe(self) -> str | None:
         return f"embedder: {self._model} ({self._mode})" if self.consumer is not None else None
@@ -256,11 +262,7 @@ class HttpRole(Role):
     async def drain(self) -> None:
         if self.server is not None:
             self.server.should_exit = True
-        if self._task is not None:
-            _done, pending = await asyncio.wait([self._task], timeout=HTTP_DRAIN_S)
-            for t in pending:
-                t.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await finish(self._task, HTTP_DRAIN_S)
 
     def describe(self) -> str | None:
         if self.server is None or self.http_port is None:
