@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -72,8 +73,8 @@ async def finish(task: asyncio.Task[Any] | None, timeout: float) -> None:
     await asyncio.gather(task, return_exceptions=True)
 
 
-class Role:
-    """One stage of the pipeline run by the Stack. Subclasses set the class attributes and override
+class Role(ABC):
+    """One stage of the pipeline run by the Stack. Subclasses set the class attributes and implement
     `start` and `drain`; `crash` and `describe` are optional."""
 
     name: ClassVar[str]
@@ -86,12 +87,13 @@ class Role:
 
     http_port: int | None = None  # the port it bound, for roles that serve HTTP
 
+    @abstractmethod
     async def start(self, res: Resources) -> None:
-        raise NotImplementedError
+        """Start in the running loop; raise (an EpisodicError, say) when it cannot."""
 
+    @abstractmethod
     async def drain(self) -> None:
         """Stop taking input, finish and commit what is in flight. Must tolerate a half-finished start."""
-        raise NotImplementedError
 
     def crash(self) -> str | None:
         """Why the role died, polled by the Stack's watchdog; None while it is healthy."""
@@ -142,6 +144,7 @@ class EmbedderRole(Role):
         self.consumer: EmbeddingConsumer | None = None
         self._task: asyncio.Task[None] | None = None
         self._model = "none"
+        self._mode = "sparse-only"
 
     async def start(self, res: Resources) -> None:
         from consumers.embedding import EmbeddingConsumer
