@@ -39,7 +39,7 @@ test-fast: $(STAMP) ## unit tests only
 lint: $(STAMP) ## ruff (lint + format check) and mypy
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy episodic recall schemas streams consumers infra
+	$(BIN)/mypy episodic recall schemas streams consumers infra stack
 
 fmt: $(STAMP) ## format the code
 	$(BIN)/ruff format .

@@ -143,7 +143,7 @@ class Stack:
     async def _open_store_and_model(self) -> None:
         from episodic.embedder import load_embedder
         from episodic.sparse import Bm25Encoder
-        from episodic.store import open_store
+        from stack.stores import open_store
 
         s = self.settings
         shared = self.roles != ("embedder",)  # other stages share this process's cores

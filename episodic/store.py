@@ -1,8 +1,4 @@
-"""The memory store: the factory that picks an adapter, and the rules both adapters share.
-
-`open_store(settings, dim=...)` returns an `EdgeStore` (Qdrant Edge, on disk under the data directory)
-when `EPISODIC_QDRANT_URL` is unset, else a `QdrantServerStore` against that server. Either way the
-collection exists and has its payload indexes when it returns.
+"""The memory store: the rules both adapters share (`stack.stores.open_store` picks the adapter).
 
 The engine-neutral parts live here so that the two adapters cannot drift: the payload index schema,
 the neutral importance for points that lack one, and input validation. Validation runs before anything
@@ -15,15 +11,12 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from episodic.errors import StoreError
-from episodic.ports import DENSE, Fusion, MemoryPoint, MemoryStore, SparseVec
-
-if TYPE_CHECKING:
-    from episodic.settings import Settings
+from episodic.ports import DENSE, Fusion, MemoryPoint, SparseVec
 
 IndexKind = Literal["keyword", "tenant", "float", "datetime", "bool"]
 
@@ -118,34 +111,6 @@ def stored_payload(point: MemoryPoint) -> dict[str, object]:
     payload = dict(point.payload)
     payload["has_dense"] = point.dense is not None
     return payload
-
-
-def open_store(settings: Settings, *, dim: int) -> MemoryStore:
-    """The configured store with its collection ensured for `dim`-dimensional chunk vectors."""
-    store: MemoryStore
-    if settings.qdrant_url:
-        from episodic.store_qdrant import QdrantServerStore
-
-        api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-        store = QdrantServerStore(
-            settings.qdrant_url,
-            api_key=api_key,
-            collection=settings.collection,
-            prefetch_limit=settings.prefetch_limit,
-        )
-    else:
-        from episodic.store_edge import EdgeStore
-
-        store = EdgeStore(
-            settings.data_dir / "qdrant-edge" / settings.collection,
-            prefetch_limit=settings.prefetch_limit,
-        )
-    try:
-        store.ensure_collection(dim)
-    except BaseException:
-        store.close()
-        raise
-    return store
 
 
 def hybrid_legs(
