@@ -1,8 +1,8 @@
 """Ports: the Embedder protocol and the MemoryStore interface, with the value types they speak.
 
-Adapters: `episodic.store_edge.EdgeStore` (Qdrant Edge, embedded default) and
-`episodic.store_qdrant.QdrantServerStore` (qdrant-client against a Qdrant server, or its local mode in
-tests). One contract suite (tests/contract) runs against both.
+The store: `episodic.store.QdrantStore`, written once over an engine backend: `episodic.store_edge.EdgeStore`
+(Qdrant Edge, embedded default) and `episodic.store_qdrant.QdrantServerStore` (qdrant-client against a
+Qdrant server, or its local mode in tests). One contract suite (tests/contract) runs against both.
 """
 
 from __future__ import annotations
