@@ -13,6 +13,7 @@ service queries from a thread pool while the embedding consumer upserts.
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -63,6 +64,15 @@ def _point_id(pid: str) -> uuid.UUID | str:
         return uuid.UUID(pid)
     except (ValueError, TypeError, AttributeError) as e:
         raise StoreError(f"point id {pid!r} is not a UUID") from e
+
+
+@functools.lru_cache(maxsize=4)
+def _times_importance(key: str, default: float) -> qe.Formula:
+    """The same for every query: built once (the request takes a copy)."""
+    return qe.Formula(
+        qe.Expression.Mult([qe.Expression.Variable("$score"), qe.Expression.Variable(key)]),
+        defaults={key: default},
+    )
 
 
 def _with_vector(with_dense: bool) -> list[str] | bool:
@@ -252,10 +262,7 @@ class EdgeEngine(Engine):
         return qe.Prefetch(limit=limit, prefetches=legs, query=fuse, filter=flt)
 
     def times_importance(self, key: str, default: float) -> qe.Formula:
-        return qe.Formula(
-            qe.Expression.Mult([qe.Expression.Variable("$score"), qe.Expression.Variable(key)]),
-            defaults={key: default},
-        )
+        return _times_importance(key, default)
 
 
 class EdgeStore(QdrantStore):

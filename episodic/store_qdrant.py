@@ -16,6 +16,7 @@ contract suite. Known local-mode differences, none of which changes results:
 
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -47,6 +48,12 @@ def _index_schema(kind: IndexKind) -> Any:
         "datetime": m.PayloadSchemaType.DATETIME,
         "bool": m.PayloadSchemaType.BOOL,
     }[kind]
+
+
+@functools.lru_cache(maxsize=4)
+def _times_importance(key: str, default: float) -> m.FormulaQuery:
+    """The same for every query: built once (requests only read it)."""
+    return m.FormulaQuery(formula=m.MultExpression(mult=["$score", key]), defaults={key: default})
 
 
 def _with_vectors(with_dense: bool) -> list[str] | bool:
@@ -272,7 +279,7 @@ class ClientEngine(Engine):
         return m.Prefetch(prefetch=legs, query=fuse, filter=flt, limit=limit)
 
     def times_importance(self, key: str, default: float) -> m.FormulaQuery:
-        return m.FormulaQuery(formula=m.MultExpression(mult=["$score", key]), defaults={key: default})
+        return _times_importance(key, default)
 
 
 class QdrantServerStore(QdrantStore):

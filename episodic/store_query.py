@@ -15,6 +15,7 @@ multiplier with its neutral default (`TimesImportance`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -161,7 +162,7 @@ class Query:
 
 
 def dense_leg(vector: list[float], flt: Filter, limit: int) -> DenseLeg:
-    return DenseLeg([float(x) for x in vector], flt, limit)
+    return DenseLeg(list(map(float, vector)), flt, limit)
 
 
 def sparse_leg(sparse: SparseVec, scope: ScopeFilter, flt: Filter, limit: int) -> SparseLeg:
@@ -242,45 +243,55 @@ class Lowering:
     every leg, the dense leg inside the re-scored leg, the query's sparse vector) is lowered once and
     the engine object is reused. Use one Lowering per request."""
 
-    __slots__ = ("_memo", "_vocab")
+    __slots__ = ("_memo", "vocab")
 
     def __init__(self, vocab: Vocabulary) -> None:
-        self._vocab = vocab
+        self.vocab = vocab
         self._memo: dict[int, tuple[Node, Any]] = {}  # id -> (node kept alive, engine object)
 
     def __call__(self, node: Node) -> Any:
         hit = self._memo.get(id(node))
         if hit is not None:
             return hit[1]
-        out = self._lower(node)
+        out = self.fresh(node)
         self._memo[id(node)] = (node, out)
         return out
 
-    def _all(self, nodes: tuple[Condition, ...]) -> list[Any] | None:
-        return [self(n) for n in nodes] or None
+    def fresh(self, node: Node) -> Any:
+        """Lower `node` without looking it up (a filter's own conditions are met only through it)."""
+        lower = _LOWER.get(type(node))
+        if lower is None:
+            raise TypeError(f"cannot lower {type(node).__name__}")
+        return lower(self, node)
 
-    def _lower(self, node: Node) -> Any:
-        v = self._vocab
-        if isinstance(node, Filter):
-            return v.filter(self._all(node.must), self._all(node.should), self._all(node.must_not))
-        if isinstance(node, Match):
-            return v.match(node.key, node.value)
-        if isinstance(node, MatchAny):
-            return v.match_any(node.key, list(node.values))
-        if isinstance(node, AtLeast):
-            return v.at_least(node.key, node.gte)
-        if isinstance(node, HasDense):
-            return v.has_dense()
-        if isinstance(node, DenseLeg):
-            return v.dense_leg(node.vector, self(node.filter), node.limit)
-        if isinstance(node, SparseLeg):
-            inner = self(node.inner) if node.inner is not None else None
-            return v.sparse_leg(self(node.sparse), self(node.filter), node.limit, self(node.idf), inner)
-        if isinstance(node, Fused):
-            legs = [self(leg) for leg in node.legs]
-            return v.fused(legs, node.method, node.k, list(node.weights), self(node.filter), node.limit)
-        if isinstance(node, SparseVec):
-            return v.sparse_vector(list(node.indices), list(node.values))
-        if isinstance(node, TimesImportance):
-            return v.times_importance(node.key, node.default)
-        raise TypeError(f"cannot lower {type(node).__name__}")
+    def all(self, nodes: tuple[Condition, ...]) -> list[Any] | None:
+        return [self.fresh(n) for n in nodes] or None
+
+
+def _filter(lo: Lowering, f: Filter) -> Any:
+    return lo.vocab.filter(lo.all(f.must), lo.all(f.should), lo.all(f.must_not))
+
+
+def _sparse_leg(lo: Lowering, leg: SparseLeg) -> Any:
+    inner = lo(leg.inner) if leg.inner is not None else None
+    return lo.vocab.sparse_leg(lo(leg.sparse), lo(leg.filter), leg.limit, lo(leg.idf), inner)
+
+
+def _fused(lo: Lowering, f: Fused) -> Any:
+    legs = [lo(leg) for leg in f.legs]
+    return lo.vocab.fused(legs, f.method, f.k, list(f.weights), lo(f.filter), f.limit)
+
+
+# One lowering per node type (a dict lookup rather than a chain of isinstance checks: this runs per query).
+_LOWER: dict[type, Callable[[Lowering, Any], Any]] = {
+    Filter: _filter,
+    Match: lambda lo, n: lo.vocab.match(n.key, n.value),
+    MatchAny: lambda lo, n: lo.vocab.match_any(n.key, list(n.values)),
+    AtLeast: lambda lo, n: lo.vocab.at_least(n.key, n.gte),
+    HasDense: lambda lo, n: lo.vocab.has_dense(),
+    DenseLeg: lambda lo, n: lo.vocab.dense_leg(n.vector, lo(n.filter), n.limit),
+    SparseLeg: _sparse_leg,
+    Fused: _fused,
+    SparseVec: lambda lo, n: lo.vocab.sparse_vector(list(n.indices), list(n.values)),
+    TimesImportance: lambda lo, n: lo.vocab.times_importance(n.key, n.default),
+}
