@@ -2,10 +2,11 @@
 
 `QdrantStore` is the whole `MemoryStore`: input validation, the payload as stored, scopes and workspace
 isolation, the query legs and their fusion, IDF over the request's workspace, the importance multiplier,
-scrolls, counts and hit conversion. It describes every filter and query as engine-neutral values
-(`episodic.store_query`) and hands them to an `Engine`, which does only what really differs between
-engines: the collection layout and payload indexes, the calls themselves, lowering the descriptions
-into its library's types, and wrapping its errors in `StoreError` / `StoreUnavailable`.
+scrolls, finds, counts, relations (stored on the source memory) and hit conversion. It describes every
+filter and query as engine-neutral values (`episodic.store_query`) and hands them to an `Engine`, which
+does only what really differs between engines: the collection layout and payload indexes, the calls
+themselves, lowering the descriptions into its library's types, and wrapping its errors in
+`StoreError` / `StoreUnavailable`.
 
 Engines: `episodic.store_edge` (Qdrant Edge, an in-process shard; `EdgeStore`) and
 `episodic.store_qdrant` (qdrant-client against a server, or its local mode; `QdrantServerStore`). This
@@ -19,7 +20,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from episodic.errors import StoreError
-from episodic.ports import Fusion, MemoryPoint, MemoryStore, ScopeFilter, SparseVec, StoredHit
+from episodic.identity import point_id
+from episodic.ports import (
+    Fusion,
+    MemoryPoint,
+    MemoryStore,
+    Relation,
+    ScopeFilter,
+    SparseVec,
+    StoredHit,
+    merge_relations,
+)
 from episodic.store_query import (
     Filter,
     HasDense,
@@ -220,6 +231,47 @@ class QdrantStore(MemoryStore):
 
     def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
         return self.engine.count(count_filter(workspace_id, has_dense))
+
+    # -- relations: stored on the source memory (payload `relations` + keyword array `links`) ------------
+
+    def add_relations(self, relations: list[Relation]) -> int:
+        by_src: dict[tuple[str, str], list[Relation]] = {}
+        for r in relations:
+            by_src.setdefault((r.workspace_id, r.src), []).append(r)
+        pids = {key: point_id(*key) for key in by_src}
+        existing = self.retrieve(sorted(set(pids.values())))
+        added = 0
+        for key, rels in by_src.items():
+            payload = existing.get(pids[key])
+            if payload is None:
+                continue
+            merged = merge_relations(payload.get("relations"), rels)
+            if len(merged) == len(payload.get("relations") or []):
+                continue
+            added += len(merged) - len(payload.get("relations") or [])
+            self.set_payload(pids[key], {"relations": merged, "links": sorted({e["dst"] for e in merged})})
+        return added
+
+    def relations_of(self, workspace_id: str, entry_ids: list[str]) -> list[Relation]:
+        wanted = set(entry_ids)
+        out: dict[tuple[str, str, str], Relation] = {}
+        outgoing = self.retrieve([point_id(workspace_id, e) for e in sorted(wanted)])
+        incoming = self.linked_to(workspace_id, sorted(wanted))
+        for payload in [*outgoing.values(), *(p for _, p in incoming)]:
+            src = str(payload.get("entry_id", ""))
+            for e in payload.get("relations") or []:
+                if not isinstance(e, dict) or (src not in wanted and e.get("dst") not in wanted):
+                    continue
+                rel = Relation(
+                    src=src,
+                    dst=str(e.get("dst")),
+                    relation=e.get("relation", "similar"),
+                    weight=float(e.get("weight", 0.0)),
+                    created_at=str(e.get("created_at", "")),
+                    workspace_id=workspace_id,
+                )
+                out[(rel.src, rel.dst, rel.relation)] = rel
+        return list(out.values())
 
     # -- queries -------------------------------------------------------------------------------------
 
