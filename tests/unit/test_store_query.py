@@ -224,3 +224,20 @@ def test_lowering_conditions() -> None:
 def test_lowering_an_unknown_node_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="cannot lower"):
         Lowering(Recorder())(object())  # type: ignore[arg-type]
+
+
+def test_the_shared_store_modules_import_no_engine() -> None:
+    """The store's logic is engine-neutral: only the backends (store_edge, store_qdrant) import an engine,
+    and the composition root (stack.stores) chooses one."""
+    import ast
+    from pathlib import Path
+
+    import episodic
+
+    engines = {"qdrant_edge", "qdrant_client", "episodic.store_edge", "episodic.store_qdrant"}
+    root = Path(episodic.__file__).parent
+    for name in ("store.py", "store_query.py", "store_rules.py", "ports.py"):
+        tree = ast.parse((root / name).read_text())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not {m for m in imported if m.split(".")[0] in engines or m in engines}, name
