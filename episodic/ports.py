@@ -1,8 +1,8 @@
 """Ports: the Embedder protocol and the MemoryStore interface, with the value types they speak.
 
-Adapters: `episodic.store_edge.EdgeStore` (Qdrant Edge, embedded default) and
-`episodic.store_qdrant.QdrantServerStore` (qdrant-client against a Qdrant server, or its local mode in
-tests). One contract suite (tests/contract) runs against both.
+The store: `episodic.store.QdrantStore`, written once over an engine backend: `episodic.store_edge.EdgeStore`
+(Qdrant Edge, embedded default) and `episodic.store_qdrant.QdrantServerStore` (qdrant-client against a
+Qdrant server, or its local mode in tests). One contract suite (tests/contract) runs against both.
 """
 
 from __future__ import annotations
@@ -202,53 +202,16 @@ class MemoryStore(ABC):
         """(point id, payload) of the workspace's memories whose `links` name one of `entry_ids`."""
 
     # -- relations: stored on the source memory (payload `relations` + keyword array `links`) ------------
+    @abstractmethod
     def add_relations(self, relations: list[Relation]) -> int:
         """Add edges src -> dst (idempotent per (dst, relation)); returns how many were new.
 
         A relation whose source memory does not exist (yet) is skipped and not counted.
         """
-        from episodic.identity import point_id
 
-        by_src: dict[tuple[str, str], list[Relation]] = {}
-        for r in relations:
-            by_src.setdefault((r.workspace_id, r.src), []).append(r)
-        pids = {key: point_id(*key) for key in by_src}
-        existing = self.retrieve(sorted(set(pids.values())))
-        added = 0
-        for key, rels in by_src.items():
-            payload = existing.get(pids[key])
-            if payload is None:
-                continue
-            merged = merge_relations(payload.get("relations"), rels)
-            if len(merged) == len(payload.get("relations") or []):
-                continue
-            added += len(merged) - len(payload.get("relations") or [])
-            self.set_payload(pids[key], {"relations": merged, "links": sorted({e["dst"] for e in merged})})
-        return added
-
+    @abstractmethod
     def relations_of(self, workspace_id: str, entry_ids: list[str]) -> list[Relation]:
         """Every edge that starts or ends at one of `entry_ids` in the workspace (both directions)."""
-        from episodic.identity import point_id
-
-        wanted = set(entry_ids)
-        out: dict[tuple[str, str, str], Relation] = {}
-        outgoing = self.retrieve([point_id(workspace_id, e) for e in sorted(wanted)])
-        incoming = self.linked_to(workspace_id, sorted(wanted))
-        for payload in [*outgoing.values(), *(p for _, p in incoming)]:
-            src = str(payload.get("entry_id", ""))
-            for e in payload.get("relations") or []:
-                if not isinstance(e, dict) or (src not in wanted and e.get("dst") not in wanted):
-                    continue
-                rel = Relation(
-                    src=src,
-                    dst=str(e.get("dst")),
-                    relation=e.get("relation", "similar"),
-                    weight=float(e.get("weight", 0.0)),
-                    created_at=str(e.get("created_at", "")),
-                    workspace_id=workspace_id,
-                )
-                out[(rel.src, rel.dst, rel.relation)] = rel
-        return list(out.values())
 
     @abstractmethod
     def flush(self) -> None: ...

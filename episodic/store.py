@@ -1,176 +1,318 @@
-"""The memory store: the factory that picks an adapter, and the rules both adapters share.
+"""The memory store, written once over a thin engine backend (SPEC §6).
 
-`open_store(settings, dim=...)` returns an `EdgeStore` (Qdrant Edge, on disk under the data directory)
-when `EPISODIC_QDRANT_URL` is unset, else a `QdrantServerStore` against that server. Either way the
-collection exists and has its payload indexes when it returns.
+`QdrantStore` is the whole `MemoryStore`: input validation, the payload as stored, scopes and workspace
+isolation, the query legs and their fusion, IDF over the request's workspace, the importance multiplier,
+scrolls, finds, counts, relations (stored on the source memory) and hit conversion. It describes every
+filter and query as engine-neutral values (`episodic.store_query`) and hands them to an `Engine`, which
+does only what really differs between engines: the collection layout and payload indexes, the calls
+themselves, lowering the descriptions into its library's types, and wrapping its errors in
+`StoreError` / `StoreUnavailable`.
 
-The engine-neutral parts live here so that the two adapters cannot drift: the payload index schema,
-the neutral importance for points that lack one, and input validation. Validation runs before anything
-reaches an engine because some garbage (a sparse vector whose indices and values differ in length,
-or repeat an index) makes the Qdrant Edge core panic instead of returning an error.
+Engines: `episodic.store_edge` (Qdrant Edge, an in-process shard; `EdgeStore`) and
+`episodic.store_qdrant` (qdrant-client against a server, or its local mode; `QdrantServerStore`). This
+module imports neither; the composition root (`stack.stores.open_store`) picks one from the settings.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
-
-import numpy as np
+from abc import abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 from episodic.errors import StoreError
-from episodic.ports import DENSE, Fusion, MemoryPoint, MemoryStore, SparseVec
-
-if TYPE_CHECKING:
-    from episodic.settings import Settings
-
-IndexKind = Literal["keyword", "tenant", "float", "datetime", "bool"]
-
-# Payload indexes, by field. `tenant` is a keyword index flagged as the tenant (workspace) partition.
-PAYLOAD_INDEXES: dict[str, IndexKind] = {
-    "workspace_id": "tenant",
-    "crew_id": "keyword",
-    "agent_id": "keyword",
-    "entry_id": "keyword",
-    "entry_type": "keyword",
-    "severity": "keyword",
-    "dedup_key": "keyword",
-    "aliases": "keyword",  # keyword array: a match on any element
-    "links": "keyword",  # entry ids this memory has an edge to (relations, read in both directions)
-    "importance_score": "float",
-    "ts": "datetime",
-    "has_dense": "bool",
-}
-
-# A point without `importance_score` (never written by the indexer, but possible in hand-made data)
-# ranks as an info-level routine memory (SPEC §10 base table), not as the most important one.
-DEFAULT_IMPORTANCE = 0.5
+from episodic.identity import point_id
+from episodic.ports import (
+    Fusion,
+    MemoryPoint,
+    MemoryStore,
+    Relation,
+    ScopeFilter,
+    SparseVec,
+    StoredHit,
+    merge_relations,
+)
+from episodic.store_query import (
+    Filter,
+    HasDense,
+    MatchAny,
+    Query,
+    Vocabulary,
+    count_filter,
+    dense_leg,
+    hybrid_prefetch,
+    in_workspace,
+    scope_filter,
+    sparse_leg,
+)
+from episodic.store_rules import (
+    PAYLOAD_INDEXES,
+    IndexKind,
+    dense_rows,
+    float_rows,
+    stored_point,
+    validate_dense,
+    validate_points,
+    validate_sparse,
+    validate_vector,
+)
 
 # Candidates each leg fetches before the importance multiplier re-ranks them.
 DEFAULT_PREFETCH = 100
 
-# Sparse indices are u32 in Qdrant.
-_MAX_SPARSE_INDEX = 2**32 - 1
+SCROLL_PAGE = 256
 
 
-def validate_dense(rows: Sequence[Sequence[float]], dim: int | None, *, what: str = "dense vector") -> None:
-    """A multivector: at least one row, every row `dim` long (when known), finite and not all zero."""
-    try:
-        arr = np.asarray(rows, dtype=np.float64)
-    except (TypeError, ValueError) as e:
-        raise StoreError(f"{what}: not a rectangular array of numbers ({e})") from e
-    if arr.ndim != 2 or arr.shape[0] == 0:
-        raise StoreError(f"{what}: expected a non-empty list of rows, got shape {arr.shape}")
-    if dim is not None and arr.shape[1] != dim:
-        raise StoreError(f"{what}: expected dim {dim}, got {arr.shape[1]}")
-    if arr.shape[1] == 0:
-        raise StoreError(f"{what}: empty rows")
-    if not np.isfinite(arr).all():
-        raise StoreError(f"{what}: non-finite values")
-    if not (np.abs(arr).sum(axis=1) > 0).all():
-        raise StoreError(f"{what}: a zero row has no direction (cosine undefined)")
+class Record(Protocol):
+    """A point as both engines return it (their record types have these attributes)."""
+
+    @property
+    def id(self) -> Any: ...
+
+    @property
+    def payload(self) -> Mapping[str, Any] | None: ...
+
+    @property
+    def vector(self) -> Any: ...
 
 
-def validate_vector(vector: Sequence[float], dim: int | None, *, what: str = "query vector") -> None:
-    """One dense query vector: `dim` long (when known), finite, not all zero."""
-    validate_dense([vector], dim, what=what)
+class ScoredRecord(Record, Protocol):
+    @property
+    def score(self) -> float: ...
 
 
-def validate_sparse(sparse: SparseVec, *, what: str = "sparse vector") -> None:
-    """Indices and values of equal length, indices unique u32, values finite. Empty is allowed:
-    a text made only of stopwords has no BM25 terms; such a point is simply never a sparse match."""
-    if len(sparse.indices) != len(sparse.values):
-        raise StoreError(f"{what}: {len(sparse.indices)} indices but {len(sparse.values)} values (must be equal)")
-    if len(set(sparse.indices)) != len(sparse.indices):
-        raise StoreError(f"{what}: repeated indices")
-    for i in sparse.indices:
-        if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i <= _MAX_SPARSE_INDEX:
-            raise StoreError(f"{what}: index {i!r} is not an unsigned 32-bit integer")
-    for v in sparse.values:
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
-            raise StoreError(f"{what}: value {v!r} is not a finite number")
+class Engine(Vocabulary):
+    """What differs between engines. Every method wraps the engine's errors in StoreError (rejected)
+    or StoreUnavailable (cannot be reached or opened). Filters and queries arrive engine-neutral; the
+    engine lowers them with `store_query.Lowering(self)` (it is the Vocabulary)."""
+
+    name: str  # MemoryStore.backend
+
+    @abstractmethod
+    def ensure(self, dim: int, indexes: Mapping[str, IndexKind]) -> None:
+        """Create or open the collection (multivector `dense` of `dim`, cosine, max-sim; sparse `bm25`
+        with the IDF modifier), check its layout, and create the missing payload indexes."""
+
+    @abstractmethod
+    def upsert(self, points: Sequence[MemoryPoint]) -> None:
+        """Write whole points, as given (validated, payload as stored, float rows)."""
+
+    @abstractmethod
+    def set_payload(self, point_id: str, fields: dict[str, Any]) -> None:
+        """Merge `fields` into an existing point's payload (StoreError when there is none)."""
+
+    @abstractmethod
+    def set_dense(self, point_id: str, rows: list[list[float]], fields: dict[str, Any]) -> None:
+        """Replace an existing point's dense rows and merge `fields` into its payload, in one call."""
+
+    @abstractmethod
+    def retrieve(self, point_ids: list[str]) -> Sequence[Record]:
+        """The points that exist, with payload, without vectors."""
+
+    @abstractmethod
+    def scroll(self, flt: Filter | None, limit: int, offset: Any, with_dense: bool) -> tuple[Sequence[Record], Any]:
+        """One page of up to `limit` points from `offset` (None: the start), and the next offset (None: done)."""
+
+    @abstractmethod
+    def count(self, flt: Filter | None) -> int:
+        """The exact number of points that match."""
+
+    @abstractmethod
+    def query(self, query: Query) -> Sequence[ScoredRecord]:
+        """Run the query; records with payload (and the dense rows when `query.with_dense`), best first."""
+
+    @abstractmethod
+    def flush(self) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
 
 
-def validate_points(points: Sequence[MemoryPoint], dim: int | None) -> None:
-    for p in points:
-        if not p.point_id:
-            raise StoreError("point without an id")
-        if not p.payload.get("workspace_id"):
-            raise StoreError(f"point {p.point_id}: payload has no workspace_id")
-        validate_sparse(p.sparse, what=f"point {p.point_id} sparse vector")
-        if p.dense is not None:
-            validate_dense(p.dense, dim, what=f"point {p.point_id} dense vector")
+def _hit(record: Record, score: float, with_dense: bool) -> StoredHit:
+    dense = dense_rows(record.vector) if with_dense else None
+    return StoredHit(point_id=str(record.id), score=score, payload=dict(record.payload or {}), dense=dense)
 
 
-def dense_rows(vectors: object) -> list[list[float]] | None:
-    """The dense chunk rows out of an engine's named-vector dict, if it has them."""
-    if not isinstance(vectors, dict):
-        return None
-    rows = vectors.get(DENSE)
-    if rows is None:
-        return None
-    return [[float(x) for x in row] for row in rows]
+class QdrantStore(MemoryStore):
+    """The MemoryStore on any Qdrant engine. `prefetch_limit`: candidates per leg (at least `limit`)."""
 
+    def __init__(self, engine: Engine, *, prefetch_limit: int = DEFAULT_PREFETCH) -> None:
+        self.engine = engine
+        self.backend = engine.name
+        self.prefetch_limit = prefetch_limit
+        self._dim: int | None = None
 
-def stored_payload(point: MemoryPoint) -> dict[str, object]:
-    """The payload as written: the caller's fields, with `has_dense` kept true to the vectors."""
-    payload = dict(point.payload)
-    payload["has_dense"] = point.dense is not None
-    return payload
+    # -- lifecycle -----------------------------------------------------------------------------------
 
+    def ensure_collection(self, dim: int) -> None:
+        if dim < 1:
+            raise StoreError(f"dimension must be positive, got {dim}")
+        self.engine.ensure(dim, PAYLOAD_INDEXES)
+        self._dim = dim
 
-def open_store(settings: Settings, *, dim: int) -> MemoryStore:
-    """The configured store with its collection ensured for `dim`-dimensional chunk vectors."""
-    store: MemoryStore
-    if settings.qdrant_url:
-        from episodic.store_qdrant import QdrantServerStore
+    def flush(self) -> None:
+        self.engine.flush()
 
-        api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-        store = QdrantServerStore(
-            settings.qdrant_url,
-            api_key=api_key,
-            collection=settings.collection,
-            prefetch_limit=settings.prefetch_limit,
-        )
-    else:
-        from episodic.store_edge import EdgeStore
+    def close(self) -> None:
+        self.engine.close()
 
-        store = EdgeStore(
-            settings.data_dir / "qdrant-edge" / settings.collection,
-            prefetch_limit=settings.prefetch_limit,
-        )
-    try:
-        store.ensure_collection(dim)
-    except BaseException:
-        store.close()
-        raise
-    return store
+    # -- writes --------------------------------------------------------------------------------------
 
+    def upsert(self, points: list[MemoryPoint]) -> None:
+        if not points:
+            return
+        validate_points(points, self._dim)
+        self.engine.upsert([stored_point(p) for p in points])
 
-def hybrid_legs(
-    adapter: Any, vector: list[float], sparse: SparseVec, scope: Any, flt: Any, limit: int, fusion: Fusion
-) -> tuple[list[Any], list[float]]:
-    """The hybrid query's prefetch legs and their RRF weights (see `Fusion`), built with the adapter's own
-    prefetch constructors `_dense_leg(vector, flt, n)` and `_sparse_leg(sparse, scope, flt, n, inner=None)`
-    (`inner`: re-score that prefetch's candidates by the BM25 query). One definition for both adapters;
-    the dense prefetch is built once and also serves as the inner of the re-scored leg."""
-    dense = adapter._dense_leg(vector, flt, limit)
-    legs: list[Any] = []
-    weights: list[float] = []
+    def set_payload(self, point_id: str, fields: dict[str, Any]) -> None:
+        self.engine.set_payload(point_id, dict(fields))
 
-    def add(leg: Any, weight: float) -> None:
-        if weight > 0 or fusion.method == "dbsf":
-            legs.append(leg)
-            weights.append(weight)
+    def set_dense(self, point_id: str, dense: list[list[float]], fields: dict[str, Any]) -> None:
+        validate_dense(dense, self._dim, what=f"point {point_id} dense vector")
+        self.engine.set_dense(point_id, float_rows(dense), {**fields, "has_dense": True})
 
-    add(dense, fusion.dense_weight)
-    if sparse.indices:  # an empty sparse query contributes nothing; leave those legs out rather than ask the engine
-        add(adapter._sparse_leg(sparse, scope, flt, limit), fusion.sparse_weight)
-        if fusion.both_weight > 0:
-            add(adapter._sparse_leg(sparse, scope, flt, limit, inner=dense), fusion.both_weight)
-        if fusion.head > 0 and fusion.head_weight > 0:
-            add(adapter._sparse_leg(sparse, scope, flt, min(fusion.head, limit)), fusion.head_weight)
-    if not legs:  # every weight 0: the dense leg alone still ranks
-        legs, weights = [dense], [1.0]
-    return legs, weights
+    # -- reads ---------------------------------------------------------------------------------------
+
+    def _scroll(self, flt: Filter | None, limit: int | None = None, *, with_dense: bool = False) -> Iterator[Record]:
+        offset: Any = None
+        seen = 0
+        while True:
+            page = SCROLL_PAGE if limit is None else min(SCROLL_PAGE, limit - seen)
+            if page <= 0:
+                return
+            records, offset = self.engine.scroll(flt, page, offset, with_dense)
+            yield from records
+            seen += len(records)
+            if offset is None or not records:
+                return
+
+    def _scroll_payloads(self, flt: Filter, limit: int | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+        for r in self._scroll(flt, limit):
+            yield str(r.id), dict(r.payload or {})
+
+    def retrieve(self, point_ids: list[str]) -> dict[str, dict[str, Any]]:
+        if not point_ids:
+            return {}
+        return {str(r.id): dict(r.payload or {}) for r in self.engine.retrieve(list(point_ids))}
+
+    def find_by_dedup_keys(self, workspace_id: str, keys: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+        if not keys:
+            return {}
+        found: dict[str, tuple[str, dict[str, Any]]] = {}
+        for pid, payload in self._scroll_payloads(in_workspace(workspace_id, MatchAny("dedup_key", tuple(keys)))):
+            found.setdefault(payload["dedup_key"], (pid, payload))
+        return found
+
+    def find_by_alias(self, workspace_id: str, entry_ids: list[str]) -> dict[str, str]:
+        if not entry_ids:
+            return {}
+        wanted = set(entry_ids)
+        out: dict[str, str] = {}
+        for pid, payload in self._scroll_payloads(in_workspace(workspace_id, MatchAny("aliases", tuple(wanted)))):
+            for alias in payload.get("aliases") or []:
+                if alias in wanted:
+                    out.setdefault(alias, pid)
+        return out
+
+    def find_entries(self, scope: ScopeFilter, entry_ids: list[str], *, with_dense: bool = False) -> list[StoredHit]:
+        if not entry_ids:
+            return []
+        flt = Filter(must=(scope_filter(scope), MatchAny("entry_id", tuple(sorted(set(entry_ids))))))
+        return [_hit(r, 0.0, with_dense) for r in self._scroll(flt, None, with_dense=with_dense)]
+
+    def linked_to(self, workspace_id: str, entry_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
+        if not entry_ids:
+            return []
+        return list(self._scroll_payloads(in_workspace(workspace_id, MatchAny("links", tuple(sorted(set(entry_ids)))))))
+
+    def missing_dense(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
+        if limit <= 0:
+            return []
+        return list(self._scroll_payloads(Filter(must_not=(HasDense(),)), limit))
+
+    def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
+        return self.engine.count(count_filter(workspace_id, has_dense))
+
+    # -- relations: stored on the source memory (payload `relations` + keyword array `links`) ------------
+
+    def add_relations(self, relations: list[Relation]) -> int:
+        by_src: dict[tuple[str, str], list[Relation]] = {}
+        for r in relations:
+            by_src.setdefault((r.workspace_id, r.src), []).append(r)
+        pids = {key: point_id(*key) for key in by_src}
+        existing = self.retrieve(sorted(set(pids.values())))
+        added = 0
+        for key, rels in by_src.items():
+            payload = existing.get(pids[key])
+            if payload is None:
+                continue
+            merged = merge_relations(payload.get("relations"), rels)
+            if len(merged) == len(payload.get("relations") or []):
+                continue
+            added += len(merged) - len(payload.get("relations") or [])
+            self.set_payload(pids[key], {"relations": merged, "links": sorted({e["dst"] for e in merged})})
+        return added
+
+    def relations_of(self, workspace_id: str, entry_ids: list[str]) -> list[Relation]:
+        wanted = set(entry_ids)
+        out: dict[tuple[str, str, str], Relation] = {}
+        outgoing = self.retrieve([point_id(workspace_id, e) for e in sorted(wanted)])
+        incoming = self.linked_to(workspace_id, sorted(wanted))
+        for payload in [*outgoing.values(), *(p for _, p in incoming)]:
+            src = str(payload.get("entry_id", ""))
+            for e in payload.get("relations") or []:
+                if not isinstance(e, dict) or (src not in wanted and e.get("dst") not in wanted):
+                    continue
+                rel = Relation(
+                    src=src,
+                    dst=str(e.get("dst")),
+                    relation=e.get("relation", "similar"),
+                    weight=float(e.get("weight", 0.0)),
+                    created_at=str(e.get("created_at", "")),
+                    workspace_id=workspace_id,
+                )
+                out[(rel.src, rel.dst, rel.relation)] = rel
+        return list(out.values())
+
+    # -- queries -------------------------------------------------------------------------------------
+
+    def _leg_limit(self, limit: int, prefetch: int | None = None) -> int:
+        return max(limit, prefetch if prefetch is not None else self.prefetch_limit)
+
+    def _run(self, query: Query) -> list[StoredHit]:
+        return [_hit(r, float(r.score), query.with_dense) for r in self.engine.query(query)]
+
+    def query_dense(
+        self, vector: list[float], scope: ScopeFilter, limit: int, *, with_dense: bool = False
+    ) -> list[StoredHit]:
+        validate_vector(vector, self._dim)
+        if limit <= 0:
+            return []
+        flt = scope_filter(scope)
+        return self._run(Query(dense_leg(vector, flt, self._leg_limit(limit)), flt, limit, with_dense))
+
+    def query_sparse(
+        self, sparse: SparseVec, scope: ScopeFilter, limit: int, *, with_dense: bool = False
+    ) -> list[StoredHit]:
+        validate_sparse(sparse, what="query sparse vector")
+        if limit <= 0 or not sparse.indices:
+            return []  # no terms: nothing can match lexically
+        flt = scope_filter(scope)
+        return self._run(Query(sparse_leg(sparse, scope, flt, self._leg_limit(limit)), flt, limit, with_dense))
+
+    def query_hybrid(
+        self,
+        vector: list[float],
+        sparse: SparseVec,
+        scope: ScopeFilter,
+        limit: int,
+        fusion: Fusion,
+        *,
+        with_dense: bool = False,
+    ) -> list[StoredHit]:
+        validate_vector(vector, self._dim)
+        validate_sparse(sparse, what="query sparse vector")
+        if limit <= 0:
+            return []
+        flt = scope_filter(scope)
+        legs = hybrid_prefetch(vector, sparse, scope, flt, self._leg_limit(limit, fusion.prefetch_limit), fusion)
+        return self._run(Query(legs, flt, limit, with_dense))

@@ -1,54 +1,37 @@
 """EdgeStore: the memory store on Qdrant Edge, an in-process Qdrant shard on disk (SPEC §6, embedded).
 
-One shard directory holds the collection: a named multivector `dense` (cosine, max-sim over the chunk
-rows) and a named sparse vector `bm25` with the IDF modifier. Scores come from the engine: the legs are
-prefetches, fusion is Qdrant's RRF/DBSF, and the importance multiplier is a Formula over `$score`.
+`EdgeEngine` is the thin backend under `episodic.store.QdrantStore`: one shard directory holds the
+collection (a named multivector `dense`, cosine, max-sim over the chunk rows, and a named sparse vector
+`bm25` with the IDF modifier); it lowers the store's neutral filters and queries into qdrant-edge's types
+and wraps the engine's errors. Scores come from the engine: the legs are prefetches, fusion is Qdrant's
+RRF/DBSF, and the importance multiplier is a Formula over `$score`.
 
 Qdrant Edge is single-process (the shard's WAL is locked by the process that opened it) and its thread
 safety under concurrent update+query is not documented, so every shard call holds one RLock: the recall
 service queries from a thread pool while the embedding consumer upserts.
-Size: over 400 lines while it mirrors the other adapter; issue 8 part 2 writes the shared code once.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from episodic.errors import StoreError, StoreUnavailable
-from episodic.ports import (
-    DENSE,
-    SPARSE,
-    Fusion,
-    MemoryPoint,
-    MemoryStore,
-    ScopeFilter,
-    SparseVec,
-    StoredHit,
-)
-from episodic.store import (
-    DEFAULT_IMPORTANCE,
-    DEFAULT_PREFETCH,
-    PAYLOAD_INDEXES,
-    dense_rows,
-    hybrid_legs,
-    stored_payload,
-    validate_dense,
-    validate_points,
-    validate_sparse,
-    validate_vector,
-)
+from episodic.ports import DENSE, SPARSE, MemoryPoint
+from episodic.store import DEFAULT_PREFETCH, Engine, QdrantStore, Record, ScoredRecord
+from episodic.store_query import Filter, Lowering, Query
+from episodic.store_rules import IndexKind
 
 try:
     import qdrant_edge as qe
 except ImportError as e:  # pragma: no cover - a core dependency; guard for a clear hint
     raise ImportError("EdgeStore needs qdrant-edge-py: pip install 'qdrant-edge-py>=0.9'") from e
 
-_SCROLL_PAGE = 256
 _FATAL = (KeyboardInterrupt, SystemExit, GeneratorExit)
 
 
@@ -65,7 +48,7 @@ def _config(dim: int) -> qe.EdgeConfig:
     )
 
 
-def _index_schema(kind: str) -> Any:
+def _index_schema(kind: IndexKind) -> Any:
     if kind == "tenant":
         return qe.KeywordIndexParams(is_tenant=True)
     return {
@@ -76,47 +59,6 @@ def _index_schema(kind: str) -> Any:
     }[kind]
 
 
-def _match(key: str, value: Any) -> qe.FieldCondition:
-    return qe.FieldCondition(key, match=qe.MatchValue(value))
-
-
-def _has_dense() -> qe.HasVectorCondition:
-    # Not `has_dense == true`: qdrant-edge-py turns MatchValue(True) into the integer 1, which never
-    # matches a JSON boolean, so a bool match cannot be expressed. The vector itself is the truth anyway.
-    return qe.HasVectorCondition(DENSE)
-
-
-def _workspace(workspace_id: str) -> qe.FieldCondition:
-    return _match("workspace_id", workspace_id)
-
-
-def scope_filter(scope: ScopeFilter) -> qe.Filter:
-    """Workspace always; `own`: the agent's memories; `crew_shared`: the crew's memories that are the
-    agent's own or high-value (only high-value ones without an agent)."""
-    must: list[Any] = [_workspace(scope.workspace_id)]
-    high = qe.FieldCondition("importance_score", range=qe.RangeFloat(gte=scope.high_value))
-    if scope.scope == "own":
-        must.append(_match("agent_id", scope.agent_id))
-    else:
-        must.append(_match("crew_id", scope.crew_id))
-        if scope.agent_id:
-            must.append(qe.Filter(should=[_match("agent_id", scope.agent_id), high]))
-        else:
-            must.append(high)
-    return qe.Filter(must=must)
-
-
-def _times_importance() -> qe.Formula:
-    return qe.Formula(
-        qe.Expression.Mult([qe.Expression.Variable("$score"), qe.Expression.Variable("importance_score")]),
-        defaults={"importance_score": DEFAULT_IMPORTANCE},
-    )
-
-
-def _pid(value: Any) -> str:
-    return str(value)
-
-
 def _point_id(pid: str) -> uuid.UUID | str:
     try:
         return uuid.UUID(pid)
@@ -124,14 +66,26 @@ def _point_id(pid: str) -> uuid.UUID | str:
         raise StoreError(f"point id {pid!r} is not a UUID") from e
 
 
-class EdgeStore(MemoryStore):
-    """MemoryStore on a Qdrant Edge shard at `path` (created on first `ensure_collection`)."""
+@functools.lru_cache(maxsize=4)
+def _times_importance(key: str, default: float) -> qe.Formula:
+    """The same for every query: built once (the request takes a copy)."""
+    return qe.Formula(
+        qe.Expression.Mult([qe.Expression.Variable("$score"), qe.Expression.Variable(key)]),
+        defaults={key: default},
+    )
 
-    backend = "qdrant-edge"
 
-    def __init__(self, path: str | Path, *, prefetch_limit: int = DEFAULT_PREFETCH) -> None:
-        self.path = Path(path)
-        self.prefetch_limit = prefetch_limit
+def _with_vector(with_dense: bool) -> list[str] | bool:
+    return [DENSE] if with_dense else False
+
+
+class EdgeEngine(Engine):
+    """A Qdrant Edge shard at `path` (created on first `ensure`, else loaded from disk on first use)."""
+
+    name = "qdrant-edge"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
         self._lock = threading.RLock()
         self._shard: qe.EdgeShard | None = None
         self._dim: int | None = None
@@ -169,9 +123,7 @@ class EdgeStore(MemoryStore):
                 self._shard = qe.EdgeShard.load(str(self.path))
         return self._shard
 
-    def ensure_collection(self, dim: int) -> None:
-        if dim < 1:
-            raise StoreError(f"dimension must be positive, got {dim}")
+    def ensure(self, dim: int, indexes: Mapping[str, IndexKind]) -> None:
         with self._guard("ensure_collection"):
             if self._closed:
                 raise StoreUnavailable(f"EdgeStore at {self.path} is closed")
@@ -187,7 +139,7 @@ class EdgeStore(MemoryStore):
                     self._shard = qe.EdgeShard.create(str(self.path), _config(dim))
             self._dim = dim
             present = set(self._shard.info().payload_schema)
-            for name, kind in PAYLOAD_INDEXES.items():
+            for name, kind in indexes.items():
                 if name not in present:
                     self._shard.update(qe.UpdateOperation.create_field_index(name, _index_schema(kind)))
 
@@ -206,211 +158,128 @@ class EdgeStore(MemoryStore):
                     shard.close()
 
     def optimize(self) -> bool:
-        """Run the shard's segment optimizers (merge, index); blocking. Edge does not run them itself."""
         with self._guard("optimize"):
             return bool(self._open().optimize())
 
     def payload_indexes(self) -> set[str]:
-        """Names of the indexed payload fields."""
         with self._guard("info"):
             return set(self._open().info().payload_schema)
 
     # -- writes --------------------------------------------------------------------------------------
 
-    def upsert(self, points: list[MemoryPoint]) -> None:
-        if not points:
-            return
-        validate_points(points, self._dim)
+    def upsert(self, points: Sequence[MemoryPoint]) -> None:
         edge_points = []
         for p in points:
             vectors: dict[str, Any] = {SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))}
             if p.dense is not None:
-                vectors[DENSE] = [list(map(float, row)) for row in p.dense]
-            edge_points.append(qe.Point(_point_id(p.point_id), vectors, stored_payload(p)))
+                vectors[DENSE] = p.dense
+            edge_points.append(qe.Point(_point_id(p.point_id), vectors, p.payload))
         with self._guard("upsert"):
             self._open().update(qe.UpdateOperation.upsert_points(edge_points))
 
     def set_payload(self, point_id: str, fields: dict[str, Any]) -> None:
         pid = _point_id(point_id)
         with self._guard("set_payload"):
-            self._open().update(qe.UpdateOperation.set_payload([pid], dict(fields)))
+            self._open().update(qe.UpdateOperation.set_payload([pid], fields))
 
-    def set_dense(self, point_id: str, dense: list[list[float]], fields: dict[str, Any]) -> None:
-        validate_dense(dense, self._dim, what=f"point {point_id} dense vector")
+    def set_dense(self, point_id: str, rows: list[list[float]], fields: dict[str, Any]) -> None:
         pid = _point_id(point_id)
-        rows = [list(map(float, row)) for row in dense]
         with self._guard("set_dense"):
             shard = self._open()
             shard.update(qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {DENSE: rows})]))
-            shard.update(qe.UpdateOperation.set_payload([pid], {**fields, "has_dense": True}))
+            shard.update(qe.UpdateOperation.set_payload([pid], fields))
 
     # -- reads ---------------------------------------------------------------------------------------
 
-    def _scroll(self, flt: qe.Filter | None, limit: int | None = None, *, with_vector: bool = False) -> Iterator[Any]:
-        offset: Any = None
-        seen = 0
-        while True:
-            page = _SCROLL_PAGE if limit is None else min(_SCROLL_PAGE, limit - seen)
-            if page <= 0:
-                return
-            with self._guard("scroll"):
-                records, offset = self._open().scroll(
-                    qe.ScrollRequest(
-                        offset=offset,
-                        limit=page,
-                        filter=flt,
-                        with_payload=True,
-                        with_vector=[DENSE] if with_vector else False,
-                    )
-                )
-            yield from records
-            seen += len(records)
-            if offset is None or not records:
-                return
-
-    def retrieve(self, point_ids: list[str]) -> dict[str, dict[str, Any]]:
-        if not point_ids:
-            return {}
+    def retrieve(self, point_ids: list[str]) -> Sequence[Record]:
         ids: list[Any] = [_point_id(p) for p in point_ids]
         with self._guard("retrieve"):
-            records = self._open().retrieve(ids, True, False)
-        return {_pid(r.id): dict(r.payload or {}) for r in records}
+            return self._open().retrieve(ids, True, False)
 
-    def find_by_dedup_keys(self, workspace_id: str, keys: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
-        if not keys:
-            return {}
-        flt = qe.Filter(must=[_workspace(workspace_id), qe.FieldCondition("dedup_key", match=qe.MatchAny(keys))])
-        found: dict[str, tuple[str, dict[str, Any]]] = {}
-        for r in self._scroll(flt):
-            payload = dict(r.payload or {})
-            found.setdefault(payload["dedup_key"], (_pid(r.id), payload))
-        return found
-
-    def find_by_alias(self, workspace_id: str, entry_ids: list[str]) -> dict[str, str]:
-        if not entry_ids:
-            return {}
-        wanted = set(entry_ids)
-        flt = qe.Filter(must=[_workspace(workspace_id), qe.FieldCondition("aliases", match=qe.MatchAny(list(wanted)))])
-        out: dict[str, str] = {}
-        for r in self._scroll(flt):
-            for alias in (r.payload or {}).get("aliases") or []:
-                if alias in wanted:
-                    out.setdefault(alias, _pid(r.id))
-        return out
-
-    def find_entries(self, scope: ScopeFilter, entry_ids: list[str], *, with_dense: bool = False) -> list[StoredHit]:
-        if not entry_ids:
-            return []
-        flt = qe.Filter(
-            must=[scope_filter(scope), qe.FieldCondition("entry_id", match=qe.MatchAny(sorted(set(entry_ids))))]
+    def scroll(self, flt: Filter | None, limit: int, offset: Any, with_dense: bool) -> tuple[Sequence[Record], Any]:
+        request = qe.ScrollRequest(
+            offset=offset,
+            limit=limit,
+            filter=Lowering(self)(flt) if flt is not None else None,
+            with_payload=True,
+            with_vector=_with_vector(with_dense),
         )
-        return [
-            StoredHit(_pid(r.id), 0.0, dict(r.payload or {}), dense_rows(r.vector) if with_dense else None)
-            for r in self._scroll(flt, None, with_vector=with_dense)
-        ]
+        with self._guard("scroll"):
+            return self._open().scroll(request)
 
-    def linked_to(self, workspace_id: str, entry_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
-        if not entry_ids:
-            return []
-        flt = qe.Filter(
-            must=[_workspace(workspace_id), qe.FieldCondition("links", match=qe.MatchAny(sorted(set(entry_ids))))]
-        )
-        return [(_pid(r.id), dict(r.payload or {})) for r in self._scroll(flt)]
-
-    def missing_dense(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
-        if limit <= 0:
-            return []
-        flt = qe.Filter(must_not=[_has_dense()])
-        return [(_pid(r.id), dict(r.payload or {})) for r in self._scroll(flt, limit)]
-
-    def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
-        must: list[Any] = []
-        if workspace_id is not None:
-            must.append(_workspace(workspace_id))
-        must_not: list[Any] = []
-        if has_dense is not None:
-            (must if has_dense else must_not).append(_has_dense())
-        flt = qe.Filter(must=must, must_not=must_not) if must or must_not else None
+    def count(self, flt: Filter | None) -> int:
+        request = qe.CountRequest(exact=True, filter=Lowering(self)(flt) if flt is not None else None)
         with self._guard("count"):
-            return int(self._open().count(qe.CountRequest(exact=True, filter=flt)))
+            return int(self._open().count(request))
 
-    # -- queries -------------------------------------------------------------------------------------
+    def query(self, query: Query) -> Sequence[ScoredRecord]:
+        lower = Lowering(self)
+        request = qe.QueryRequest(
+            limit=query.limit,
+            prefetches=[lower(query.prefetch)],
+            query=lower(query.score),
+            filter=lower(query.filter),
+            with_payload=True,
+            with_vector=_with_vector(query.with_dense),
+        )
+        with self._guard("query"):
+            return self._open().query(request)
 
-    def _leg_limit(self, limit: int, prefetch: int | None = None) -> int:
-        return max(limit, prefetch if prefetch is not None else self.prefetch_limit)
+    # -- the vocabulary: neutral filters and queries in qdrant-edge's types ----------------------------
 
-    def _dense_leg(self, vector: list[float], flt: qe.Filter, limit: int) -> qe.Prefetch:
-        return qe.Prefetch(limit=limit, query=qe.Query.Nearest([list(map(float, vector))], using=DENSE), filter=flt)
+    def match(self, key: str, value: str) -> qe.FieldCondition:
+        return qe.FieldCondition(key, match=qe.MatchValue(value))
 
-    def _sparse_leg(
-        self, sparse: SparseVec, scope: ScopeFilter, flt: qe.Filter, limit: int, inner: qe.Prefetch | None = None
-    ) -> qe.Prefetch:
-        """BM25 over the scope, or (`inner`) over the inner prefetch's candidates only."""
-        # IDF statistics over the request's workspace only (not the whole collection, not the scope).
-        idf = qe.SearchParams(idf=qe.IdfParams(corpus=qe.Filter(must=[_workspace(scope.workspace_id)])))
-        vec = qe.SparseVector(list(sparse.indices), list(sparse.values))
+    def match_any(self, key: str, values: list[str]) -> qe.FieldCondition:
+        return qe.FieldCondition(key, match=qe.MatchAny(values))
+
+    def at_least(self, key: str, gte: float) -> qe.FieldCondition:
+        return qe.FieldCondition(key, range=qe.RangeFloat(gte=gte))
+
+    def has_dense(self) -> qe.HasVectorCondition:
+        return qe.HasVectorCondition(DENSE)  # qdrant-edge cannot match booleans (see store_query.HasDense)
+
+    def filter(self, must: list[Any] | None, should: list[Any] | None, must_not: list[Any] | None) -> qe.Filter:
+        return qe.Filter(must=must, should=should, must_not=must_not)
+
+    def sparse_vector(self, indices: list[int], values: list[float]) -> qe.SparseVector:
+        return qe.SparseVector(indices, values)
+
+    def dense_leg(self, vector: list[float], flt: Any, limit: int) -> qe.Prefetch:
+        return qe.Prefetch(limit=limit, query=qe.Query.Nearest([vector], using=DENSE), filter=flt)
+
+    def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None) -> qe.Prefetch:
         return qe.Prefetch(
             limit=limit,
-            query=qe.Query.Nearest(vec, using=SPARSE),
+            query=qe.Query.Nearest(vector, using=SPARSE),
             filter=flt,
-            params=idf,
+            params=qe.SearchParams(idf=qe.IdfParams(corpus=idf)),
             prefetches=[inner] if inner is not None else None,
         )
 
-    def _run(self, prefetch: qe.Prefetch, flt: qe.Filter, limit: int, with_dense: bool) -> list[StoredHit]:
-        request = qe.QueryRequest(
-            limit=limit,
-            prefetches=[prefetch],
-            query=_times_importance(),
-            filter=flt,
-            with_payload=True,
-            with_vector=[DENSE] if with_dense else False,
-        )
-        with self._guard("query"):
-            points = self._open().query(request)
-        hits = []
-        for p in points:
-            dense = dense_rows(p.vector) if with_dense else None
-            hits.append(
-                StoredHit(point_id=_pid(p.id), score=float(p.score), payload=dict(p.payload or {}), dense=dense)
-            )
-        return hits
+    def fused(self, legs: list[Any], method: str, k: int, weights: list[float], flt: Any, limit: int) -> qe.Prefetch:
+        fuse: Any = qe.Fusion.Dbsf() if method == "dbsf" else qe.Fusion.Rrf(k=k, weights=weights)
+        return qe.Prefetch(limit=limit, prefetches=legs, query=fuse, filter=flt)
 
-    def query_dense(
-        self, vector: list[float], scope: ScopeFilter, limit: int, *, with_dense: bool = False
-    ) -> list[StoredHit]:
-        validate_vector(vector, self._dim)
-        if limit <= 0:
-            return []
-        flt = scope_filter(scope)
-        return self._run(self._dense_leg(vector, flt, self._leg_limit(limit)), flt, limit, with_dense)
+    def times_importance(self, key: str, default: float) -> qe.Formula:
+        return _times_importance(key, default)
 
-    def query_sparse(
-        self, sparse: SparseVec, scope: ScopeFilter, limit: int, *, with_dense: bool = False
-    ) -> list[StoredHit]:
-        validate_sparse(sparse, what="query sparse vector")
-        if limit <= 0 or not sparse.indices:
-            return []  # no terms: nothing can match lexically
-        flt = scope_filter(scope)
-        return self._run(self._sparse_leg(sparse, scope, flt, self._leg_limit(limit)), flt, limit, with_dense)
 
-    def query_hybrid(
-        self,
-        vector: list[float],
-        sparse: SparseVec,
-        scope: ScopeFilter,
-        limit: int,
-        fusion: Fusion,
-        *,
-        with_dense: bool = False,
-    ) -> list[StoredHit]:
-        validate_vector(vector, self._dim)
-        validate_sparse(sparse, what="query sparse vector")
-        if limit <= 0:
-            return []
-        flt = scope_filter(scope)
-        leg = self._leg_limit(limit, fusion.prefetch_limit)
-        legs, weights = hybrid_legs(self, vector, sparse, scope, flt, leg, fusion)
-        fuse: Any = qe.Fusion.Dbsf() if fusion.method == "dbsf" else qe.Fusion.Rrf(k=fusion.k, weights=weights)
-        fused = qe.Prefetch(limit=leg * len(legs), prefetches=legs, query=fuse, filter=flt)
-        return self._run(fused, flt, limit, with_dense)
+class EdgeStore(QdrantStore):
+    """MemoryStore on a Qdrant Edge shard at `path` (created on first `ensure_collection`)."""
+
+    def __init__(self, path: str | Path, *, prefetch_limit: int = DEFAULT_PREFETCH) -> None:
+        self._edge = EdgeEngine(Path(path))
+        super().__init__(self._edge, prefetch_limit=prefetch_limit)
+
+    @property
+    def path(self) -> Path:
+        return self._edge.path
+
+    def optimize(self) -> bool:
+        """Run the shard's segment optimizers (merge, index); blocking. Edge does not run them itself."""
+        return self._edge.optimize()
+
+    def payload_indexes(self) -> set[str]:
+        """Names of the indexed payload fields."""
+        return self._edge.payload_indexes()

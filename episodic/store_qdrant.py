@@ -1,8 +1,9 @@
 """QdrantServerStore: the memory store on a Qdrant server or cluster through qdrant-client (SPEC §6).
 
-The same collection layout and the same engine-side scoring as `EdgeStore`: a named multivector `dense`
-(cosine, max-sim), a named sparse `bm25` with the IDF modifier, prefetch legs fused by the engine and
-a Formula that multiplies by `importance_score`.
+`ClientEngine` is the thin backend under `episodic.store.QdrantStore`: the same collection layout and the
+same engine-side scoring as Qdrant Edge (a named multivector `dense`, cosine, max-sim; a named sparse
+`bm25` with the IDF modifier; prefetch legs fused by the engine; a Formula that multiplies by
+`importance_score`), in qdrant-client's types, with its errors wrapped.
 
 qdrant-client's local mode (`location=":memory:"` or `path=...`) speaks the same API and runs the
 contract suite. Known local-mode differences, none of which changes results:
@@ -11,41 +12,23 @@ contract suite. Known local-mode differences, none of which changes results:
 - it searches exactly, so HNSW settings are ignored;
 - it is single-process (the `path` directory is locked), like Qdrant Edge, and we serialise calls to it
   with a lock because its collections are plain Python objects.
-Size: over 400 lines while it mirrors the other adapter; issue 8 part 2 writes the shared code once.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from episodic.errors import StoreError, StoreUnavailable
-from episodic.ports import (
-    DENSE,
-    SPARSE,
-    Fusion,
-    MemoryPoint,
-    MemoryStore,
-    ScopeFilter,
-    SparseVec,
-    StoredHit,
-)
-from episodic.store import (
-    DEFAULT_IMPORTANCE,
-    DEFAULT_PREFETCH,
-    PAYLOAD_INDEXES,
-    dense_rows,
-    hybrid_legs,
-    stored_payload,
-    validate_dense,
-    validate_points,
-    validate_sparse,
-    validate_vector,
-)
+from episodic.ports import DENSE, SPARSE, MemoryPoint
+from episodic.store import DEFAULT_PREFETCH, Engine, QdrantStore, Record, ScoredRecord
+from episodic.store_query import Filter, Lowering, Query
+from episodic.store_rules import IndexKind
 
 try:
     from qdrant_client import QdrantClient
@@ -55,10 +38,8 @@ try:
 except ImportError as e:  # pragma: no cover - a core dependency; guard for a clear hint
     raise ImportError("QdrantServerStore needs qdrant-client: pip install 'qdrant-client>=1.16'") from e
 
-_SCROLL_PAGE = 256
 
-
-def _index_schema(kind: str) -> Any:
+def _index_schema(kind: IndexKind) -> Any:
     if kind == "tenant":
         return m.KeywordIndexParams(type=m.KeywordIndexType.KEYWORD, is_tenant=True)
     return {
@@ -69,70 +50,37 @@ def _index_schema(kind: str) -> Any:
     }[kind]
 
 
-def _match(key: str, value: Any) -> m.FieldCondition:
-    return m.FieldCondition(key=key, match=m.MatchValue(value=value))
+@functools.lru_cache(maxsize=4)
+def _times_importance(key: str, default: float) -> m.FormulaQuery:
+    """The same for every query: built once (requests only read it)."""
+    return m.FormulaQuery(formula=m.MultExpression(mult=["$score", key]), defaults={key: default})
 
 
-def _has_dense() -> m.HasVectorCondition:
-    # The same condition as EdgeStore (which cannot match booleans): the vector itself is the truth.
-    return m.HasVectorCondition(has_vector=DENSE)
+def _with_vectors(with_dense: bool) -> list[str] | bool:
+    return [DENSE] if with_dense else False
 
 
-def _workspace(workspace_id: str) -> m.FieldCondition:
-    return _match("workspace_id", workspace_id)
-
-
-def scope_filter(scope: ScopeFilter) -> m.Filter:
-    """Workspace always; `own`: the agent's memories; `crew_shared`: the crew's memories that are the
-    agent's own or high-value (only high-value ones without an agent)."""
-    must: list[Any] = [_workspace(scope.workspace_id)]
-    high = m.FieldCondition(key="importance_score", range=m.Range(gte=scope.high_value))
-    if scope.scope == "own":
-        must.append(_match("agent_id", scope.agent_id))
-    else:
-        must.append(_match("crew_id", scope.crew_id))
-        if scope.agent_id:
-            must.append(m.Filter(should=[_match("agent_id", scope.agent_id), high]))
-        else:
-            must.append(high)
-    return m.Filter(must=must)
-
-
-def _times_importance() -> m.FormulaQuery:
-    return m.FormulaQuery(
-        formula=m.MultExpression(mult=["$score", "importance_score"]),
-        defaults={"importance_score": DEFAULT_IMPORTANCE},
-    )
-
-
-class QdrantServerStore(MemoryStore):
-    """MemoryStore on a Qdrant server (`url`), or on qdrant-client's local mode (`location`/`path`)."""
-
-    backend = "qdrant"
+class ClientEngine(Engine):
+    """A collection through qdrant-client: a server (`url`), or local mode (`location`/`path`)."""
 
     def __init__(
         self,
-        url: str | None = None,
-        api_key: str | None = None,
+        url: str | None,
+        api_key: str | None,
         *,
-        collection: str = "episodic_memories",
-        location: str | None = None,
-        path: str | Path | None = None,
-        prefetch_limit: int = DEFAULT_PREFETCH,
-        timeout: float = 10.0,
+        collection: str,
+        location: str | None,
+        path: str | Path | None,
+        timeout: float,
     ) -> None:
         if sum(x is not None for x in (url, location, path)) != 1:
             raise ValueError("give exactly one of url (a server), location (':memory:') or path (local mode)")
         self.collection = collection
-        self.prefetch_limit = prefetch_limit
         self.local = url is None
-        if self.local:
-            self.backend = "qdrant-local"
+        self.name = "qdrant-local" if self.local else "qdrant"
         self._lock: Any = threading.RLock() if self.local else nullcontext()
-        self._dim: int | None = None
         self._closed = False
-        where = url or location or str(path)
-        self._where = where
+        self._where = where = url or location or str(path)
         try:
             if url is not None:
                 self.client = QdrantClient(url=url, api_key=api_key, timeout=int(timeout), check_compatibility=False)
@@ -166,9 +114,7 @@ class QdrantServerStore(MemoryStore):
                     raise StoreUnavailable(f"qdrant {op} at {self._where}: {e}") from e
                 raise StoreError(f"qdrant {op}: {e}") from e
 
-    def ensure_collection(self, dim: int) -> None:
-        if dim < 1:
-            raise StoreError(f"dimension must be positive, got {dim}")
+    def ensure(self, dim: int, indexes: Mapping[str, IndexKind]) -> None:
         with self._guard("ensure_collection"):
             if not self.client.collection_exists(self.collection):
                 try:
@@ -190,12 +136,11 @@ class QdrantServerStore(MemoryStore):
                     if e.status_code != 409 and not self.client.collection_exists(self.collection):
                         raise
             self._check_layout(dim)
-            self._dim = dim
             with warnings.catch_warnings():
                 # Local mode: "Payload indexes have no effect in the local Qdrant" (it scans).
                 warnings.simplefilter("ignore", UserWarning)
                 present = set(self.client.get_collection(self.collection).payload_schema or {})
-                for name, kind in PAYLOAD_INDEXES.items():
+                for name, kind in indexes.items():
                     if name not in present:
                         self.client.create_payload_index(
                             self.collection, name, field_schema=_index_schema(kind), wait=True
@@ -228,18 +173,13 @@ class QdrantServerStore(MemoryStore):
 
     # -- writes --------------------------------------------------------------------------------------
 
-    def upsert(self, points: list[MemoryPoint]) -> None:
-        if not points:
-            return
-        validate_points(points, self._dim)
+    def upsert(self, points: Sequence[MemoryPoint]) -> None:
         structs = []
         for p in points:
-            vectors: dict[str, Any] = {
-                SPARSE: m.SparseVector(indices=list(p.sparse.indices), values=list(p.sparse.values))
-            }
+            vectors: dict[str, Any] = {SPARSE: self.sparse_vector(list(p.sparse.indices), list(p.sparse.values))}
             if p.dense is not None:
-                vectors[DENSE] = [list(map(float, row)) for row in p.dense]
-            structs.append(m.PointStruct(id=p.point_id, vector=vectors, payload=stored_payload(p)))
+                vectors[DENSE] = p.dense
+            structs.append(m.PointStruct(id=p.point_id, vector=vectors, payload=p.payload))
         with self._guard("upsert"):
             self.client.upsert(self.collection, points=structs, wait=True)
 
@@ -251,197 +191,117 @@ class QdrantServerStore(MemoryStore):
     def set_payload(self, point_id: str, fields: dict[str, Any]) -> None:
         with self._guard("set_payload"):
             self._require(point_id)
-            self.client.set_payload(self.collection, payload=dict(fields), points=[point_id], wait=True)
+            self.client.set_payload(self.collection, payload=fields, points=[point_id], wait=True)
 
-    def set_dense(self, point_id: str, dense: list[list[float]], fields: dict[str, Any]) -> None:
-        validate_dense(dense, self._dim, what=f"point {point_id} dense vector")
-        rows = [list(map(float, row)) for row in dense]
+    def set_dense(self, point_id: str, rows: list[list[float]], fields: dict[str, Any]) -> None:
         with self._guard("set_dense"):
             self._require(point_id)
             self.client.update_vectors(
                 self.collection, points=[m.PointVectors(id=point_id, vector={DENSE: rows})], wait=True
             )
-            self.client.set_payload(
-                self.collection, payload={**fields, "has_dense": True}, points=[point_id], wait=True
-            )
+            self.client.set_payload(self.collection, payload=fields, points=[point_id], wait=True)
 
     # -- reads ---------------------------------------------------------------------------------------
 
-    def _scroll(
-        self, flt: m.Filter | None, limit: int | None = None, *, with_vector: bool = False
-    ) -> Iterator[m.Record]:
-        offset: Any = None
-        seen = 0
-        while True:
-            page = _SCROLL_PAGE if limit is None else min(_SCROLL_PAGE, limit - seen)
-            if page <= 0:
-                return
-            with self._guard("scroll"):
-                records, offset = self.client.scroll(
-                    self.collection,
-                    scroll_filter=flt,
-                    limit=page,
-                    offset=offset,
-                    with_payload=True,
-                    with_vectors=[DENSE] if with_vector else False,
-                )
-            yield from records
-            seen += len(records)
-            if offset is None or not records:
-                return
-
-    def retrieve(self, point_ids: list[str]) -> dict[str, dict[str, Any]]:
-        if not point_ids:
-            return {}
+    def retrieve(self, point_ids: list[str]) -> Sequence[Record]:
         with self._guard("retrieve"):
-            records = self.client.retrieve(self.collection, list(point_ids), with_payload=True, with_vectors=False)
-        return {str(r.id): dict(r.payload or {}) for r in records}
+            return self.client.retrieve(self.collection, point_ids, with_payload=True, with_vectors=False)
 
-    def find_by_dedup_keys(self, workspace_id: str, keys: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
-        if not keys:
-            return {}
-        flt = m.Filter(
-            must=[_workspace(workspace_id), m.FieldCondition(key="dedup_key", match=m.MatchAny(any=list(keys)))]
-        )
-        found: dict[str, tuple[str, dict[str, Any]]] = {}
-        for r in self._scroll(flt):
-            payload = dict(r.payload or {})
-            found.setdefault(payload["dedup_key"], (str(r.id), payload))
-        return found
+    def scroll(self, flt: Filter | None, limit: int, offset: Any, with_dense: bool) -> tuple[Sequence[Record], Any]:
+        lowered = Lowering(self)(flt) if flt is not None else None
+        with self._guard("scroll"):
+            return self.client.scroll(
+                self.collection,
+                scroll_filter=lowered,
+                limit=limit,
+                offset=offset,
+                with_payload=True,
+                with_vectors=_with_vectors(with_dense),
+            )
 
-    def find_by_alias(self, workspace_id: str, entry_ids: list[str]) -> dict[str, str]:
-        if not entry_ids:
-            return {}
-        wanted = set(entry_ids)
-        flt = m.Filter(
-            must=[_workspace(workspace_id), m.FieldCondition(key="aliases", match=m.MatchAny(any=list(wanted)))]
-        )
-        out: dict[str, str] = {}
-        for r in self._scroll(flt):
-            for alias in (r.payload or {}).get("aliases") or []:
-                if alias in wanted:
-                    out.setdefault(alias, str(r.id))
-        return out
-
-    def find_entries(self, scope: ScopeFilter, entry_ids: list[str], *, with_dense: bool = False) -> list[StoredHit]:
-        if not entry_ids:
-            return []
-        flt = m.Filter(
-            must=[scope_filter(scope), m.FieldCondition(key="entry_id", match=m.MatchAny(any=sorted(set(entry_ids))))]
-        )
-        return [
-            StoredHit(str(r.id), 0.0, dict(r.payload or {}), dense_rows(r.vector) if with_dense else None)
-            for r in self._scroll(flt, None, with_vector=with_dense)
-        ]
-
-    def linked_to(self, workspace_id: str, entry_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
-        if not entry_ids:
-            return []
-        flt = m.Filter(
-            must=[_workspace(workspace_id), m.FieldCondition(key="links", match=m.MatchAny(any=sorted(set(entry_ids))))]
-        )
-        return [(str(r.id), dict(r.payload or {})) for r in self._scroll(flt)]
-
-    def missing_dense(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
-        if limit <= 0:
-            return []
-        flt = m.Filter(must_not=[_has_dense()])
-        return [(str(r.id), dict(r.payload or {})) for r in self._scroll(flt, limit)]
-
-    def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
-        must: list[Any] = []
-        if workspace_id is not None:
-            must.append(_workspace(workspace_id))
-        must_not: list[Any] = []
-        if has_dense is not None:
-            (must if has_dense else must_not).append(_has_dense())
-        flt = m.Filter(must=must, must_not=must_not) if must or must_not else None
+    def count(self, flt: Filter | None) -> int:
+        lowered = Lowering(self)(flt) if flt is not None else None
         with self._guard("count"):
-            res = self.client.count(self.collection, count_filter=flt, exact=True)
-        return int(res.count)
+            return int(self.client.count(self.collection, count_filter=lowered, exact=True).count)
 
-    # -- queries -------------------------------------------------------------------------------------
+    def query(self, query: Query) -> Sequence[ScoredRecord]:
+        lower = Lowering(self)
+        prefetch, score, flt = lower(query.prefetch), lower(query.score), lower(query.filter)
+        with self._guard("query"):
+            return self.client.query_points(
+                self.collection,
+                prefetch=[prefetch],
+                query=score,
+                query_filter=flt,
+                limit=query.limit,
+                with_payload=True,
+                with_vectors=_with_vectors(query.with_dense),
+            ).points
 
-    def _leg_limit(self, limit: int, prefetch: int | None = None) -> int:
-        return max(limit, prefetch if prefetch is not None else self.prefetch_limit)
+    # -- the vocabulary: neutral filters and queries in qdrant-client's types --------------------------
 
-    @staticmethod
-    def _dense_leg(vector: list[float], flt: m.Filter, limit: int) -> m.Prefetch:
+    def match(self, key: str, value: str) -> m.FieldCondition:
+        return m.FieldCondition(key=key, match=m.MatchValue(value=value))
+
+    def match_any(self, key: str, values: list[str]) -> m.FieldCondition:
+        return m.FieldCondition(key=key, match=m.MatchAny(any=values))
+
+    def at_least(self, key: str, gte: float) -> m.FieldCondition:
+        return m.FieldCondition(key=key, range=m.Range(gte=gte))
+
+    def has_dense(self) -> m.HasVectorCondition:
+        return m.HasVectorCondition(has_vector=DENSE)
+
+    def filter(self, must: list[Any] | None, should: list[Any] | None, must_not: list[Any] | None) -> m.Filter:
+        return m.Filter(must=must, should=should, must_not=must_not)
+
+    def sparse_vector(self, indices: list[int], values: list[float]) -> m.SparseVector:
+        return m.SparseVector(indices=indices, values=values)
+
+    def dense_leg(self, vector: list[float], flt: Any, limit: int) -> m.Prefetch:
         # A one-row multivector: max-sim against it is the best chunk's cosine.
-        return m.Prefetch(query=[list(map(float, vector))], using=DENSE, filter=flt, limit=limit)
+        return m.Prefetch(query=[vector], using=DENSE, filter=flt, limit=limit)
 
-    @staticmethod
-    def _sparse_leg(
-        sparse: SparseVec, scope: ScopeFilter, flt: m.Filter, limit: int, inner: m.Prefetch | None = None
-    ) -> m.Prefetch:
-        """BM25 over the scope, or (`inner`) over the inner prefetch's candidates only."""
-        # IDF statistics over the request's workspace only (not the whole collection, not the scope).
-        idf = m.SearchParams(idf=m.IdfCorpusParams(corpus=m.Filter(must=[_workspace(scope.workspace_id)])))
+    def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None) -> m.Prefetch:
         return m.Prefetch(
             prefetch=[inner] if inner is not None else None,
-            query=m.SparseVector(indices=list(sparse.indices), values=list(sparse.values)),
+            query=vector,
             using=SPARSE,
             filter=flt,
-            params=idf,
+            params=m.SearchParams(idf=m.IdfCorpusParams(corpus=idf)),
             limit=limit,
         )
 
-    def _run(self, prefetch: m.Prefetch, flt: m.Filter, limit: int, with_dense: bool) -> list[StoredHit]:
-        with self._guard("query"):
-            res = self.client.query_points(
-                self.collection,
-                prefetch=[prefetch],
-                query=_times_importance(),
-                query_filter=flt,
-                limit=limit,
-                with_payload=True,
-                with_vectors=[DENSE] if with_dense else False,
-            )
-        hits = []
-        for p in res.points:
-            dense = dense_rows(p.vector) if with_dense else None
-            hits.append(StoredHit(point_id=str(p.id), score=float(p.score), payload=dict(p.payload or {}), dense=dense))
-        return hits
-
-    def query_dense(
-        self, vector: list[float], scope: ScopeFilter, limit: int, *, with_dense: bool = False
-    ) -> list[StoredHit]:
-        validate_vector(vector, self._dim)
-        if limit <= 0:
-            return []
-        flt = scope_filter(scope)
-        return self._run(self._dense_leg(vector, flt, self._leg_limit(limit)), flt, limit, with_dense)
-
-    def query_sparse(
-        self, sparse: SparseVec, scope: ScopeFilter, limit: int, *, with_dense: bool = False
-    ) -> list[StoredHit]:
-        validate_sparse(sparse, what="query sparse vector")
-        if limit <= 0 or not sparse.indices:
-            return []  # no terms: nothing can match lexically
-        flt = scope_filter(scope)
-        return self._run(self._sparse_leg(sparse, scope, flt, self._leg_limit(limit)), flt, limit, with_dense)
-
-    def query_hybrid(
-        self,
-        vector: list[float],
-        sparse: SparseVec,
-        scope: ScopeFilter,
-        limit: int,
-        fusion: Fusion,
-        *,
-        with_dense: bool = False,
-    ) -> list[StoredHit]:
-        validate_vector(vector, self._dim)
-        validate_sparse(sparse, what="query sparse vector")
-        if limit <= 0:
-            return []
-        flt = scope_filter(scope)
-        leg = self._leg_limit(limit, fusion.prefetch_limit)
-        legs, weights = hybrid_legs(self, vector, sparse, scope, flt, leg, fusion)
+    def fused(self, legs: list[Any], method: str, k: int, weights: list[float], flt: Any, limit: int) -> m.Prefetch:
         fuse: Any = (
-            m.FusionQuery(fusion=m.Fusion.DBSF)
-            if fusion.method == "dbsf"
-            else m.RrfQuery(rrf=m.Rrf(k=fusion.k, weights=weights))
+            m.FusionQuery(fusion=m.Fusion.DBSF) if method == "dbsf" else m.RrfQuery(rrf=m.Rrf(k=k, weights=weights))
         )
-        fused = m.Prefetch(prefetch=legs, query=fuse, filter=flt, limit=leg * len(legs))
-        return self._run(fused, flt, limit, with_dense)
+        return m.Prefetch(prefetch=legs, query=fuse, filter=flt, limit=limit)
+
+    def times_importance(self, key: str, default: float) -> m.FormulaQuery:
+        return _times_importance(key, default)
+
+
+class QdrantServerStore(QdrantStore):
+    """MemoryStore on a Qdrant server (`url`), or on qdrant-client's local mode (`location`/`path`)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        api_key: str | None = None,
+        *,
+        collection: str = "episodic_memories",
+        location: str | None = None,
+        path: str | Path | None = None,
+        prefetch_limit: int = DEFAULT_PREFETCH,
+        timeout: float = 10.0,
+    ) -> None:
+        self._client = ClientEngine(url, api_key, collection=collection, location=location, path=path, timeout=timeout)
+        super().__init__(self._client, prefetch_limit=prefetch_limit)
+        self.collection = collection
+        self.local = self._client.local
+
+    @property
+    def client(self) -> QdrantClient:
+        """The qdrant-client underneath (for operations the store does not offer)."""
+        return self._client.client

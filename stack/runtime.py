@@ -140,7 +140,7 @@ class Stack:
     async def _open_store_and_model(self) -> None:
         from episodic.embedder import load_embedder
         from episodic.sparse import Bm25Encoder
-        from episodic.store import open_store
+        from stack.stores import open_store
 
         s = self.settings
         # Ingestion batches get every core only when the document embedder has the process to itself.

@@ -10,8 +10,8 @@ from pydantic import SecretStr
 
 from episodic.errors import StoreUnavailable
 from episodic.settings import Settings
-from episodic.store import open_store
 from episodic.store_edge import EdgeStore
+from stack.stores import open_store
 
 
 def test_default_is_edge_under_the_data_dir(tmp_path: Path) -> None:

@@ -96,7 +96,7 @@ async def test_kill_9_mid_batch_then_restart_indexes_each_entry_once(fresh_broke
         if proc2.poll() is None:
             proc2.kill()
     # the store holds exactly one point per entry: open it after the process is gone
-    from episodic.store import open_store
+    from stack.stores import open_store
 
     store = open_store(Settings(data_dir=tmp_path / "data"), dim=384)
     try:

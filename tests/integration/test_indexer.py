@@ -39,7 +39,7 @@ def rec(i: str, summary: str, *, ws: str = "w1", agent: str = "a1", et: str = "s
 
 @pytest.fixture
 def store(tmp_path: Path):  # type: ignore[no-untyped-def]
-    from episodic.store import open_store
+    from stack.stores import open_store
 
     s = open_store(Settings(data_dir=tmp_path), dim=384)
     yield s

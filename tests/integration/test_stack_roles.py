@@ -15,8 +15,8 @@ from episodic.metrics import Metrics
 from episodic.ports import MemoryStore
 from episodic.settings import Settings
 from episodic.sparse import Bm25Encoder
-from episodic.store import open_store
 from stack.roles import HttpRole, Resources
+from stack.stores import open_store
 
 pytestmark = pytest.mark.integration
 

@@ -74,6 +74,12 @@ class FakeStore(MemoryStore):
     def linked_to(self, workspace_id: Any, entry_ids: Any) -> list[Any]:
         return []
 
+    def add_relations(self, relations: Any) -> int:
+        return 0
+
+    def relations_of(self, workspace_id: Any, entry_ids: Any) -> list[Any]:
+        return []
+
     def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
         if self.fail:
             raise StoreUnavailable("connection refused")

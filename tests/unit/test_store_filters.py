@@ -1,4 +1,4 @@
-"""Engine-neutral store rules (episodic.store): input validation and payload shaping. No IO."""
+"""Engine-neutral store rules (episodic.store_rules): input validation and payload shaping. No IO."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from episodic.errors import StoreError
 from episodic.ports import MemoryPoint, SparseVec
-from episodic.store import (
+from episodic.store_rules import (
     PAYLOAD_INDEXES,
     dense_rows,
     stored_payload,

@@ -1,0 +1,297 @@
+"""The store's filters and queries as plain values, with no engine behind them (pure, no IO).
+
+`episodic.store.QdrantStore` builds every filter, prefetch leg, fusion and score formula as these values,
+and an engine backend lowers them into its own library's types with `Lowering` (it supplies the
+constructors, a `Vocabulary`). Both engines (qdrant-edge's shard, qdrant-client) speak Qdrant's query
+model, so one small tree describes any query:
+
+    Query(prefetch=Fused(legs=(DenseLeg, SparseLeg, ...)), filter=Filter(...), score=TimesImportance())
+
+The rules themselves live here, once: who may see what (`scope_filter`), the hybrid legs of a `Fusion`
+(`hybrid_prefetch`), BM25's IDF over the request's workspace (`SparseLeg.idf`), and the importance
+multiplier with its neutral default (`TimesImportance`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from episodic.ports import Fusion, ScopeFilter, SparseVec
+
+# A point without `importance_score` (never written by the indexer, but possible in hand-made data)
+# ranks as an info-level routine memory (SPEC §10 base table), not as the most important one.
+DEFAULT_IMPORTANCE = 0.5
+
+# -- filters ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """Payload `key` equals `value` (a keyword; for an array field, any element equals it)."""
+
+    key: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class MatchAny:
+    """Payload `key` equals one of `values` (for an array field: any element equals one of them)."""
+
+    key: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AtLeast:
+    """Payload `key` (a number) is >= `gte`."""
+
+    key: str
+    gte: float
+
+
+@dataclass(frozen=True, slots=True)
+class HasDense:
+    """The point has its dense vector.
+
+    Not `has_dense == true` on the payload: qdrant-edge-py turns MatchValue(True) into the integer 1,
+    which never matches a JSON boolean, so a bool match cannot be expressed there. The vector itself is
+    the truth anyway, so both engines ask for the vector."""
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """All of `must`, at least one of `should` (when given), none of `must_not`."""
+
+    must: tuple[Condition, ...] = ()
+    should: tuple[Condition, ...] = ()
+    must_not: tuple[Condition, ...] = ()
+
+
+Condition = Match | MatchAny | AtLeast | HasDense | Filter
+
+
+def workspace(workspace_id: str) -> Match:
+    return Match("workspace_id", workspace_id)
+
+
+def in_workspace(workspace_id: str, *conditions: Condition) -> Filter:
+    """The workspace's points that meet every one of `conditions`."""
+    return Filter(must=(workspace(workspace_id), *conditions))
+
+
+def scope_filter(scope: ScopeFilter) -> Filter:
+    """Workspace always; `own`: the agent's memories; `crew_shared`: the crew's memories that are the
+    agent's own or high-value (only high-value ones without an agent)."""
+    high = AtLeast("importance_score", scope.high_value)
+    if scope.scope == "own":
+        return in_workspace(scope.workspace_id, Match("agent_id", str(scope.agent_id)))
+    crew = Match("crew_id", str(scope.crew_id))
+    if scope.agent_id:
+        return in_workspace(scope.workspace_id, crew, Filter(should=(Match("agent_id", scope.agent_id), high)))
+    return in_workspace(scope.workspace_id, crew, high)
+
+
+def count_filter(workspace_id: str | None, has_dense: bool | None) -> Filter | None:
+    """Optionally one workspace, optionally with / without the dense vector; None: every point."""
+    must: tuple[Condition, ...] = () if workspace_id is None else (workspace(workspace_id),)
+    must_not: tuple[Condition, ...] = ()
+    if has_dense is True:
+        must = (*must, HasDense())
+    elif has_dense is False:
+        must_not = (HasDense(),)
+    return Filter(must=must, must_not=must_not) if must or must_not else None
+
+
+# -- queries ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DenseLeg:
+    """Max-sim cosine of the stored chunk rows against one query row (the best chunk's cosine)."""
+
+    vector: list[float]
+    filter: Filter
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class SparseLeg:
+    """BM25 over `filter`, with IDF statistics over `idf` only; with `inner`, over the inner prefetch's
+    candidates only (re-scoring them by the query's words)."""
+
+    sparse: SparseVec
+    filter: Filter
+    limit: int
+    idf: Filter
+    inner: Prefetch | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fused:
+    """The legs fused by the engine: weighted RRF (`k`, `weights`, one per leg) or DBSF."""
+
+    legs: tuple[Prefetch, ...]
+    method: Literal["rrf", "dbsf"]
+    k: int
+    weights: tuple[float, ...]
+    filter: Filter
+    limit: int
+
+
+Prefetch = DenseLeg | SparseLeg | Fused
+
+
+@dataclass(frozen=True, slots=True)
+class TimesImportance:
+    """The final score: the prefetch's score × the point's `importance_score` (`default` when missing)."""
+
+    key: str = "importance_score"
+    default: float = DEFAULT_IMPORTANCE
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    prefetch: Prefetch
+    filter: Filter
+    limit: int
+    with_dense: bool = False
+    score: TimesImportance = TimesImportance()
+
+
+def dense_leg(vector: list[float], flt: Filter, limit: int) -> DenseLeg:
+    return DenseLeg(list(map(float, vector)), flt, limit)
+
+
+def sparse_leg(sparse: SparseVec, scope: ScopeFilter, flt: Filter, limit: int) -> SparseLeg:
+    # IDF statistics over the request's workspace only (not the whole collection, not the scope).
+    return SparseLeg(sparse, flt, limit, in_workspace(scope.workspace_id))
+
+
+def hybrid_prefetch(
+    vector: list[float], sparse: SparseVec, scope: ScopeFilter, flt: Filter, limit: int, fusion: Fusion
+) -> Fused:
+    """The hybrid query's legs (see `Fusion`), each fetching `limit` candidates, fused with their weights.
+    The dense leg is one value, also the inner of the BM25-re-scored leg (an engine lowers it once)."""
+    dense = dense_leg(vector, flt, limit)
+    lexical = sparse_leg(sparse, scope, flt, limit)
+    legs: list[Prefetch] = []
+    weights: list[float] = []
+
+    def add(leg: Prefetch, weight: float) -> None:
+        if weight > 0 or fusion.method == "dbsf":
+            legs.append(leg)
+            weights.append(weight)
+
+    add(dense, fusion.dense_weight)
+    if sparse.indices:  # an empty sparse query contributes nothing; leave those legs out rather than ask the engine
+        add(lexical, fusion.sparse_weight)
+        if fusion.both_weight > 0:
+            add(SparseLeg(sparse, flt, limit, lexical.idf, inner=dense), fusion.both_weight)
+        if fusion.head > 0 and fusion.head_weight > 0:
+            add(SparseLeg(sparse, flt, min(fusion.head, limit), lexical.idf), fusion.head_weight)
+    if not legs:  # every weight 0: the dense leg alone still ranks
+        legs, weights = [dense], [1.0]
+    return Fused(tuple(legs), fusion.method, fusion.k, tuple(weights), flt, limit * len(legs))
+
+
+# -- lowering into an engine's types ----------------------------------------------------------------------
+
+
+class Vocabulary(ABC):
+    """An engine's constructors for each kind of node. Arguments arrive already lowered (engine types);
+    an empty list of conditions arrives as None."""
+
+    @abstractmethod
+    def match(self, key: str, value: str) -> Any: ...
+
+    @abstractmethod
+    def match_any(self, key: str, values: list[str]) -> Any: ...
+
+    @abstractmethod
+    def at_least(self, key: str, gte: float) -> Any: ...
+
+    @abstractmethod
+    def has_dense(self) -> Any: ...
+
+    @abstractmethod
+    def filter(self, must: list[Any] | None, should: list[Any] | None, must_not: list[Any] | None) -> Any: ...
+
+    @abstractmethod
+    def sparse_vector(self, indices: list[int], values: list[float]) -> Any: ...
+
+    @abstractmethod
+    def dense_leg(self, vector: list[float], flt: Any, limit: int) -> Any: ...
+
+    @abstractmethod
+    def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None) -> Any: ...
+
+    @abstractmethod
+    def fused(self, legs: list[Any], method: str, k: int, weights: list[float], flt: Any, limit: int) -> Any: ...
+
+    @abstractmethod
+    def times_importance(self, key: str, default: float) -> Any: ...
+
+
+Node = Condition | Prefetch | SparseVec | TimesImportance
+
+
+class Lowering:
+    """Lowers nodes into one engine's types. A node met again within one lowering (the scope filter of
+    every leg, the dense leg inside the re-scored leg, the query's sparse vector) is lowered once and
+    the engine object is reused. Use one Lowering per request."""
+
+    __slots__ = ("_memo", "vocab")
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        self.vocab = vocab
+        self._memo: dict[int, tuple[Node, Any]] = {}  # id -> (node kept alive, engine object)
+
+    def __call__(self, node: Node) -> Any:
+        hit = self._memo.get(id(node))
+        if hit is not None:
+            return hit[1]
+        out = self.fresh(node)
+        self._memo[id(node)] = (node, out)
+        return out
+
+    def fresh(self, node: Node) -> Any:
+        """Lower `node` without looking it up (a filter's own conditions are met only through it)."""
+        lower = _LOWER.get(type(node))
+        if lower is None:
+            raise TypeError(f"cannot lower {type(node).__name__}")
+        return lower(self, node)
+
+    def all(self, nodes: tuple[Condition, ...]) -> list[Any] | None:
+        return [self.fresh(n) for n in nodes] or None
+
+
+def _filter(lo: Lowering, f: Filter) -> Any:
+    return lo.vocab.filter(lo.all(f.must), lo.all(f.should), lo.all(f.must_not))
+
+
+def _sparse_leg(lo: Lowering, leg: SparseLeg) -> Any:
+    inner = lo(leg.inner) if leg.inner is not None else None
+    return lo.vocab.sparse_leg(lo(leg.sparse), lo(leg.filter), leg.limit, lo(leg.idf), inner)
+
+
+def _fused(lo: Lowering, f: Fused) -> Any:
+    legs = [lo(leg) for leg in f.legs]
+    return lo.vocab.fused(legs, f.method, f.k, list(f.weights), lo(f.filter), f.limit)
+
+
+# One lowering per node type (a dict lookup rather than a chain of isinstance checks: this runs per query).
+_LOWER: dict[type, Callable[[Lowering, Any], Any]] = {
+    Filter: _filter,
+    Match: lambda lo, n: lo.vocab.match(n.key, n.value),
+    MatchAny: lambda lo, n: lo.vocab.match_any(n.key, list(n.values)),
+    AtLeast: lambda lo, n: lo.vocab.at_least(n.key, n.gte),
+    HasDense: lambda lo, n: lo.vocab.has_dense(),
+    DenseLeg: lambda lo, n: lo.vocab.dense_leg(n.vector, lo(n.filter), n.limit),
+    SparseLeg: _sparse_leg,
+    Fused: _fused,
+    SparseVec: lambda lo, n: lo.vocab.sparse_vector(list(n.indices), list(n.values)),
+    TimesImportance: lambda lo, n: lo.vocab.times_importance(n.key, n.default),
+}

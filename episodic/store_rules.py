@@ -1,0 +1,117 @@
+"""What the store checks and writes, whatever the engine (pure, no IO): the payload index schema, input
+validation, and the payload and vectors as stored.
+
+Validation runs before anything reaches an engine because some garbage (a sparse vector whose indices
+and values differ in length, or repeat an index) makes the Qdrant Edge core panic instead of returning
+an error.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+from episodic.errors import StoreError
+from episodic.ports import DENSE, MemoryPoint, SparseVec
+
+IndexKind = Literal["keyword", "tenant", "float", "datetime", "bool"]
+
+# Payload indexes, by field. `tenant` is a keyword index flagged as the tenant (workspace) partition.
+PAYLOAD_INDEXES: dict[str, IndexKind] = {
+    "workspace_id": "tenant",
+    "crew_id": "keyword",
+    "agent_id": "keyword",
+    "entry_id": "keyword",
+    "entry_type": "keyword",
+    "severity": "keyword",
+    "dedup_key": "keyword",
+    "aliases": "keyword",  # keyword array: a match on any element
+    "links": "keyword",  # entry ids this memory has an edge to (relations, read in both directions)
+    "importance_score": "float",
+    "ts": "datetime",
+    "has_dense": "bool",
+}
+
+# Sparse indices are u32 in Qdrant.
+_MAX_SPARSE_INDEX = 2**32 - 1
+
+
+def validate_dense(rows: Sequence[Sequence[float]], dim: int | None, *, what: str = "dense vector") -> None:
+    """A multivector: at least one row, every row `dim` long (when known), finite and not all zero."""
+    try:
+        arr = np.asarray(rows, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise StoreError(f"{what}: not a rectangular array of numbers ({e})") from e
+    if arr.ndim != 2 or arr.shape[0] == 0:
+        raise StoreError(f"{what}: expected a non-empty list of rows, got shape {arr.shape}")
+    if dim is not None and arr.shape[1] != dim:
+        raise StoreError(f"{what}: expected dim {dim}, got {arr.shape[1]}")
+    if arr.shape[1] == 0:
+        raise StoreError(f"{what}: empty rows")
+    if not np.isfinite(arr).all():
+        raise StoreError(f"{what}: non-finite values")
+    if not (np.abs(arr).sum(axis=1) > 0).all():
+        raise StoreError(f"{what}: a zero row has no direction (cosine undefined)")
+
+
+def validate_vector(vector: Sequence[float], dim: int | None, *, what: str = "query vector") -> None:
+    """One dense query vector: `dim` long (when known), finite, not all zero."""
+    validate_dense([vector], dim, what=what)
+
+
+def validate_sparse(sparse: SparseVec, *, what: str = "sparse vector") -> None:
+    """Indices and values of equal length, indices unique u32, values finite. Empty is allowed:
+    a text made only of stopwords has no BM25 terms; such a point is simply never a sparse match."""
+    if len(sparse.indices) != len(sparse.values):
+        raise StoreError(f"{what}: {len(sparse.indices)} indices but {len(sparse.values)} values (must be equal)")
+    if len(set(sparse.indices)) != len(sparse.indices):
+        raise StoreError(f"{what}: repeated indices")
+    for i in sparse.indices:
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i <= _MAX_SPARSE_INDEX:
+            raise StoreError(f"{what}: index {i!r} is not an unsigned 32-bit integer")
+    for v in sparse.values:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+            raise StoreError(f"{what}: value {v!r} is not a finite number")
+
+
+def validate_points(points: Sequence[MemoryPoint], dim: int | None) -> None:
+    for p in points:
+        if not p.point_id:
+            raise StoreError("point without an id")
+        if not p.payload.get("workspace_id"):
+            raise StoreError(f"point {p.point_id}: payload has no workspace_id")
+        validate_sparse(p.sparse, what=f"point {p.point_id} sparse vector")
+        if p.dense is not None:
+            validate_dense(p.dense, dim, what=f"point {p.point_id} dense vector")
+
+
+def float_rows(rows: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Chunk rows as plain float lists (numpy scalars and ints are not what the engines take)."""
+    return [list(map(float, row)) for row in rows]
+
+
+def dense_rows(vectors: object) -> list[list[float]] | None:
+    """The dense chunk rows out of an engine's named-vector dict, if it has them."""
+    if not isinstance(vectors, dict):
+        return None
+    rows = vectors.get(DENSE)
+    if rows is None:
+        return None
+    return [[float(x) for x in row] for row in rows]
+
+
+def stored_payload(point: MemoryPoint) -> dict[str, object]:
+    """The payload as written: the caller's fields, with `has_dense` kept true to the vectors."""
+    payload = dict(point.payload)
+    payload["has_dense"] = point.dense is not None
+    return payload
+
+
+def stored_point(point: MemoryPoint) -> MemoryPoint:
+    """The point as an engine writes it: payload as stored, dense rows as float lists."""
+    dense = float_rows(point.dense) if point.dense is not None else None
+    return MemoryPoint(point.point_id, point.sparse, stored_payload(point), dense)

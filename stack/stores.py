@@ -1,0 +1,40 @@
+"""The store the settings ask for: `open_store(settings, dim=...)`.
+
+An `EdgeStore` (Qdrant Edge, on disk under the data directory) when `EPISODIC_QDRANT_URL` is unset, else a
+`QdrantServerStore` against that server. Either way the collection exists and has its payload indexes
+when it returns. The choice lives here, in the composition root, so that the shared store
+(`episodic.store`) imports no engine.
+"""
+
+from __future__ import annotations
+
+from episodic.ports import MemoryStore
+from episodic.settings import Settings
+
+
+def open_store(settings: Settings, *, dim: int) -> MemoryStore:
+    """The configured store with its collection ensured for `dim`-dimensional chunk vectors."""
+    store: MemoryStore
+    if settings.qdrant_url:
+        from episodic.store_qdrant import QdrantServerStore
+
+        api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+        store = QdrantServerStore(
+            settings.qdrant_url,
+            api_key=api_key,
+            collection=settings.collection,
+            prefetch_limit=settings.prefetch_limit,
+        )
+    else:
+        from episodic.store_edge import EdgeStore
+
+        store = EdgeStore(
+            settings.data_dir / "qdrant-edge" / settings.collection,
+            prefetch_limit=settings.prefetch_limit,
+        )
+    try:
+        store.ensure_collection(dim)
+    except BaseException:
+        store.close()
+        raise
+    return store

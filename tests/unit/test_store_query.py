@@ -1,0 +1,243 @@
+"""The store's engine-neutral query description (episodic.store_query): scopes, legs, fusion, lowering. No IO."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+
+from episodic.ports import Fusion, ScopeFilter, SparseVec
+from episodic.store_query import (
+    AtLeast,
+    DenseLeg,
+    Filter,
+    Fused,
+    HasDense,
+    Lowering,
+    Match,
+    MatchAny,
+    Query,
+    SparseLeg,
+    TimesImportance,
+    Vocabulary,
+    count_filter,
+    dense_leg,
+    hybrid_prefetch,
+    in_workspace,
+    scope_filter,
+    sparse_leg,
+)
+
+WS = Match("workspace_id", "ws-a")
+OWN = ScopeFilter(workspace_id="ws-a", scope="own", agent_id="ag")
+SPARSE = SparseVec([3, 9], [1.0, 2.0])
+
+
+def test_own_scope_is_the_agents_memories_in_the_workspace() -> None:
+    assert scope_filter(OWN) == Filter(must=(WS, Match("agent_id", "ag")))
+
+
+def test_crew_shared_scope_is_own_or_high_value_within_the_crew() -> None:
+    scope = ScopeFilter(workspace_id="ws-a", scope="crew_shared", agent_id="ag", crew_id="c", high_value=0.7)
+    high = AtLeast("importance_score", 0.7)
+    assert scope_filter(scope) == Filter(
+        must=(WS, Match("crew_id", "c"), Filter(should=(Match("agent_id", "ag"), high)))
+    )
+    no_agent = ScopeFilter(workspace_id="ws-a", scope="crew_shared", crew_id="c", high_value=0.7)
+    assert scope_filter(no_agent) == Filter(must=(WS, Match("crew_id", "c"), high))
+
+
+def test_every_scope_filter_starts_with_the_workspace() -> None:
+    for scope in (OWN, ScopeFilter(workspace_id="w2", scope="crew_shared", crew_id="c")):
+        assert scope_filter(scope).must[0] == Match("workspace_id", scope.workspace_id)
+
+
+@pytest.mark.parametrize(
+    ("ws", "has_dense", "expected"),
+    [
+        (None, None, None),
+        ("ws-a", None, Filter(must=(WS,))),
+        ("ws-a", True, Filter(must=(WS, HasDense()))),
+        ("ws-a", False, Filter(must=(WS,), must_not=(HasDense(),))),
+        (None, True, Filter(must=(HasDense(),))),
+        (None, False, Filter(must_not=(HasDense(),))),
+    ],
+)
+def test_count_filter(ws: str | None, has_dense: bool | None, expected: Filter | None) -> None:
+    assert count_filter(ws, has_dense) == expected
+
+
+def test_dense_leg_holds_plain_floats() -> None:
+    leg = dense_leg(list(np.array([1, 0.5], dtype=np.float32)), Filter(), 10)
+    assert leg.vector == [1.0, 0.5]
+    assert all(type(x) is float for x in leg.vector)
+
+
+def test_sparse_leg_takes_idf_over_the_workspace_not_the_scope() -> None:
+    flt = scope_filter(OWN)
+    leg = sparse_leg(SPARSE, OWN, flt, 20)
+    assert leg.filter is flt
+    assert leg.idf == in_workspace("ws-a") == Filter(must=(WS,))
+    assert leg.inner is None
+
+
+def legs_of(fused: Fused) -> list[tuple[str, int, bool]]:
+    """(kind, limit, has an inner leg) per leg."""
+    return [
+        ("dense", leg.limit, False) if isinstance(leg, DenseLeg) else ("sparse", leg.limit, leg.inner is not None)
+        for leg in fused.legs
+        if isinstance(leg, DenseLeg | SparseLeg)
+    ]
+
+
+def test_default_fusion_is_dense_plus_bm25_weighted_rrf() -> None:
+    flt = scope_filter(OWN)
+    fused = hybrid_prefetch([1.0, 0.0], SPARSE, OWN, flt, 50, Fusion(k=7, dense_weight=0.5, sparse_weight=2.0))
+    assert legs_of(fused) == [("dense", 50, False), ("sparse", 50, False)]
+    assert (fused.method, fused.k, fused.weights, fused.limit) == ("rrf", 7, (0.5, 2.0), 100)
+    assert fused.filter is flt
+    assert all(leg.filter is flt for leg in fused.legs if isinstance(leg, DenseLeg | SparseLeg))
+
+
+def test_both_and_head_legs() -> None:
+    fusion = Fusion(both_weight=3.0, head=5, head_weight=4.0)
+    fused = hybrid_prefetch([1.0], SPARSE, OWN, scope_filter(OWN), 40, fusion)
+    assert legs_of(fused) == [("dense", 40, False), ("sparse", 40, False), ("sparse", 40, True), ("sparse", 5, False)]
+    assert fused.weights == (1.0, 1.0, 3.0, 4.0)
+    assert fused.limit == 160
+    dense, lexical, both, head = fused.legs
+    assert isinstance(both, SparseLeg) and both.inner is dense  # one dense leg, re-scored by BM25
+    assert isinstance(lexical, SparseLeg) and isinstance(head, SparseLeg)
+    assert lexical.idf is both.idf is head.idf
+
+
+def test_head_is_capped_by_the_leg_limit() -> None:
+    fused = hybrid_prefetch([1.0], SPARSE, OWN, scope_filter(OWN), 3, Fusion(head=10, head_weight=1.0))
+    assert legs_of(fused)[-1] == ("sparse", 3, False)
+
+
+def test_zero_weight_legs_are_left_out_under_rrf_but_kept_under_dbsf() -> None:
+    rrf = hybrid_prefetch([1.0], SPARSE, OWN, scope_filter(OWN), 10, Fusion(dense_weight=0.0))
+    assert legs_of(rrf) == [("sparse", 10, False)]
+    assert rrf.weights == (1.0,)
+    dbsf = hybrid_prefetch([1.0], SPARSE, OWN, scope_filter(OWN), 10, Fusion(method="dbsf", dense_weight=0.0))
+    assert legs_of(dbsf) == [("dense", 10, False), ("sparse", 10, False)]
+    assert dbsf.method == "dbsf"
+
+
+def test_an_empty_sparse_query_leaves_the_lexical_legs_out() -> None:
+    fusion = Fusion(both_weight=1.0, head=3, head_weight=1.0)
+    fused = hybrid_prefetch([1.0], SparseVec([], []), OWN, scope_filter(OWN), 10, fusion)
+    assert legs_of(fused) == [("dense", 10, False)]
+    assert fused.limit == 10
+
+
+def test_all_weights_zero_still_rank_by_the_dense_leg() -> None:
+    fusion = Fusion(dense_weight=0.0, sparse_weight=0.0)
+    fused = hybrid_prefetch([1.0], SparseVec([], []), OWN, scope_filter(OWN), 10, fusion)
+    assert legs_of(fused) == [("dense", 10, False)]
+    assert fused.weights == (1.0,)
+
+
+def test_queries_multiply_by_importance_with_the_neutral_default() -> None:
+    q = Query(dense_leg([1.0], Filter(), 5), Filter(), 5)
+    assert q.score == TimesImportance("importance_score", 0.5)
+    assert q.with_dense is False
+
+
+class Recorder(Vocabulary):
+    """Builds tuples instead of engine objects and counts the calls, to see what is lowered how often."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+
+    def _rec(self, kind: str, *args: Any) -> tuple[Any, ...]:
+        self.calls[kind] += 1
+        return (kind, *args)
+
+    def match(self, key: str, value: str) -> Any:
+        return self._rec("match", key, value)
+
+    def match_any(self, key: str, values: list[str]) -> Any:
+        return self._rec("match_any", key, values)
+
+    def at_least(self, key: str, gte: float) -> Any:
+        return self._rec("at_least", key, gte)
+
+    def has_dense(self) -> Any:
+        return self._rec("has_dense")
+
+    def filter(self, must: list[Any] | None, should: list[Any] | None, must_not: list[Any] | None) -> Any:
+        return self._rec("filter", must, should, must_not)
+
+    def sparse_vector(self, indices: list[int], values: list[float]) -> Any:
+        return self._rec("sparse_vector", indices, values)
+
+    def dense_leg(self, vector: list[float], flt: Any, limit: int) -> Any:
+        return self._rec("dense_leg", vector, flt, limit)
+
+    def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None) -> Any:
+        return self._rec("sparse_leg", vector, flt, limit, idf, inner)
+
+    def fused(self, legs: list[Any], method: str, k: int, weights: list[float], flt: Any, limit: int) -> Any:
+        return self._rec("fused", legs, method, k, weights, flt, limit)
+
+    def times_importance(self, key: str, default: float) -> Any:
+        return self._rec("times_importance", key, default)
+
+
+def test_lowering_builds_each_shared_node_once_and_reuses_it() -> None:
+    vocab = Recorder()
+    flt = scope_filter(OWN)
+    fusion = Fusion(both_weight=1.0, head=2, head_weight=1.0)
+    query = Query(hybrid_prefetch([1.0, 0.0], SPARSE, OWN, flt, 10, fusion), flt, 5)
+    lower = Lowering(vocab)
+    fused, score, top = lower(query.prefetch), lower(query.score), lower(query.filter)
+    # one scope filter, one idf filter; one dense leg; one sparse vector for the three BM25 legs
+    assert vocab.calls == Counter(
+        filter=2, match=3, dense_leg=1, sparse_vector=1, sparse_leg=3, fused=1, times_importance=1
+    )
+    kind, legs, method, k, weights, fused_filter, limit = fused
+    assert (kind, method, k, weights, limit) == ("fused", "rrf", 60, [1.0, 1.0, 1.0, 1.0], 40)
+    assert fused_filter is top
+    dense, lexical, both, head = legs
+    assert both[5] is dense and lexical[5] is None
+    assert lexical[1] is both[1] is head[1]  # the same engine sparse vector
+    assert head[3] == 2
+    assert score == ("times_importance", "importance_score", 0.5)
+    assert top == ("filter", [("match", "workspace_id", "ws-a"), ("match", "agent_id", "ag")], None, None)
+
+
+def test_lowering_conditions() -> None:
+    lower = Lowering(Recorder())
+    flt = Filter(must=(MatchAny("links", ("a", "b")), AtLeast("x", 0.5)), must_not=(HasDense(),))
+    assert lower(flt) == (
+        "filter",
+        [("match_any", "links", ["a", "b"]), ("at_least", "x", 0.5)],
+        None,
+        [("has_dense",)],
+    )
+
+
+def test_lowering_an_unknown_node_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="cannot lower"):
+        Lowering(Recorder())(object())  # type: ignore[arg-type]
+
+
+def test_the_shared_store_modules_import_no_engine() -> None:
+    """The store's logic is engine-neutral: only the backends (store_edge, store_qdrant) import an engine,
+    and the composition root (stack.stores) chooses one."""
+    import ast
+    from pathlib import Path
+
+    import episodic
+
+    engines = {"qdrant_edge", "qdrant_client", "episodic.store_edge", "episodic.store_qdrant"}
+    root = Path(episodic.__file__).parent
+    for name in ("store.py", "store_query.py", "store_rules.py", "ports.py"):
+        tree = ast.parse((root / name).read_text())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not {m for m in imported if m.split(".")[0] in engines or m in engines}, name
