@@ -8,6 +8,7 @@ Qdrant server, or its local mode in tests). One contract suite (tests/contract) 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -160,6 +161,10 @@ class MemoryStore(ABC):
         """Merge `fields` into the point's payload."""
 
     @abstractmethod
+    def delete(self, point_ids: list[str]) -> None:
+        """Remove whole points (unknown ids are ignored)."""
+
+    @abstractmethod
     def set_dense(self, point_id: str, dense: list[list[float]], fields: dict[str, Any]) -> None:
         """Add or replace the dense vectors of an existing point and merge `fields` into its payload."""
 
@@ -226,3 +231,44 @@ class MemoryStore(ABC):
             return True
         except Exception:
             return False
+
+
+class StateStore(ABC):
+    """Small JSON documents that must survive a restart, keyed by (kind, key): the state of the
+    maintenance agents and of the memory lifecycle (reference ledgers, tombstones, per-run counters,
+    health snapshots, job cursors). Lives beside the memories, in the same engine.
+
+    A document is a JSON object whose keys do not start with `_`; `where` matches top-level keyword
+    (string) fields of the documents exactly, e.g. `where={"workspace_id": "ws-a"}`. Keys are strings
+    of any content. Writes are whole documents (last write wins).
+    """
+
+    @abstractmethod
+    def put_many(self, kind: str, docs: dict[str, dict[str, Any]]) -> None:
+        """Write (insert or replace) `docs`, a mapping key -> document."""
+
+    def put(self, kind: str, key: str, doc: dict[str, Any]) -> None:
+        self.put_many(kind, {key: doc})
+
+    @abstractmethod
+    def get_many(self, kind: str, keys: list[str]) -> dict[str, dict[str, Any]]:
+        """The documents that exist among `keys`, keyed by key."""
+
+    def get(self, kind: str, key: str) -> dict[str, Any] | None:
+        return self.get_many(kind, [key]).get(key)
+
+    @abstractmethod
+    def delete(self, kind: str, keys: list[str]) -> None:
+        """Remove the documents (unknown keys are ignored)."""
+
+    @abstractmethod
+    def scan(
+        self, kind: str, *, where: dict[str, str] | None = None, limit: int | None = None
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(key, document) of the kind's documents that match `where`, in no particular order."""
+
+    @abstractmethod
+    def count(self, kind: str, *, where: dict[str, str] | None = None) -> int: ...
+
+    @abstractmethod
+    def close(self) -> None: ...

@@ -105,6 +105,15 @@ class Engine(Vocabulary):
         """Replace an existing point's dense rows and merge `fields` into its payload, in one call."""
 
     @abstractmethod
+    def delete(self, point_ids: list[str]) -> None:
+        """Remove the points (ids that do not exist are ignored)."""
+
+    @abstractmethod
+    def sibling(self, suffix: str) -> Engine:
+        """An engine for the collection named after this one plus `_<suffix>`, on the same server or
+        directory (and the same client, where the engine has one), not yet ensured."""
+
+    @abstractmethod
     def retrieve(self, point_ids: list[str]) -> Sequence[Record]:
         """The points that exist, with payload, without vectors."""
 
@@ -169,6 +178,10 @@ class QdrantStore(MemoryStore):
     def set_dense(self, point_id: str, dense: list[list[float]], fields: dict[str, Any]) -> None:
         validate_dense(dense, self._dim, what=f"point {point_id} dense vector")
         self.engine.set_dense(point_id, float_rows(dense), {**fields, "has_dense": True})
+
+    def delete(self, point_ids: list[str]) -> None:
+        if point_ids:
+            self.engine.delete(sorted(set(point_ids)))
 
     # -- reads ---------------------------------------------------------------------------------------
 

@@ -189,6 +189,15 @@ class EdgeEngine(Engine):
             shard.update(qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {DENSE: rows})]))
             shard.update(qe.UpdateOperation.set_payload([pid], fields))
 
+    def delete(self, point_ids: list[str]) -> None:
+        ids: list[Any] = [_point_id(p) for p in point_ids]
+        with self._guard("delete"):
+            self._open().update(qe.UpdateOperation.delete_points(ids))
+
+    def sibling(self, suffix: str) -> EdgeEngine:
+        """Another shard directory beside this one (`<name>_<suffix>`): Edge has one collection per shard."""
+        return EdgeEngine(self.path.with_name(f"{self.path.name}_{suffix}"))
+
     # -- reads ---------------------------------------------------------------------------------------
 
     def retrieve(self, point_ids: list[str]) -> Sequence[Record]:

@@ -16,6 +16,7 @@ contract suite. Known local-mode differences, none of which changes results:
 
 from __future__ import annotations
 
+import copy
 import functools
 import threading
 import warnings
@@ -80,6 +81,7 @@ class ClientEngine(Engine):
         self.name = "qdrant-local" if self.local else "qdrant"
         self._lock: Any = threading.RLock() if self.local else nullcontext()
         self._closed = False
+        self._owner: ClientEngine | None = None  # set on a sibling: the engine whose client this is
         self._where = where = url or location or str(path)
         try:
             if url is not None:
@@ -96,7 +98,7 @@ class ClientEngine(Engine):
 
     @contextmanager
     def _guard(self, op: str) -> Iterator[None]:
-        if self._closed:
+        if self._closed or (self._owner is not None and self._owner._closed):
             raise StoreUnavailable(f"QdrantServerStore ({self._where}) is closed")
         with self._lock:
             try:
@@ -166,10 +168,21 @@ class ClientEngine(Engine):
             return
         with self._lock:
             self._closed = True
+            if self._owner is not None:  # a sibling: the client is its owner's to close
+                return
             try:
                 self.client.close()
             except Exception as e:
                 raise StoreError(f"qdrant close: {e}") from e
+
+    def sibling(self, suffix: str) -> ClientEngine:
+        """The collection `<collection>_<suffix>` through the same client (local mode locks its path, so a
+        second client could not open it) and the same lock; closing it leaves the client open."""
+        twin = copy.copy(self)
+        twin.collection = f"{self.collection}_{suffix}"
+        twin._owner = self
+        twin._closed = False
+        return twin
 
     # -- writes --------------------------------------------------------------------------------------
 
@@ -182,6 +195,10 @@ class ClientEngine(Engine):
             structs.append(m.PointStruct(id=p.point_id, vector=vectors, payload=p.payload))
         with self._guard("upsert"):
             self.client.upsert(self.collection, points=structs, wait=True)
+
+    def delete(self, point_ids: list[str]) -> None:
+        with self._guard("delete"):
+            self.client.delete(self.collection, points_selector=m.PointIdsList(points=list(point_ids)), wait=True)
 
     def _require(self, point_id: str) -> None:
         # The server answers 404 for a missing point; local mode raises KeyError. Say it one way.

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from aiokafka import AIOKafkaProducer
 
     from consumers.embedding import EmbeddingConsumer
-    from episodic.ports import Embedder, MemoryStore
+    from episodic.ports import Embedder, MemoryStore, StateStore
     from episodic.sparse import Bm25Encoder
     from streams.runner import GateRunner
 
@@ -54,6 +54,7 @@ class Resources:
     fail: Callable[[int], None]  # stop the whole stack with this exit status (a role's own task died)
     insecure: bool = False
     store: MemoryStore | None = None  # opened when a role in this process `needs_store`
+    state: StateStore | None = None  # beside the store (episodic.ports.StateStore), opened with it
     embedder: Embedder | None = None  # None: sparse-only (no model, or EPISODIC_EMBED_MODEL=none)
     bm25: Bm25Encoder | None = None
 

@@ -30,7 +30,7 @@ from stack.roles import ALL_ROLES, ROLES, Resources, Role
 if TYPE_CHECKING:
     from aiokafka import AIOKafkaProducer
 
-    from episodic.ports import Embedder, MemoryStore
+    from episodic.ports import Embedder, MemoryStore, StateStore
     from episodic.sparse import Bm25Encoder
     from infra.broker import EmbeddedBroker
 
@@ -77,6 +77,7 @@ class Stack:
         self.broker: EmbeddedBroker | None = None
         self.producer: AIOKafkaProducer | None = None
         self.store: MemoryStore | None = None
+        self.state: StateStore | None = None  # beside the store: the agents' and the lifecycle's state
         self.embedder: Embedder | None = None
         self.bm25: Bm25Encoder | None = None
         self.status = KafkaStatus(settings.bootstrap)
@@ -125,6 +126,7 @@ class Stack:
             fail=self.fail,
             insecure=self.insecure,
             store=self.store,
+            state=self.state,
             embedder=self.embedder,
             bm25=self.bm25,
         )
@@ -140,7 +142,7 @@ class Stack:
     async def _open_store_and_model(self) -> None:
         from episodic.embedder import load_embedder
         from episodic.sparse import Bm25Encoder
-        from stack.stores import open_store
+        from stack.stores import open_state, open_store
 
         s = self.settings
         # Ingestion batches get every core only when the document embedder has the process to itself.
@@ -150,7 +152,8 @@ class Stack:
         self.embedder = embedder
         self.metrics.sparse_only.set(0 if embedder is not None else 1)
         dim = embedder.dim if embedder is not None else DEFAULT_DIM
-        self.store = await asyncio.to_thread(open_store, s, dim=dim)
+        self.store = store = await asyncio.to_thread(open_store, s, dim=dim)
+        self.state = await asyncio.to_thread(open_state, store)
         self.bm25 = Bm25Encoder()
 
     def _start_metrics_server(self) -> None:
@@ -236,6 +239,9 @@ class Stack:
         if self.producer is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.producer.stop(), 10)
+        if self.state is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.state.close)
         if self.store is not None:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.store.close)

@@ -1,4 +1,4 @@
-"""The store the settings ask for: `open_store(settings, dim=...)`.
+"""The store the settings ask for: `open_store(settings, dim=...)`, and `open_state(store)` beside it.
 
 An `EdgeStore` (Qdrant Edge, on disk under the data directory) when `EPISODIC_QDRANT_URL` is unset, else a
 `QdrantServerStore` against that server. Either way the collection exists and has its payload indexes
@@ -8,8 +8,10 @@ when it returns. The choice lives here, in the composition root, so that the sha
 
 from __future__ import annotations
 
-from episodic.ports import MemoryStore
+from episodic.ports import MemoryStore, StateStore
 from episodic.settings import Settings
+from episodic.state import QdrantStateStore
+from episodic.store import QdrantStore
 
 
 def open_store(settings: Settings, *, dim: int) -> MemoryStore:
@@ -38,3 +40,10 @@ def open_store(settings: Settings, *, dim: int) -> MemoryStore:
         store.close()
         raise
     return store
+
+
+def open_state(store: MemoryStore) -> StateStore:
+    """The agents' and the lifecycle's state store beside `store`'s collection (same engine), ensured."""
+    if not isinstance(store, QdrantStore):
+        raise TypeError(f"no state store for a {type(store).__name__}")
+    return QdrantStateStore.beside(store)
