@@ -30,29 +30,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tests.unit.journal_strategies import base_entry as base
+
 CORPUS_PATH = Path(__file__).with_name("data") / "journal_corpus.jsonl.gz"
 NOW = datetime(2026, 3, 1, 12, 0, 5, 123000, tzinfo=UTC)
 TOPIC, PARTITION, OFFSET = "journal.entries", 1, 7
 
 Case = tuple[str, bytes | None]
-
-
-def base(**over: Any) -> dict[str, Any]:
-    """A valid, embeddable entry with every optional field set; `...` drops a field."""
-    e: dict[str, Any] = {
-        "id": "e-1",
-        "workspace_id": "ws-1",
-        "crew_id": "crew-1",
-        "agent_id": "agent-1",
-        "run_id": "run-1",
-        "ts": "2026-03-01T12:00:00Z",
-        "entry_type": "peer.escalation",
-        "severity": "info",
-        "summary": "escalated the failing deploy",
-        "payload": {"n": 1},
-    }
-    e.update(over)
-    return {k: v for k, v in e.items() if v is not ...}
 
 
 def enc(obj: Any, ascii_only: bool = False) -> bytes:

@@ -83,25 +83,28 @@ FIELDS: dict[str, Any] = {
 }
 
 
-def _base(entry_type: str) -> dict[str, Any]:
-    return {
+def base_entry(**over: Any) -> dict[str, Any]:
+    """A valid, embeddable entry with every optional field set; a value of `...` drops that field."""
+    e: dict[str, Any] = {
         "id": "e-1",
         "workspace_id": "ws-1",
         "crew_id": "crew-1",
         "agent_id": "agent-1",
         "run_id": "run-1",
         "ts": "2026-03-01T12:00:00Z",
-        "entry_type": entry_type,
+        "entry_type": "peer.escalation",
         "severity": "info",
         "summary": "escalated the failing deploy",
         "payload": {"n": 1},
     }
+    e.update(over)
+    return {k: v for k, v in e.items() if v is not ...}
 
 
 @st.composite
 def entries(draw: st.DrawFn) -> bytes:
     """Mostly valid entries, with some fields replaced by odd values or left out."""
-    e = _base(draw(st.sampled_from(["peer.escalation", "peer.conversation", "keeper.decision"])))
+    e = base_entry(entry_type=draw(st.sampled_from(["peer.escalation", "peer.conversation", "keeper.decision"])))
     for name, strat in FIELDS.items():
         mode = draw(st.sampled_from(["keep", "keep", "keep", "odd", "drop"]))
         if mode == "odd" or (name == "unknown" and mode != "drop"):

@@ -159,7 +159,7 @@ FAST_PATH_CASES: list[bytes] = [
     json.dumps(entry(payload="text")).encode(),
     json.dumps(entry(entry_type="peer.escalation", payload={"blob": "p" * 70_000})).encode(),  # oversize
     json.dumps(entry(entry_type="peer.escalation", payload={"blob": "p" * 65_000})).encode(),  # just under
-    # numbers grow when re-encoded (1e15 -> 1000000000000000.0): just over the fast path's raw size bound
+    # numbers grow when re-encoded (1e15 -> 1000000000000000.0): just over the old fast path's raw size bound
     json.dumps(entry(entry_type="peer.escalation")).encode()[:-1]
     + b', "payload": {"n": ['
     + b",".join([b"1e15"] * 2_500)

@@ -239,3 +239,13 @@ def test_consumer_decode_refuses_garbage_with_one_error_type() -> None:
     for value in (b"", b"{", b"[]", b'{"id": "x"}', b"\xff", b"[" * 5000, raw()):
         with pytest.raises(InvalidRecord):
             EmbeddableRecord.from_json(value)
+
+
+def test_json_of_writes_what_the_record_writes_for_entries_and_records() -> None:
+    now = datetime(2026, 3, 1, tzinfo=UTC)
+    e = parse_entry(raw(refs={"episodic": True, "x": [1]}, priority="pin"))
+    record = EmbeddableRecord.from_entry(e, base_importance=0.85, accepted_at=now)
+    assert EmbeddableRecord.json_of(e, base_importance=0.85, accepted_at=now) == record.to_json()
+    # given a record (a subclass of the entry), the extra fields are not written twice
+    again = EmbeddableRecord.json_of(record, base_importance=0.5, accepted_at=now)
+    assert EmbeddableRecord.from_json(again) == EmbeddableRecord.from_entry(e, base_importance=0.5, accepted_at=now)
