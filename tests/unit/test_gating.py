@@ -20,23 +20,14 @@ from episodic.gating import (
 )
 from schemas.events import DlqRecord, EmbeddableRecord
 from schemas.journal import MAX_DEPTH, InvalidEntry, parse_entry
+from tests.unit.journal_strategies import base_entry
 
 NOW = datetime(2026, 3, 1, 12, 0, 5, tzinfo=UTC)
 
 
 def entry(**over: Any) -> dict[str, Any]:
-    e: dict[str, Any] = {
-        "id": "e-1",
-        "workspace_id": "ws-1",
-        "agent_id": "agent-1",
-        "ts": "2026-03-01T12:00:00Z",
-        "entry_type": "peer.escalation",
-        "severity": "info",
-        "summary": "escalated the failing deploy",
-        "payload": {"n": 1},
-    }
-    e.update(over)
-    return e
+    """The shared base entry without crew and run ids."""
+    return base_entry(**{"crew_id": ..., "run_id": ..., **over})
 
 
 def go(value: bytes | None) -> Any:

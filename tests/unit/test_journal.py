@@ -20,24 +20,13 @@ from schemas.journal import (
     JournalEntry,
     parse_entry,
 )
-from tests.unit.journal_strategies import entries
+from tests.unit.journal_strategies import base_entry, entries
 
 
 def entry(**over: Any) -> dict[str, Any]:
-    e: dict[str, Any] = {
-        "id": "e-1",
-        "workspace_id": "ws-1",
-        "crew_id": "crew-1",
-        "agent_id": "agent-1",
-        "run_id": "run-1",
-        "ts": "2026-03-01T12:00:00Z",
-        "entry_type": "peer.escalation",
-        "severity": "warn",
-        "summary": "the deploy was escalated to a human",
-        "payload": {"k": "v"},
-    }
-    e.update(over)
-    return {k: v for k, v in e.items() if v is not _DROP}
+    """The shared base entry at severity warn, with this module's summary and payload; `_DROP` drops a field."""
+    mine = {"severity": "warn", "summary": "the deploy was escalated to a human", "payload": {"k": "v"}}
+    return base_entry(**{**mine, **{k: ... if v is _DROP else v for k, v in over.items()}})
 
 
 _DROP = object()
