@@ -1,5 +1,7 @@
 """The journal-entry corpus: thousands of raw `journal.entries` values and the gate's outcome for each.
 
+(Over 400 lines: most of it is the list of hand-written cases, which reads best in one place.)
+
 `tests/unit/data/journal_corpus.jsonl.gz` holds one JSON line per input: its bytes and what `route()` made
 of it. The outcomes were recorded from the gate as it was before the entry schema moved to msgspec (the
 pydantic model plus the hand-written fast path), so `test_journal_corpus.py` proves that the one schema
