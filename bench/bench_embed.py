@@ -82,7 +82,7 @@ def run_indexer(embedder: Any, records: list[dict[str, Any]], batch: int, store_
         indexer = Indexer(store=store, embedder=embedder, bm25=Bm25Encoder())
         t0 = time.perf_counter()
         for i in range(0, len(records), batch):
-            recs = [EmbeddableRecord.model_validate(r) for r in records[i : i + batch]]
+            recs = [EmbeddableRecord.from_dict(r) for r in records[i : i + batch]]
             indexer.index_batch(recs)
         return time.perf_counter() - t0
     finally:

@@ -114,7 +114,7 @@ class Seeder:
                 e = journal_entry(
                     entry_id=f"m{i:07d}", workspace_id=ws, agent_id=f"agent-{ws}", summary=short_summary(self.rng)
                 )
-                rec = EmbeddableRecord.model_validate({**e, "base_importance": 0.7, "accepted_at": e["ts"]})
+                rec = EmbeddableRecord.from_dict({**e, "base_importance": 0.7, "accepted_at": e["ts"]})
                 key = f"bench-{i}"
                 payload = _payload(rec, indexed_at=e["ts"], model=self.embedder.model_id, key=key)
                 payload["has_dense"] = True

@@ -30,7 +30,6 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
-from pydantic import ValidationError
 
 from episodic.bus import dumps
 from episodic.errors import StoreError, StoreUnavailable
@@ -38,7 +37,7 @@ from episodic.indexer import BatchResult, Indexer
 from episodic.metrics import Metrics
 from episodic.settings import Settings
 from schemas import topics
-from schemas.events import DlqRecord, EmbeddableRecord
+from schemas.events import DlqRecord, EmbeddableRecord, InvalidRecord
 
 log = logging.getLogger(__name__)
 
@@ -191,8 +190,8 @@ class EmbeddingConsumer:
         dead: list[DlqRecord] = []
         for msg in batch:
             try:
-                rec = EmbeddableRecord.model_validate_json(msg.value or b"")
-            except (ValidationError, ValueError) as e:
+                rec = EmbeddableRecord.from_json(msg.value or b"")
+            except InvalidRecord as e:
                 m.consumer_errors.labels(stage="decode").inc()
                 dead.append(
                     DlqRecord.build(
@@ -239,7 +238,7 @@ class EmbeddingConsumer:
                     )
                 )
             for d in dead:
-                futures.append(await self.producer.send(self.dlq_topic, value=dumps(d.model_dump(mode="json"))))
+                futures.append(await self.producer.send(self.dlq_topic, value=d.to_json()))
             if futures:
                 await asyncio.gather(*futures)
         except KafkaError:
@@ -251,7 +250,7 @@ class EmbeddingConsumer:
             m.indexed.labels(mode=ev.mode).inc()
             src = by_key.get((ev.workspace_id, ev.entry_id))
             if src is not None and ev.mode != "duplicate":
-                m.index_lag.observe(max(0.0, now - src.ts.timestamp()))
+                m.index_lag.observe(max(0.0, now - src.ts_datetime.timestamp()))
             pts = produce_ts.get((ev.workspace_id, ev.entry_id))
             if pts:
                 m.produce_to_index.observe(max(0.0, now - pts))

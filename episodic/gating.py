@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from episodic import fastpath as _fastpath
+import msgspec
+
 from episodic.policy import ALWAYS_TYPES, NEVER_PREFIXES, NEVER_TYPES, WARN_ERROR_TYPES, decide
 from schemas.events import DlqRecord, EmbeddableRecord
-from schemas.journal import InvalidEntry, JournalEntry, parse_entry
+from schemas.journal import InvalidEntry, parse_entry
 
 # A dead-letter record must fit in one Kafka message (the producer's default max.request.size is 1 MiB).
 MAX_DLQ_RECORD_BYTES = 900_000
@@ -85,47 +85,6 @@ class DeadLetter:
 Routed = Forward | Skip | DeadLetter
 
 
-# The fast path (episodic/fastpath.py) validates and encodes the common clean record without pydantic;
-# whatever it doubts goes through `parse_entry` and the models below, the single source of truth.
-# Set to None (tests) to route everything through the shared parser.
-_fast_validate: Any = _fastpath.validate
-
-_accepted_cache: tuple[datetime, str] | None = None
-
-
-def _accepted_json(now: datetime) -> str:
-    """`accepted_at` as the model writes it (one batch shares one `now`: computed once per batch)."""
-    global _accepted_cache
-    cached = _accepted_cache
-    if cached is not None and cached[0] is now:
-        return cached[1]
-    text = _fastpath.datetime_json(now)
-    _accepted_cache = (now, text)
-    return text
-
-
-def _embeddable_json(entry: JournalEntry, base_importance: float, accepted_at: datetime) -> bytes:
-    # The entry was validated already; construct without validating twice.
-    fields = {name: getattr(entry, name) for name in JournalEntry.model_fields}
-    record = EmbeddableRecord.model_construct(**fields, base_importance=base_importance, accepted_at=accepted_at)
-    return record.model_dump_json().encode()
-
-
-def _route_fast(clean: Any, now: datetime) -> Routed:
-    e = clean.entry
-    entry_type = e["entry_type"]
-    decision = decide(entry_type, e["severity"], forced=clean.forced, priority=e.get("priority"))
-    if not decision.embed or decision.base_importance is None:
-        return Skip(entry_id=e["id"], entry_type=entry_type, decision=decision.label)
-    return Forward(
-        key=e["workspace_id"].encode(),
-        value=_fastpath.embeddable_json(clean, decision.base_importance, _accepted_json(now)),
-        entry_id=e["id"],
-        entry_type=entry_type,
-        decision=decision.label,
-    )
-
-
 def dead_letter(
     raw: bytes | bytearray | memoryview | None,
     *,
@@ -138,16 +97,17 @@ def dead_letter(
     """The DLQ record for `raw`, kept under one Kafka message: huge values lose `raw_text`, then their tail."""
     data = bytes(raw) if raw is not None else None
     rec = DlqRecord.build(reason=reason, error=error, raw=data, topic=topic, partition=partition, offset=offset)
-    value = rec.model_dump_json().encode()
+    value = rec.to_json()
     if len(value) > MAX_DLQ_RECORD_BYTES:
-        rec = rec.model_copy(update={"raw_text": None})
-        value = rec.model_dump_json().encode()
+        rec = msgspec.structs.replace(rec, raw_text=None)
+        value = rec.to_json()
     if len(value) > MAX_DLQ_RECORD_BYTES and data is not None:
         note = f"{error} [raw value truncated to its first {MAX_DLQ_RAW_BYTES} of {len(data)} bytes]"
         rec = DlqRecord.build(
             reason=reason, error=note, raw=data[:MAX_DLQ_RAW_BYTES], topic=topic, partition=partition, offset=offset
-        ).model_copy(update={"raw_text": None})
-        value = rec.model_dump_json().encode()
+        )
+        rec = msgspec.structs.replace(rec, raw_text=None)
+        value = rec.to_json()
     return DeadLetter(reason=rec.reason, error=rec.error, value=value)
 
 
@@ -161,10 +121,6 @@ def route(
 ) -> Routed:
     """Validate one raw record, apply the embedding policy, and say where it goes. Never raises."""
     try:
-        if _fast_validate is not None:
-            clean = _fast_validate(raw)
-            if clean is not None:
-                return _route_fast(clean, now)
         try:
             entry = parse_entry(raw)
         except InvalidEntry as e:
@@ -174,7 +130,7 @@ def route(
             return Skip(entry_id=entry.id, entry_type=entry.entry_type, decision=decision.label)
         return Forward(
             key=entry.workspace_id.encode(),
-            value=_embeddable_json(entry, decision.base_importance, now),
+            value=EmbeddableRecord.json_of(entry, base_importance=decision.base_importance, accepted_at=now),
             entry_id=entry.id,
             entry_type=entry.entry_type,
             decision=decision.label,

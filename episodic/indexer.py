@@ -60,13 +60,13 @@ class BatchResult:
 
 def supports_relations(rec: EmbeddableRecord, created_at: str) -> list[Relation]:
     """`memory.consolidated` entries point at their evidence: refs.supports -> `supports` edges (weight 1)."""
-    if rec.entry_type != "memory.consolidated" or rec.refs is None or not rec.refs.supports:
+    if rec.entry_type != "memory.consolidated" or not rec.supports:
         return []
     return [
         Relation(
             src=rec.id, dst=dst, relation="supports", weight=1.0, created_at=created_at, workspace_id=rec.workspace_id
         )
-        for dst in rec.refs.supports
+        for dst in rec.supports
     ]
 
 
@@ -78,12 +78,12 @@ def _payload(rec: EmbeddableRecord, *, indexed_at: str, model: str | None, key: 
         "crew_id": rec.crew_id,
         "agent_id": rec.agent_id,
         "run_id": rec.run_id,
-        "ts": iso(rec.ts),
+        "ts": iso(rec.ts_datetime),
         "entry_type": rec.entry_type,
         "severity": rec.severity,
         "summary": rec.summary,
         "payload": rec.payload,
-        "refs": rec.refs.model_dump(mode="json", exclude_none=True) if rec.refs else None,
+        "refs": {k: v for k, v in rec.refs.items() if v is not None} if rec.refs is not None else None,
         "priority": rec.priority,
         "base_importance": rec.base_importance,
         "importance_score": rec.base_importance,

@@ -1,32 +1,95 @@
-"""Records on the topics after the gate (SPEC §10 "Topic records")."""
+"""Records on the topics after the gate (SPEC §10 "Topic records"), msgspec Structs like the journal entry.
+
+Every topic record is one Struct: `to_json()` writes it, `from_json()` reads and validates it (and raises
+`InvalidRecord`, a ValueError, for anything else). `journal.embeddable` is written by the gate and read
+by the embedding consumer for every record, so it is the journal entry's own definition plus two fields.
+"""
 
 from __future__ import annotations
 
 import base64
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict
+import msgspec
+from msgspec import Meta
 
 from schemas.journal import JournalEntry
 
 IndexMode = Literal["vector", "sparse-only", "duplicate"]
+AwareDatetime = Annotated[datetime, Meta(tz=True)]
 
 
-class EmbeddableRecord(JournalEntry):
+class InvalidRecord(ValueError):
+    """Bytes that are not a valid record of the expected topic."""
+
+
+class _Json:
+    """JSON in and out for a Struct (a mixin: no fields)."""
+
+    __slots__ = ()
+
+    def to_json(self) -> bytes:
+        return msgspec.json.encode(self)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)  # type: ignore[no-any-return]
+
+    @classmethod
+    def from_json(cls, raw: bytes | bytearray | memoryview | str) -> Self:
+        try:
+            return msgspec.json.decode(raw, type=cls)
+        except (msgspec.DecodeError, ValueError, RecursionError) as e:
+            raise InvalidRecord(f"not a valid {cls.__name__}: {e}") from None
+
+    @classmethod
+    def from_dict(cls, obj: dict[str, Any]) -> Self:
+        """The record from Python values (datetimes may be given as such or as RFC 3339 text)."""
+        try:
+            return msgspec.convert(obj, type=cls)
+        except (msgspec.ValidationError, ValueError, RecursionError) as e:
+            raise InvalidRecord(f"not a valid {cls.__name__}: {e}") from None
+
+
+class EmbeddableRecord(JournalEntry, _Json, kw_only=True, frozen=True):
     """`journal.embeddable`: the validated entry plus its base importance and acceptance time."""
 
     base_importance: float
-    accepted_at: datetime
+    accepted_at: AwareDatetime
+
+    @classmethod
+    def from_entry(cls, entry: JournalEntry, *, base_importance: float, accepted_at: datetime) -> EmbeddableRecord:
+        fields = {name: getattr(entry, name) for name in JournalEntry.__struct_fields__}
+        return cls(**fields, base_importance=base_importance, accepted_at=accepted_at)
+
+    @classmethod
+    def json_of(cls, entry: JournalEntry, *, base_importance: float, accepted_at: datetime) -> bytes:
+        """`from_entry(...).to_json()`, the same bytes, without validating the entry a second time (the gate's
+        path: constructing the record reruns the entry's rules, most of the cost of forwarding one)."""
+        if type(entry) is not JournalEntry:  # a subclass writes more fields than the entry's
+            return cls.from_entry(entry, base_importance=base_importance, accepted_at=accepted_at).to_json()
+        head = msgspec.json.encode(entry)
+        tail = (base_importance, accepted_at)
+        parts = [head[:-1]]
+        for key, value in zip(_EMBEDDABLE_EXTRA_KEYS, tail, strict=True):
+            parts += (key, msgspec.json.encode(value))
+        parts.append(b"}")
+        return b"".join(parts)
 
 
-class DlqSource(BaseModel):
+# the fields EmbeddableRecord adds to the entry, as they are written after it (`,"name":`)
+_EMBEDDABLE_EXTRA_KEYS = tuple(
+    b',"' + name.encode() + b'":' for name in EmbeddableRecord.__struct_fields__[len(JournalEntry.__struct_fields__) :]
+)
+
+
+class DlqSource(msgspec.Struct, frozen=True):
     topic: str
     partition: int
     offset: int
 
 
-class DlqRecord(BaseModel):
+class DlqRecord(_Json, msgspec.Struct, frozen=True):
     """`journal.dlq`: the original bytes, the reason and where they came from."""
 
     reason: str
@@ -54,35 +117,30 @@ class DlqRecord(BaseModel):
         return base64.b64decode(self.raw_b64)
 
 
-class IndexedEvent(BaseModel):
+class IndexedEvent(_Json, msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """`memory.indexed`: one per memory handled by the embedding consumer, and one more (mode "vector")
     when a memory written sparse first (deferred vector, or sparse-only mode then backfill) gets its dense
-    vector."""
-
-    model_config = ConfigDict(extra="forbid")
+    vector. `duplicate_of` is left out unless set."""
 
     entry_id: str
     workspace_id: str
     point_id: str
-    indexed_at: datetime
+    indexed_at: AwareDatetime
     mode: IndexMode
     duplicate_of: str | None = None
 
-    def to_json_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude_none=True)
 
-
-class ReferencedHit(BaseModel):
+class ReferencedHit(msgspec.Struct, frozen=True):
     entry_id: str
     score: float
     cosine: float | None
 
 
-class ReferencedEvent(BaseModel):
+class ReferencedEvent(_Json, msgspec.Struct, frozen=True):
     """`memory.referenced`: emitted by the recall service for the hits it returned."""
 
     workspace_id: str
     scope: str
     mode: str
-    at: datetime
+    at: AwareDatetime
     hits: list[ReferencedHit]

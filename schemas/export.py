@@ -10,26 +10,48 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from schemas.journal import MAX_PAYLOAD_BYTES, JournalEntry
+import msgspec
+
+from schemas.journal import MAX_DEPTH, MAX_PAYLOAD_BYTES, JournalEntry, Priority, RefKeys, Severity
 
 SCHEMA_PATH = Path(__file__).with_name("journal_entry.schema.json")
 SCHEMA_ID = "https://episodic.dev/schemas/journal_entry.schema.json"
 
 
 def journal_entry_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of one `journal.entries` value."""
-    schema = JournalEntry.model_json_schema(mode="validation")
+    """The JSON Schema (draft 2020-12) of one `journal.entries` value, from msgspec's schema of the Struct.
+
+    Tuned where msgspec says less than the parser checks: the enums in their declared order (msgspec sorts
+    them), `payload` as an object (null is also read as {}), `refs` with its two known keys.
+    """
+    _, defs = msgspec.json.schema_components([JournalEntry, RefKeys], ref_template="#/$defs/{name}")
+    schema = defs["JournalEntry"]
     props = schema["properties"]
-    props["ts"]["description"] = "RFC 3339 timestamp with a UTC offset (Z or ±HH:MM)"
-    props["payload"]["description"] = f"free-form JSON object, at most {MAX_PAYLOAD_BYTES} bytes as compact UTF-8 JSON"
+    props["severity"] = {"type": "string", "enum": list(get_args(Severity))}
+    props["priority"]["anyOf"][0] = {"type": "string", "enum": list(get_args(Priority))}
+    props["payload"] = {
+        "type": "object",
+        "additionalProperties": True,
+        "default": {},
+        "description": f"free-form JSON object, at most {MAX_PAYLOAD_BYTES} bytes as compact UTF-8 JSON; "
+        f"objects and arrays nest at most {MAX_DEPTH} levels in the entry (the entry itself is the first)",
+    }
+    refs = {**defs["RefKeys"], "additionalProperties": True}
+    refs["description"] = "free-form object; `episodic: true` forces embedding, `supports` lists entry ids"
+    props["refs"]["anyOf"][0] = {"$ref": "#/$defs/Refs"}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
-        **schema,
+        "title": "JournalEntry",
         "description": "One journal entry on topic journal.entries (key = workspace_id, value = UTF-8 JSON). "
-        "Records that do not validate go to journal.dlq.",
+        "Unknown fields are ignored. Records that do not validate go to journal.dlq. `pattern` marks the fields "
+        "that must not be blank (only whitespace, as Python's str.isspace() defines it).",
+        "type": "object",
+        "properties": props,
+        "required": schema["required"],
+        "$defs": {"Refs": refs},
     }
 
 

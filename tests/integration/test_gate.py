@@ -154,7 +154,7 @@ async def test_mixed_journal_exact_outputs(broker: str, uid: str, tmp_path: Path
 
         embeddable = [r for r in got if r.topic == topics.embeddable]
         dead = [r for r in got if r.topic == topics.dlq]
-        forwarded = [EmbeddableRecord.model_validate_json(r.value) for r in embeddable if r.value is not None]
+        forwarded = [EmbeddableRecord.from_json(r.value) for r in embeddable if r.value is not None]
         assert sorted(e.id for e in forwarded) == sorted(want_ids)  # exact set, no duplicates
         assert not skipped_ids & {e.id for e in forwarded}
         for r, e in zip(embeddable, forwarded, strict=True):
@@ -165,7 +165,7 @@ async def test_mixed_journal_exact_outputs(broker: str, uid: str, tmp_path: Path
             if e.entry_type == "keeper.decision":
                 assert e.base_importance == pytest.approx(0.65)
 
-        dlq = [DlqRecord.model_validate_json(r.value) for r in dead if r.value is not None]
+        dlq = [DlqRecord.from_json(r.value) for r in dead if r.value is not None]
         seen = {(d.source.partition, d.source.offset): d for d in dlq}
         assert len(seen) == len(dlq) == len(sources)
         assert set(seen) == set(sources)
@@ -198,7 +198,7 @@ async def test_mixed_journal_exact_outputs(broker: str, uid: str, tmp_path: Path
         fut = await producer.send(topics.entries, key=b"ws-9", value=enc(entry(9999, workspace_id="ws-9")))
         await fut
         later = await read_all(broker, [topics.embeddable], want=len(want_ids) + 1, timeout=20, settle=0.2)
-        assert "e-9999" in {EmbeddableRecord.model_validate_json(r.value).id for r in later if r.value}
+        assert "e-9999" in {EmbeddableRecord.from_json(r.value).id for r in later if r.value}
     finally:
         await producer.stop()
         await runner.stop()
@@ -233,7 +233,7 @@ async def test_two_gate_processes_share_the_journal(broker: str, uid: str, tmp_p
         metas = await asyncio.gather(*futs)
         assert {m.partition for m in metas} == {0, 1, 2, 3}
         got = await read_all(broker, [topics.embeddable], want=400, timeout=45, settle=0.5)
-        ids = {EmbeddableRecord.model_validate_json(r.value).id for r in got if r.value}
+        ids = {EmbeddableRecord.from_json(r.value).id for r in got if r.value}
         assert ids == {f"e-{i}" for i in range(400)}  # nothing lost (at-least-once: extras are allowed)
         assert all(p.poll() is None for p in procs), "a gate process died"
     finally:
@@ -304,9 +304,7 @@ async def test_offsets_committed_only_after_delivery_and_stop_mid_batch_rereads(
     await runner.start(wait_assigned=30)
     try:
         got = await read_all(broker, [topics.embeddable], want=50, timeout=30, settle=0.5)
-        assert {EmbeddableRecord.model_validate_json(r.value).id for r in got if r.value} == {
-            f"e-{i}" for i in range(50)
-        }
+        assert {EmbeddableRecord.from_json(r.value).id for r in got if r.value} == {f"e-{i}" for i in range(50)}
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             if (await committed_offsets(broker, group, topics.entries, 1))[0] == 50:

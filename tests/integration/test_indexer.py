@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 
 def rec(i: str, summary: str, *, ws: str = "w1", agent: str = "a1", et: str = "summary.generated") -> EmbeddableRecord:
-    return EmbeddableRecord.model_validate(
+    return EmbeddableRecord.from_dict(
         {
             "id": i,
             "workspace_id": ws,

@@ -43,7 +43,7 @@ def _records() -> list[EmbeddableRecord]:
         for n, text in enumerate(TEXTS):  # identical texts in every workspace
             for agent, crew, base in (("a1", "c1", 0.7), ("a2", "c1", 0.9), ("a2", "c2", 0.5)):
                 out.append(
-                    EmbeddableRecord.model_validate(
+                    EmbeddableRecord.from_dict(
                         {
                             "id": f"{ws}:{n}:{agent}:{crew}",
                             "workspace_id": ws,

@@ -33,7 +33,7 @@ def rec(
     et: str = "summary.generated",
     ts: str = "2026-01-10T10:00:00Z",
 ) -> EmbeddableRecord:
-    return EmbeddableRecord.model_validate(
+    return EmbeddableRecord.from_dict(
         {
             "id": i, "workspace_id": ws, "agent_id": agent, "crew_id": crew, "ts": ts, "entry_type": et,
             "severity": "warn", "summary": summary, "payload": {"n": i}, "base_importance": base,

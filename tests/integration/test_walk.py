@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 def rec(
     i: str, summary: str, *, agent: str = "a1", et: str = "summary.generated", refs: Any = None
 ) -> EmbeddableRecord:
-    return EmbeddableRecord.model_validate(
+    return EmbeddableRecord.from_dict(
         {
             "id": i, "workspace_id": "ws", "agent_id": agent, "crew_id": "c1", "ts": "2026-11-01T10:00:00Z",
             "entry_type": et, "severity": "info", "summary": summary, "payload": {}, "refs": refs,

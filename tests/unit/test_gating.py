@@ -19,23 +19,15 @@ from episodic.gating import (
     type_label,
 )
 from schemas.events import DlqRecord, EmbeddableRecord
+from schemas.journal import MAX_DEPTH, InvalidEntry, parse_entry
+from tests.unit.journal_strategies import base_entry
 
 NOW = datetime(2026, 3, 1, 12, 0, 5, tzinfo=UTC)
 
 
 def entry(**over: Any) -> dict[str, Any]:
-    e: dict[str, Any] = {
-        "id": "e-1",
-        "workspace_id": "ws-1",
-        "agent_id": "agent-1",
-        "ts": "2026-03-01T12:00:00Z",
-        "entry_type": "peer.escalation",
-        "severity": "info",
-        "summary": "escalated the failing deploy",
-        "payload": {"n": 1},
-    }
-    e.update(over)
-    return e
+    """The shared base entry without crew and run ids."""
+    return base_entry(**{"crew_id": ..., "run_id": ..., **over})
 
 
 def go(value: bytes | None) -> Any:
@@ -47,19 +39,19 @@ def test_forward_carries_entry_importance_and_acceptance() -> None:
     assert isinstance(r, Forward)
     assert r.key == b"ws-1"
     assert r.decision == "embed"
-    rec = EmbeddableRecord.model_validate_json(r.value)
+    rec = EmbeddableRecord.from_json(r.value)
     assert rec.id == "e-1" and rec.workspace_id == "ws-1"
     assert rec.base_importance == pytest.approx(0.95)
     assert rec.accepted_at == NOW
     assert rec.payload == {"n": 1}
-    assert rec.refs is not None and rec.refs.supports == ["a"]
+    assert rec.supports == ["a"]
     assert json.loads(r.value)["refs"]["x"] == 1  # extra refs keys survive
 
 
 def test_forced_entry_is_forwarded_with_forced_label() -> None:
     r = go(json.dumps(entry(entry_type="peer.conversation", severity="warn", refs={"episodic": True})).encode())
     assert isinstance(r, Forward) and r.decision == "forced"
-    assert EmbeddableRecord.model_validate_json(r.value).base_importance == pytest.approx(0.60)
+    assert EmbeddableRecord.from_json(r.value).base_importance == pytest.approx(0.60)
 
 
 @pytest.mark.parametrize(
@@ -101,7 +93,7 @@ def test_garbage_is_dead_lettered_with_original_bytes(value: bytes | None, reaso
     r = go(value)
     assert isinstance(r, DeadLetter)
     assert r.reason == reason, r.error
-    rec = DlqRecord.model_validate_json(r.value)
+    rec = DlqRecord.from_json(r.value)
     assert rec.reason == reason and rec.error
     assert (rec.source.topic, rec.source.partition, rec.source.offset) == ("journal.entries", 3, 42)
     assert rec.raw_bytes() == (value or b"")
@@ -116,14 +108,14 @@ def test_huge_record_dead_letter_fits_one_message() -> None:
     r = go(value)
     assert isinstance(r, DeadLetter)
     assert len(r.value) <= MAX_DLQ_RECORD_BYTES
-    rec = DlqRecord.model_validate_json(r.value)
+    rec = DlqRecord.from_json(r.value)
     assert rec.raw_text is None
     assert value.startswith(rec.raw_bytes()) and "truncated" in rec.error
 
 
 def test_large_record_keeps_all_bytes_when_it_fits() -> None:
     value = b"\x00\xff" * 200_000  # 400 kB, not UTF-8
-    rec = DlqRecord.model_validate_json(go(value).value)
+    rec = DlqRecord.from_json(go(value).value)
     assert base64.b64decode(rec.raw_b64) == value
 
 
@@ -158,7 +150,7 @@ FAST_PATH_CASES: list[bytes] = [
     json.dumps(entry(payload="text")).encode(),
     json.dumps(entry(entry_type="peer.escalation", payload={"blob": "p" * 70_000})).encode(),  # oversize
     json.dumps(entry(entry_type="peer.escalation", payload={"blob": "p" * 65_000})).encode(),  # just under
-    # numbers grow when re-encoded (1e15 -> 1000000000000000.0): just over the fast path's raw size bound
+    # numbers grow when re-encoded (1e15 -> 1000000000000000.0): just over the old fast path's raw size bound
     json.dumps(entry(entry_type="peer.escalation")).encode()[:-1]
     + b', "payload": {"n": ['
     + b",".join([b"1e15"] * 2_500)
@@ -180,12 +172,35 @@ FAST_PATH_CASES: list[bytes] = [
 
 
 @pytest.mark.parametrize("raw", FAST_PATH_CASES, ids=range(len(FAST_PATH_CASES)))
-def test_fast_path_routes_exactly_like_the_shared_parser(raw: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The orjson fast pass (which skips the payload re-encoding for small records) changes nothing."""
-    import episodic.gating as gating
+def test_forwarded_bytes_are_the_records_own_encoding(raw: bytes) -> None:
+    """The gate writes exactly what the EmbeddableRecord Struct writes (it skips only the second validation),
+    and the consumer's decoder reads it back to the same record."""
+    r = route(raw, topic="t", partition=0, offset=1, now=NOW)
+    try:
+        entry = parse_entry(raw)
+    except InvalidEntry as e:
+        assert isinstance(r, DeadLetter) and r.reason == e.reason
+        return
+    assert isinstance(r, Forward)
+    record = EmbeddableRecord.from_entry(entry, base_importance=0.9, accepted_at=NOW)
+    assert r.value == record.to_json()
+    assert EmbeddableRecord.from_json(r.value) == record
 
-    fast = route(raw, topic="t", partition=0, offset=1, now=NOW)
-    monkeypatch.setattr(gating, "_fast_validate", None)
-    slow = route(raw, topic="t", partition=0, offset=1, now=NOW)
-    assert type(fast) is type(slow)
-    assert fast == slow
+
+def test_payload_nested_too_deep_is_an_invalid_field_not_a_gate_error() -> None:
+    ok = json.dumps(entry(payload={"d": _nest(MAX_DEPTH - 2)})).encode()  # entry, payload, then the arrays
+    deep = json.dumps(entry(payload={"d": _nest(MAX_DEPTH - 1)})).encode()
+    assert isinstance(go(ok), Forward)
+    r = go(deep)
+    assert isinstance(r, DeadLetter) and r.reason == "invalid_field" and r.error.startswith("payload: nests deeper")
+    refs = json.dumps(entry(refs={"x": _nest(MAX_DEPTH - 1)})).encode()
+    r = go(refs)
+    assert isinstance(r, DeadLetter) and r.reason == "invalid_field" and r.error.startswith("refs: nests deeper")
+
+
+def _nest(levels: int) -> list[Any]:
+    """`levels` arrays, one inside the other."""
+    v: list[Any] = []
+    for _ in range(levels - 1):
+        v = [v]
+    return v

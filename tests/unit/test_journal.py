@@ -3,28 +3,30 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
 
-from schemas.journal import DLQ_REASONS, MAX_PAYLOAD_BYTES, MAX_SUMMARY_CHARS, InvalidEntry, parse_entry
+from schemas.events import EmbeddableRecord, InvalidRecord
+from schemas.journal import (
+    DLQ_REASONS,
+    MAX_DEPTH,
+    MAX_PAYLOAD_BYTES,
+    MAX_SUMMARY_CHARS,
+    InvalidEntry,
+    JournalEntry,
+    parse_entry,
+)
+from tests.unit.journal_strategies import base_entry, entries
 
 
 def entry(**over: Any) -> dict[str, Any]:
-    e: dict[str, Any] = {
-        "id": "e-1",
-        "workspace_id": "ws-1",
-        "crew_id": "crew-1",
-        "agent_id": "agent-1",
-        "run_id": "run-1",
-        "ts": "2026-03-01T12:00:00Z",
-        "entry_type": "peer.escalation",
-        "severity": "warn",
-        "summary": "the deploy was escalated to a human",
-        "payload": {"k": "v"},
-    }
-    e.update(over)
-    return {k: v for k, v in e.items() if v is not _DROP}
+    """The shared base entry at severity warn, with this module's summary and payload; `_DROP` drops a field."""
+    mine = {"severity": "warn", "summary": "the deploy was escalated to a human", "payload": {"k": "v"}}
+    return base_entry(**{**mine, **{k: ... if v is _DROP else v for k, v in over.items()}})
 
 
 _DROP = object()
@@ -63,7 +65,7 @@ VALID: list[tuple[str, bytes]] = [
 def test_valid_entries_parse(name: str, value: bytes) -> None:
     e = parse_entry(value)
     assert e.id.startswith("e-") or e.id == "i" * 128
-    assert e.ts.tzinfo is not None
+    assert e.ts_datetime.tzinfo is not None
 
 
 INVALID: list[tuple[str, bytes | None, str, str]] = [
@@ -126,3 +128,113 @@ def test_payload_limit_is_on_encoded_bytes() -> None:
         parse_entry(raw(payload={"t": "€" * (MAX_PAYLOAD_BYTES // 3 + 10)}))
     assert ei.value.reason == "oversize_payload"
     parse_entry(raw(payload={"t": "€" * (MAX_PAYLOAD_BYTES // 3 - 100)}))
+
+
+def test_the_fast_decode_takes_clean_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not vacuous: valid records never reach the slow path that explains refusals."""
+    import schemas.journal as journal
+
+    def refuse(raw: Any) -> Any:
+        raise AssertionError("slow path")
+
+    monkeypatch.setattr(journal, "_explain", refuse)
+    for _name, value in VALID:
+        parse_entry(value)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_reason_is_the_first_bad_field_in_field_order_whatever_the_key_order(seed: int) -> None:
+    import random
+
+    bad = entry(workspace_id=" ", severity="fatal", ts="nope", payload=[1], priority="x", crew_id=5)
+    items = list(bad.items())
+    random.Random(seed).shuffle(items)
+    with pytest.raises(InvalidEntry) as ei:
+        parse_entry(json.dumps(dict(items)).encode())
+    assert (ei.value.reason, ei.value.error.split(":")[0]) == ("empty_field", "workspace_id")
+    with pytest.raises(InvalidEntry) as ei:
+        parse_entry(json.dumps(dict(items[::-1]) | {"workspace_id": "w"}).encode())
+    assert (ei.value.reason, ei.value.error.split(":")[0]) == ("invalid_field", "crew_id")
+
+
+@pytest.mark.parametrize(
+    ("ts", "canonical"),
+    [
+        ("2026-03-01T12:00:00Z", "2026-03-01T12:00:00Z"),
+        ("2026-03-01t12:00:00.5z", "2026-03-01T12:00:00.500000Z"),
+        (" 2026-03-01 12:00:00+00:00 ", "2026-03-01T12:00:00Z"),
+        ("2026-03-01T12:00:00.1234567-05:30", "2026-03-01T12:00:00.123456-05:30"),
+        ("2026-03-01T12:00:00+0530", "2026-03-01T12:00:00+05:30"),
+    ],
+)
+def test_ts_is_kept_as_its_canonical_text(ts: str, canonical: str) -> None:
+    e = parse_entry(raw(ts=ts))
+    assert e.ts == canonical
+    assert e.ts_datetime == datetime.fromisoformat(ts.strip().replace("z", "Z"))
+
+
+def test_what_only_the_reference_parser_reads_is_still_accepted() -> None:
+    """NaN, Infinity, numbers beyond float range and duplicate keys: accepted as before (msgspec's reader
+    refuses them, the standard library's takes them); non-finite numbers are forwarded as null."""
+    base = raw()[:-1]
+    e = parse_entry(base + b', "payload": {"a": NaN, "b": -Infinity, "c": 1e400, "d": 10000000000000000000000}}')
+    assert e.payload is not None and e.payload["d"] == 10**22
+    assert json.loads(msgspec.json.encode(e))["payload"] == {"a": None, "b": None, "c": None, "d": 10**22}
+    assert parse_entry(b'{"id": 1, ' + raw()[1:]).id == "e-1"  # duplicate key: the last one counts
+
+
+def test_lone_surrogates_are_refused_where_they_cannot_be_written() -> None:
+    for field, reason in (("summary", "invalid_field"), ("id", "invalid_field"), ("payload", "payload_not_object")):
+        value = b'"\\ud800"' if field != "payload" else b'{"k": "\\ud800"}'
+        record = json.dumps({k: v for k, v in entry().items() if k != field}).encode()[:-1]
+        with pytest.raises(InvalidEntry) as ei:
+            parse_entry(record + b', "' + field.encode() + b'": ' + value + b"}")
+        assert (ei.value.reason, ei.value.error.split(":")[0]) == (reason, field)
+
+
+def test_payload_nesting_limit_counts_the_entry() -> None:
+    def nest(levels: int) -> Any:
+        v: Any = 1
+        for _ in range(levels):
+            v = {"d": v}
+        return v
+
+    parse_entry(raw(payload=nest(MAX_DEPTH - 1)))  # entry + payload + ... = MAX_DEPTH levels
+    with pytest.raises(InvalidEntry) as ei:
+        parse_entry(raw(payload=nest(MAX_DEPTH)))
+    assert ei.value.reason == "invalid_field" and ei.value.error.startswith("payload: nests deeper")
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(entries())
+def test_whatever_the_gate_accepts_the_consumer_reads_back(value: bytes) -> None:
+    """Every generated record is refused with a known reason naming a field, or accepted; an accepted one's
+    journal.embeddable record decodes (as the consumer decodes it) to the very same record."""
+    try:
+        e = parse_entry(value)
+    except InvalidEntry as err:
+        assert err.reason in DLQ_REASONS
+        if err.reason not in ("not_utf8", "not_json", "not_object"):
+            assert err.error.split(":")[0].split(".")[0] in JournalEntry.__struct_fields__, err.error
+        return
+    now = datetime(2026, 3, 1, tzinfo=UTC)
+    wire = EmbeddableRecord.json_of(e, base_importance=0.5, accepted_at=now)
+    back = EmbeddableRecord.from_json(wire)
+    assert back == EmbeddableRecord.from_entry(e, base_importance=0.5, accepted_at=now)
+    assert back.to_json() == wire
+
+
+def test_consumer_decode_refuses_garbage_with_one_error_type() -> None:
+    for value in (b"", b"{", b"[]", b'{"id": "x"}', b"\xff", b"[" * 5000, raw()):
+        with pytest.raises(InvalidRecord):
+            EmbeddableRecord.from_json(value)
+
+
+def test_json_of_writes_what_the_record_writes_for_entries_and_records() -> None:
+    now = datetime(2026, 3, 1, tzinfo=UTC)
+    e = parse_entry(raw(refs={"episodic": True, "x": [1]}, priority="pin"))
+    record = EmbeddableRecord.from_entry(e, base_importance=0.85, accepted_at=now)
+    assert EmbeddableRecord.json_of(e, base_importance=0.85, accepted_at=now) == record.to_json()
+    # given a record (a subclass of the entry), the extra fields are not written twice
+    again = EmbeddableRecord.json_of(record, base_importance=0.5, accepted_at=now)
+    assert EmbeddableRecord.from_json(again) == EmbeddableRecord.from_entry(e, base_importance=0.5, accepted_at=now)

@@ -23,4 +23,13 @@ def test_schema_states_the_contract() -> None:
     assert props["id"]["maxLength"] == 128
     assert props["payload"]["type"] == "object"
     assert props["ts"]["format"] == "date-time"
+    assert props["priority"]["anyOf"][0]["enum"] == ["pin", "high", "permanent"]
+    for name in ("id", "workspace_id", "agent_id", "entry_type", "summary"):
+        assert props[name]["pattern"] == "\\S", name  # not blank
+    for name in ("crew_id", "run_id"):
+        assert props[name]["anyOf"][0]["minLength"] == 1 and props[name]["anyOf"][1] == {"type": "null"}
+    refs = s["$defs"]["Refs"]
+    assert props["refs"]["anyOf"][0] == {"$ref": "#/$defs/Refs"}
+    assert refs["additionalProperties"] is True
+    assert refs["properties"]["supports"]["anyOf"][0]["items"]["maxLength"] == 128
     json.dumps(s)  # serialisable as is
