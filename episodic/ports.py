@@ -52,15 +52,44 @@ class MemoryPoint:
     dense: list[list[float]] | None = None  # chunk vectors (unit norm); None in sparse-only mode
 
 
+SEVERITIES: tuple[str, ...] = ("debug", "info", "warn", "error")  # lowest first
+
+
+@dataclass(frozen=True, slots=True)
+class RecallFilter:
+    """Narrows a recall inside its scope; applied inside the store query (every leg), never to a top-k.
+
+    `since` <= ts < `until` (RFC 3339 text, UTC); `entry_types` / `severities`: one of them (empty: any);
+    `run_id`: only that run; `exclude_run_id`: not that run (memories without a run are kept);
+    `crew_id`: only memories of that crew."""
+
+    since: str | None = None
+    until: str | None = None
+    entry_types: tuple[str, ...] = ()
+    severities: tuple[str, ...] = ()
+    run_id: str | None = None
+    exclude_run_id: str | None = None
+    crew_id: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self == NO_FILTER
+
+
+NO_FILTER = RecallFilter()
+
+
 @dataclass(frozen=True, slots=True)
 class ScopeFilter:
-    """Who may see what. Workspace isolation is part of every filter the store builds from this."""
+    """Who may see what. Workspace isolation is part of every filter the store builds from this; `filters`
+    narrow inside the scope."""
 
     workspace_id: str
     scope: Scope = "own"
     agent_id: str | None = None
     crew_id: str | None = None
     high_value: float = 0.6  # crew_shared: crew entries with importance_score >= this
+    filters: RecallFilter = NO_FILTER
 
     def __post_init__(self) -> None:
         if not self.workspace_id:
@@ -69,6 +98,29 @@ class ScopeFilter:
             raise ValueError("scope 'own' requires agent_id")
         if self.scope == "crew_shared" and not self.crew_id:
             raise ValueError("scope 'crew_shared' requires crew_id")
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Memories of one workspace, for listing and forgetting: optionally one agent, one run, some entry
+    types (each given condition must hold)."""
+
+    workspace_id: str
+    agent_id: str | None = None
+    run_id: str | None = None
+    entry_types: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.workspace_id:
+            raise ValueError("workspace_id is required")
+
+
+@dataclass(frozen=True, slots=True)
+class PagePosition:
+    """Where a page of memories ended (newest first: `ts` descending, then point id ascending)."""
+
+    ts: str  # the last memory's ts, RFC 3339 as stored
+    point_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +227,17 @@ class MemoryStore(ABC):
     @abstractmethod
     def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
         """Number of memories, optionally of one workspace and with/without a dense vector."""
+
+    @abstractmethod
+    def select(self, selection: Selection) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(point id, payload) of every memory in `selection`, in no particular order."""
+
+    @abstractmethod
+    def page(
+        self, selection: Selection, after: PagePosition | None, limit: int
+    ) -> tuple[list[tuple[str, dict[str, Any]]], PagePosition | None]:
+        """Up to `limit` memories of `selection`, newest first (`ts` descending, then point id ascending),
+        starting after `after`; and the position to pass for the next page (None: this was the last)."""
 
     @abstractmethod
     def query_dense(

@@ -16,7 +16,8 @@ module imports neither; the composition root (`stack.stores.open_store`) picks o
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from episodic.errors import StoreError
@@ -25,8 +26,10 @@ from episodic.ports import (
     Fusion,
     MemoryPoint,
     MemoryStore,
+    PagePosition,
     Relation,
     ScopeFilter,
+    Selection,
     SparseVec,
     StoredHit,
     merge_relations,
@@ -37,11 +40,14 @@ from episodic.store_query import (
     MatchAny,
     Query,
     Vocabulary,
+    at_time,
+    before_time,
     count_filter,
     dense_leg,
     hybrid_prefetch,
     in_workspace,
     scope_filter,
+    selection_filter,
     sparse_leg,
 )
 from episodic.store_rules import (
@@ -118,8 +124,19 @@ class Engine(Vocabulary):
         """The points that exist, with payload, without vectors."""
 
     @abstractmethod
-    def scroll(self, flt: Filter | None, limit: int, offset: Any, with_dense: bool) -> tuple[Sequence[Record], Any]:
-        """One page of up to `limit` points from `offset` (None: the start), and the next offset (None: done)."""
+    def scroll(
+        self,
+        flt: Filter | None,
+        limit: int,
+        offset: Any,
+        with_dense: bool,
+        order_by: str | None = None,
+        descending: bool = False,
+    ) -> tuple[Sequence[Record], Any]:
+        """One page of up to `limit` points from `offset` (None: the start; a point id: from that id on, in
+        id order), and the next offset (None: done). `order_by`: by this payload field instead (it needs a
+        range index; points without the field are left out; ties in no stated order), one page only
+        (no offset, and the next offset is None)."""
 
     @abstractmethod
     def count(self, flt: Filter | None) -> int:
@@ -134,6 +151,22 @@ class Engine(Vocabulary):
 
     @abstractmethod
     def close(self) -> None: ...
+
+
+def _instant(record: Record) -> datetime:
+    """A record's `ts` as an aware datetime (the engines order by the instant, not by the text)."""
+    text = str((record.payload or {}).get("ts", ""))
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def _newest_first(records: Iterable[Record]) -> list[Record]:
+    """`ts` descending, then point id ascending (the order of a page)."""
+    by_id = sorted(records, key=lambda r: str(r.id))
+    return sorted(by_id, key=_instant, reverse=True)  # stable: ids stay ascending within an instant
 
 
 def _hit(record: Record, score: float, with_dense: bool) -> StoredHit:
@@ -244,6 +277,40 @@ class QdrantStore(MemoryStore):
 
     def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
         return self.engine.count(count_filter(workspace_id, has_dense))
+
+    def select(self, selection: Selection) -> Iterator[tuple[str, dict[str, Any]]]:
+        return self._scroll_payloads(selection_filter(selection))
+
+    def page(
+        self, selection: Selection, after: PagePosition | None, limit: int
+    ) -> tuple[list[tuple[str, dict[str, Any]]], PagePosition | None]:
+        """Newest first without an offset over `ts`: the rest of `after`'s instant in point id order, then
+        the engine's `ts`-descending scroll of the older memories, whose last (possibly cut) instant is read
+        again in point id order, so that ties have one stable order. One memory more than `limit` is read to
+        know whether there is a next page."""
+        if limit <= 0:
+            return [], after
+        want = limit + 1
+        out: list[Record] = []
+        flt = selection_filter(selection)
+        if after is not None:
+            same, _ = self.engine.scroll(
+                selection_filter(selection, at_time(after.ts)), want + 1, after.point_id, False
+            )
+            out += [r for r in same if str(r.id) != after.point_id][:want]
+            flt = selection_filter(selection, before_time(after.ts))
+        if len(out) < want:
+            older, _ = self.engine.scroll(flt, want - len(out), None, False, order_by="ts", descending=True)
+            if older:
+                last = _instant(older[-1])
+                out += _newest_first(r for r in older if _instant(r) != last)
+                last_ts = str((older[-1].payload or {}).get("ts"))
+                tie, _ = self.engine.scroll(selection_filter(selection, at_time(last_ts)), want - len(out), None, False)
+                out += tie
+        records = out[:limit]
+        more = len(out) > limit and records
+        position = PagePosition(str((records[-1].payload or {}).get("ts")), str(records[-1].id)) if more else None
+        return [(str(r.id), dict(r.payload or {})) for r in records], position
 
     # -- relations: stored on the source memory (payload `relations` + keyword array `links`) ------------
 

@@ -205,13 +205,25 @@ class EdgeEngine(Engine):
         with self._guard("retrieve"):
             return self._open().retrieve(ids, True, False)
 
-    def scroll(self, flt: Filter | None, limit: int, offset: Any, with_dense: bool) -> tuple[Sequence[Record], Any]:
+    def scroll(
+        self,
+        flt: Filter | None,
+        limit: int,
+        offset: Any,
+        with_dense: bool,
+        order_by: str | None = None,
+        descending: bool = False,
+    ) -> tuple[Sequence[Record], Any]:
+        order = None
+        if order_by is not None:
+            order = qe.OrderBy(order_by, qe.Direction.Desc if descending else qe.Direction.Asc)
         request = qe.ScrollRequest(
-            offset=offset,
+            offset=_point_id(offset) if isinstance(offset, str) else offset,
             limit=limit,
             filter=Lowering(self)(flt) if flt is not None else None,
             with_payload=True,
             with_vector=_with_vector(with_dense),
+            order_by=order,
         )
         with self._guard("scroll"):
             return self._open().scroll(request)
@@ -244,6 +256,11 @@ class EdgeEngine(Engine):
 
     def at_least(self, key: str, gte: float) -> qe.FieldCondition:
         return qe.FieldCondition(key, range=qe.RangeFloat(gte=gte))
+
+    def datetime_range(
+        self, key: str, gte: str | None, gt: str | None, lte: str | None, lt: str | None
+    ) -> qe.FieldCondition:
+        return qe.FieldCondition(key, range=qe.RangeDateTime(gte=gte, gt=gt, lte=lte, lt=lt))
 
     def has_dense(self) -> qe.HasVectorCondition:
         return qe.HasVectorCondition(DENSE)  # qdrant-edge cannot match booleans (see store_query.HasDense)

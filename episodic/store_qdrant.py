@@ -22,6 +22,7 @@ import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,14 @@ def _index_schema(kind: IndexKind) -> Any:
 def _times_importance(key: str, default: float) -> m.FormulaQuery:
     """The same for every query: built once (requests only read it)."""
     return m.FormulaQuery(formula=m.MultExpression(mult=["$score", key]), defaults={key: default})
+
+
+def _dt(text: str | None) -> datetime | None:
+    """RFC 3339 text as the aware datetime qdrant-client's DatetimeRange is typed for."""
+    if text is None:
+        return None
+    dt = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 def _with_vectors(with_dense: bool) -> list[str] | bool:
@@ -224,8 +233,19 @@ class ClientEngine(Engine):
         with self._guard("retrieve"):
             return self.client.retrieve(self.collection, point_ids, with_payload=True, with_vectors=False)
 
-    def scroll(self, flt: Filter | None, limit: int, offset: Any, with_dense: bool) -> tuple[Sequence[Record], Any]:
+    def scroll(
+        self,
+        flt: Filter | None,
+        limit: int,
+        offset: Any,
+        with_dense: bool,
+        order_by: str | None = None,
+        descending: bool = False,
+    ) -> tuple[Sequence[Record], Any]:
         lowered = Lowering(self)(flt) if flt is not None else None
+        order = None
+        if order_by is not None:
+            order = m.OrderBy(key=order_by, direction=m.Direction.DESC if descending else m.Direction.ASC)
         with self._guard("scroll"):
             return self.client.scroll(
                 self.collection,
@@ -234,6 +254,7 @@ class ClientEngine(Engine):
                 offset=offset,
                 with_payload=True,
                 with_vectors=_with_vectors(with_dense),
+                order_by=order,
             )
 
     def count(self, flt: Filter | None) -> int:
@@ -265,6 +286,11 @@ class ClientEngine(Engine):
 
     def at_least(self, key: str, gte: float) -> m.FieldCondition:
         return m.FieldCondition(key=key, range=m.Range(gte=gte))
+
+    def datetime_range(
+        self, key: str, gte: str | None, gt: str | None, lte: str | None, lt: str | None
+    ) -> m.FieldCondition:
+        return m.FieldCondition(key=key, range=m.DatetimeRange(gte=_dt(gte), gt=_dt(gt), lte=_dt(lte), lt=_dt(lt)))
 
     def has_dense(self) -> m.HasVectorCondition:
         return m.HasVectorCondition(has_vector=DENSE)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from episodic.ports import Fusion, ScopeFilter, SparseVec
+from episodic.ports import Fusion, RecallFilter, ScopeFilter, Selection, SparseVec
 
 # A point without `importance_score` (never written by the indexer, but possible in hand-made data)
 # ranks as an info-level routine memory (SPEC §10 base table), not as the most important one.
@@ -53,6 +53,17 @@ class AtLeast:
 
 
 @dataclass(frozen=True, slots=True)
+class DatetimeRange:
+    """Payload `key` (RFC 3339 text under a datetime index) within the bounds that are given."""
+
+    key: str
+    gte: str | None = None
+    gt: str | None = None
+    lte: str | None = None
+    lt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class HasDense:
     """The point has its dense vector.
 
@@ -70,7 +81,7 @@ class Filter:
     must_not: tuple[Condition, ...] = ()
 
 
-Condition = Match | MatchAny | AtLeast | HasDense | Filter
+Condition = Match | MatchAny | AtLeast | DatetimeRange | HasDense | Filter
 
 
 def workspace(workspace_id: str) -> Match:
@@ -83,6 +94,11 @@ def in_workspace(workspace_id: str, *conditions: Condition) -> Filter:
 
 
 def scope_filter(scope: ScopeFilter) -> Filter:
+    """Who may see what (`who_filter`), narrowed by the request's filters (`scope.filters`)."""
+    return narrowed(who_filter(scope), scope.filters)
+
+
+def who_filter(scope: ScopeFilter) -> Filter:
     """Workspace always; `own`: the agent's memories; `crew_shared`: the crew's memories that are the
     agent's own or high-value (only high-value ones without an agent)."""
     high = AtLeast("importance_score", scope.high_value)
@@ -92,6 +108,47 @@ def scope_filter(scope: ScopeFilter) -> Filter:
     if scope.agent_id:
         return in_workspace(scope.workspace_id, crew, Filter(should=(Match("agent_id", scope.agent_id), high)))
     return in_workspace(scope.workspace_id, crew, high)
+
+
+def narrowed(flt: Filter, filters: RecallFilter) -> Filter:
+    """`flt` and every condition of `filters` (the time window on `ts`, types, severities, runs, crew)."""
+    if filters.empty:
+        return flt
+    must: list[Condition] = []
+    if filters.since is not None or filters.until is not None:
+        must.append(DatetimeRange("ts", gte=filters.since, lt=filters.until))
+    if filters.entry_types:
+        must.append(MatchAny("entry_type", filters.entry_types))
+    if filters.severities:
+        must.append(MatchAny("severity", filters.severities))
+    if filters.run_id is not None:
+        must.append(Match("run_id", filters.run_id))
+    if filters.crew_id is not None:
+        must.append(Match("crew_id", filters.crew_id))
+    must_not = (Match("run_id", filters.exclude_run_id),) if filters.exclude_run_id is not None else ()
+    return Filter(must=(*flt.must, *must), should=flt.should, must_not=(*flt.must_not, *must_not))
+
+
+def selection_filter(selection: Selection, *conditions: Condition) -> Filter:
+    """The memories of `selection` (its workspace, and its agent, run and entry types when given)."""
+    must: list[Condition] = []
+    if selection.agent_id is not None:
+        must.append(Match("agent_id", selection.agent_id))
+    if selection.run_id is not None:
+        must.append(Match("run_id", selection.run_id))
+    if selection.entry_types:
+        must.append(MatchAny("entry_type", selection.entry_types))
+    return in_workspace(selection.workspace_id, *must, *conditions)
+
+
+def at_time(ts: str) -> DatetimeRange:
+    """`ts` is exactly this instant."""
+    return DatetimeRange("ts", gte=ts, lte=ts)
+
+
+def before_time(ts: str) -> DatetimeRange:
+    """`ts` is strictly earlier than this instant."""
+    return DatetimeRange("ts", lt=ts)
 
 
 def count_filter(workspace_id: str | None, has_dense: bool | None) -> Filter | None:
@@ -214,6 +271,9 @@ class Vocabulary(ABC):
     def at_least(self, key: str, gte: float) -> Any: ...
 
     @abstractmethod
+    def datetime_range(self, key: str, gte: str | None, gt: str | None, lte: str | None, lt: str | None) -> Any: ...
+
+    @abstractmethod
     def has_dense(self) -> Any: ...
 
     @abstractmethod
@@ -288,6 +348,7 @@ _LOWER: dict[type, Callable[[Lowering, Any], Any]] = {
     Match: lambda lo, n: lo.vocab.match(n.key, n.value),
     MatchAny: lambda lo, n: lo.vocab.match_any(n.key, list(n.values)),
     AtLeast: lambda lo, n: lo.vocab.at_least(n.key, n.gte),
+    DatetimeRange: lambda lo, n: lo.vocab.datetime_range(n.key, n.gte, n.gt, n.lte, n.lt),
     HasDense: lambda lo, n: lo.vocab.has_dense(),
     DenseLeg: lambda lo, n: lo.vocab.dense_leg(n.vector, lo(n.filter), n.limit),
     SparseLeg: _sparse_leg,

@@ -25,6 +25,7 @@ PAYLOAD_INDEXES: dict[str, IndexKind] = {
     "workspace_id": "tenant",
     "crew_id": "keyword",
     "agent_id": "keyword",
+    "run_id": "keyword",  # recall's run_id / exclude_run_id, listing and forgetting by run
     "entry_id": "keyword",
     "entry_type": "keyword",
     "severity": "keyword",

@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from episodic.ports import Fusion, ScopeFilter, SparseVec
+from episodic.ports import Fusion, RecallFilter, ScopeFilter, Selection, SparseVec
 from episodic.store_query import (
     AtLeast,
+    DatetimeRange,
     DenseLeg,
     Filter,
     Fused,
@@ -22,12 +23,16 @@ from episodic.store_query import (
     SparseLeg,
     TimesImportance,
     Vocabulary,
+    at_time,
+    before_time,
     count_filter,
     dense_leg,
     hybrid_prefetch,
     in_workspace,
     scope_filter,
+    selection_filter,
     sparse_leg,
+    who_filter,
 )
 
 WS = Match("workspace_id", "ws-a")
@@ -166,6 +171,9 @@ class Recorder(Vocabulary):
     def at_least(self, key: str, gte: float) -> Any:
         return self._rec("at_least", key, gte)
 
+    def datetime_range(self, key: str, gte: str | None, gt: str | None, lte: str | None, lt: str | None) -> Any:
+        return self._rec("datetime_range", key, gte, gt, lte, lt)
+
     def has_dense(self) -> Any:
         return self._rec("has_dense")
 
@@ -219,6 +227,73 @@ def test_lowering_conditions() -> None:
         None,
         [("has_dense",)],
     )
+
+
+def test_lowering_a_datetime_range() -> None:
+    lower = Lowering(Recorder())
+    flt = Filter(must=(DatetimeRange("ts", gte="2026-01-01T00:00:00Z", lt="2026-02-01T00:00:00Z"),))
+    assert lower(flt) == (
+        "filter",
+        [("datetime_range", "ts", "2026-01-01T00:00:00Z", None, None, "2026-02-01T00:00:00Z")],
+        None,
+        None,
+    )
+
+
+def test_recall_filters_narrow_the_scope_inside_the_filter() -> None:
+    filters = RecallFilter(
+        since="2026-01-01T00:00:00Z",
+        until="2026-02-01T00:00:00Z",
+        entry_types=("peer.escalation", "approval.denied"),
+        severities=("warn", "error"),
+        run_id="r1",
+        exclude_run_id="r0",
+        crew_id="c",
+    )
+    scope = ScopeFilter(workspace_id="ws-a", scope="own", agent_id="ag", filters=filters)
+    assert scope_filter(scope) == Filter(
+        must=(
+            WS,
+            Match("agent_id", "ag"),
+            DatetimeRange("ts", gte="2026-01-01T00:00:00Z", lt="2026-02-01T00:00:00Z"),
+            MatchAny("entry_type", ("peer.escalation", "approval.denied")),
+            MatchAny("severity", ("warn", "error")),
+            Match("run_id", "r1"),
+            Match("crew_id", "c"),
+        ),
+        must_not=(Match("run_id", "r0"),),
+    )
+    # only what is given; the scope's own structure (the crew_shared `should`) is kept as it is
+    crew = ScopeFilter(workspace_id="ws-a", scope="crew_shared", crew_id="c", agent_id="ag")
+    narrowed_crew = ScopeFilter(
+        workspace_id="ws-a",
+        scope="crew_shared",
+        crew_id="c",
+        agent_id="ag",
+        filters=RecallFilter(since="2026-01-01T00:00:00Z"),
+    )
+    assert scope_filter(narrowed_crew) == Filter(
+        must=(*scope_filter(crew).must, DatetimeRange("ts", gte="2026-01-01T00:00:00Z")),
+        should=scope_filter(crew).should,
+    )
+    assert scope_filter(OWN) == who_filter(OWN)  # no filters: the scope alone
+
+
+def test_a_selection_is_its_workspace_and_what_it_names() -> None:
+    assert selection_filter(Selection("ws-a")) == Filter(must=(WS,))
+    sel = Selection("ws-a", agent_id="ag", run_id="r", entry_types=("t1", "t2"))
+    assert selection_filter(sel, at_time("2026-01-01T00:00:00Z")) == Filter(
+        must=(
+            WS,
+            Match("agent_id", "ag"),
+            Match("run_id", "r"),
+            MatchAny("entry_type", ("t1", "t2")),
+            DatetimeRange("ts", gte="2026-01-01T00:00:00Z", lte="2026-01-01T00:00:00Z"),
+        )
+    )
+    assert before_time("2026-01-01T00:00:00Z") == DatetimeRange("ts", lt="2026-01-01T00:00:00Z")
+    with pytest.raises(ValueError, match="workspace_id"):
+        Selection("")
 
 
 def test_lowering_an_unknown_node_is_a_type_error() -> None:
