@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
@@ -33,11 +34,20 @@ from aiokafka.structs import OffsetAndMetadata
 
 from episodic.bus import dumps
 from episodic.errors import StoreError, StoreUnavailable
+from episodic.forget import Forgetter, Position
 from episodic.indexer import BatchResult, Indexer
 from episodic.metrics import Metrics
 from episodic.settings import Settings
 from schemas import topics
-from schemas.events import DlqRecord, EmbeddableRecord, InvalidRecord
+from schemas.events import (
+    CONTROL_HEADER,
+    FORGET,
+    DlqRecord,
+    EmbeddableRecord,
+    ForgetRecord,
+    ForgottenEvent,
+    InvalidRecord,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +56,15 @@ DENSIFY_BATCH = 32  # small: the consumer waits for the model no longer than one
 DENSIFY_IDLE_S = 30.0  # look for missing vectors at least this often (backfill after sparse-only mode)
 DENSIFY_STOP_S = 30.0  # on stop, wait this long for the vectors being computed
 PRIOR_SECONDS_PER_CHAR = 2e-4  # about 30 one-line summaries a second on one core, until measured
+R = TypeVar("R")
+
+
+def _control(msg: ConsumerRecord[bytes, bytes]) -> bytes | None:
+    """The value of the record's control header (a forget), or None for a journal entry."""
+    for key, value in msg.headers or ():
+        if key == CONTROL_HEADER:
+            return bytes(value or b"")
+    return None
 
 
 class EmbedSpeed:
@@ -90,6 +109,8 @@ class EmbeddingConsumer:
         dlq_topic: str = topics.JOURNAL_DLQ,
         group_id: str | None = None,
         on_fatal: Callable[[BaseException], None] | None = None,
+        forgetter: Forgetter | None = None,
+        forgotten_topic: str = topics.MEMORY_FORGOTTEN,
     ) -> None:
         self.settings = settings
         self.indexer = indexer
@@ -100,6 +121,8 @@ class EmbeddingConsumer:
         self.dlq_topic = dlq_topic
         self.group_id = group_id or f"{settings.consumer_group_prefix}-embedder"
         self.on_fatal = on_fatal
+        self.forgetter = forgetter  # forgets (control records) are dead-lettered without one
+        self.forgotten_topic = forgotten_topic
         self.stats = ConsumerStats()
         self._consumer: AIOKafkaConsumer | None = None
         self._stopping = asyncio.Event()
@@ -186,16 +209,22 @@ class EmbeddingConsumer:
     async def _process(self, consumer: AIOKafkaConsumer, batch: list[ConsumerRecord[bytes, bytes]]) -> None:
         m = self.metrics
         records: list[EmbeddableRecord] = []
+        positions: list[Position] = []
+        forgets: list[tuple[ForgetRecord, Position]] = []
         produce_ts: dict[tuple[str, str], float] = {}
         dead: list[DlqRecord] = []
         for msg in batch:
+            control = _control(msg)
             try:
+                if control is not None:
+                    forgets.append(self._forget_record(control, msg))
+                    continue
                 rec = EmbeddableRecord.from_json(msg.value or b"")
             except InvalidRecord as e:
                 m.consumer_errors.labels(stage="decode").inc()
                 dead.append(
                     DlqRecord.build(
-                        reason="bad_embeddable",
+                        reason="bad_embeddable" if control is None else "bad_control",
                         error=str(e).splitlines()[0][:500],
                         raw=msg.value,
                         topic=msg.topic,
@@ -205,8 +234,10 @@ class EmbeddingConsumer:
                 )
                 continue
             records.append(rec)
+            positions.append(Position(msg.partition, msg.offset))
             produce_ts[(rec.workspace_id, rec.id)] = msg.timestamp / 1000.0
         m.batch_size.observe(len(batch))
+        records, forgotten = await self._forget(forgets, records, positions)
 
         defer = False
         if records and self.indexer.embedder is not None:
@@ -239,6 +270,10 @@ class EmbeddingConsumer:
                 )
             for d in dead:
                 futures.append(await self.producer.send(self.dlq_topic, value=d.to_json()))
+            for fe in forgotten:
+                futures.append(
+                    await self.producer.send(self.forgotten_topic, key=fe.workspace_id.encode(), value=fe.to_json())
+                )
             if futures:
                 await asyncio.gather(*futures)
         except KafkaError:
@@ -261,12 +296,32 @@ class EmbeddingConsumer:
         self.stats.last_batch_at = time.time()
         await self._update_lag(consumer)
 
+    def _forget_record(self, control: bytes, msg: ConsumerRecord[bytes, bytes]) -> tuple[ForgetRecord, Position]:
+        if control != FORGET or self.forgetter is None:
+            why = "no forgetter in this consumer" if control == FORGET else f"unknown control {control!r}"
+            raise InvalidRecord(f"cannot apply this control record: {why}")
+        return ForgetRecord.from_json(msg.value or b""), Position(msg.partition, msg.offset)
+
+    async def _forget(
+        self, forgets: list[tuple[ForgetRecord, Position]], records: list[EmbeddableRecord], positions: list[Position]
+    ) -> tuple[list[EmbeddableRecord], list[ForgottenEvent]]:
+        """Forgets (SPEC §11): applied before the batch is indexed; the records they cover are left out."""
+        if self.forgetter is None:
+            return records, []
+        handled = await self._with_retry(self.forgetter.handle, forgets, records, positions)
+        self.metrics.observe_forgets(handled.outcomes, handled.left_out)
+        return handled.kept, handled.events()
+
     async def _index_with_retry(self, records: list[EmbeddableRecord], *, defer_dense: bool = False) -> BatchResult:
         """Retry store failures with backoff: never skip a batch (nothing is lost)."""
+        return await self._with_retry(functools.partial(self.indexer.index_batch, defer_dense=defer_dense), records)
+
+    async def _with_retry(self, fn: Callable[..., R], *args: Any) -> R:
+        """`fn(*args)` in a thread; store failures are retried with backoff."""
         delay = 0.2
         while True:
             try:
-                return await asyncio.to_thread(self.indexer.index_batch, records, defer_dense=defer_dense)
+                return await asyncio.to_thread(fn, *args)
             except (StoreUnavailable, StoreError) as e:
                 self.metrics.consumer_errors.labels(stage="store").inc()
                 self.stats.errors += 1

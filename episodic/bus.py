@@ -12,7 +12,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from episodic.errors import BrokerUnavailable
-from schemas.topics import ALL_TOPICS
+from schemas.events import CONTROL_HEADER, FORGET, ForgetRecord
+from schemas.topics import ALL_TOPICS, JOURNAL_EMBEDDABLE
 
 log = logging.getLogger(__name__)
 
@@ -88,3 +89,12 @@ def make_producer(bootstrap: str, **kw: Any) -> AIOKafkaProducer:
 async def produce_json(producer: AIOKafkaProducer, topic: str, key: str | None, value: Any) -> asyncio.Future[Any]:
     """Queue one JSON record; the returned future resolves once the broker acknowledged it."""
     return await producer.send(topic, key=key.encode() if key is not None else None, value=dumps(value))
+
+
+async def send_forget(producer: AIOKafkaProducer, record: ForgetRecord, *, topic: str = JOURNAL_EMBEDDABLE) -> None:
+    """Produce a forget as a control record on `journal.embeddable`, keyed by its workspace like the entries
+    (the same partition: it is applied in order with them), and return once the broker acknowledged it (the
+    producer's acks; `make_producer` asks for all in-sync replicas)."""
+    await producer.send_and_wait(
+        topic, key=record.workspace_id.encode(), value=record.to_json(), headers=[(CONTROL_HEADER, FORGET)]
+    )

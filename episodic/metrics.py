@@ -5,6 +5,9 @@ Counters end in `_total`, durations in `_seconds`; label values are initialised 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from episodic.policy import DECISIONS
@@ -14,6 +17,7 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0, 86400.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MODES = ("hybrid", "dense", "sparse")
+FORGET_SELECTORS = ("entry_ids", "agent_id", "run_id", "all")
 INDEX_MODES = ("vector", "sparse-only", "duplicate", "unchanged", "updated")
 
 
@@ -83,6 +87,18 @@ class Metrics:
             registry=r,
         )
         self.sparse_only = Gauge("episodic_sparse_only", "1 while running without an embedder", registry=r)
+        # forget (SPEC §11)
+        self.forgets = Counter(
+            "episodic_forgets_total", "Forgets applied by the embedding consumer, by selector", ["selector"], registry=r
+        )
+        for selector in FORGET_SELECTORS:
+            self.forgets.labels(selector=selector)
+        self.forgotten = Counter("episodic_forgotten_total", "Memories removed by forgets", registry=r)
+        self.forget_suppressed = Counter(
+            "episodic_forget_suppressed_total",
+            "Embeddable records not indexed because a forget covers them (tombstone or forget rule)",
+            registry=r,
+        )
         # recall
         self.recall_latency = Histogram(
             "episodic_recall_duration_seconds",
@@ -104,3 +120,11 @@ class Metrics:
             self.recall_latency.labels(mode=mode)
         for reason in ("missing", "invalid", "forbidden"):
             self.auth_failures.labels(reason=reason)
+
+    def observe_forgets(self, outcomes: Iterable[Any], left_out: int) -> None:
+        """Forgets applied (`episodic.forget.ForgetOutcome`; re-deliveries not counted) and records left out."""
+        for o in outcomes:
+            if not o.repeated:
+                self.forgets.labels(selector=o.forget.selector.kind).inc()
+                self.forgotten.inc(o.memories)
+        self.forget_suppressed.inc(left_out)

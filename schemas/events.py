@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Self
 import msgspec
 from msgspec import Meta
 
-from schemas.journal import JournalEntry
+from schemas.journal import AnyId, Id, JournalEntry
 
 IndexMode = Literal["vector", "sparse-only", "duplicate"]
 AwareDatetime = Annotated[datetime, Meta(tz=True)]
@@ -144,3 +144,64 @@ class ReferencedEvent(_Json, msgspec.Struct, frozen=True):
     mode: str
     at: AwareDatetime
     hits: list[ReferencedHit]
+
+
+# -- forget (SPEC §11 "Forget is an event") -----------------------------------------------------------------
+
+# A control record on `journal.embeddable` carries this header; its value says which (b"forget"). Control
+# records are keyed by workspace like the entries, so they share the workspace's partition and order.
+CONTROL_HEADER = "episodic-control"
+FORGET = b"forget"
+MAX_FORGET_IDS = 1000  # entry ids in one forget
+
+
+class ForgetSelector(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """What a forget removes from its workspace: exactly one of `entry_ids`, `agent_id`, `run_id`, `all`."""
+
+    entry_ids: Annotated[list[Id], Meta(min_length=1, max_length=MAX_FORGET_IDS)] | None = None
+    agent_id: Id | None = None
+    run_id: AnyId | None = None
+    all: bool = False
+
+    def __post_init__(self) -> None:
+        given = [name for name in ("entry_ids", "agent_id", "run_id") if getattr(self, name) is not None]
+        if self.all:
+            given.append("all")
+        if len(given) != 1:
+            raise ValueError(f"a forget selector names exactly one of entry_ids, agent_id, run_id, all; got {given}")
+
+    @property
+    def kind(self) -> str:
+        """`entry_ids`, `agent_id`, `run_id` or `all` (a metric label)."""
+        if self.entry_ids is not None:
+            return "entry_ids"
+        if self.agent_id is not None:
+            return "agent_id"
+        return "run_id" if self.run_id is not None else "all"
+
+
+class ForgetRecord(_Json, msgspec.Struct, frozen=True, kw_only=True):
+    """A forget on `journal.embeddable` (header `episodic-control: forget`), produced by the recall service
+    and applied by the embedding consumer in order with the workspace's entries."""
+
+    forget_id: Id
+    workspace_id: Id
+    selector: ForgetSelector
+    requested_at: AwareDatetime  # the cut-off: see episodic.forget for what "before the forget" means
+    requested_by: str | None = None  # the token's name, for the record
+
+
+class ForgottenEvent(_Json, msgspec.Struct, frozen=True, kw_only=True):
+    """`memory.forgotten`: a forget was applied. The removed entry ids (memories and their aliases) come in
+    parts of at most `MAX_FORGET_IDS`; `last` is true on the final part (a forget that removed nothing has
+    one part with no ids)."""
+
+    forget_id: str
+    workspace_id: str
+    selector: ForgetSelector
+    at: AwareDatetime
+    memories: int  # memories removed by the whole forget
+    edges: int  # relations removed with them (theirs and those pointing at them)
+    entry_ids: list[str] = msgspec.field(default_factory=list)
+    part: int = 0
+    last: bool = True

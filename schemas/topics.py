@@ -10,6 +10,7 @@ MEMORY_REFERENCED = "memory.referenced"
 MEMORY_NUDGES = "memory.nudges"
 MEMORY_HEALTH = "memory.health"
 MEMORY_ARCHIVED = "memory.archived"
+MEMORY_FORGOTTEN = "memory.forgotten"
 
 ALL_TOPICS: tuple[str, ...] = (
     JOURNAL_ENTRIES,
@@ -20,4 +21,5 @@ ALL_TOPICS: tuple[str, ...] = (
     MEMORY_NUDGES,
     MEMORY_HEALTH,
     MEMORY_ARCHIVED,
+    MEMORY_FORGOTTEN,
 )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from episodic.bus import dumps
+from episodic.bus import dumps, send_forget
 from episodic.errors import EpisodicError
 from episodic.metrics import Metrics
 from episodic.settings import Settings
@@ -149,14 +150,21 @@ class EmbedderRole(Role):
 
     async def start(self, res: Resources) -> None:
         from consumers.embedding import EmbeddingConsumer
+        from episodic.forget import Forgetter
         from episodic.indexer import Indexer
 
         store, bm25 = res.need_store(self.name)
+        if res.state is None:
+            raise EpisodicError("the embedder needs the state store (forget tombstones), and the stack did not open it")
         self._model = getattr(res.embedder, "model_id", "none")
         self._mode = "vector" if res.embedder is not None else "sparse-only"
         indexer = Indexer(store=store, embedder=res.embedder, bm25=bm25)
         self.consumer = EmbeddingConsumer(
-            settings=res.settings, indexer=indexer, producer=res.producer, metrics=res.metrics
+            settings=res.settings,
+            indexer=indexer,
+            producer=res.producer,
+            metrics=res.metrics,
+            forgetter=Forgetter(store=store, state=res.state),
         )
         self._task = asyncio.create_task(self._run(self.consumer, res.fail), name="embedding-consumer")
 
@@ -236,6 +244,8 @@ class HttpRole(Role):
             embedder=res.embedder,
             bm25=bm25,
             publish=Publisher(res.producer, asyncio.get_running_loop(), res.metrics),
+            state=res.state,
+            forget_sink=functools.partial(send_forget, res.producer),
             status=res.status,
             metrics=res.metrics,
             insecure=res.insecure,

@@ -1,0 +1,357 @@
+"""Forgetting memories (SPEC §11 "Forget is an event"): applying a forget, and keeping what it removed out.
+
+A forget (`schemas.events.ForgetRecord`) travels on `journal.embeddable`, keyed by its workspace like the
+entries, and the embedding consumer hands it here in order with that workspace's records: `Forgetter.apply`
+before the batch is indexed, `Forgetter.admit` on the batch's entries. What "before the forget" means:
+
+- **By id** (`entry_ids`, and every memory any forget removes: its entry id and its aliases): a tombstone per
+  (workspace_id, id) in the state store. That id is never indexed again, whatever its time or position:
+  re-delivery, a replay of the journal, a dead-letter replay.
+- **By agent, run or the whole workspace**: besides the tombstones of the memories removed, a rule (one
+  state document per workspace lists them) keeps out the entries of the selection that were still on their
+  way when the forget was requested. An entry of the selection is kept out when any of these holds:
+  its `ts` is at or before the forget's `requested_at` (its history up to the forget, however late it
+  arrives: a lagging gate, a replay); the gate accepted it (`accepted_at`) at or before `requested_at`;
+  or it lies before the forget on the same `journal.embeddable` partition (re-delivery of what preceded it,
+  whatever the clocks say). Entries of the selection written after the forget, with a later `ts`, are new
+  memories and are indexed.
+
+Applying removes the memories that match (a forgotten alias takes its whole memory with it: an alias is the
+same text), tombstones every id they carry, removes the edges of other memories that point at them (their
+own edges go with them), then deletes them; the memories' reference counts and importance live on their
+points, so they go too, and counts and health computed from the store no longer see them. The outcome is
+recorded in a status document (kind `forget`, key the forget id) that the recall service reads back.
+Re-applying an applied forget (re-delivery) changes nothing; a crash half-way is re-applied in full.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from itertools import islice
+from typing import Any
+
+import msgspec
+
+from episodic.identity import point_id
+from episodic.ports import MemoryStore, Selection, StateStore
+from schemas.events import MAX_FORGET_IDS, EmbeddableRecord, ForgetRecord, ForgetSelector, ForgottenEvent
+
+log = logging.getLogger(__name__)
+
+# State kinds (episodic.ports.StateStore)
+STATUS = "forget"  # forget id -> its status document
+TOMBSTONE = "tombstone"  # tombstone_key(workspace, entry id) -> {workspace_id, entry_id, forget_id, at}
+RULES = "forget_rules"  # workspace id -> {"workspace_id", "rules": [rule, ...]}
+
+PENDING, APPLIED, FAILED = "pending", "applied", "failed"
+PAGE = 256  # memories removed per step
+SHOWN_IDS = 100  # removed ids listed in the status document (all of them go out on memory.forgotten)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(dt: datetime) -> str:
+    return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def parse_iso(text: str) -> datetime:
+    dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def tombstone_key(workspace_id: str, entry_id: str) -> str:
+    """Unambiguous for any ids (a JSON array of the two)."""
+    return msgspec.json.encode([workspace_id, entry_id]).decode()
+
+
+def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    it = iter(items)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a record lies on `journal.embeddable`."""
+
+    partition: int
+    offset: int
+
+
+@dataclass(slots=True)
+class ForgetOutcome:
+    forget: ForgetRecord
+    at: datetime
+    memories: int = 0
+    edges: int = 0
+    entry_ids: list[str] = field(default_factory=list)  # every id tombstoned: the memories' and their aliases'
+    repeated: bool = False  # applied before (a re-delivery): nothing was done this time
+
+    def events(self) -> list[ForgottenEvent]:
+        """`memory.forgotten`, the removed ids in parts (one part when nothing was removed)."""
+        parts = list(_chunks(self.entry_ids, MAX_FORGET_IDS)) or [[]]
+        return [
+            ForgottenEvent(
+                forget_id=self.forget.forget_id,
+                workspace_id=self.forget.workspace_id,
+                selector=self.forget.selector,
+                at=self.at,
+                memories=self.memories,
+                edges=self.edges,
+                entry_ids=ids,
+                part=n,
+                last=n == len(parts) - 1,
+            )
+            for n, ids in enumerate(parts)
+        ]
+
+
+def status_document(
+    forget: ForgetRecord, status: str, *, position: Position | None = None, **extra: Any
+) -> dict[str, Any]:
+    """The status document of a forget (the recall service writes it pending, the consumer applied)."""
+    doc: dict[str, Any] = {
+        "forget_id": forget.forget_id,
+        "workspace_id": forget.workspace_id,
+        "selector": msgspec.to_builtins(forget.selector),
+        "status": status,
+        "requested_at": iso(forget.requested_at),
+        "requested_by": forget.requested_by,
+    }
+    if position is not None:
+        doc["partition"], doc["offset"] = position.partition, position.offset
+    doc.update(extra)
+    return doc
+
+
+def _rule(forget: ForgetRecord, position: Position | None) -> dict[str, Any]:
+    sel = forget.selector
+    return {
+        "forget_id": forget.forget_id,
+        "agent_id": sel.agent_id,
+        "run_id": sel.run_id,
+        "all": sel.all,
+        "before": iso(forget.requested_at),
+        "partition": position.partition if position is not None else None,
+        "offset": position.offset if position is not None else None,
+    }
+
+
+def _supersedes(new: dict[str, Any], old: dict[str, Any]) -> bool:
+    """A whole-workspace rule keeps out everything an older rule does (its cut-offs are no earlier)."""
+    if not new["all"] or parse_iso(old["before"]) > parse_iso(new["before"]):
+        return False
+    if old["partition"] is None:
+        return True
+    return bool(old["partition"] == new["partition"] and new["offset"] is not None and new["offset"] >= old["offset"])
+
+
+def covers(rule: dict[str, Any], record: EmbeddableRecord, position: Position | None) -> bool:
+    """True when `rule` keeps `record` out (see the module doc for what counts as before the forget)."""
+    if rule.get("agent_id") is not None and record.agent_id != rule["agent_id"]:
+        return False
+    if rule.get("run_id") is not None and record.run_id != rule["run_id"]:
+        return False
+    before = parse_iso(rule["before"])
+    if record.ts_datetime <= before or record.accepted_at <= before:
+        return True
+    return (
+        position is not None
+        and rule.get("partition") == position.partition
+        and rule.get("offset") is not None
+        and position.offset < rule["offset"]
+    )
+
+
+@dataclass(slots=True)
+class Handled:
+    """A batch after its forgets: the records to index, how many were left out, what each forget did."""
+
+    kept: list[EmbeddableRecord]
+    left_out: int
+    outcomes: list[ForgetOutcome]
+
+    def events(self) -> list[ForgottenEvent]:
+        return [e for o in self.outcomes for e in o.events()]
+
+
+class Forgetter:
+    """Applies forgets to the store and keeps forgotten entries out; state in the StateStore."""
+
+    def __init__(self, *, store: MemoryStore, state: StateStore, clock: Callable[[], datetime] = _now) -> None:
+        self.store = store
+        self.state = state
+        self.clock = clock
+
+    def handle(
+        self,
+        forgets: Sequence[tuple[ForgetRecord, Position | None]],
+        records: Sequence[EmbeddableRecord],
+        positions: Sequence[Position | None],
+    ) -> Handled:
+        """A consumer batch: apply its forgets, then keep the records that nothing covers. A record before a
+        forget in the batch is covered by it, so applying the forgets first and filtering the whole batch
+        equals applying everything in offset order. Safe to run again after a failure half-way."""
+        outcomes = [self.apply(forget, position) for forget, position in forgets]
+        kept, out = self.admit(records, positions)
+        return Handled(kept, len(out), outcomes)
+
+    # -- keeping forgotten entries out ------------------------------------------------------------------
+    def admit(
+        self, records: Sequence[EmbeddableRecord], positions: Sequence[Position | None] | None = None
+    ) -> tuple[list[EmbeddableRecord], list[EmbeddableRecord]]:
+        """(kept, left out): the records no tombstone and no rule of their workspace covers, in order."""
+        if not records:
+            return [], []
+        where = list(positions) if positions is not None else [None] * len(records)
+        dead = set(self.state.get_many(TOMBSTONE, sorted({tombstone_key(r.workspace_id, r.id) for r in records})))
+        rules = {
+            ws: doc.get("rules") or []
+            for ws, doc in self.state.get_many(RULES, sorted({r.workspace_id for r in records})).items()
+        }
+        kept: list[EmbeddableRecord] = []
+        out: list[EmbeddableRecord] = []
+        for rec, pos in zip(records, where, strict=True):
+            if tombstone_key(rec.workspace_id, rec.id) in dead or any(
+                covers(rule, rec, pos) for rule in rules.get(rec.workspace_id, ())
+            ):
+                out.append(rec)
+            else:
+                kept.append(rec)
+        return kept, out
+
+    # -- applying a forget ------------------------------------------------------------------------------
+    def apply(self, forget: ForgetRecord, position: Position | None = None) -> ForgetOutcome:
+        """Remove what `forget` selects. Idempotent: an applied forget is not applied again (its outcome is
+        read back, so that its events can be published again), and one interrupted half-way is re-applied;
+        the ids and the memory count come from its tombstones, so they are exact either way."""
+        done = self.state.get(STATUS, forget.forget_id)
+        if done is not None and done.get("status") == APPLIED:
+            outcome = ForgetOutcome(forget, parse_iso(str(done.get("applied_at"))), repeated=True)
+            outcome.edges = int((done.get("removed") or {}).get("edges", 0))
+            self._count(outcome)
+            return outcome
+        sel, ws = forget.selector, forget.workspace_id
+        if sel.entry_ids is None:
+            self._add_rule(forget, position)
+        outcome = ForgetOutcome(forget, self.clock())
+        if sel.entry_ids is not None:
+            found = self._by_ids(ws, sel.entry_ids)
+            owned = {str(p.get("entry_id")) for p in found.values()}
+            owned |= {str(a) for p in found.values() for a in p.get("aliases") or []}
+            # ids asked for that no memory has (yet) are tombstoned too: they may be on their way
+            self._tombstone(forget, {e: "requested" for e in sel.entry_ids if e not in owned}, outcome.at)
+            targets: Iterable[tuple[str, dict[str, Any]]] = found.items()
+        else:
+            targets = self.store.select(Selection(ws, agent_id=sel.agent_id, run_id=sel.run_id))
+        for page in _chunks(targets, PAGE):
+            self._remove(forget, dict(page), outcome)
+        self._count(outcome)
+        applied = status_document(
+            forget,
+            APPLIED,
+            position=position,
+            applied_at=iso(outcome.at),
+            removed={"memories": outcome.memories, "entry_ids": len(outcome.entry_ids), "edges": outcome.edges},
+            removed_ids=outcome.entry_ids[:SHOWN_IDS],
+        )
+        self.state.put(STATUS, forget.forget_id, applied)
+        log.info(
+            "forget %s applied to %s (%s): %d memories, %d ids, %d edges",
+            forget.forget_id,
+            ws,
+            sel.kind,
+            outcome.memories,
+            len(outcome.entry_ids),
+            outcome.edges,
+        )
+        return outcome
+
+    def _count(self, outcome: ForgetOutcome) -> None:
+        """The ids this forget tombstoned, and how many of them were memories (not aliases or ids asked for)."""
+        forget = outcome.forget
+        docs = [
+            doc
+            for _, doc in self.state.scan(
+                TOMBSTONE, where={"workspace_id": forget.workspace_id, "forget_id": forget.forget_id}
+            )
+        ]
+        outcome.entry_ids = sorted(str(d.get("entry_id")) for d in docs)
+        outcome.memories = sum(1 for d in docs if d.get("role") == "memory")
+
+    def _by_ids(self, workspace_id: str, entry_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The memories that own these ids, as their entry id or as an alias."""
+        wanted = list(dict.fromkeys(entry_ids))
+        owners = self.store.retrieve([point_id(workspace_id, e) for e in wanted])
+        found = {str(p.get("entry_id")) for p in owners.values()}
+        via_alias = self.store.find_by_alias(workspace_id, [e for e in wanted if e not in found])
+        missing = sorted(set(via_alias.values()) - set(owners))
+        owners.update(self.store.retrieve(missing))
+        return owners
+
+    def _add_rule(self, forget: ForgetRecord, position: Position | None) -> None:
+        ws = forget.workspace_id
+        doc = self.state.get(RULES, ws) or {"workspace_id": ws, "rules": []}
+        rules = [r for r in doc.get("rules") or [] if isinstance(r, dict)]
+        if any(r.get("forget_id") == forget.forget_id for r in rules):
+            return
+        new = _rule(forget, position)
+        rules = [r for r in rules if not _supersedes(new, r)] + [new]
+        self.state.put(RULES, ws, {"workspace_id": ws, "rules": rules})
+
+    def _tombstone(self, forget: ForgetRecord, roles: dict[str, str], at: datetime) -> None:
+        """Tombstone each id with its role (`memory`, `alias`, `requested`); an id another forget already
+        tombstoned keeps that tombstone (it was forgotten then)."""
+        ws = forget.workspace_id
+        for chunk in _chunks(sorted(roles), PAGE):
+            keys = {tombstone_key(ws, e): e for e in chunk}
+            taken = {
+                k
+                for k, doc in self.state.get_many(TOMBSTONE, list(keys)).items()
+                if doc.get("forget_id") != forget.forget_id
+            }
+            docs = {
+                k: {"workspace_id": ws, "entry_id": e, "forget_id": forget.forget_id, "role": roles[e], "at": iso(at)}
+                for k, e in keys.items()
+                if k not in taken
+            }
+            if docs:
+                self.state.put_many(TOMBSTONE, docs)
+
+    def _remove(self, forget: ForgetRecord, targets: dict[str, dict[str, Any]], outcome: ForgetOutcome) -> None:
+        """Tombstone the ids of `targets`, cut the edges that point at them, delete them (in that order, so
+        that a crash half-way leaves nothing that could come back)."""
+        ws = forget.workspace_id
+        roles: dict[str, str] = {}
+        for payload in targets.values():
+            for alias in payload.get("aliases") or []:
+                roles[str(alias)] = "alias"
+            roles[str(payload.get("entry_id"))] = "memory"
+            outcome.edges += len(payload.get("relations") or [])
+        self._tombstone(forget, roles, outcome.at)
+        if not forget.selector.all:  # edges never cross workspaces: a whole-workspace forget leaves none behind
+            gone = set(roles)
+            for chunk in _chunks(sorted(gone), PAGE):
+                for pid, payload in self.store.linked_to(ws, chunk):
+                    if pid in targets:
+                        continue
+                    edges = [e for e in payload.get("relations") or [] if isinstance(e, dict)]
+                    keep = [e for e in edges if e.get("dst") not in gone]
+                    if len(keep) != len(edges):
+                        self.store.set_payload(pid, {"relations": keep, "links": sorted({e["dst"] for e in keep})})
+                        outcome.edges += len(edges) - len(keep)
+        self.store.delete(sorted(targets))
+
+
+def selector_of(
+    *, entry_ids: list[str] | None = None, agent_id: str | None = None, run_id: str | None = None, all: bool = False
+) -> ForgetSelector:
+    """A selector from the API's fields (ValueError unless exactly one is given)."""
+    return ForgetSelector(
+        entry_ids=list(dict.fromkeys(entry_ids)) if entry_ids else None, agent_id=agent_id, run_id=run_id, all=all
+    )

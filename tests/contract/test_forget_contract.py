@@ -1,0 +1,195 @@
+"""Forgetting (episodic.forget) on every engine: the real store and its state store beside it, memories
+written by the real indexer (sparse-only: the model is not what is tested here)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from episodic.errors import StoreUnavailable
+from episodic.forget import APPLIED, RULES, STATUS, Forgetter, Position
+from episodic.identity import point_id
+from episodic.indexer import Indexer
+from episodic.ports import MemoryStore, Relation, StateStore
+from episodic.sparse import Bm25Encoder
+from episodic.state import QdrantStateStore
+from episodic.store import QdrantStore
+from schemas.events import EmbeddableRecord, ForgetRecord, ForgetSelector
+
+T = datetime(2026, 11, 20, 12, 0, 0, tzinfo=UTC)  # when the forgets are requested
+
+
+def rec(
+    i: str,
+    summary: str | None = None,
+    *,
+    ws: str = "ws-a",
+    agent: str = "agent-1",
+    run: str | None = "r1",
+    ts: datetime = T - timedelta(hours=1),
+    accepted: datetime | None = None,
+) -> EmbeddableRecord:
+    return EmbeddableRecord.from_dict(
+        {
+            "id": i,
+            "workspace_id": ws,
+            "agent_id": agent,
+            "run_id": run,
+            "ts": ts.isoformat(),
+            "entry_type": "summary.generated",
+            "severity": "info",
+            "summary": summary or f"memory {i} about the checkout service",
+            "payload": {},
+            "base_importance": 0.7,
+            "accepted_at": accepted or ts + timedelta(seconds=1),
+        }
+    )
+
+
+def forget(fid: str, ws: str = "ws-a", **selector: Any) -> ForgetRecord:
+    return ForgetRecord(forget_id=fid, workspace_id=ws, selector=ForgetSelector(**selector), requested_at=T)
+
+
+@pytest.fixture
+def state(store: MemoryStore) -> Iterator[StateStore]:
+    assert isinstance(store, QdrantStore)
+    st = QdrantStateStore.beside(store)
+    yield st
+    st.close()
+
+
+@pytest.fixture
+def ix(store: MemoryStore, bm25: Bm25Encoder) -> Indexer:
+    return Indexer(store=store, embedder=None, bm25=bm25)
+
+
+@pytest.fixture
+def forgetter(store: MemoryStore, state: StateStore) -> Forgetter:
+    return Forgetter(store=store, state=state, clock=lambda: T + timedelta(seconds=5))
+
+
+def present(store: MemoryStore, ws: str, *ids: str) -> set[str]:
+    got = store.retrieve([point_id(ws, i) for i in ids])
+    return {p["entry_id"] for p in got.values()}
+
+
+def rel(src: str, dst: str, ws: str = "ws-a") -> Relation:
+    return Relation(
+        src=src, dst=dst, relation="similar", weight=0.9, created_at="2026-11-20T00:00:00Z", workspace_id=ws
+    )
+
+
+def test_forgetting_an_alias_forgets_its_memory_with_its_edges_both_ways(
+    store: MemoryStore, state: StateStore, ix: Indexer, forgetter: Forgetter
+) -> None:
+    ix.index_batch([rec("e1", "the checkout ran out of memory"), rec("e2", "The checkout ran out of  memory")])
+    ix.index_batch([rec("e3"), rec("e4"), rec("e1", "the checkout ran out of memory", ws="ws-b")])
+    assert store.retrieve([point_id("ws-a", "e1")])[point_id("ws-a", "e1")]["aliases"] == ["e2"]
+    assert store.add_relations([rel("e3", "e1"), rel("e1", "e4"), rel("e4", "e3"), rel("e1", "e4", ws="ws-b")]) == 4
+
+    outcome = forgetter.apply(forget("f1", entry_ids=["e2", "never-written"]), Position(0, 7))
+    assert (outcome.memories, outcome.edges, outcome.repeated) == (1, 2, False)  # e1->e4 (its own), e3->e1
+    assert outcome.entry_ids == ["e1", "e2", "never-written"]
+    assert present(store, "ws-a", "e1", "e3", "e4") == {"e3", "e4"}
+    assert present(store, "ws-b", "e1") == {"e1"}  # another workspace's e1 is another memory
+    e3 = store.retrieve([point_id("ws-a", "e3")])[point_id("ws-a", "e3")]
+    assert e3["relations"] == [] and e3["links"] == []
+    assert {(r.src, r.dst) for r in store.relations_of("ws-a", ["e3", "e4"])} == {("e4", "e3")}
+    status = state.get(STATUS, "f1")
+    assert status is not None and status["status"] == APPLIED
+    assert status["removed"] == {"memories": 1, "entry_ids": 3, "edges": 2}
+    assert (status["partition"], status["offset"]) == (0, 7)
+    [event] = outcome.events()
+    assert event.entry_ids == ["e1", "e2", "never-written"] and event.last and event.memories == 1
+
+    # re-delivered, replayed or written later: none of the three ids comes back; other ids do
+    again = [rec("e1", "the checkout ran out of memory"), rec("e2"), rec("never-written"), rec("e5")]
+    kept, out = forgetter.admit(again, [Position(0, 3)] * 4)
+    assert [r.id for r in kept] == ["e5"] and len(out) == 3
+    assert [r.id for r in forgetter.admit([rec("e1", ws="ws-b")])[0]] == ["e1"]
+
+    # the same forget delivered again changes nothing and says what it did the first time
+    repeat = forgetter.apply(forget("f1", entry_ids=["e2", "never-written"]), Position(0, 7))
+    assert repeat.repeated and (repeat.memories, repeat.edges) == (1, 2)
+    assert repeat.entry_ids == ["e1", "e2", "never-written"]
+    assert state.get(STATUS, "f1") == status
+
+
+def test_an_agents_forget_keeps_out_what_was_on_its_way_and_lets_new_entries_in(
+    store: MemoryStore, state: StateStore, ix: Indexer, forgetter: Forgetter
+) -> None:
+    ix.index_batch([rec(f"a{i}") for i in range(3)] + [rec(f"b{i}", agent="agent-2") for i in range(2)])
+    outcome = forgetter.apply(forget("f-agent", agent_id="agent-1"), Position(1, 100))
+    assert outcome.memories == 3 and outcome.entry_ids == ["a0", "a1", "a2"]
+    assert present(store, "ws-a", "a0", "a1", "a2", "b0", "b1") == {"b0", "b1"}
+    later = T + timedelta(minutes=1)
+    cases = {
+        "old-ts": (rec("x1", ts=T - timedelta(days=3), accepted=later), Position(1, 150), False),
+        "ts-at-the-cut": (rec("x2", ts=T, accepted=later), Position(1, 150), False),
+        "accepted-before": (rec("x3", ts=later, accepted=T - timedelta(seconds=1)), Position(1, 150), False),
+        "before-on-the-partition": (rec("x4", ts=later, accepted=later), Position(1, 99), False),
+        "other-partition": (rec("x5", ts=later, accepted=later), Position(0, 99), True),
+        "new": (rec("x6", ts=later, accepted=later), Position(1, 101), True),
+        "other-agent": (rec("x7", agent="agent-2", ts=T - timedelta(days=3)), Position(1, 50), True),
+        "other-workspace": (rec("x8", ws="ws-b", ts=T - timedelta(days=3)), Position(1, 50), True),
+        "a-forgotten-id-even-if-new": (rec("a1", ts=later, accepted=later), Position(1, 200), False),
+    }
+    records = [r for r, _, _ in cases.values()]
+    kept, out = forgetter.admit(records, [p for _, p, _ in cases.values()])
+    assert {r.id for r in kept} == {r.id for r, _, keep in cases.values() if keep}
+    assert len(out) == sum(1 for *_, keep in cases.values() if not keep)
+    # without positions (no partition known), the time rules still hold
+    assert [r.id for r in forgetter.admit([rec("x9", ts=T - timedelta(hours=2))])[0]] == []
+
+
+def test_a_run_and_a_whole_workspace(store: MemoryStore, state: StateStore, ix: Indexer, forgetter: Forgetter) -> None:
+    ix.index_batch([rec(f"r{i}", run=f"run-{i % 3}") for i in range(300)])  # more than a page of 256
+    ix.index_batch([rec(f"w{i}", ws="ws-b") for i in range(5)])
+    by_run = forgetter.apply(forget("f-run", run_id="run-1"), Position(0, 10))
+    assert by_run.memories == 100 and store.count("ws-a") == 200
+    assert forgetter.admit([rec("r-late", run="run-1"), rec("r-other", run="run-2")])[0][0].id == "r-other"
+    everything = forgetter.apply(forget("f-all", all=True), Position(0, 20))
+    assert everything.memories == 200 and store.count("ws-a") == 0 and store.count("ws-b") == 5
+    assert len(everything.entry_ids) == 200
+    # the whole-workspace rule supersedes the run's (older, on the same partition)
+    rules = state.get(RULES, "ws-a")
+    assert rules is not None and [r["forget_id"] for r in rules["rules"]] == ["f-all"]
+    assert forgetter.admit([rec("anything", run=None)])[0] == []
+    later = T + timedelta(hours=1)
+    assert [r.id for r in forgetter.admit([rec("new", ts=later, accepted=later)], [Position(0, 21)])[0]] == ["new"]
+
+
+def test_a_forget_interrupted_half_way_is_applied_in_full_and_counted_exactly(
+    store: MemoryStore, state: StateStore, ix: Indexer, forgetter: Forgetter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ix.index_batch([rec(f"m{i}") for i in range(600)])
+    real_delete, calls = store.delete, []
+
+    def flaky(point_ids: list[str]) -> None:
+        calls.append(len(point_ids))
+        if len(calls) == 2:
+            raise StoreUnavailable("the store went away")
+        real_delete(point_ids)
+
+    monkeypatch.setattr(store, "delete", flaky)
+    with pytest.raises(StoreUnavailable):
+        forgetter.apply(forget("f-crash", all=True), Position(0, 1))
+    assert store.count("ws-a") == 600 - 256  # the first page went
+    assert state.get(STATUS, "f-crash") is None  # not applied: it will be re-delivered
+    outcome = forgetter.apply(forget("f-crash", all=True), Position(0, 1))
+    assert store.count("ws-a") == 0
+    assert outcome.memories == 600 and len(outcome.entry_ids) == 600  # from the tombstones: the first run's too
+    assert len(outcome.events()) == 1 and not forgetter.admit([rec("m5")])[0]
+
+
+def test_a_forgotten_id_forgotten_again_keeps_its_first_forget(
+    store: MemoryStore, state: StateStore, ix: Indexer, forgetter: Forgetter
+) -> None:
+    ix.index_batch([rec("e1"), rec("e2")])
+    forgetter.apply(forget("first", entry_ids=["e1"]))
+    second = forgetter.apply(forget("second", entry_ids=["e1", "e2"]))
+    assert (second.memories, second.entry_ids) == (1, ["e2"])
+    assert present(store, "ws-a", "e1", "e2") == set()
