@@ -79,9 +79,23 @@ class RecallClient:
         """`POST /v1/recall/render`: the prompt-ready `<recalled-memory>` block in `text`."""
         return self._post("/v1/recall/render", body)
 
+    def request(
+        self, method: str, path: str, *, params: Mapping[str, Any] | None = None, body: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Any endpoint of the service (the memory lifecycle's, for instance): its JSON object, or the
+        client's errors as for `recall`. A 2xx other than 200 (a forget's 202) is an answer, not an error."""
+        return self._call(method, path, params=params, body=body)
+
     def _post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self._call("POST", path, body=body)
+
+    def _call(
+        self, method: str, path: str, *, params: Mapping[str, Any] | None = None, body: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         try:
-            r = self._http.post(path, json=dict(body))
+            r = self._http.request(
+                method, path, params=dict(params) if params else None, json=dict(body) if body is not None else None
+            )
         except httpx.HTTPError as e:
             raise ServiceUnreachable(self.url, e) from e
         try:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from episodic.errors import EpisodicError, StoreError
-from episodic.ports import Embedder, Fusion, MemoryStore, ScopeFilter, SparseVec, StoredHit
+from episodic.ports import SEVERITIES, Embedder, Fusion, MemoryStore, RecallFilter, ScopeFilter, SparseVec, StoredHit
 from episodic.settings import Settings
 from episodic.sparse import Bm25Encoder
 from schemas.api import RecallRequest
@@ -59,6 +59,20 @@ def fusion_from_settings(settings: Settings) -> Fusion:
         both_weight=settings.rrf_both_weight,
         head=settings.rrf_head,
         head_weight=settings.rrf_head_weight,
+    )
+
+
+def recall_filter(req: RecallRequest) -> RecallFilter:
+    """The request's filters (SPEC §11), for the store query. In scope `own`, `crew_id` narrows to the
+    agent's memories of that crew (in `crew_shared` it is the scope itself)."""
+    return RecallFilter(
+        since=req.since,
+        until=req.until,
+        entry_types=tuple(dict.fromkeys(req.entry_types or ())),
+        severities=SEVERITIES[SEVERITIES.index(req.min_severity) :] if req.min_severity else (),
+        run_id=req.run_filter,
+        exclude_run_id=req.exclude_run_id,
+        crew_id=req.crew_id if req.scope == "own" else None,
     )
 
 
@@ -203,6 +217,7 @@ class RecallEngine:
             agent_id=req.agent_id,
             crew_id=req.crew_id,
             high_value=self.high_value,
+            filters=recall_filter(req),
         )
 
     def _embed_query(self, text: str) -> np.ndarray | None:

@@ -2,7 +2,9 @@
 
 Wiring (see stack/roles.py): `publish(topic, key, value)` must not block and may be called from the
 event-loop thread; `status()` returns at least {"kafka": "ok"|..., "kafka_bootstrap": "host:port"};
-`metrics` is the process's `Metrics` (its registry is what /metrics exposes). The tokens file named by
+`metrics` is the process's `Metrics` (its registry is what /metrics exposes); `state` (the state store)
+and `forget_sink` (produces a forget, acks=all) serve the memory lifecycle (recall/memories.py; without
+them a forget is 503). The tokens file named by
 `settings.tokens_file` is loaded here (a bad file fails start-up). When `settings.http_host` is beyond
 loopback and no tokens file is configured, `create_app` refuses (InsecureBind) unless `insecure=True`.
 
@@ -26,11 +28,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from episodic.auth import AuthError, is_loopback, load_tokens
 from episodic.errors import EpisodicError
 from episodic.metrics import Metrics
-from episodic.ports import Embedder, MemoryStore
+from episodic.ports import Embedder, MemoryStore, StateStore
 from episodic.recall import RecallEngine
 from episodic.settings import Settings
 from episodic.sparse import Bm25Encoder
-from recall.deps import NudgeLookup, Publish, Services, Status
+from recall import memories
+from recall.deps import ForgetSink, NudgeLookup, Publish, Services, Status
 from recall.routes import router
 
 log = logging.getLogger(__name__)
@@ -121,6 +124,8 @@ def create_app(
     status: Status,
     metrics: Metrics,
     nudges: NudgeLookup | None = None,
+    state: StateStore | None = None,
+    forget_sink: ForgetSink | None = None,
     insecure: bool = False,
 ) -> FastAPI:
     """The recall service. Raises AuthConfigError for a bad tokens file, InsecureBind (see module doc)."""
@@ -148,6 +153,8 @@ def create_app(
         metrics=metrics,
         tokens=tokens,
         nudges=nudges,
+        state=state,
+        forget_sink=forget_sink,
     )
 
     async def auth_error(request: Request, exc: Exception) -> JSONResponse:
@@ -169,5 +176,6 @@ def create_app(
     app.add_exception_handler(EpisodicError, store_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.include_router(router)
+    app.include_router(memories.router)  # after /v1/memory/stats and /health: it takes any other id below
     app.add_middleware(BodyLimit)
     return app

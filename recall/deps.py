@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,13 +11,17 @@ from fastapi.security import HTTPBearer
 
 from episodic.auth import OPEN, AuthError, Principal, TokenTable
 from episodic.metrics import Metrics
-from episodic.ports import MemoryStore
+from episodic.ports import MemoryStore, StateStore
 from episodic.recall import RecallEngine
 from episodic.settings import Settings
+from schemas.events import ForgetRecord
 
 Publish = Callable[[str, str | None, dict[str, Any]], None]
 Status = Callable[[], Mapping[str, Any]]
 NudgeLookup = Callable[[str, str | None, str], str | None]
+# ForgetSink(record): produce a forget to journal.embeddable, keyed by its workspace; completes once the
+# broker acknowledged it (acks=all), raises when it could not be queued
+ForgetSink = Callable[[ForgetRecord], Awaitable[None]]
 
 # Declares the bearer scheme in the OpenAPI document; the header itself is read raw below so that a
 # malformed header is told apart from a missing one.
@@ -34,6 +38,8 @@ class Services:
     metrics: Metrics
     tokens: TokenTable | None
     nudges: NudgeLookup | None = None
+    state: StateStore | None = None  # forget status, tombstones (the memory lifecycle)
+    forget_sink: ForgetSink | None = None  # forgets answer 503 without it
 
 
 def get_services(request: Request) -> Services:
@@ -52,4 +58,13 @@ def current_principal(
     return services.tokens.authenticate(request.headers.get("authorization"))
 
 
-__all__ = ["AuthError", "NudgeLookup", "Publish", "Services", "Status", "current_principal", "get_services"]
+__all__ = [
+    "AuthError",
+    "ForgetSink",
+    "NudgeLookup",
+    "Publish",
+    "Services",
+    "Status",
+    "current_principal",
+    "get_services",
+]

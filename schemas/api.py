@@ -11,13 +11,22 @@ Validation rules (every violation is a 422 that names the field, never a 5xx):
 - Types are strict (`"5"` is not an integer, `true` is not a number) and unknown fields are rejected.
 - Render: `max_chars` (`MIN_RENDER_CHARS`..`MAX_RENDER_CHARS`) or `max_tokens` (about 4 characters a
   token), not both; neither means `DEFAULT_RENDER_CHARS`.
+- Filters (SPEC §11), applied inside the store query (every leg), so a filtered recall still returns k hits
+  when k memories pass: `since` <= ts < `until` (RFC 3339 with an offset; `until` after `since`),
+  `entry_types` (1..`MAX_ENTRY_TYPES`), `min_severity` (that severity or above), `run_id` (only that run;
+  on render `run_id` keeps its SPEC §7 meaning, the agent's current run for a pending nudge, and does not
+  filter), `exclude_run_id` (not that run; memories without a run are kept). `crew_id` in scope `own`
+  narrows to the agent's memories of that crew.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from datetime import UTC
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationInfo, field_validator
+
+from schemas.journal import format_timestamp, parse_timestamp
 
 MAX_ID_LEN = 128
 MAX_QUERY_CHARS = 4096
@@ -27,9 +36,12 @@ MIN_RENDER_CHARS = 400  # the wrapper and the preamble alone take about 330
 MAX_RENDER_CHARS = 200_000
 DEFAULT_RENDER_CHARS = 4000
 
+MAX_ENTRY_TYPES = 50
+
 Scope = Literal["own", "crew_shared"]
 Mode = Literal["hybrid", "dense", "sparse"]
 Via = Literal["direct", "similar", "supports"]
+Severity = Literal["debug", "info", "warn", "error"]
 
 IdStr = Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_LEN)]
 
@@ -50,6 +62,46 @@ class RecallRequest(BaseModel):
     walk_depth: Literal[0, 1] = Field(
         default=0, description="1: also follow one hop of similar/supports relations (inside the scope)"
     )
+    since: StrictStr | None = Field(default=None, description="only memories with ts >= since (RFC 3339)")
+    until: StrictStr | None = Field(default=None, description="only memories with ts < until (RFC 3339)")
+    entry_types: list[IdStr] | None = Field(
+        default=None, min_length=1, max_length=MAX_ENTRY_TYPES, description="only these entry types"
+    )
+    min_severity: Severity | None = Field(default=None, description="only this severity and above")
+    run_id: IdStr | None = Field(default=None, description="only memories of this agent run")
+    exclude_run_id: IdStr | None = Field(
+        default=None, description="leave this run out (the run an agent is in); memories without a run stay"
+    )
+
+    # `run_id` filters the recall (False on render, where it names the run of a pending nudge)
+    RUN_ID_FILTERS: ClassVar[bool] = True
+
+    @field_validator("since", "until")
+    @classmethod
+    def _rfc3339(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None:
+            return None
+        try:
+            ts = parse_timestamp(v)
+        except ValueError as e:
+            raise ValueError(str(e).replace("ts ", "", 1)) from None
+        canonical = format_timestamp(ts.astimezone(UTC))
+        since = info.data.get("since")
+        if info.field_name == "until" and since is not None and parse_timestamp(since) >= ts:
+            raise ValueError(f"must be after since ({since})")
+        return canonical
+
+    @field_validator("exclude_run_id")
+    @classmethod
+    def _not_the_run(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and cls.RUN_ID_FILTERS and v == info.data.get("run_id"):
+            raise ValueError("must differ from run_id (that would exclude everything run_id selects)")
+        return v
+
+    @property
+    def run_filter(self) -> str | None:
+        """The run the recall is narrowed to (None on render: there `run_id` is the nudge's run)."""
+        return self.run_id if self.RUN_ID_FILTERS else None
 
     @field_validator("agent_id")
     @classmethod
@@ -88,7 +140,11 @@ class RenderRequest(RecallRequest):
         le=MAX_RENDER_CHARS // CHARS_PER_TOKEN,
         description=f"budget in tokens (about {CHARS_PER_TOKEN} characters a token); not with max_chars",
     )
-    run_id: IdStr | None = Field(default=None, description="the agent run, for a pending nudge")
+    run_id: IdStr | None = Field(
+        default=None, description="the agent's current run, for a pending nudge (not a filter on render)"
+    )
+
+    RUN_ID_FILTERS: ClassVar[bool] = False
 
     @field_validator("max_tokens")
     @classmethod
@@ -154,3 +210,119 @@ class ErrorResponse(BaseModel):
 
     error: str
     detail: Any = None
+
+
+# -- the memory lifecycle (SPEC §11): forget, inspect, list ------------------------------------------------
+
+MAX_FORGET_IDS = 1000
+MAX_PAGE = 100
+DEFAULT_PAGE = 20
+FORGET_SELECTORS = ("entry_ids", "agent_id", "run_id", "all")
+
+
+class ForgetRequest(BaseModel):
+    """`POST /v1/memory/forget` body: the workspace and exactly one selector. `entry_ids`: those memories (an
+    alias id takes its whole memory); `agent_id` / `run_id`: every memory of that agent / run; `all: true`:
+    the whole workspace. Each of them also keeps out the entries of the selection still on their way."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    workspace_id: IdStr
+    entry_ids: list[IdStr] | None = Field(default=None, min_length=1, max_length=MAX_FORGET_IDS)
+    agent_id: IdStr | None = None
+    run_id: IdStr | None = None
+    all: bool = Field(default=False, validate_default=True, description="true: every memory of the workspace")
+
+    @field_validator("agent_id", "run_id", "all")
+    @classmethod
+    def _exactly_one(cls, v: Any, info: ValidationInfo) -> Any:
+        others = FORGET_SELECTORS[: FORGET_SELECTORS.index(info.field_name)]
+        if v is not None and v is not False:
+            earlier = [f for f in others if info.data.get(f) not in (None, False)]
+            if earlier:
+                raise ValueError(f"give only one of {', '.join(FORGET_SELECTORS)} (also given: {', '.join(earlier)})")
+        elif info.field_name == "all" and all(f in info.data and info.data[f] is None for f in others):
+            raise ValueError("give exactly one of entry_ids, agent_id, run_id, or all: true")
+        return v
+
+
+class ForgetRemoved(BaseModel):
+    memories: int = Field(description="memories removed")
+    entry_ids: int = Field(description="ids forgotten: the memories', their aliases', and ids asked for")
+    edges: int = Field(description="relations removed: the memories' own and those pointing at them")
+
+
+class ForgetResponse(BaseModel):
+    """A forget and where it stands: `pending` (queued, not applied yet: poll `status_url`), `applied`, or
+    `failed` (it could not be queued; nothing was removed)."""
+
+    forget_id: str
+    workspace_id: str
+    status: Literal["pending", "applied", "failed"]
+    selector: dict[str, Any]
+    requested_at: str
+    applied_at: str | None = None
+    removed: ForgetRemoved | None = None
+    removed_ids: list[str] = Field(default_factory=list, description="the first 100 ids forgotten")
+    status_url: str
+    failure: str | None = None
+
+
+class RelationOut(BaseModel):
+    src: str
+    dst: str
+    relation: str
+    weight: float
+    created_at: str
+
+
+class MemoryDetail(BaseModel):
+    """`GET /v1/memory/{entry_id}`: one memory as stored, with its counters, aliases and relations."""
+
+    entry_id: str
+    requested_id: str = Field(description="the id asked for: entry_id, or one of its aliases")
+    workspace_id: str
+    crew_id: str | None
+    agent_id: str | None
+    run_id: str | None
+    ts: str
+    entry_type: str
+    severity: str
+    summary: str
+    payload: dict[str, Any]
+    refs: dict[str, Any] | None
+    priority: str | None
+    base_importance: float | None
+    importance_score: float | None
+    reference_count: int
+    last_referenced_at: str | None
+    indexed_at: str | None
+    accepted_at: str | None
+    has_dense: bool = Field(description="the dense vector is there (false: BM25 only, for now)")
+    model: str | None = Field(description="the model that made the dense vector")
+    aliases: list[str]
+    occurrences: int
+    relations: list[RelationOut] = Field(description="edges from and to this memory")
+
+
+class MemoryItem(BaseModel):
+    """One memory in a listing (`GET /v1/memories`)."""
+
+    entry_id: str
+    ts: str
+    entry_type: str
+    severity: str
+    agent_id: str | None
+    crew_id: str | None
+    run_id: str | None
+    summary: str
+    importance_score: float | None
+    reference_count: int
+    occurrences: int
+    aliases: list[str]
+    has_dense: bool
+
+
+class MemoryPage(BaseModel):
+    memories: list[MemoryItem] = Field(description="newest first (ts descending, ties in a stable order)")
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last one")

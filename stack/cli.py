@@ -1,4 +1,5 @@
-"""The `episodic` command: up, produce, recall, doctor, and the single-stage roles for distributed mode.
+"""The `episodic` command: up, produce, recall, forget, show, ls, doctor, and the single-stage roles for
+distributed mode.
 
 `python -m stack.cli COMMAND ...` (or `python -m stack ...`) is the same command without the console script.
 """
@@ -15,6 +16,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("stack.commands.up:main", "run the whole embedded stack in the foreground"),
     "produce": ("stack.commands.produce:main", "send a journal file (JSONL) to journal.entries"),
     "recall": ("stack.commands.recall:main", "query a running recall service"),
+    "forget": ("stack.commands.memory:forget_main", "forget memories: entry ids, an agent's, a run's, a workspace"),
+    "show": ("stack.commands.memory:show_main", "one memory with its counters, aliases and relations"),
+    "ls": ("stack.commands.memory:ls_main", "list a workspace's memories, newest first"),
     "doctor": ("stack.commands.doctor:main", "check broker, topics, store, embedder, lag and auth"),
     "gate": ("stack.commands.gate:main", "run only the gate (distributed mode)"),
     "embedder": ("stack.commands.up:embedder_main", "run only the embedding consumer (distributed mode)"),

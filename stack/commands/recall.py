@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _clip(text: str, width: int) -> str:
+def clip(text: str, width: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
@@ -56,8 +56,8 @@ def format_table(hits: list[dict[str, Any]], *, width: int = 120) -> str:
     for n, h in enumerate(hits, 1):
         rows.append(
             f"{n:>2}  {h.get('score', 0.0):>7.4f}  {relative_age(h.get('age_seconds', 0.0)):<15} "
-            f"{_clip(str(h.get('entry_type', '')), 24):<24} {_clip(str(h.get('severity', '')), 5):<5} "
-            f"{_clip(str(h.get('agent_id') or '-'), 14):<14} {_clip(str(h.get('summary', '')), room)}"
+            f"{clip(str(h.get('entry_type', '')), 24):<24} {clip(str(h.get('severity', '')), 5):<5} "
+            f"{clip(str(h.get('agent_id') or '-'), 14):<14} {clip(str(h.get('summary', '')), room)}"
         )
     return "\n".join(rows)
 

@@ -39,7 +39,7 @@ def crowded(store: MemoryStore, mk: MakePoint) -> MemoryStore:
                 mix((0, 1.0), (1, 0.05 * i)),
                 run_id="r-now",
                 ts=f"2026-01-0{i + 1}T10:00:00Z",
-            )  # fmt: skip
+            )
         )
     far = [
         ("far0", "r-old", "warn", "peer.escalation", "crew-1", "2026-02-01T00:00:00Z"),
@@ -60,7 +60,7 @@ def crowded(store: MemoryStore, mk: MakePoint) -> MemoryStore:
                 entry_type=et,
                 crew=crew,
                 ts=ts,
-            )  # fmt: skip
+            )
         )
     store.upsert(points)
     return store
@@ -177,7 +177,7 @@ def test_pages_filter_and_hold_their_place_when_memories_come_and_go(store: Memo
                 ts=f"2026-01-{10 + i:02d}T00:00:00Z",
             )
             for i in range(4)
-        ]  # fmt: skip
+        ]
         + [mk("elsewhere", "x", e(2), ws="ws-b", ts="2026-01-30T00:00:00Z")]
     )
     assert _all_pages(store, Selection("ws-a", agent_id="agent-1"), 4) == [f"a{i}" for i in range(5, -1, -1)]

@@ -72,6 +72,12 @@ class FakeStore(MemoryStore):
     def find_entries(self, scope: ScopeFilter, entry_ids: Any, *, with_dense: bool = False) -> list[StoredHit]:
         return []
 
+    def select(self, selection: Any) -> Any:
+        return iter(())
+
+    def page(self, selection: Any, after: Any, limit: int) -> Any:
+        return [], None
+
     def linked_to(self, workspace_id: Any, entry_ids: Any) -> list[Any]:
         return []
 
@@ -238,7 +244,40 @@ BAD: list[tuple[Any, str]] = [
     ({**OK, "agent_id": ["ag"]}, "agent_id"),
     ([OK], "body"),
     ("just a string", "body"),
+    # filters (SPEC §11)
+    ({**OK, "since": "yesterday"}, "since"),
+    ({**OK, "since": "2026-01-01T00:00:00"}, "since"),  # no offset
+    ({**OK, "since": 1767225600}, "since"),
+    ({**OK, "until": "2026-13-01T00:00:00Z"}, "until"),
+    ({**OK, "since": "2026-02-01T00:00:00Z", "until": "2026-01-31T23:00:00-01:00"}, "until"),  # the same instant
+    ({**OK, "entry_types": []}, "entry_types"),
+    ({**OK, "entry_types": "peer.escalation"}, "entry_types"),
+    ({**OK, "entry_types": [""]}, "entry_types.0"),
+    ({**OK, "entry_types": ["t"] * 51}, "entry_types"),
+    ({**OK, "min_severity": "fatal"}, "min_severity"),
+    ({**OK, "exclude_run_id": ""}, "exclude_run_id"),
 ]
+
+
+def test_filters_reach_the_store_inside_the_scope(env: Env) -> None:
+    body = {**OK, "since": "2026-01-01T02:00:00+02:00", "until": "2026-02-01T00:00:00.5Z", "min_severity": "warn",
+            "entry_types": ["a", "b", "a"], "run_id": "r1", "exclude_run_id": "r0", "crew_id": "crew"}  # fmt: skip
+    assert env.client.post("/v1/recall", json=body).status_code == 200
+    f = env.store.calls[-1][1].filters
+    assert (f.since, f.until) == ("2026-01-01T00:00:00Z", "2026-02-01T00:00:00.500000Z")
+    assert f.severities == ("warn", "error") and f.entry_types == ("a", "b")
+    assert (f.run_id, f.exclude_run_id, f.crew_id) == ("r1", "r0", "crew")  # crew narrows scope own
+    # on render, run_id is the run of a pending nudge, not a filter: it may equal exclude_run_id
+    render = {**OK, "run_id": "r1", "exclude_run_id": "r1"}
+    assert env.client.post("/v1/recall/render", json=render).status_code == 200
+    f = env.store.calls[-1][1].filters
+    assert (f.run_id, f.exclude_run_id) == (None, "r1")
+    r = env.client.post("/v1/recall", json=render)
+    assert r.status_code == 422 and r.json()["error"].startswith("exclude_run_id:")
+    # crew_shared: crew_id is the scope, not a narrowing; no filters at all: an empty filter
+    shared = {"workspace_id": "ws-a", "scope": "crew_shared", "crew_id": "crew", "query": "q"}
+    assert env.client.post("/v1/recall", json=shared).status_code == 200
+    assert env.store.calls[-1][1].filters.empty
 
 
 @pytest.mark.parametrize(("body", "field"), BAD)

@@ -1,0 +1,249 @@
+"""The memory lifecycle endpoints (SPEC §11): forget, its status, inspect one memory, list memories.
+
+Forget is an event: the request is checked, recorded as pending in the state store, produced to
+`journal.embeddable` keyed by its workspace (acks=all; `Services.forget_sink`), and applied by the embedding
+consumer in order with that workspace's entries (episodic.forget). The answer waits up to `wait` seconds
+(default `DEFAULT_WAIT_S`) for it to be applied: `200` with what was removed when it was, else `202` with
+the forget id and `status_url` (also the `Location` header) to poll. `wait=0` answers `202` at once. A forget
+that could not be queued is `503` (nothing was removed; its status says `failed`).
+
+Every route authorizes the caller for the workspace (an admin token, or a token of that workspace). Store
+and model work runs in the thread pool.
+
+Entry ids may hold any character, `/` included, so `{entry_id}` takes the rest of the path. A GET of an id
+spelled `stats` or `health`, or starting with `forget/`, reaches those routes instead: `GET
+/v1/memory?workspace_id=&entry_id=` reads any id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Path, Query
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from episodic.auth import Principal, authorize
+from episodic.forget import APPLIED, FAILED, PENDING, STATUS, selector_of, status_document
+from episodic.memories import BadCursor, Forgotten, memory_detail, memory_page
+from episodic.ports import Selection
+from recall.deps import Services, current_principal, get_services
+from schemas.api import (
+    DEFAULT_PAGE,
+    MAX_ID_LEN,
+    MAX_PAGE,
+    ErrorResponse,
+    ForgetRequest,
+    ForgetResponse,
+    MemoryDetail,
+    MemoryPage,
+)
+from schemas.events import ForgetRecord, ForgetSelector
+
+DEFAULT_WAIT_S = 10.0
+MAX_WAIT_S = 60.0
+QUEUE_TIMEOUT_S = 20.0  # the broker's acknowledgement of the forget
+POLL_S = 0.05
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "missing, malformed or unknown bearer token"},
+    403: {"model": ErrorResponse, "description": "the token may not use this workspace"},
+    422: {"model": ErrorResponse, "description": "invalid request; `error` names the field"},
+    503: {"model": ErrorResponse, "description": "the store or the broker is unavailable"},
+}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorResponse, "description": "no such memory"}}
+FORGET_ANSWERS: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    202: {"model": ForgetResponse, "description": "queued, not applied within `wait`: poll `status_url`"},
+}
+
+router = APIRouter(tags=["memory"])
+
+Workspace = Query(min_length=1, max_length=MAX_ID_LEN, description="the memory's workspace")
+Wait = Query(default=DEFAULT_WAIT_S, ge=0, le=MAX_WAIT_S, description="seconds to wait for the forget to be applied")
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": message, "detail": message})
+
+
+def _invalid(field: str, message: str) -> JSONResponse:
+    detail = [{"loc": ["query", field], "msg": message, "type": "value_error"}]
+    return JSONResponse(status_code=422, content={"error": f"{field}: {message}", "detail": detail})
+
+
+def _status_url(forget_id: str, workspace_id: str) -> str:
+    return f"/v1/memory/forget/{quote(forget_id, safe='')}?workspace_id={quote(workspace_id, safe='')}"
+
+
+def _answer(doc: dict[str, Any]) -> JSONResponse:
+    url = _status_url(str(doc["forget_id"]), str(doc["workspace_id"]))
+    body = ForgetResponse.model_validate({**doc, "status_url": url})
+    applied = body.status == APPLIED
+    headers = None if applied else {"Location": url}
+    return JSONResponse(status_code=200 if applied else 202, content=body.model_dump(mode="json"), headers=headers)
+
+
+async def _forget(
+    services: Services, principal: Principal, workspace_id: str, selector: ForgetSelector, wait: float
+) -> JSONResponse:
+    authorize(principal, workspace_id)
+    state, sink = services.state, services.forget_sink
+    if state is None or sink is None:
+        return _error(503, "forget is unavailable: this service has no state store or no broker to send it to")
+    record = ForgetRecord(
+        forget_id=uuid.uuid4().hex,
+        workspace_id=workspace_id,
+        selector=selector,
+        requested_at=datetime.now(UTC),
+        requested_by=principal.name,
+    )
+    # pending first: the consumer may apply it as soon as the broker has it
+    await run_in_threadpool(state.put, STATUS, record.forget_id, status_document(record, PENDING))
+    try:
+        await asyncio.wait_for(sink(record), QUEUE_TIMEOUT_S)
+    except Exception as e:
+        failure = f"could not queue the forget: {type(e).__name__}: {e}"
+        failed = status_document(record, FAILED, failure=failure)
+        await run_in_threadpool(state.put, STATUS, record.forget_id, failed)
+        services.metrics.consumer_errors.labels(stage="publish").inc()
+        return _error(503, f"{failure} (forget {record.forget_id}: nothing was removed; try again)")
+    deadline = time.monotonic() + wait
+    doc: dict[str, Any] | None = None
+    while True:
+        doc = await run_in_threadpool(state.get, STATUS, record.forget_id)
+        if (doc is not None and doc.get("status") == APPLIED) or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(POLL_S)
+    return _answer(doc or status_document(record, PENDING))
+
+
+@router.post(
+    "/v1/memory/forget",
+    response_model=ForgetResponse,
+    responses=FORGET_ANSWERS,
+    summary="Forget memories: some entry ids, an agent's, a run's, or the whole workspace",
+)
+async def forget(
+    req: ForgetRequest,
+    wait: float = Wait,
+    principal: Principal = Depends(current_principal),
+    services: Services = Depends(get_services),
+) -> JSONResponse:
+    selector = selector_of(entry_ids=req.entry_ids, agent_id=req.agent_id, run_id=req.run_id, all=req.all)
+    return await _forget(services, principal, req.workspace_id, selector, wait)
+
+
+@router.get(
+    "/v1/memory/forget/{forget_id}",
+    response_model=ForgetResponse,
+    responses={**ERRORS, 404: {"model": ErrorResponse, "description": "no such forget in this workspace"}},
+    summary="Where a forget stands: pending, applied (with what it removed) or failed",
+)
+async def forget_status(
+    forget_id: str = Path(min_length=1, max_length=MAX_ID_LEN),
+    workspace_id: str = Workspace,
+    principal: Principal = Depends(current_principal),
+    services: Services = Depends(get_services),
+) -> JSONResponse:
+    authorize(principal, workspace_id)
+    state = services.state
+    if state is None:
+        return _error(503, "forget is unavailable: this service has no state store")
+    doc = await run_in_threadpool(state.get, STATUS, forget_id)
+    if doc is None or doc.get("workspace_id") != workspace_id:
+        return _error(404, f"forget_id: no forget {forget_id!r} in workspace {workspace_id!r}")
+    answer = _answer(doc)
+    answer.status_code = 200
+    return answer
+
+
+async def _detail(services: Services, principal: Principal, workspace_id: str, entry_id: str) -> Any:
+    authorize(principal, workspace_id)
+    try:
+        found = await run_in_threadpool(memory_detail, services.store, services.state, workspace_id, entry_id)
+    except Forgotten as e:
+        return _error(404, f"entry_id: {e}")
+    if found is None:
+        return _error(404, f"entry_id: no memory {entry_id!r} in workspace {workspace_id!r}")
+    return MemoryDetail.model_validate(found)
+
+
+@router.get(
+    "/v1/memory",
+    response_model=MemoryDetail,
+    responses={**ERRORS, **NOT_FOUND},
+    summary="One memory by entry id (any id, also one spelled like a route below /v1/memory/)",
+)
+async def memory_by_query(
+    workspace_id: str = Workspace,
+    entry_id: str = Query(min_length=1, max_length=MAX_ID_LEN, description="an entry id or one of its aliases"),
+    principal: Principal = Depends(current_principal),
+    services: Services = Depends(get_services),
+) -> Any:
+    return await _detail(services, principal, workspace_id, entry_id)
+
+
+@router.get(
+    "/v1/memories",
+    response_model=MemoryPage,
+    responses=ERRORS,
+    summary="A workspace's memories, newest first, a page at a time",
+)
+async def memories(
+    workspace_id: str = Workspace,
+    agent_id: str | None = Query(default=None, min_length=1, max_length=MAX_ID_LEN),
+    run_id: str | None = Query(default=None, min_length=1, max_length=MAX_ID_LEN),
+    entry_type: list[str] | None = Query(default=None, description="one or more (repeat the parameter)"),
+    cursor: str | None = Query(default=None, min_length=1, max_length=1024, description="next_cursor of a page"),
+    limit: int = Query(default=DEFAULT_PAGE, ge=1, le=MAX_PAGE),
+    principal: Principal = Depends(current_principal),
+    services: Services = Depends(get_services),
+) -> Any:
+    authorize(principal, workspace_id)
+    types = tuple(dict.fromkeys(entry_type or ()))
+    for t in types:
+        if not t or len(t) > MAX_ID_LEN:
+            return _invalid("entry_type", f"must be 1..{MAX_ID_LEN} characters")
+    selection = Selection(workspace_id, agent_id=agent_id, run_id=run_id, entry_types=types)
+    try:
+        items, next_cursor = await run_in_threadpool(memory_page, services.store, selection, cursor, limit)
+    except BadCursor as e:
+        return _invalid("cursor", str(e))
+    return MemoryPage.model_validate({"memories": items, "next_cursor": next_cursor})
+
+
+@router.delete(
+    "/v1/memory/{entry_id:path}",
+    response_model=ForgetResponse,
+    responses=FORGET_ANSWERS,
+    summary="Forget one memory (an alias id forgets its whole memory)",
+)
+async def forget_one(
+    entry_id: str = Path(min_length=1, max_length=MAX_ID_LEN),
+    workspace_id: str = Workspace,
+    wait: float = Wait,
+    principal: Principal = Depends(current_principal),
+    services: Services = Depends(get_services),
+) -> JSONResponse:
+    return await _forget(services, principal, workspace_id, selector_of(entry_ids=[entry_id]), wait)
+
+
+@router.get(
+    "/v1/memory/{entry_id:path}",
+    response_model=MemoryDetail,
+    responses={**ERRORS, **NOT_FOUND},
+    summary="One memory with importance, counters, aliases, occurrences, relations and its vector's model",
+)
+async def memory(
+    entry_id: str = Path(min_length=1, max_length=MAX_ID_LEN, description="an entry id or one of its aliases"),
+    workspace_id: str = Workspace,
+    principal: Principal = Depends(current_principal),
+    services: Services = Depends(get_services),
+) -> Any:
+    return await _detail(services, principal, workspace_id, entry_id)

@@ -1,0 +1,337 @@
+"""The memory lifecycle over HTTP (recall/memories.py) on the real store, its state store and the real model:
+inspect, list, forget (the forget applied by the real Forgetter where the consumer would apply it), auth,
+and recall filters that must still return k hits."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from starlette.concurrency import run_in_threadpool
+
+from episodic.forget import Forgetter
+from episodic.identity import point_id
+from episodic.indexer import Indexer
+from episodic.metrics import Metrics
+from episodic.ports import Relation
+from episodic.settings import Settings
+from episodic.sparse import Bm25Encoder
+from episodic.state import QdrantStateStore
+from episodic.store_edge import EdgeStore
+from recall.app import create_app
+from schemas.events import EmbeddableRecord, ForgetRecord
+
+pytestmark = pytest.mark.integration
+
+TOK_A = "token-for-workspace-a-only"
+TOK_ADMIN = "the-admin-token-0123456"
+NOW = datetime.now(UTC)
+
+
+def rec(
+    i: str, summary: str, *, agent: str = "a1", run: str | None = "r-old", days: float = 1, **kw: Any
+) -> EmbeddableRecord:
+    ts = NOW - timedelta(days=days)
+    return EmbeddableRecord.from_dict(
+        {"id": i, "workspace_id": kw.pop("ws", "ws-a"), "agent_id": agent, "crew_id": "c1", "run_id": run,
+         "ts": ts.isoformat(), "entry_type": kw.pop("et", "summary.generated"), "severity": kw.pop("sev", "warn"),
+         "summary": summary, "payload": {"n": i}, "base_importance": 0.7, "accepted_at": ts + timedelta(seconds=1)}
+    )  # fmt: skip
+
+
+class Sink:
+    """Where the service sends forgets: applied at once by the real Forgetter (as the consumer would), or
+    held (`hold`), or refused (`fail`)."""
+
+    def __init__(self, forgetter: Forgetter) -> None:
+        self.forgetter = forgetter
+        self.sent: list[ForgetRecord] = []
+        self.hold = False
+        self.fail = False
+
+    async def __call__(self, record: ForgetRecord) -> None:
+        if self.fail:
+            raise ConnectionError("broker unreachable")
+        self.sent.append(record)
+        if not self.hold:
+            await run_in_threadpool(self.forgetter.apply, record)
+
+
+@contextmanager
+def _env(tmp_path: Path, embedder: Any) -> Iterator[dict[str, Any]]:
+    store = EdgeStore(tmp_path / "edge")
+    store.ensure_collection(embedder.dim)
+    state = QdrantStateStore.beside(store)
+    bm25 = Bm25Encoder()
+    ix = Indexer(store=store, embedder=embedder, bm25=bm25)
+    # the four memories closest to "checkout ran out of memory" are of the run the agent is in (r-now); four
+    # others of the agent share a word with it (so that BM25 alone can find four outside that run too)
+    ix.index_batch(
+        [rec(f"now-{i}", f"checkout ran out of memory again, attempt {i}", run="r-now", days=0.1 * i) for i in range(4)]
+        + [
+            rec("old-oom", "the checkout service was OOM killed last quarter", days=90, sev="error"),
+            rec("old-dns", "checkout DNS for payments failed", days=40, et="peer.escalation"),
+            rec("old-db", "checkout orders table locked by a migration", days=20, sev="info"),
+            rec("dup-a", "checkout cache warmed before the sale", days=5),
+            rec("dup-b", "Checkout cache warmed before the SALE", days=4),  # an exact duplicate: alias of dup-a
+            rec("a/b:c", "an id with a slash", days=3),
+            rec("stats", "an id spelled like a route", days=2),
+            rec("theirs", "checkout ran out of memory in another agent", agent="a2", run="r-now"),
+            rec("old-oom", "same id in workspace b", ws="ws-b"),
+        ]
+    )
+    store.add_relations(
+        [
+            Relation("old-db", "old-oom", "similar", 0.85, "2026-01-01T00:00:00Z", "ws-a"),
+            Relation("old-oom", "old-dns", "supports", 1.0, "2026-01-01T00:00:00Z", "ws-a"),
+        ]
+    )
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(
+        json.dumps({"tokens": [{"token": TOK_A, "workspaces": ["ws-a"]}, {"token": TOK_ADMIN, "admin": True}]})
+    )
+    sink = Sink(Forgetter(store=store, state=state))
+    metrics = Metrics()
+
+    def app(tokens_file: Path | None = None, **over: Any) -> TestClient:
+        kw: dict[str, Any] = {"state": state, "forget_sink": sink, **over}
+        return TestClient(
+            create_app(
+                settings=Settings(tokens_file=tokens_file),
+                store=store,
+                embedder=embedder,
+                bm25=bm25,
+                publish=lambda t, k, v: None,
+                status=lambda: {"kafka": "ok", "kafka_bootstrap": "127.0.0.1:1"},
+                metrics=metrics,
+                **kw,
+            )
+        )
+
+    try:
+        yield {"client": app(), "app": app, "tokens": tokens, "store": store, "state": state, "sink": sink}
+    finally:
+        state.close()
+        store.close()
+
+
+def _scratch(tmp_path: Path) -> Path:
+    """tmpfs where there is one: Qdrant Edge fsyncs on every shard creation and index (see tests/contract)."""
+    shm = Path("/dev/shm")
+    return (
+        Path(tempfile.mkdtemp(prefix="episodic-api-", dir=shm))
+        if shm.is_dir() and os.access(shm, os.W_OK)
+        else tmp_path
+    )
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[dict[str, Any]]:
+    """For the tests that change nothing (reads, refusals)."""
+    where = _scratch(tmp_path_factory.mktemp("memory-api"))
+    try:
+        with _env(where, embedder) as e:
+            yield e
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture
+def env(tmp_path: Path, embedder: Any) -> Iterator[dict[str, Any]]:
+    """A fresh store for each test that forgets."""
+    where = _scratch(tmp_path)
+    try:
+        with _env(where, embedder) as e:
+            yield e
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def test_show_a_memory_with_everything_it_holds(shared: dict[str, Any]) -> None:
+    c = shared["client"]
+    r = c.get("/v1/memory/old-oom", params={"workspace_id": "ws-a"})
+    assert r.status_code == 200, r.text
+    m = r.json()
+    assert m["entry_id"] == m["requested_id"] == "old-oom" and m["workspace_id"] == "ws-a"
+    assert m["summary"] == "the checkout service was OOM killed last quarter" and m["severity"] == "error"
+    assert m["has_dense"] is True and m["model"] and m["occurrences"] == 1 and m["aliases"] == []
+    assert m["importance_score"] == pytest.approx(0.7) and m["reference_count"] == 0 and m["run_id"] == "r-old"
+    assert m["payload"] == {"n": "old-oom"} and m["indexed_at"] and m["accepted_at"]
+    assert {(x["src"], x["dst"], x["relation"]) for x in m["relations"]} == {
+        ("old-oom", "old-dns", "supports"),
+        ("old-db", "old-oom", "similar"),
+    }
+    alias = c.get("/v1/memory/dup-b", params={"workspace_id": "ws-a"}).json()
+    assert (alias["entry_id"], alias["requested_id"], alias["aliases"], alias["occurrences"]) == (
+        "dup-a",
+        "dup-b",
+        ["dup-b"],
+        2,
+    )
+    assert c.get("/v1/memory/a/b:c", params={"workspace_id": "ws-a"}).json()["entry_id"] == "a/b:c"
+    # an id spelled like a route is read with the query form
+    assert c.get("/v1/memory", params={"workspace_id": "ws-a", "entry_id": "stats"}).json()["entry_id"] == "stats"
+    assert c.get("/v1/memory/old-oom", params={"workspace_id": "ws-b"}).json()["summary"] == "same id in workspace b"
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "status", "field"),
+    [
+        ("/v1/memory/nope", {"workspace_id": "ws-a"}, 404, "entry_id"),
+        ("/v1/memory/old-oom", {"workspace_id": "ws-c"}, 404, "entry_id"),
+        ("/v1/memory/old-oom", {}, 422, "workspace_id"),
+        ("/v1/memory/" + "x" * 129, {"workspace_id": "ws-a"}, 422, "entry_id"),
+        ("/v1/memory", {"workspace_id": "ws-a"}, 422, "entry_id"),
+        ("/v1/memories", {"workspace_id": "ws-a", "limit": 0}, 422, "limit"),
+        ("/v1/memories", {"workspace_id": "ws-a", "limit": 101}, 422, "limit"),
+        ("/v1/memories", {"workspace_id": "ws-a", "cursor": "garbage!"}, 422, "cursor"),
+        ("/v1/memories", {"workspace_id": "ws-a", "entry_type": "x" * 200}, 422, "entry_type"),
+        ("/v1/memories", {"agent_id": "a1"}, 422, "workspace_id"),
+        ("/v1/memory/forget/nope", {"workspace_id": "ws-a"}, 404, "forget_id"),
+    ],
+)
+def test_bad_reads_name_the_field(
+    shared: dict[str, Any], path: str, params: dict[str, Any], status: int, field: str
+) -> None:
+    r = shared["client"].get(path, params=params)
+    assert r.status_code == status, r.text
+    assert r.json()["error"].startswith(f"{field}"), r.json()
+
+
+def test_list_newest_first_page_by_page_with_filters(shared: dict[str, Any]) -> None:
+    c = shared["client"]
+    seen: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        params = {"workspace_id": "ws-a", "limit": 3, **({"cursor": cursor} if cursor else {})}
+        page = c.get("/v1/memories", params=params).json()
+        seen += page["memories"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    ids = [m["entry_id"] for m in seen]
+    assert len(ids) == len(set(ids)) == 11  # dup-b is an alias of dup-a
+    assert ids[-3:] == ["old-db", "old-dns", "old-oom"] and "dup-b" not in ids
+    assert [m["ts"] for m in seen] == sorted((m["ts"] for m in seen), reverse=True)
+    by_run = c.get("/v1/memories", params={"workspace_id": "ws-a", "run_id": "r-now", "agent_id": "a1"}).json()
+    assert [m["entry_id"] for m in by_run["memories"]] == ["now-0", "now-1", "now-2", "now-3"]
+    typed = c.get("/v1/memories", params=[("workspace_id", "ws-a"), ("entry_type", "peer.escalation")]).json()
+    assert [m["entry_id"] for m in typed["memories"]] == ["old-dns"] and typed["next_cursor"] is None
+    # a cursor belongs to its listing
+    first = c.get("/v1/memories", params={"workspace_id": "ws-a", "limit": 2}).json()
+    r = c.get("/v1/memories", params={"workspace_id": "ws-a", "run_id": "r-now", "cursor": first["next_cursor"]})
+    assert r.status_code == 422 and r.json()["error"].startswith("cursor: this cursor belongs to a listing")
+
+
+def test_a_filtered_recall_returns_k_hits_when_the_unfiltered_top_k_are_excluded(shared: dict[str, Any]) -> None:
+    c = shared["client"]
+    body = {"workspace_id": "ws-a", "agent_id": "a1", "query": "checkout ran out of memory", "k": 4}
+    for mode in ("dense", "sparse", "hybrid"):
+        top = [h["entry_id"] for h in c.post("/v1/recall", json={**body, "mode": mode}).json()["hits"]]
+        assert top and all(i.startswith("now-") for i in top), (mode, top)
+        r = c.post("/v1/recall", json={**body, "mode": mode, "exclude_run_id": "r-now"})
+        hits = [h["entry_id"] for h in r.json()["hits"]]
+        assert len(hits) == 4 and not any(i.startswith("now-") for i in hits), (mode, hits)
+    render = c.post("/v1/recall/render", json={**body, "exclude_run_id": "r-now", "run_id": "r-now"}).json()
+    assert render["hits"] and not any(h["entry_id"].startswith("now-") for h in render["hits"])
+    since = (NOW - timedelta(days=30)).isoformat()
+    hits = c.post("/v1/recall", json={**body, "k": 10, "since": since, "min_severity": "error"}).json()["hits"]
+    assert [h["entry_id"] for h in hits] == []  # old-oom is the only error, and it is 90 days old
+    hits = c.post("/v1/recall", json={**body, "k": 10, "entry_types": ["peer.escalation"]}).json()["hits"]
+    assert [h["entry_id"] for h in hits] == ["old-dns"]
+
+
+def test_forget_one_memory_and_it_is_gone_everywhere(env: dict[str, Any]) -> None:
+    c, store = env["client"], env["store"]
+    r = c.delete("/v1/memory/dup-b", params={"workspace_id": "ws-a"})  # an alias: the whole memory goes
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["status"] == "applied" and body["removed"] == {"memories": 1, "entry_ids": 2, "edges": 0}
+    assert sorted(body["removed_ids"]) == ["dup-a", "dup-b"] and body["selector"] == {"entry_ids": ["dup-b"]}
+    gone = c.get("/v1/memory/dup-a", params={"workspace_id": "ws-a"})
+    assert gone.status_code == 404 and "was forgotten" in gone.json()["error"]
+    assert store.retrieve([point_id("ws-a", "dup-a")]) == {}
+    status = c.get(body["status_url"]).json()
+    assert status["status"] == "applied" and status["forget_id"] == body["forget_id"]
+    # edges into a forgotten memory go with it
+    c.delete("/v1/memory/old-oom", params={"workspace_id": "ws-a"})
+    assert c.get("/v1/memory/old-db", params={"workspace_id": "ws-a"}).json()["relations"] == []
+    assert c.get("/v1/memory/old-oom", params={"workspace_id": "ws-b"}).status_code == 200
+    hits = c.post("/v1/recall", json={"workspace_id": "ws-a", "agent_id": "a1", "query": "OOM killed", "k": 50})
+    assert "old-oom" not in {h["entry_id"] for h in hits.json()["hits"]}
+
+
+def test_forget_by_selector_pending_then_applied(env: dict[str, Any]) -> None:
+    c, sink = env["client"], env["sink"]
+    sink.hold = True
+    r = c.post("/v1/memory/forget", params={"wait": 0}, json={"workspace_id": "ws-a", "run_id": "r-now"})
+    assert r.status_code == 202 and r.json()["status"] == "pending"
+    assert r.headers["location"] == r.json()["status_url"]
+    assert c.get(r.json()["status_url"]).json()["status"] == "pending"
+    sink.forgetter.apply(sink.sent[-1])  # the consumer gets to it
+    done = c.get(r.json()["status_url"]).json()
+    assert done["status"] == "applied" and done["removed"]["memories"] == 5  # four of a1's, one of a2's
+    assert c.get("/v1/memories", params={"workspace_id": "ws-a", "run_id": "r-now"}).json()["memories"] == []
+    # another workspace's token cannot read the status
+    assert c.get(r.json()["status_url"].replace("ws-a", "ws-b")).status_code == 404
+
+
+def test_a_forget_that_cannot_be_queued_is_503_and_failed(env: dict[str, Any]) -> None:
+    c, sink, state = env["client"], env["sink"], env["state"]
+    sink.fail = True
+    r = c.post("/v1/memory/forget", json={"workspace_id": "ws-a", "agent_id": "a1"})
+    assert r.status_code == 503 and "nothing was removed" in r.json()["error"]
+    forget_id = r.json()["error"].split("forget ")[1].split(":")[0]
+    assert state.get("forget", forget_id)["status"] == "failed"
+    assert c.get("/v1/memory/old-db", params={"workspace_id": "ws-a"}).status_code == 200
+    without = env["app"](state=None, forget_sink=None)
+    assert without.delete("/v1/memory/old-db", params={"workspace_id": "ws-a"}).status_code == 503
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"workspace_id": "ws-a"}, "all"),
+        ({"workspace_id": "ws-a", "all": False}, "all"),
+        ({"workspace_id": "ws-a", "agent_id": "a1", "run_id": "r"}, "run_id"),
+        ({"workspace_id": "ws-a", "entry_ids": ["x"], "all": True}, "all"),
+        ({"workspace_id": "ws-a", "entry_ids": []}, "entry_ids"),
+        ({"workspace_id": "ws-a", "entry_ids": ["x"] * 1001}, "entry_ids"),
+        ({"workspace_id": "ws-a", "entry_ids": [""]}, "entry_ids.0"),
+        ({"workspace_id": "ws-a", "all": "yes"}, "all"),
+        ({"workspace_id": "", "all": True}, "workspace_id"),
+        ({"all": True}, "workspace_id"),
+        ({"workspace_id": "ws-a", "all": True, "crew_id": "c"}, "crew_id"),
+    ],
+)
+def test_bad_forgets_are_422_naming_the_field(shared: dict[str, Any], body: dict[str, Any], field: str) -> None:
+    r = shared["client"].post("/v1/memory/forget", json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"].startswith(f"{field}:"), r.json()["error"]
+    bad_wait = shared["client"].delete("/v1/memory/x", params={"workspace_id": "ws-a", "wait": 61})
+    assert bad_wait.status_code == 422 and bad_wait.json()["error"].startswith("wait:")
+    assert shared["sink"].sent == []
+
+
+def test_only_the_workspaces_token_or_an_admin_may_forget_or_look(env: dict[str, Any]) -> None:
+    c = env["app"](env["tokens"])
+    a, admin = {"Authorization": f"Bearer {TOK_A}"}, {"Authorization": f"Bearer {TOK_ADMIN}"}
+    ws_b = {"workspace_id": "ws-b"}
+    assert c.delete("/v1/memory/old-oom", params=ws_b).status_code == 401
+    assert c.delete("/v1/memory/old-oom", params=ws_b, headers=a).status_code == 403
+    assert c.post("/v1/memory/forget", json={**ws_b, "all": True}, headers=a).status_code == 403
+    assert c.get("/v1/memory/old-oom", params=ws_b, headers=a).status_code == 403
+    assert c.get("/v1/memories", params=ws_b, headers=a).status_code == 403
+    assert env["sink"].sent == []
+    assert c.get("/v1/memory/old-oom", params={"workspace_id": "ws-a"}, headers=a).status_code == 200
+    r = c.delete("/v1/memory/old-oom", params=ws_b, headers=admin)
+    assert r.status_code == 200 and r.json()["requested_at"] and env["sink"].sent[-1].requested_by == "token-1"
