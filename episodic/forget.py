@@ -14,7 +14,9 @@ before the batch is indexed, `Forgetter.admit` on the batch's entries. What "bef
   arrives: a lagging gate, a replay); the gate accepted it (`accepted_at`) at or before `requested_at`;
   or it lies before the forget on the same `journal.embeddable` partition (re-delivery of what preceded it,
   whatever the clocks say). Entries of the selection written after the forget, with a later `ts`, are new
-  memories and are indexed.
+  memories and are indexed. The rule takes effect as soon as the broker holds the forget (`announce`, by
+  the recall service), so a backlog of the selection queued ahead of the forget is left out, not embedded
+  and then removed; the consumer still applies the forget at its place in the stream.
 
 Applying removes the memories that match (a forgotten alias takes its whole memory with it: an alias is the
 same text), tombstones every id they carry, removes the edges of other memories that point at them (their
@@ -45,6 +47,8 @@ log = logging.getLogger(__name__)
 STATUS = "forget"  # forget id -> its status document
 TOMBSTONE = "tombstone"  # tombstone_key(workspace, entry id) -> {workspace_id, entry_id, forget_id, at}
 RULES = "forget_rules"  # workspace id -> {"workspace_id", "rules": [rule, ...]}
+EARLY = "forget_early"  # forget id -> {"workspace_id", "rule": rule}: queued, not applied yet (see `announce`)
+MAX_EARLY = 10_000  # early rules read per batch (each lives from its forget's queueing to its application)
 
 PENDING, APPLIED, FAILED = "pending", "applied", "failed"
 PAGE = 256  # memories removed per step
@@ -210,10 +214,13 @@ class Forgetter:
             return [], []
         where = list(positions) if positions is not None else [None] * len(records)
         dead = set(self.state.get_many(TOMBSTONE, sorted({tombstone_key(r.workspace_id, r.id) for r in records})))
-        rules = {
-            ws: doc.get("rules") or []
+        rules: dict[str, list[dict[str, Any]]] = {
+            ws: list(doc.get("rules") or [])
             for ws, doc in self.state.get_many(RULES, sorted({r.workspace_id for r in records})).items()
         }
+        for _, doc in self.state.scan(EARLY, limit=MAX_EARLY):
+            if isinstance(doc.get("rule"), dict):
+                rules.setdefault(str(doc.get("workspace_id")), []).append(doc["rule"])
         kept: list[EmbeddableRecord] = []
         out: list[EmbeddableRecord] = []
         for rec, pos in zip(records, where, strict=True):
@@ -261,6 +268,7 @@ class Forgetter:
             removed_ids=outcome.entry_ids[:SHOWN_IDS],
         )
         self.state.put(STATUS, forget.forget_id, applied)
+        self.state.delete(EARLY, [forget.forget_id])  # its rule, with its position, is the workspace's now
         log.info(
             "forget %s applied to %s (%s): %d memories, %d ids, %d edges",
             forget.forget_id,
@@ -346,6 +354,20 @@ class Forgetter:
                         self.store.set_payload(pid, {"relations": keep, "links": sorted({e["dst"] for e in keep})})
                         outcome.edges += len(edges) - len(keep)
         self.store.delete(sorted(targets))
+
+
+def announce(state: StateStore, forget: ForgetRecord) -> None:
+    """Called by the recall service once the broker holds `forget`: its rule takes effect at once, before
+    the consumer reaches the forget on the topic, so that the selection's entries queued ahead of it (a
+    backlog, a lagging gate) are left out rather than embedded and then removed. Such an entry is one the
+    forget would remove anyway; when the forget is applied, its rule (now with its position) replaces this
+    one. Only agent, run and workspace forgets have a rule (ids are tombstoned when applied)."""
+    if forget.selector.entry_ids is not None:
+        return
+    state.put(EARLY, forget.forget_id, {"workspace_id": forget.workspace_id, "rule": _rule(forget, None)})
+    done = state.get(STATUS, forget.forget_id)
+    if done is not None and done.get("status") == APPLIED:  # applied meanwhile: the workspace's rule holds it
+        state.delete(EARLY, [forget.forget_id])
 
 
 def selector_of(

@@ -1,7 +1,8 @@
 """The memory lifecycle endpoints (SPEC §11): forget, its status, inspect one memory, list memories.
 
 Forget is an event: the request is checked, recorded as pending in the state store, produced to
-`journal.embeddable` keyed by its workspace (acks=all; `Services.forget_sink`), and applied by the embedding
+`journal.embeddable` keyed by its workspace (acks=all; `Services.forget_sink`), announced (its rule keeps
+the selection's queued entries out from then on: `episodic.forget.announce`) and applied by the embedding
 consumer in order with that workspace's entries (episodic.forget). The answer waits up to `wait` seconds
 (default `DEFAULT_WAIT_S`) for it to be applied: `200` with what was removed when it was, else `202` with
 the forget id and `status_url` (also the `Location` header) to poll. `wait=0` answers `202` at once. A forget
@@ -29,7 +30,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from episodic.auth import Principal, authorize
-from episodic.forget import APPLIED, FAILED, PENDING, STATUS, selector_of, status_document
+from episodic.forget import APPLIED, FAILED, PENDING, STATUS, announce, selector_of, status_document
 from episodic.memories import BadCursor, Forgotten, memory_detail, memory_page
 from episodic.ports import Selection
 from recall.deps import Services, current_principal, get_services
@@ -113,6 +114,7 @@ async def _forget(
         await run_in_threadpool(state.put, STATUS, record.forget_id, failed)
         services.metrics.consumer_errors.labels(stage="publish").inc()
         return _error(503, f"{failure} (forget {record.forget_id}: nothing was removed; try again)")
+    await run_in_threadpool(announce, state, record)
     deadline = time.monotonic() + wait
     doc: dict[str, Any] | None = None
     while True:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from episodic.errors import StoreUnavailable
-from episodic.forget import APPLIED, RULES, STATUS, Forgetter, Position
+from episodic.forget import APPLIED, EARLY, RULES, STATUS, Forgetter, Position, announce
 from episodic.identity import point_id
 from episodic.indexer import Indexer
 from episodic.ports import MemoryStore, Relation, StateStore
@@ -160,6 +160,28 @@ def test_a_run_and_a_whole_workspace(store: MemoryStore, state: StateStore, ix: 
     assert forgetter.admit([rec("anything", run=None)])[0] == []
     later = T + timedelta(hours=1)
     assert [r.id for r in forgetter.admit([rec("new", ts=later, accepted=later)], [Position(0, 21)])[0]] == ["new"]
+
+
+def test_an_announced_forget_keeps_its_selection_out_before_it_is_applied(
+    store: MemoryStore, state: StateStore, ix: Indexer, forgetter: Forgetter
+) -> None:
+    ix.index_batch([rec("a0"), rec("b0", agent="agent-2")])
+    f = forget("f-early", agent_id="agent-1")
+    announce(state, f)
+    queued = [
+        rec("a1"),
+        rec("a2", ts=T + timedelta(minutes=5), accepted=T + timedelta(minutes=5)),
+        rec("b1", agent="agent-2"),
+    ]
+    assert [r.id for r in forgetter.admit(queued)[0]] == ["a2", "b1"]  # a2 is newer than the forget
+    assert present(store, "ws-a", "a0") == {"a0"}  # nothing is removed before the forget is applied
+    assert forgetter.apply(f, Position(0, 9)).memories == 1
+    assert state.get(EARLY, "f-early") is None and [r["offset"] for r in state.get(RULES, "ws-a")["rules"]] == [9]
+    assert [r.id for r in forgetter.admit(queued)[0]] == ["a2", "b1"]
+    # announcing after it was applied leaves no early rule behind; ids are not announced (tombstoned when applied)
+    announce(state, f)
+    announce(state, forget("f-ids", entry_ids=["b0"]))
+    assert list(state.scan(EARLY)) == []
 
 
 def test_a_forget_interrupted_half_way_is_applied_in_full_and_counted_exactly(
