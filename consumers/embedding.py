@@ -14,6 +14,9 @@ committed, and `memory.indexed` says "sparse-only"; the densify loop then adds t
 as the model is free and emits a second `memory.indexed` ("vector") for each. The missing vectors are
 found in the store (`has_dense` false), so a crash in between loses nothing. The same loop is the
 backfill after sparse-only mode.
+
+Forgets (SPEC §11), control records keyed by workspace on this topic, are applied before their batch is
+indexed, and the records they cover are left out (episodic.forget).
 """
 
 from __future__ import annotations
@@ -61,10 +64,7 @@ R = TypeVar("R")
 
 def _control(msg: ConsumerRecord[bytes, bytes]) -> bytes | None:
     """The value of the record's control header (a forget), or None for a journal entry."""
-    for key, value in msg.headers or ():
-        if key == CONTROL_HEADER:
-            return bytes(value or b"")
-    return None
+    return next((bytes(v or b"") for k, v in msg.headers or () if k == CONTROL_HEADER), None)
 
 
 class EmbedSpeed:

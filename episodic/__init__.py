@@ -1,7 +1,9 @@
 """episodic: the core. Pure domain logic, its ports and the adapters behind them, shared by the stages.
 
 Owns: the embedding policy and gating, identity, the indexer, the embedder and BM25, the ports
-(Embedder, MemoryStore) and the store adapters, recall and rendering, auth, settings, metrics, the Kafka
+(Embedder, MemoryStore, StateStore) and the store adapters, recall and rendering, the memory lifecycle
+(`forget.py`: applying forgets and keeping forgotten entries out; `memories.py`: inspect and list), auth,
+settings, metrics, the Kafka
 helpers (`bus.py`), and the two client libraries: the journal producer helper (`producer.py`) and the
 recall service's HTTP client (`client.py`).
 May import: `schemas` and third-party libraries; never `streams`, `consumers`, `recall`, `stack` or

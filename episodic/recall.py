@@ -10,6 +10,9 @@
 - `cosine` on each hit is the query-memory cosine (max over the point's dense chunks), for
   `memory.referenced`; None when the point or the service has no dense vector, and in sparse mode (which
   computes no query vector, so that BM25 recalls stay cheap).
+- Filters (SPEC §11: since/until on ts, entry types, minimum severity, run, excluded run, and crew_id in
+  scope `own`) ride on the `ScopeFilter`, so the store applies them inside every leg of the query (and to
+  the walk): a filtered recall returns k hits whenever k memories pass, never a filtered top-k.
 - "High-value" crew entries (scope crew_shared) are those with importance_score >=
   `settings.high_value_threshold` (default 0.6).
 - `walk_depth=1`: one hop along `similar` and `supports` edges, in both directions (edges point new ->
