@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from episodic.client import RecallClient, RecallRefused, ServiceUnreachable
-from stack.commands.recall import clip
+from episodic.client import RecallClient
+from stack.commands.recall import Column, call_service, text_table
 
 QUEUED = 4
 
@@ -38,21 +36,6 @@ def _common(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--url", default=None, help="service URL (default: EPISODIC_RECALL_URL or local)")
     ap.add_argument("--token", default=None, help="bearer token (default: EPISODIC_TOKEN)")
     ap.add_argument("--timeout", type=float, default=10.0)
-
-
-def _run(
-    name: str, args: argparse.Namespace, transport: httpx.BaseTransport | None, work: Callable[[RecallClient], int]
-) -> int:
-    token = args.token or os.environ.get("EPISODIC_TOKEN")
-    try:
-        with RecallClient(args.url, token=token, timeout=args.timeout, transport=transport) as client:
-            return work(client)
-    except ServiceUnreachable as e:
-        print(f"episodic {name}: {e}. Is `episodic up` running?", file=sys.stderr)
-        return 3
-    except RecallRefused as e:
-        print(f"episodic {name}: {e}", file=sys.stderr)
-        return 1
 
 
 def _print_json(data: Any) -> None:
@@ -114,7 +97,7 @@ def forget_main(argv: list[str], *, transport: httpx.BaseTransport | None = None
         print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else describe_forget(data))
         return {"applied": 0, "failed": 1}.get(str(data.get("status")), QUEUED)
 
-    return _run("forget", args, transport, work)
+    return call_service("forget", args, transport, work)
 
 
 # -- show ---------------------------------------------------------------------------------------------------
@@ -154,27 +137,22 @@ def show_main(argv: list[str], *, transport: httpx.BaseTransport | None = None) 
         print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else format_memory(data))
         return 0
 
-    return _run("show", args, transport, work)
+    return call_service("show", args, transport, work)
 
 
 # -- ls -----------------------------------------------------------------------------------------------------
 
 
+LIST_COLUMNS: list[Column] = [("ts", 20, "<"), ("entry_id", 18, "<"), ("type", 22, "<"), ("sev", 5, "<"),
+                              ("agent", 12, "<"), ("run", 10, "<")]  # fmt: skip
+LISTED = ("ts", "entry_id", "entry_type", "severity", "agent_id", "run_id", "summary")
+
+
 def format_listing(items: list[dict[str, Any]], *, width: int = 120) -> str:
     if not items:
         return "(no memories)"
-    head = f"{'ts':<20} {'entry_id':<18} {'type':<22} {'sev':<5} {'agent':<12} {'run':<10} summary"
-    fixed = len(head) - len("summary")
-    room = max(20, width - fixed)
-    rows = [head, "-" * min(width, fixed + room)]
-    for m in items:
-        rows.append(
-            f"{clip(str(m.get('ts', '')), 20):<20} {clip(str(m.get('entry_id', '')), 18):<18} "
-            f"{clip(str(m.get('entry_type', '')), 22):<22} {clip(str(m.get('severity', '')), 5):<5} "
-            f"{clip(str(m.get('agent_id') or '-'), 12):<12} {clip(str(m.get('run_id') or '-'), 10):<10} "
-            f"{clip(str(m.get('summary', '')), room)}"
-        )
-    return "\n".join(rows)
+    rows = [[str(m.get(k) if m.get(k) is not None else "-") for k in LISTED] for m in items]
+    return text_table(LIST_COLUMNS, rows, width=width)
 
 
 def ls_main(argv: list[str], *, transport: httpx.BaseTransport | None = None) -> int:
@@ -209,4 +187,4 @@ def ls_main(argv: list[str], *, transport: httpx.BaseTransport | None = None) ->
                 print(f"more: episodic ls --workspace {args.workspace} ... --cursor {cursor}", file=sys.stderr)
         return 0
 
-    return _run("ls", args, transport, work)
+    return call_service("ls", args, transport, work)

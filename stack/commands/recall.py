@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -45,21 +46,44 @@ def clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
+Column = tuple[str, int, str]  # title, width, alignment ("<" or ">")
+
+
+def text_table(columns: list[Column], rows: list[list[str]], *, width: int, last: str = "summary") -> str:
+    """Fixed-width columns, then `last`, which takes the room the terminal has left (at least 20)."""
+    head = " ".join(f"{title:{align}{w}}" for title, w, align in columns) + f" {last}"
+    fixed = len(head) - len(last)
+    room = max(20, width - fixed)
+    lines = [head, "-" * min(width, fixed + room)]
+    for *cells, tail in rows:
+        lines.append(
+            " ".join(f"{clip(c, w):{align}{w}}" for c, (_, w, align) in zip(cells, columns, strict=True))
+            + f" {clip(tail, room)}"
+        )
+    return "\n".join(lines)
+
+
+HIT_COLUMNS: list[Column] = [("#", 2, ">"), ("score", 8, ">"), ("age", 16, "<"), ("type", 24, "<"), ("sev", 5, "<"),
+                             ("agent", 14, "<")]  # fmt: skip
+
+
 def format_table(hits: list[dict[str, Any]], *, width: int = 120) -> str:
     """A fixed-width table of hits: rank, score, age, type/severity, agent, summary."""
     if not hits:
         return "(no hits)"
-    head = f"{'#':>2}  {'score':>7}  {'age':<15} {'type':<24} {'sev':<5} {'agent':<14} summary"
-    fixed = len(head) - len("summary")
-    room = max(20, width - fixed)
-    rows = [head, "-" * min(width, fixed + room)]
-    for n, h in enumerate(hits, 1):
-        rows.append(
-            f"{n:>2}  {h.get('score', 0.0):>7.4f}  {relative_age(h.get('age_seconds', 0.0)):<15} "
-            f"{clip(str(h.get('entry_type', '')), 24):<24} {clip(str(h.get('severity', '')), 5):<5} "
-            f"{clip(str(h.get('agent_id') or '-'), 14):<14} {clip(str(h.get('summary', '')), room)}"
-        )
-    return "\n".join(rows)
+    rows = [
+        [
+            str(n),
+            f"{h.get('score', 0.0):.4f}",
+            relative_age(h.get("age_seconds", 0.0)),
+            str(h.get("entry_type", "")),
+            str(h.get("severity", "")),
+            str(h.get("agent_id") or "-"),
+            str(h.get("summary", "")),
+        ]
+        for n, h in enumerate(hits, 1)
+    ]
+    return text_table(HIT_COLUMNS, rows, width=width)
 
 
 def build_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -80,18 +104,30 @@ def build_body(args: argparse.Namespace) -> dict[str, Any]:
     return body
 
 
-def main(argv: list[str], *, transport: httpx.BaseTransport | None = None) -> int:
-    args = _parser().parse_args(argv)
+def call_service(
+    name: str, args: argparse.Namespace, transport: httpx.BaseTransport | None, work: Callable[[RecallClient], int]
+) -> int:
+    """`work(client)` against the service named by --url / --token (or the environment), with the exit
+    statuses of the module doc for a refusal (1) and an unreachable service (3)."""
     token = args.token or os.environ.get("EPISODIC_TOKEN")
     try:
         with RecallClient(args.url, token=token, timeout=args.timeout, transport=transport) as client:
-            data = client.render(build_body(args)) if args.render else client.recall(build_body(args))
+            return work(client)
     except ServiceUnreachable as e:
-        print(f"episodic recall: {e}. Is `episodic up` running?", file=sys.stderr)
+        print(f"episodic {name}: {e}. Is `episodic up` running?", file=sys.stderr)
         return 3
     except RecallRefused as e:
-        print(f"episodic recall: {e}", file=sys.stderr)
+        print(f"episodic {name}: {e}", file=sys.stderr)
         return 1
+
+
+def main(argv: list[str], *, transport: httpx.BaseTransport | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return call_service("recall", args, transport, lambda client: _answer(args, client))
+
+
+def _answer(args: argparse.Namespace, client: RecallClient) -> int:
+    data = client.render(build_body(args)) if args.render else client.recall(build_body(args))
     if args.json:
         print(json.dumps(data, indent=2, ensure_ascii=False))
     elif args.render:

@@ -2,6 +2,7 @@
 
 - `edge`: EdgeStore on a Qdrant Edge shard under tmp_path.
 - `qdrant-local`: QdrantServerStore on qdrant-client's local mode (the server API, in process).
+- `state`: the state store beside the store under test.
 
 Vectors are tiny synthetic unit vectors (DIM 8) so scores are known exactly; sparse vectors come from
 the real BM25 encoder.
@@ -20,8 +21,10 @@ from typing import Any, cast
 import pytest
 
 from episodic.identity import point_id
-from episodic.ports import MemoryPoint, MemoryStore
+from episodic.ports import MemoryPoint, MemoryStore, StateStore
 from episodic.sparse import Bm25Encoder
+from episodic.state import QdrantStateStore
+from episodic.store import QdrantStore
 
 DIM = 8
 BACKENDS = ["edge", "qdrant-local"]
@@ -86,6 +89,15 @@ def store(request: pytest.FixtureRequest, fast_tmp: Path) -> Iterator[MemoryStor
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def state(store: MemoryStore) -> Iterator[StateStore]:
+    """The state store beside `store` (same engine)."""
+    assert isinstance(store, QdrantStore)
+    st = QdrantStateStore.beside(store)
+    yield st
+    st.close()
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@ written by the real indexer (sparse-only: the model is not what is tested here).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,8 +14,6 @@ from episodic.identity import point_id
 from episodic.indexer import Indexer
 from episodic.ports import MemoryStore, Relation, StateStore
 from episodic.sparse import Bm25Encoder
-from episodic.state import QdrantStateStore
-from episodic.store import QdrantStore
 from schemas.events import EmbeddableRecord, ForgetRecord, ForgetSelector
 
 T = datetime(2026, 11, 20, 12, 0, 0, tzinfo=UTC)  # when the forgets are requested
@@ -51,14 +48,6 @@ def rec(
 
 def forget(fid: str, ws: str = "ws-a", **selector: Any) -> ForgetRecord:
     return ForgetRecord(forget_id=fid, workspace_id=ws, selector=ForgetSelector(**selector), requested_at=T)
-
-
-@pytest.fixture
-def state(store: MemoryStore) -> Iterator[StateStore]:
-    assert isinstance(store, QdrantStore)
-    st = QdrantStateStore.beside(store)
-    yield st
-    st.close()
 
 
 @pytest.fixture

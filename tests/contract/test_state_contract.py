@@ -3,7 +3,6 @@ kept apart from them, surviving a restart; and `MemoryStore.delete`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,14 +13,6 @@ from episodic.ports import MemoryStore, StateStore
 from episodic.state import QdrantStateStore
 from episodic.store import QdrantStore
 from tests.contract.conftest import PERSISTENT_BACKENDS, MakePoint, e, make_store
-
-
-@pytest.fixture
-def state(store: MemoryStore) -> Iterator[StateStore]:
-    assert isinstance(store, QdrantStore)
-    st = QdrantStateStore.beside(store)
-    yield st
-    st.close()
 
 
 def test_put_get_replace_delete(state: StateStore) -> None:
