@@ -109,10 +109,13 @@ async def _forget(
     try:
         await asyncio.wait_for(sink(record), QUEUE_TIMEOUT_S)
     except Exception as e:
+        services.metrics.consumer_errors.labels(stage="publish").inc()
+        done = await run_in_threadpool(state.get, STATUS, record.forget_id)
+        if done is not None and done.get("status") == APPLIED:  # the broker had it after all (a lost ack)
+            return _answer(done)
         failure = f"could not queue the forget: {type(e).__name__}: {e}"
         failed = status_document(record, FAILED, failure=failure)
         await run_in_threadpool(state.put, STATUS, record.forget_id, failed)
-        services.metrics.consumer_errors.labels(stage="publish").inc()
         return _error(503, f"{failure} (forget {record.forget_id}: nothing was removed; try again)")
     await run_in_threadpool(announce, state, record)
     deadline = time.monotonic() + wait
