@@ -1,0 +1,157 @@
+"""The experiments of ``python -m eval.sweep``: which rows to compute and which methods to score.
+
+Row names: D = the dense leg (MiniLM, "role: content", chunks 256/32, max-sim), S = BM25 (b=1.0) of
+"role: content"; other names say what they fold in (``eval.context.ContextSpec.label``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from eval.context import ContextSpec
+from eval.embcache import parse_ctx
+from eval.methods import Method, adjacent, dbsf, default_hybrid, rrf, single
+from eval.prf import Rm3
+from eval.views import Dense, Sparse, Views, build
+
+Result = tuple[Views, dict[str, Method], str]
+
+
+def base_methods() -> dict[str, Method]:
+    return {"dense (D)": single("D"), "bm25 (S)": single("S"), "default hybrid": default_hybrid()}
+
+
+def legs(a: argparse.Namespace) -> Result:
+    views = build(a.sets, {"D": Dense(), "S": Sparse()})
+    ms = base_methods()
+    ms["rrf60 (seed)"] = rrf([("D", 100), ("S", 100)], 60, [1, 1])
+    return views, ms, "Single legs and today's default"
+
+
+BM25_CONTEXTS: dict[str, Sparse] = {
+    "date": Sparse(ctx=ContextSpec(date=True)),
+    **{f"prev{n}": Sparse(ctx=ContextSpec(prev=n)) for n in (1, 2)},
+    **{f"prev{n}/{w}w": Sparse(ctx=ContextSpec(prev=n, words=w)) for n in (1, 2, 3) for w in (8, 16, 32)},
+    "date+prev1/16w": Sparse(ctx=ContextSpec(prev=1, words=16, date=True)),
+    # the context as a second field beside the turn's own vector (weight f): no length dilution
+    **{f"prev{n} field {f}": Sparse(ctx=ContextSpec(prev=n), ctx_field=f) for n in (1, 2) for f in (0.1, 0.25)},
+    "date+prev1 field 0.25": Sparse(ctx=ContextSpec(prev=1, date=True), ctx_field=0.25),
+}
+
+
+def bm25_context(a: argparse.Namespace) -> Result:
+    rows: dict = {"D": Dense(), "S": Sparse()}
+    rows.update({"S:" + n: r for n, r in BM25_CONTEXTS.items()})
+    views = build(a.sets, rows)
+    ms = base_methods()
+    for rn in rows:
+        if rn.startswith("S:"):
+            ms[f"bm25 {rn[2:]}"] = single(rn)
+            ms[f"hybrid, BM25 leg = {rn[2:]}"] = default_hybrid("D", rn)
+            # an extra sparse leg: the turn's own BM25 stays, the context-folded one joins it
+            ms[f"hybrid + {rn[2:]} leg"] = rrf(
+                [("D", 100), ("S", "D", 100), ("S", 100), ("S", 5), (rn, 100)], 3, [1.0, 0.5, 1.0, 0.75, 1.0]
+            )
+    return views, ms, "Context-aware BM25 (dense leg unchanged)"
+
+
+def dense_context(a: argparse.Namespace) -> Result:
+    ctx = parse_ctx(a.ctx) if getattr(a, "ctx", None) else ContextSpec(prev=1, words=64, date=True)
+    sctx = parse_ctx(a.sctx) if getattr(a, "sctx", None) else ContextSpec(prev=1, words=None, date=True)
+    rows: dict = {"D": Dense(), "S": Sparse(), "Sc": Sparse(ctx=sctx)}
+    for mix in (0.25, 0.5, 1.0):
+        rows[f"Dmix{mix}"] = Dense(mix=mix)
+    rows["Dc"] = Dense(ctx=ctx)
+    views = build(a.sets, rows)
+    ms = base_methods()
+    for rn in rows:
+        if rn.startswith("D") and rn != "D":
+            ms[f"dense {rn}"] = single(rn)
+            ms[f"hybrid, dense leg = {rn}"] = default_hybrid(rn, "S")
+            ms[f"hybrid, dense = {rn}, BM25 = Sc"] = default_hybrid(rn, "Sc")
+    ms["hybrid, BM25 = Sc"] = default_hybrid("D", "Sc")
+    title = f"Context-aware dense leg (Dc = {ctx.label()}; Sc = BM25 {sctx.label()}; DmixA = unit(v + A v_prev))"
+    return views, ms, title
+
+
+def adjacency(a: argparse.Namespace) -> Result:
+    sctx = parse_ctx(a.sctx) if getattr(a, "sctx", None) else ContextSpec(prev=1, date=True)
+    views = build(a.sets, {"D": Dense(), "S": Sparse(), "Sc": Sparse(ctx=sctx)})
+    ms = base_methods()
+    for name, inner in (("default", default_hybrid()), ("Sc hybrid", default_hybrid("D", "Sc"))):
+        ms[name] = inner
+        for which in ("next", "prev", "both"):
+            for hits in (1, 3, 10):
+                ms[f"{name} + adjacent {which}, top {hits} hits, right below"] = adjacent(inner, which, 0.0, hits)
+            for f in (0.5, 0.9):
+                ms[f"{name} + adjacent {which}, all hits, score x{f}"] = adjacent(inner, which, f, 10)
+    return views, ms, f"Episode adjacency (Sc = BM25 {sctx.label()})"
+
+
+def prf(a: argparse.Namespace) -> Result:
+    sctx = parse_ctx(a.sctx) if getattr(a, "sctx", None) else ContextSpec(prev=1, date=True)
+    rows: dict = {"D": Dense(), "S": Sparse(), "Sc": Sparse(ctx=sctx)}
+    variants: dict[str, Sparse] = {}
+    for docs in (3, 10):
+        for terms in (10, 30):
+            for lam in (0.3, 0.5):
+                variants[f"rm3 d{docs} t{terms} l{lam}"] = Sparse(ctx=sctx, rm3=Rm3(docs, terms, lam))
+    variants["rm3 d10 t10 l0.5 idf-select"] = Sparse(ctx=sctx, rm3=Rm3(10, 10, 0.5, idf_select=True))
+    for mode in ("idf", "sqrt-idf", "drop-meta"):
+        variants[f"q-weight {mode}"] = Sparse(ctx=sctx, qweight=mode)
+    for i, row in enumerate(variants.values()):
+        rows[f"S{i}"] = row
+    views = build(a.sets, rows)
+    ms = base_methods()
+    ms["bm25 Sc"] = single("Sc")
+    ms["hybrid, BM25 = Sc"] = default_hybrid("D", "Sc")
+    for i, name in enumerate(variants):
+        ms[f"bm25 Sc {name}"] = single(f"S{i}")
+        ms[f"hybrid, BM25 = Sc {name}"] = default_hybrid("D", f"S{i}")
+        ms[f"hybrid Sc + {name} leg"] = rrf(
+            [("D", 100), ("Sc", "D", 100), ("Sc", 100), ("Sc", 5), (f"S{i}", 100)], 3, [1.0, 0.5, 1.0, 0.75, 0.5]
+        )
+    return views, ms, f"Pseudo-relevance feedback and query term weights (Sc = BM25 {sctx.label()})"
+
+
+def fusion(a: argparse.Namespace) -> Result:
+    sctx = parse_ctx(a.sctx) if getattr(a, "sctx", None) else ContextSpec(prev=1, date=True)
+    views = build(a.sets, {"D": Dense(), "S": Sparse(), "Sc": Sparse(ctx=sctx)})
+    ms = base_methods()
+    ms["bm25 Sc"] = single("Sc")
+    for s in ("S", "Sc"):
+        for k in (2, 3, 5, 10, 60):
+            for wd in (0.5, 1.0):
+                ms[f"rrf k={k} [D {wd}, {s} 1]"] = rrf([("D", 100), (s, 100)], k, [wd, 1.0])
+                ms[f"rrf k={k} [D {wd}, {s}@D .5, {s} 1, {s}5 .75]"] = rrf(
+                    [("D", 100), (s, "D", 100), (s, 100), (s, 5)], k, [wd, 0.5, 1.0, 0.75]
+                )
+        for wd, ws in ((1, 1), (1, 2), (1, 3)):
+            ms[f"dbsf [D x{wd}, {s} x{ws}]"] = dbsf([("D", 100), (s, 100)], [wd, ws])
+            ms[f"dbsf [D x{wd}, {s}@D, {s} x{ws}]"] = dbsf([("D", 100), (s, "D", 100), (s, 100)], [wd, 1, ws])
+    ms["rrf k=3 [D 1, Sc@D .5, Sc 1, Sc5 .75, S 1]"] = rrf(
+        [("D", 100), ("Sc", "D", 100), ("Sc", 100), ("Sc", 5), ("S", 100)], 3, [1, 0.5, 1, 0.75, 1]
+    )
+    return views, ms, f"Fusion (Sc = BM25 {sctx.label()})"
+
+
+def model(a: argparse.Namespace) -> Result:
+    if not a.model:
+        raise SystemExit("model: --model DIR (a sentence-transformers directory with a filled cache)")
+    views = build(a.sets, {"D": Dense(), "M": Dense(model=a.model), "S": Sparse()})
+    ms = base_methods()
+    ms["dense M"] = single("M")
+    ms["hybrid, dense = M"] = default_hybrid("M", "S")
+    return views, ms, f"Dense model: D = all-MiniLM-L6-v2, M = {a.model}"
+
+
+EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
+    "legs": legs,
+    "bm25-context": bm25_context,
+    "dense-context": dense_context,
+    "adjacency": adjacency,
+    "prf": prf,
+    "fusion": fusion,
+    "model": model,
+}
