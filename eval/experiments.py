@@ -57,12 +57,13 @@ def bm25_context(a: argparse.Namespace) -> Result:
 
 
 def dense_context(a: argparse.Namespace) -> Result:
-    ctx = parse_ctx(a.ctx) if getattr(a, "ctx", None) else ContextSpec(prev=1, words=64, date=True)
+    ctx = parse_ctx(a.ctx) if getattr(a, "ctx", None) else ContextSpec(prev=1, words=32)
     sctx = parse_ctx(a.sctx) if getattr(a, "sctx", None) else ContextSpec(prev=1, words=None, date=True)
     rows: dict = {"D": Dense(), "S": Sparse(), "Sc": Sparse(ctx=sctx)}
     for mix in (0.25, 0.5, 1.0):
         rows[f"Dmix{mix}"] = Dense(mix=mix)
-    rows["Dc"] = Dense(ctx=ctx)
+    if not ctx.off:  # --ctx prev=0: the vector mixes only (nothing to embed)
+        rows["Dc"] = Dense(ctx=ctx)
     views = build(a.sets, rows)
     ms = base_methods()
     for rn in rows:
@@ -115,25 +116,44 @@ def prf(a: argparse.Namespace) -> Result:
     return views, ms, f"Pseudo-relevance feedback and query term weights (Sc = BM25 {sctx.label()})"
 
 
+FUSION_CONTEXTS = {
+    "C1": ContextSpec(prev=1),
+    "C1/32w": ContextSpec(prev=1, words=32),
+    "C2/16w": ContextSpec(prev=2, words=16),
+    "Cd1/32w": ContextSpec(prev=1, words=32, date=True),
+}
+
+
 def fusion(a: argparse.Namespace) -> Result:
-    sctx = parse_ctx(a.sctx) if getattr(a, "sctx", None) else ContextSpec(prev=1, date=True)
-    views = build(a.sets, {"D": Dense(), "S": Sparse(), "Sc": Sparse(ctx=sctx)})
+    """The shipped four-leg tree with a context-folded BM25 leg C joining it or replacing S, RRF k and
+    the C weight varied, against DBSF over the same legs."""
+    rows: dict = {"D": Dense(), "S": Sparse()}
+    rows.update({"S" + n: Sparse(ctx=c) for n, c in FUSION_CONTEXTS.items()})
+    views = build(a.sets, rows)
     ms = base_methods()
-    ms["bm25 Sc"] = single("Sc")
-    for s in ("S", "Sc"):
-        for k in (2, 3, 5, 10, 60):
-            for wd in (0.5, 1.0):
-                ms[f"rrf k={k} [D {wd}, {s} 1]"] = rrf([("D", 100), (s, 100)], k, [wd, 1.0])
-                ms[f"rrf k={k} [D {wd}, {s}@D .5, {s} 1, {s}5 .75]"] = rrf(
-                    [("D", 100), (s, "D", 100), (s, 100), (s, 5)], k, [wd, 0.5, 1.0, 0.75]
+    for n in FUSION_CONTEXTS:
+        c = "S" + n
+        ms[f"bm25 {n}"] = single(c)
+        for k in (2, 3, 5):
+            ms[f"rrf k={k} [D 1, S@D .5, S 1, S5 .75] (default tree)"] = rrf(
+                [("D", 100), ("S", "D", 100), ("S", 100), ("S", 5)], k, [1, 0.5, 1, 0.75]
+            )
+            ms[f"rrf k={k} [D 1, {n}@D .5, {n} 1, {n}5 .75] (C replaces S)"] = rrf(
+                [("D", 100), (c, "D", 100), (c, 100), (c, 5)], k, [1, 0.5, 1, 0.75]
+            )
+            for wc in (0.5, 1.0):
+                ms[f"rrf k={k} [D 1, S@D .5, S 1, S5 .75, {n} {wc}]"] = rrf(
+                    [("D", 100), ("S", "D", 100), ("S", 100), ("S", 5), (c, 100)], k, [1, 0.5, 1, 0.75, wc]
                 )
-        for wd, ws in ((1, 1), (1, 2), (1, 3)):
-            ms[f"dbsf [D x{wd}, {s} x{ws}]"] = dbsf([("D", 100), (s, 100)], [wd, ws])
-            ms[f"dbsf [D x{wd}, {s}@D, {s} x{ws}]"] = dbsf([("D", 100), (s, "D", 100), (s, 100)], [wd, 1, ws])
-    ms["rrf k=3 [D 1, Sc@D .5, Sc 1, Sc5 .75, S 1]"] = rrf(
-        [("D", 100), ("Sc", "D", 100), ("Sc", 100), ("Sc", 5), ("S", 100)], 3, [1, 0.5, 1, 0.75, 1]
-    )
-    return views, ms, f"Fusion (Sc = BM25 {sctx.label()})"
+            ms[f"rrf k={k} [D 1, {n}@D .5, S 1, S5 .75, {n} 1]"] = rrf(
+                [("D", 100), (c, "D", 100), ("S", 100), ("S", 5), (c, 100)], k, [1, 0.5, 1, 0.75, 1]
+            )
+        ms[f"dbsf [D, S@D, S, {n}]"] = dbsf([("D", 100), ("S", "D", 100), ("S", 100), (c, 100)])
+        ms[f"dbsf [D, S, {n}]"] = dbsf([("D", 100), ("S", 100), (c, 100)])
+        ms[f"dbsf [D, {n}@D, {n}]"] = dbsf([("D", 100), (c, "D", 100), (c, 100)])
+    ms["dbsf [D, S@D, S]"] = dbsf([("D", 100), ("S", "D", 100), ("S", 100)])
+    ms["dbsf [D, S]"] = dbsf([("D", 100), ("S", 100)])
+    return views, ms, "Fusion with a context-folded BM25 leg (C<N>/<w>w: previous N turns, each cut to w words)"
 
 
 def model(a: argparse.Namespace) -> Result:
