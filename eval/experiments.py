@@ -166,6 +166,33 @@ def model(a: argparse.Namespace) -> Result:
     return views, ms, f"Dense model: D = all-MiniLM-L6-v2, M = {a.model}"
 
 
+# The recommendation: the shipped tree plus a BM25 leg over the previous two turns (16 words each) folded
+# into the turn's text, which also replaces the turn's BM25 in the nested (dense candidates) leg.
+RECOMMENDED_CONTEXT = ContextSpec(prev=2, words=16)
+
+
+def recommended(d: str = "D", s: str = "S", c: str = "SC") -> Method:
+    return rrf([(d, 100), (c, d, 100), (s, 100), (s, 5), (c, 100)], 3, [1.0, 0.5, 1.0, 0.75, 1.0])
+
+
+def final(a: argparse.Namespace) -> Result:
+    """The recommendation against today's default and the single legs, every view."""
+    rows: dict = {"D": Dense(), "S": Sparse(), "SC": Sparse(ctx=RECOMMENDED_CONTEXT)}
+    alt = ContextSpec(prev=1, words=32)
+    rows["SC1"] = Sparse(ctx=alt)
+    views = build(a.sets, rows)
+    ms = base_methods()
+    ms["rrf60 (seed)"] = rrf([("D", 100), ("S", 100)], 60, [1, 1])
+    ms[f"bm25 over {RECOMMENDED_CONTEXT.label()} (C)"] = single("SC")
+    ms["RECOMMENDED rrf k=3 [D 1, C@D .5, S 1, S5 .75, C 1]"] = recommended()
+    ms["same, C only as an extra leg [D 1, S@D .5, S 1, S5 .75, C 1]"] = rrf(
+        [("D", 100), ("S", "D", 100), ("S", 100), ("S", 5), ("SC", 100)], 3, [1.0, 0.5, 1.0, 0.75, 1.0]
+    )
+    ms[f"same tree, C = {alt.label()}"] = recommended(c="SC1")
+    ms["C replaces S everywhere (k=3)"] = default_hybrid("D", "SC")
+    return views, ms, f"Recommended configuration (C = BM25 over {RECOMMENDED_CONTEXT.label()})"
+
+
 EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "legs": legs,
     "bm25-context": bm25_context,
@@ -174,4 +201,5 @@ EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "prf": prf,
     "fusion": fusion,
     "model": model,
+    "final": final,
 }
