@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import replace
 
+from eval.bm25 import Bm25Spec
 from eval.context import ContextSpec
 from eval.embcache import parse_ctx
 from eval.methods import Method, adjacent, dbsf, default_hybrid, rrf, single
@@ -166,6 +168,34 @@ def model(a: argparse.Namespace) -> Result:
     return views, ms, f"Dense model: D = all-MiniLM-L6-v2, M = {a.model}"
 
 
+def bm25_options(a: argparse.Namespace) -> Result:
+    """Phase 1's BM25 options, the sparse leg alone (no embeddings needed)."""
+    base = Bm25Spec()  # qdrant_edge's english defaults, b=0.75, avg_len=64
+    specs = {
+        "english, stem+stop, k1.2 b.75 avg64": base,
+        "no stemmer": replace(base, stemmer=False),
+        "no stop words": replace(base, stopwords=False),
+        "tokenizer Whitespace": replace(base, tokenizer="Whitespace"),
+        "avg_len 32": replace(base, avg_len=32.0),
+        "avg_len 256 (Qdrant's default)": replace(base, avg_len=256.0),
+        "k 1.5": replace(base, k=1.5),
+        "b 0.9, avg_len 48": replace(base, b=0.9, avg_len=48.0),
+        "b 1.0 (shipped)": replace(base, b=1.0),
+    }
+    rows = {f"S{i}": Sparse(bm25=spec) for i, spec in enumerate(specs.values())}
+    views = build(a.sets, rows)
+    return views, {n: single(f"S{i}") for i, n in enumerate(specs)}, "BM25 options (sparse leg alone)"
+
+
+def chunking(a: argparse.Namespace) -> Result:
+    """Phase 1's chunking choice for the dense leg: max-sim over 256/32 chunks (the store) vs the head."""
+    views = build(a.sets, {"D": Dense(), "Dh": Dense(pool="head"), "S": Sparse()})
+    ms = base_methods()
+    ms["dense, head only"] = single("Dh")
+    ms["hybrid, dense = head only"] = default_hybrid("Dh", "S")
+    return views, ms, "Chunking (dense leg): chunks 256/32 + max-sim vs the first chunk only"
+
+
 # The recommendation: the shipped tree plus a BM25 leg over the previous two turns (16 words each) folded
 # into the turn's text, which also replaces the turn's BM25 in the nested (dense candidates) leg.
 RECOMMENDED_CONTEXT = ContextSpec(prev=2, words=16)
@@ -195,6 +225,8 @@ def final(a: argparse.Namespace) -> Result:
 
 EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "legs": legs,
+    "bm25-options": bm25_options,
+    "chunking": chunking,
     "bm25-context": bm25_context,
     "dense-context": dense_context,
     "adjacency": adjacency,

@@ -5,6 +5,7 @@
 Experiments (each prints a table and writes eval/results/sweep-<experiment>.txt):
 
 - ``legs``: each single leg and today's shipped hybrid (the reference rows of every table).
+- ``bm25-options`` / ``chunking``: phase 1's BM25 options (sparse leg alone) and dense chunking.
 - ``bm25-context``: BM25 over context-folded text (previous N turns of the session, cut or whole, and
   the session date), alone, in place of the BM25 leg of the hybrid, and as an extra leg.
 - ``dense-context``: the dense leg over context-folded text (needs ``eval.embcache --ctx``) and over
