@@ -68,24 +68,50 @@ def idf(doc_freq: np.ndarray, n_docs: int) -> np.ndarray:
     return np.log(1.0 + (n_docs - doc_freq + 0.5) / (doc_freq + 0.5))
 
 
+class Bm25Index:
+    """One corpus's BM25 document vectors (docs x terms, csr) with Qdrant's IDF per term.
+
+    ``query(texts)`` gives the query vectors (weight 1 per term, as ``Bm25.embed_query``), ``score(q)`` the
+    store's scores for any query weights (a weighted query is what an expanded, RM3-style, query sends).
+    """
+
+    def __init__(self, spec: Bm25Spec, docs: list[str], extra: list[str] | None = None, weight: float = 0.0) -> None:
+        """extra/weight: a second field per document (its context), added as weight x its own BM25 vector,
+        so the document's own terms keep their length normalisation (a BM25F-style sum)."""
+        self.model = spec.model()
+        self.vocab: dict[int, int] = {}
+        self.docs = _csr([self._vec(t) for t in docs], self.vocab)
+        if extra is not None and weight > 0:
+            ctx = _csr([self._vec(t) for t in extra], self.vocab)
+            self.docs.resize(ctx.shape)
+            self.docs = (self.docs + weight * ctx).tocsr()
+        df = np.asarray((self.docs > 0).sum(axis=0)).ravel()
+        self.idf = idf(df, self.docs.shape[0])
+        self._weighted_t = (self.docs @ sparse.diags(self.idf)).T.tocsr()  # terms x docs, IDF folded in
+
+    def _vec(self, text: str) -> tuple[list[int], list[float]]:
+        if not text:
+            return [], []
+        v = self.model.embed_document(text)
+        return list(v.indices), list(v.values)
+
+    def query(self, texts: list[str]) -> sparse.csr_matrix:
+        qv = []
+        for t in texts:
+            v = self.model.embed_query(t)
+            # Query terms absent from the corpus score nothing; keep them out of the vocabulary.
+            keep = [(self.vocab[i], x) for i, x in zip(v.indices, v.values, strict=True) if i in self.vocab]
+            qv.append(([i for i, _ in keep], [x for _, x in keep]))
+        rows = [r for r, (ids, _) in enumerate(qv) for _ in ids]
+        cols = [i for ids, _ in qv for i in ids]
+        vals = [x for _, xs in qv for x in xs]
+        return sparse.csr_matrix((vals, (rows, cols)), shape=(len(texts), self.docs.shape[1]), dtype=np.float64)
+
+    def score(self, q: sparse.csr_matrix) -> np.ndarray:
+        return np.asarray((q @ self._weighted_t).todense())
+
+
 def scores(spec: Bm25Spec, docs: list[str], queries: list[str]) -> np.ndarray:
-    """BM25 scores, queries × docs, exactly as the store's sparse leg computes them."""
-    m = spec.model()
-    vocab: dict[int, int] = {}
-    dv = []
-    for t in docs:
-        v = m.embed_document(t)
-        dv.append((list(v.indices), list(v.values)))
-    d = _csr(dv, vocab)
-    qv = []
-    for t in queries:
-        v = m.embed_query(t)
-        # Query terms absent from the corpus score nothing; keep them out of the vocabulary.
-        keep = [(i, x) for i, x in zip(v.indices, v.values, strict=True) if i in vocab]
-        qv.append(([i for i, _ in keep], [x for _, x in keep]))
-    q = _csr(qv, vocab)
-    if q.shape[1] < d.shape[1]:
-        q = sparse.csr_matrix((q.data, q.indices, q.indptr), shape=(q.shape[0], d.shape[1]))
-    df = np.asarray((d > 0).sum(axis=0)).ravel()
-    w = sparse.diags(idf(df, d.shape[0]))
-    return np.asarray((q @ w @ d.T).todense())
+    """BM25 scores, queries x docs, exactly as the store's sparse leg computes them."""
+    ix = Bm25Index(spec, docs)
+    return ix.score(ix.query(queries))

@@ -14,9 +14,10 @@ One entry per turn; its text is ``"role: content"`` by default (the README's map
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,6 +154,14 @@ def load_s(data_dir: Path = DATA_DIR, limit: int | None = None) -> list[Corpus]:
         c.questions.append(_question(rec, own))
         out.append(c)
     return stratified(out)[:limit]
+
+
+def holdout(question_ids: Iterable[str]) -> frozenset[str]:
+    """The holdout third of a set's questions: the third with the lowest SHA-1 of their id (stable, and
+    exactly a third even for the 48 s questions). Choices are made on the other two thirds (dev) only;
+    holdout is reported beside dev as a check that a choice does not just fit those questions."""
+    ids = sorted(set(question_ids), key=lambda i: hashlib.sha1(i.encode()).hexdigest())
+    return frozenset(ids[: round(len(ids) / 3)])
 
 
 def load(name: str, limit: int | None = None) -> list[Corpus]:

@@ -2,7 +2,12 @@
 
 Documents are chunked exactly as the pipeline does it (``SentenceTransformerEmbedder.chunk``), and each
 chunk's vector is cached under the hash of (kind, chunk text), so reruns and other chunkings that share
-chunks cost nothing. ``python -m eval.embcache`` fills the cache for both sets in the background.
+chunks cost nothing. One cache per model: the bundled all-MiniLM-L6-v2 ("minilm") in eval/results/emb,
+any other sentence-transformers directory in eval/results/emb/<its folder name>.
+
+    python -m eval.embcache --set both                        # the turns as the store indexes them
+    python -m eval.embcache --set oracle --ctx prev=1,words=64,date=1  # a context-aware dense text
+    python -m eval.embcache --model /path/to/all-mpnet-base-v2 --set oracle --oracle-limit 150
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,16 +32,21 @@ def key(text: str, kind: str = "doc") -> str:
     return hashlib.sha1(f"{kind}\x00{text}".encode()).hexdigest()
 
 
+def model_dir(model: str) -> Path:
+    return EMB_DIR if model == "minilm" else EMB_DIR / Path(model).name
+
+
 class EmbeddingCache:
-    def __init__(self, directory: Path = EMB_DIR) -> None:
-        self.dir = directory
+    def __init__(self, model: str = "minilm") -> None:
+        self.model = model
+        self.dir = model_dir(model)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._vecs: dict[str, np.ndarray] = {}
         for f in sorted(self.dir.glob("shard-*.npz")):
             with np.load(f) as z:
                 for k, v in zip(z["keys"], z["vecs"], strict=True):
                     self._vecs[str(k)] = v
-        self._embedder = None
+        self._embedder: Any = None
 
     def __len__(self) -> int:
         return len(self._vecs)
@@ -47,7 +58,8 @@ class EmbeddingCache:
             from episodic.embedder import load_model
             from episodic.settings import Settings
 
-            self._embedder = load_model("all-MiniLM-L6-v2", Settings())
+            name = "all-MiniLM-L6-v2" if self.model == "minilm" else self.model
+            self._embedder = load_model(name, Settings())
         return self._embedder
 
     def chunker(self, chunk_tokens: int = 256, overlap: int = 32):
@@ -92,16 +104,18 @@ class EmbeddingCache:
         return self._vecs[key(text, kind)]
 
     def matrix(self, texts: list[str], kind: str = "doc") -> np.ndarray:
-        return np.stack([self._vecs[key(t, kind)] for t in texts]) if texts else np.zeros((0, 384), np.float32)
+        return np.stack([self._vecs[key(t, kind)] for t in texts])
 
 
 def main() -> None:
+    from eval.context import ContextSpec
     from eval.data import load
+    from eval.views import Memories
 
     ap = argparse.ArgumentParser(description="fill the embedding cache for the eval sets")
     ap.add_argument("--set", default="both", choices=["oracle", "s", "both"])
-    ap.add_argument("--chunk", type=int, nargs=2, action="append", metavar=("TOKENS", "OVERLAP"))
-    ap.add_argument("--no-role", action="store_true", help="also embed the content without the role prefix")
+    ap.add_argument("--model", default="minilm", help="'minilm' (bundled) or a sentence-transformers directory")
+    ap.add_argument("--ctx", action="append", default=None, help="context spec(s), e.g. prev=1,words=64,date=1")
     ap.add_argument("--s-limit", type=int, default=None, help="first N s haystacks (stratified by type)")
     ap.add_argument("--oracle-limit", type=int, default=None, help="pool only the first N oracle questions")
     ap.add_argument("--threads", type=int, default=2)
@@ -110,23 +124,35 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(a.threads)
-    cache = EmbeddingCache()
-    chunkings = [tuple(c) for c in (a.chunk or [(256, 32)])]
-    sets = ["oracle", "s"] if a.set == "both" else [a.set]
-    for name in sets:
+    cache = EmbeddingCache(a.model)
+    specs = [parse_ctx(c) for c in a.ctx] if a.ctx else [ContextSpec()]
+    chunk = cache.chunker()
+    for name in ["oracle", "s"] if a.set == "both" else [a.set]:
         corpora = load(name, limit=a.s_limit if name == "s" else a.oracle_limit)
         cache.fill([q.question for c in corpora for q in c.questions], kind="query")
-        for tokens, overlap in chunkings:
-            chunk = cache.chunker(tokens, overlap)
-            for role in [True, False] if a.no_role else [True]:
-                # s: one haystack at a time, types interleaved, so a partial fill is a fair sample
-                for group in [[c] for c in corpora] if name == "s" else [corpora]:
-                    texts = [t.text(role) for c in group for t in c.turns]
-                    pieces = [p for t in dict.fromkeys(texts) for p in chunk(t)]
-                    log.info(
-                        "%s %s chunk=%d/%d role=%s: %d chunks", name, group[0].name, tokens, overlap, role, len(pieces)
-                    )
-                    cache.fill(pieces)
+        for spec in specs:
+            # s: one haystack at a time, types interleaved, so a partial fill is a fair sample
+            for group in [[c] for c in corpora] if name == "s" else [corpora]:
+                texts = [t for c in group for t in Memories.build(c).texts(spec)]
+                pieces = [p for t in dict.fromkeys(texts) for p in chunk(t)]
+                log.info("%s %s ctx=%s: %d chunks", name, group[0].name, spec.label(), len(pieces))
+                cache.fill(pieces)
+
+
+def parse_ctx(text: str):
+    """'prev=1,words=64,date=1' -> ContextSpec."""
+    from eval.context import ContextSpec
+
+    kw: dict[str, int | bool | None] = {}
+    for part in filter(None, text.split(",")):
+        name, _, value = part.partition("=")
+        if name == "date":
+            kw[name] = value in ("1", "true")
+        elif name in ("prev", "words"):
+            kw[name] = int(value) if value not in ("", "none") else None
+        else:
+            raise ValueError(f"unknown context option {name!r} (prev, words, date)")
+    return ContextSpec(**kw)  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ def top(scores: np.ndarray, limit: int) -> np.ndarray:
     return part[order]
 
 
-def rrf(legs: list[np.ndarray], k: int, weights: list[float] | None = None) -> dict[int, float]:
+def rrf(legs: list[np.ndarray], k: float, weights: list[float] | None = None) -> dict[int, float]:
     weights = weights or [1.0] * len(legs)
     out: dict[int, float] = {}
     for idx, w in zip(legs, weights, strict=True):

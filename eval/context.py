@@ -1,0 +1,89 @@
+"""Context-aware indexing: the text a leg indexes for an entry, with what came before it folded in.
+
+The entry itself is returned unchanged at recall; only what BM25 and/or the dense model *see* changes.
+Context is strictly streaming: the previous entries of the same session (run), never later ones, and the
+session's date. ``render`` is the one definition of the indexed text that the sweeps measure, written so
+an indexer can reproduce it byte for byte::
+
+    [<date line>\\n][<previous entry N>\\n ... <previous entry 1>\\n]<entry>
+
+- date line (``date=True``): ``"Saturday 20 May 2023 (2023-05-20)"``, the session's (run's) date in
+  words and in ISO form, so "in May", "on a Saturday" and "2023-05-20" all share terms with it.
+- previous entries (``prev=N``): the N entries before this one in the same session, oldest first, each
+  as ``"role: content"`` cut to its first ``words`` whitespace-separated words when ``words`` is set
+  (a long assistant answer would otherwise bury a short reply under its own terms).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from eval.data import Turn
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSpec:
+    prev: int = 0  # previous entries of the same session folded in
+    date: bool = False  # the session's date line first
+    words: int | None = None  # each previous entry cut to its first `words` words (None: whole)
+
+    @property
+    def off(self) -> bool:
+        return self.prev == 0 and not self.date
+
+    def label(self) -> str:
+        if self.off:
+            return "turn"
+        parts = []
+        if self.date:
+            parts.append("date")
+        if self.prev:
+            parts.append(f"prev{self.prev}" + (f"/{self.words}w" if self.words else ""))
+        return "+".join(parts)
+
+
+def date_line(stamp: str) -> str:
+    """'2023/05/20 (Sat) 00:59' -> 'Saturday 20 May 2023 (2023-05-20)'; '' when it does not parse."""
+    try:
+        d = datetime.strptime(stamp.split(" (")[0].strip(), "%Y/%m/%d")
+    except ValueError:
+        return ""
+    return f"{d:%A} {d.day} {d:%B %Y} ({d:%Y-%m-%d})"
+
+
+def _cut(text: str, words: int | None) -> str:
+    if words is None:
+        return text
+    parts = text.split()
+    return text if len(parts) <= words else " ".join(parts[:words])
+
+
+def render(turn: Turn, before: Sequence[Turn], spec: ContextSpec, own: bool = True) -> str:
+    """The indexed text of `turn`; `before` = the earlier turns of its session, oldest first.
+    own=False: the context lines alone (a separate field)."""
+    if spec.off:
+        return turn.text() if own else ""
+    lines = []
+    if spec.date:
+        line = date_line(turn.date)
+        if line:
+            lines.append(line)
+    if spec.prev:
+        lines.extend(_cut(t.text(), spec.words) for t in before[-spec.prev :])
+    if own:
+        lines.append(turn.text())
+    return "\n".join(lines)
+
+
+def rendered(turns: Sequence[Turn], spec: ContextSpec, own: bool = True) -> list[str]:
+    """render() for every turn of a corpus, in order (sessions are contiguous and in turn order)."""
+    out: list[str] = []
+    session: list[Turn] = []
+    for t in turns:
+        if not session or session[-1].session_id != t.session_id:
+            session = []
+        out.append(render(t, session, spec, own))
+        session.append(t)
+    return out

@@ -1,0 +1,237 @@
+"""The experiments of ``python -m eval.sweep``: which rows to compute and which methods to score.
+
+Row names: D = the dense leg (MiniLM, "role: content", chunks 256/32, max-sim), S = BM25 (b=1.0) of
+"role: content"; other names say what they fold in (``eval.context.ContextSpec.label``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import replace
+
+from eval.bm25 import Bm25Spec
+from eval.context import ContextSpec
+from eval.embcache import parse_ctx
+from eval.methods import Method, adjacent, dbsf, default_hybrid, rrf, single
+from eval.prf import Rm3
+from eval.views import Dense, Sparse, Views, build
+
+Result = tuple[Views, dict[str, Method], str]
+
+
+def base_methods() -> dict[str, Method]:
+    return {"dense (D)": single("D"), "bm25 (S)": single("S"), "default hybrid": default_hybrid()}
+
+
+def legs(a: argparse.Namespace) -> Result:
+    views = build(a.sets, {"D": Dense(), "S": Sparse()})
+    ms = base_methods()
+    ms["rrf60 (seed)"] = rrf([("D", 100), ("S", 100)], 60, [1, 1])
+    return views, ms, "Single legs and today's default"
+
+
+BM25_CONTEXTS: dict[str, Sparse] = {
+    "date": Sparse(ctx=ContextSpec(date=True)),
+    **{f"prev{n}": Sparse(ctx=ContextSpec(prev=n)) for n in (1, 2)},
+    **{f"prev{n}/{w}w": Sparse(ctx=ContextSpec(prev=n, words=w)) for n in (1, 2, 3) for w in (8, 16, 32)},
+    "date+prev1/16w": Sparse(ctx=ContextSpec(prev=1, words=16, date=True)),
+    # the context as a second field beside the turn's own vector (weight f): no length dilution
+    **{f"prev{n} field {f}": Sparse(ctx=ContextSpec(prev=n), ctx_field=f) for n in (1, 2) for f in (0.1, 0.25)},
+    "date+prev1 field 0.25": Sparse(ctx=ContextSpec(prev=1, date=True), ctx_field=0.25),
+}
+
+
+def bm25_context(a: argparse.Namespace) -> Result:
+    rows: dict = {"D": Dense(), "S": Sparse()}
+    rows.update({"S:" + n: r for n, r in BM25_CONTEXTS.items()})
+    views = build(a.sets, rows)
+    ms = base_methods()
+    for rn in rows:
+        if rn.startswith("S:"):
+            ms[f"bm25 {rn[2:]}"] = single(rn)
+            ms[f"hybrid, BM25 leg = {rn[2:]}"] = default_hybrid("D", rn)
+            # an extra sparse leg: the turn's own BM25 stays, the context-folded one joins it
+            ms[f"hybrid + {rn[2:]} leg"] = rrf(
+                [("D", 100), ("S", "D", 100), ("S", 100), ("S", 5), (rn, 100)], 3, [1.0, 0.5, 1.0, 0.75, 1.0]
+            )
+    return views, ms, "Context-aware BM25 (dense leg unchanged)"
+
+
+def dense_context(a: argparse.Namespace) -> Result:
+    ctx = parse_ctx(a.ctx) if getattr(a, "ctx", None) else ContextSpec(prev=1, words=32)
+    sctx = parse_ctx(a.sctx) if getattr(a, "sctx", None) else ContextSpec(prev=1, words=None, date=True)
+    rows: dict = {"D": Dense(), "S": Sparse(), "Sc": Sparse(ctx=sctx)}
+    for mix in (0.25, 0.5, 1.0):
+        rows[f"Dmix{mix}"] = Dense(mix=mix)
+    if not ctx.off:  # --ctx prev=0: the vector mixes only (nothing to embed)
+        rows["Dc"] = Dense(ctx=ctx)
+    views = build(a.sets, rows)
+    ms = base_methods()
+    for rn in rows:
+        if rn.startswith("D") and rn != "D":
+            ms[f"dense {rn}"] = single(rn)
+            ms[f"hybrid, dense leg = {rn}"] = default_hybrid(rn, "S")
+            ms[f"hybrid, dense = {rn}, BM25 = Sc"] = default_hybrid(rn, "Sc")
+    ms["hybrid, BM25 = Sc"] = default_hybrid("D", "Sc")
+    title = f"Context-aware dense leg (Dc = {ctx.label()}; Sc = BM25 {sctx.label()}; DmixA = unit(v + A v_prev))"
+    return views, ms, title
+
+
+def adjacency(a: argparse.Namespace) -> Result:
+    sctx = parse_ctx(a.sctx) if getattr(a, "sctx", None) else ContextSpec(prev=1, date=True)
+    views = build(a.sets, {"D": Dense(), "S": Sparse(), "Sc": Sparse(ctx=sctx)})
+    ms = base_methods()
+    for name, inner in (("default", default_hybrid()), ("Sc hybrid", default_hybrid("D", "Sc"))):
+        ms[name] = inner
+        for which in ("next", "prev", "both"):
+            for hits in (1, 3, 10):
+                ms[f"{name} + adjacent {which}, top {hits} hits, right below"] = adjacent(inner, which, 0.0, hits)
+            for f in (0.5, 0.9):
+                ms[f"{name} + adjacent {which}, all hits, score x{f}"] = adjacent(inner, which, f, 10)
+    return views, ms, f"Episode adjacency (Sc = BM25 {sctx.label()})"
+
+
+def prf(a: argparse.Namespace) -> Result:
+    sctx = parse_ctx(a.sctx) if getattr(a, "sctx", None) else ContextSpec(prev=1, date=True)
+    rows: dict = {"D": Dense(), "S": Sparse(), "Sc": Sparse(ctx=sctx)}
+    variants: dict[str, Sparse] = {}
+    for docs in (3, 10):
+        for terms in (10, 30):
+            for lam in (0.3, 0.5):
+                variants[f"rm3 d{docs} t{terms} l{lam}"] = Sparse(ctx=sctx, rm3=Rm3(docs, terms, lam))
+    variants["rm3 d10 t10 l0.5 idf-select"] = Sparse(ctx=sctx, rm3=Rm3(10, 10, 0.5, idf_select=True))
+    for mode in ("idf", "sqrt-idf", "drop-meta"):
+        variants[f"q-weight {mode}"] = Sparse(ctx=sctx, qweight=mode)
+    for i, row in enumerate(variants.values()):
+        rows[f"S{i}"] = row
+    views = build(a.sets, rows)
+    ms = base_methods()
+    ms["bm25 Sc"] = single("Sc")
+    ms["hybrid, BM25 = Sc"] = default_hybrid("D", "Sc")
+    for i, name in enumerate(variants):
+        ms[f"bm25 Sc {name}"] = single(f"S{i}")
+        ms[f"hybrid, BM25 = Sc {name}"] = default_hybrid("D", f"S{i}")
+        ms[f"hybrid Sc + {name} leg"] = rrf(
+            [("D", 100), ("Sc", "D", 100), ("Sc", 100), ("Sc", 5), (f"S{i}", 100)], 3, [1.0, 0.5, 1.0, 0.75, 0.5]
+        )
+    return views, ms, f"Pseudo-relevance feedback and query term weights (Sc = BM25 {sctx.label()})"
+
+
+FUSION_CONTEXTS = {
+    "C1": ContextSpec(prev=1),
+    "C1/32w": ContextSpec(prev=1, words=32),
+    "C2/16w": ContextSpec(prev=2, words=16),
+    "Cd1/32w": ContextSpec(prev=1, words=32, date=True),
+}
+
+
+def fusion(a: argparse.Namespace) -> Result:
+    """The shipped four-leg tree with a context-folded BM25 leg C joining it or replacing S, RRF k and
+    the C weight varied, against DBSF over the same legs."""
+    rows: dict = {"D": Dense(), "S": Sparse()}
+    rows.update({"S" + n: Sparse(ctx=c) for n, c in FUSION_CONTEXTS.items()})
+    views = build(a.sets, rows)
+    ms = base_methods()
+    for n in FUSION_CONTEXTS:
+        c = "S" + n
+        ms[f"bm25 {n}"] = single(c)
+        for k in (2, 3, 5):
+            ms[f"rrf k={k} [D 1, S@D .5, S 1, S5 .75] (default tree)"] = rrf(
+                [("D", 100), ("S", "D", 100), ("S", 100), ("S", 5)], k, [1, 0.5, 1, 0.75]
+            )
+            ms[f"rrf k={k} [D 1, {n}@D .5, {n} 1, {n}5 .75] (C replaces S)"] = rrf(
+                [("D", 100), (c, "D", 100), (c, 100), (c, 5)], k, [1, 0.5, 1, 0.75]
+            )
+            for wc in (0.5, 1.0):
+                ms[f"rrf k={k} [D 1, S@D .5, S 1, S5 .75, {n} {wc}]"] = rrf(
+                    [("D", 100), ("S", "D", 100), ("S", 100), ("S", 5), (c, 100)], k, [1, 0.5, 1, 0.75, wc]
+                )
+            ms[f"rrf k={k} [D 1, {n}@D .5, S 1, S5 .75, {n} 1]"] = rrf(
+                [("D", 100), (c, "D", 100), ("S", 100), ("S", 5), (c, 100)], k, [1, 0.5, 1, 0.75, 1]
+            )
+        ms[f"dbsf [D, S@D, S, {n}]"] = dbsf([("D", 100), ("S", "D", 100), ("S", 100), (c, 100)])
+        ms[f"dbsf [D, S, {n}]"] = dbsf([("D", 100), ("S", 100), (c, 100)])
+        ms[f"dbsf [D, {n}@D, {n}]"] = dbsf([("D", 100), (c, "D", 100), (c, 100)])
+    ms["dbsf [D, S@D, S]"] = dbsf([("D", 100), ("S", "D", 100), ("S", 100)])
+    ms["dbsf [D, S]"] = dbsf([("D", 100), ("S", 100)])
+    return views, ms, "Fusion with a context-folded BM25 leg (C<N>/<w>w: previous N turns, each cut to w words)"
+
+
+def model(a: argparse.Namespace) -> Result:
+    if not a.model:
+        raise SystemExit("model: --model DIR (a sentence-transformers directory with a filled cache)")
+    views = build(a.sets, {"D": Dense(), "M": Dense(model=a.model), "S": Sparse()})
+    ms = base_methods()
+    ms["dense M"] = single("M")
+    ms["hybrid, dense = M"] = default_hybrid("M", "S")
+    return views, ms, f"Dense model: D = all-MiniLM-L6-v2, M = {a.model}"
+
+
+def bm25_options(a: argparse.Namespace) -> Result:
+    """Phase 1's BM25 options, the sparse leg alone (no embeddings needed)."""
+    base = Bm25Spec()  # qdrant_edge's english defaults, b=0.75, avg_len=64
+    specs = {
+        "english, stem+stop, k1.2 b.75 avg64": base,
+        "no stemmer": replace(base, stemmer=False),
+        "no stop words": replace(base, stopwords=False),
+        "tokenizer Whitespace": replace(base, tokenizer="Whitespace"),
+        "avg_len 32": replace(base, avg_len=32.0),
+        "avg_len 256 (Qdrant's default)": replace(base, avg_len=256.0),
+        "k 1.5": replace(base, k=1.5),
+        "b 0.9, avg_len 48": replace(base, b=0.9, avg_len=48.0),
+        "b 1.0 (shipped)": replace(base, b=1.0),
+    }
+    rows = {f"S{i}": Sparse(bm25=spec) for i, spec in enumerate(specs.values())}
+    views = build(a.sets, rows)
+    return views, {n: single(f"S{i}") for i, n in enumerate(specs)}, "BM25 options (sparse leg alone)"
+
+
+def chunking(a: argparse.Namespace) -> Result:
+    """Phase 1's chunking choice for the dense leg: max-sim over 256/32 chunks (the store) vs the head."""
+    views = build(a.sets, {"D": Dense(), "Dh": Dense(pool="head"), "S": Sparse()})
+    ms = base_methods()
+    ms["dense, head only"] = single("Dh")
+    ms["hybrid, dense = head only"] = default_hybrid("Dh", "S")
+    return views, ms, "Chunking (dense leg): chunks 256/32 + max-sim vs the first chunk only"
+
+
+# The recommendation: the shipped tree plus a BM25 leg over the previous two turns (16 words each) folded
+# into the turn's text, which also replaces the turn's BM25 in the nested (dense candidates) leg.
+RECOMMENDED_CONTEXT = ContextSpec(prev=2, words=16)
+
+
+def recommended(d: str = "D", s: str = "S", c: str = "SC") -> Method:
+    return rrf([(d, 100), (c, d, 100), (s, 100), (s, 5), (c, 100)], 3, [1.0, 0.5, 1.0, 0.75, 1.0])
+
+
+def final(a: argparse.Namespace) -> Result:
+    """The recommendation against today's default and the single legs, every view."""
+    rows: dict = {"D": Dense(), "S": Sparse(), "SC": Sparse(ctx=RECOMMENDED_CONTEXT)}
+    alt = ContextSpec(prev=1, words=32)
+    rows["SC1"] = Sparse(ctx=alt)
+    views = build(a.sets, rows)
+    ms = base_methods()
+    ms["rrf60 (seed)"] = rrf([("D", 100), ("S", 100)], 60, [1, 1])
+    ms[f"bm25 over {RECOMMENDED_CONTEXT.label()} (C)"] = single("SC")
+    ms["RECOMMENDED rrf k=3 [D 1, C@D .5, S 1, S5 .75, C 1]"] = recommended()
+    ms["same, C only as an extra leg [D 1, S@D .5, S 1, S5 .75, C 1]"] = rrf(
+        [("D", 100), ("S", "D", 100), ("S", 100), ("S", 5), ("SC", 100)], 3, [1.0, 0.5, 1.0, 0.75, 1.0]
+    )
+    ms[f"same tree, C = {alt.label()}"] = recommended(c="SC1")
+    ms["C replaces S everywhere (k=3)"] = default_hybrid("D", "SC")
+    return views, ms, f"Recommended configuration (C = BM25 over {RECOMMENDED_CONTEXT.label()})"
+
+
+EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
+    "legs": legs,
+    "bm25-options": bm25_options,
+    "chunking": chunking,
+    "bm25-context": bm25_context,
+    "dense-context": dense_context,
+    "adjacency": adjacency,
+    "prf": prf,
+    "fusion": fusion,
+    "model": model,
+    "final": final,
+}

@@ -1,0 +1,93 @@
+"""Ranking methods over a question's score rows, each expressible as a Qdrant query (or said otherwise).
+
+A leg is a prefetch: ``("S", 100)`` is row S's top 100 (sparse rows: matched only); ``("S", "D", 100)`` a
+nested prefetch, D's top 100 re-scored by S (the store's "B" leg: near in meaning *and* sharing the
+query's words). Fusions are Qdrant's: weighted RRF ``1/((pos+1)/w + k - 1)`` and DBSF (each leg's
+scores mapped by its mean +- 3 sigma, summed; a weight is that prefetch repeated, or a formula query's
+multiplier). ``adjacent`` wraps a method with episode adjacency (a hit's session neighbours brought in
+below it, counted in k), which the recall service would do in Python on the engine's answer.
+
+A method returns the ranked memory indices with their fused scores (best first, at most ``DEPTH``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from eval import fusion as F
+from eval.views import Q
+
+DEPTH = 30
+Leg = tuple  # (row, n) or (row, inner_row, m)
+Ranked = tuple[np.ndarray, np.ndarray]  # memory indices, scores
+Method = Callable[[Q], Ranked]
+
+
+def leg(q: Q, spec: Leg) -> tuple[np.ndarray, np.ndarray]:
+    idx = q.top(spec[0], spec[1]) if len(spec) == 2 else q.over(spec[0], spec[1], spec[2])
+    return idx, q.rows[spec[0]][idx]
+
+
+def _ranked(acc: dict[int, float]) -> Ranked:
+    items = sorted(acc.items(), key=lambda kv: (-kv[1], kv[0]))[:DEPTH]
+    return np.array([i for i, _ in items], dtype=np.int64), np.array([v for _, v in items])
+
+
+def single(row: str) -> Method:
+    def run(q: Q) -> Ranked:
+        idx, sc = leg(q, (row, DEPTH))
+        return idx, sc
+
+    return run
+
+
+def rrf(legs: Sequence[Leg], k: float, weights: Sequence[float]) -> Method:
+    def run(q: Q) -> Ranked:
+        return _ranked(F.rrf([leg(q, s)[0] for s in legs], k, list(weights)))
+
+    return run
+
+
+def dbsf(legs: Sequence[Leg], weights: Sequence[float] | None = None) -> Method:
+    def run(q: Q) -> Ranked:
+        return _ranked(F.dbsf([leg(q, s) for s in legs], list(weights) if weights else None))
+
+    return run
+
+
+def adjacent(inner: Method, which: str = "both", factor: float = 0.0, hits: int = 10) -> Method:
+    """Episode adjacency: the top `hits` direct hits each bring their previous and/or next memory in the
+    session. factor 0: a neighbour goes right below its hit; factor f > 0: it is scored f * the hit's
+    score and everything is re-sorted (so it can fall below other direct hits). Duplicates keep their
+    best place."""
+
+    def run(q: Q) -> Ranked:
+        idx, sc = inner(q)
+        out: dict[int, float] = {}
+        order: list[int] = []
+        for r, (i, s) in enumerate(zip(idx.tolist(), sc.tolist(), strict=True)):
+            cand = [(i, s)]
+            if r < hits:
+                before = q.mem.prev[i] if which in ("prev", "both") else -1
+                after = q.mem.next[i] if which in ("next", "both") else -1
+                for nb in (before, after):
+                    if nb >= 0:
+                        cand.append((int(nb), s * factor if factor else s - 1e-9))
+            for j, v in cand:
+                if j not in out:
+                    order.append(j)
+                    out[j] = v
+                elif factor:
+                    out[j] = max(out[j], v)
+        if factor:
+            return _ranked(out)
+        return np.array(order[:DEPTH], dtype=np.int64), np.array([out[j] for j in order[:DEPTH]])
+
+    return run
+
+
+# today's shipped hybrid: RRF k=3 over D100 (w 1), S100 re-scored over D100 (w .5), S100 (w 1), S5 (w .75)
+def default_hybrid(d: str = "D", s: str = "S") -> Method:
+    return rrf([(d, 100), (s, d, 100), (s, 100), (s, 5)], 3, [1.0, 0.5, 1.0, 0.75])

@@ -1,0 +1,206 @@
+"""The corpora as the store holds them, and per-question score rows for every leg a sweep asks for.
+
+A ``Memories`` is one workspace: the unique entries (turns deduplicated by normalised summary, as the
+store's identity does; a memory keeps the context of its first occurrence, streaming order), their alias
+turn ids, their previous/next memory in the session (for adjacency), and the questions asked against it
+with their part (dev/holdout, ``eval.data.holdout``).
+
+A ``Row`` names one scoring of every memory for a query: ``Dense`` (max-sim cosine over the cached
+chunk vectors of the rendered text) or ``Sparse`` (the store's BM25 of the rendered text, optionally with
+an RM3 expansion or query-side term weights). ``build`` computes the requested rows for every question
+and returns ``Q`` objects grouped in views: ``<set>/dev`` and ``<set>/holdout``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from eval import fusion as F
+from eval.bm25 import Bm25Index, Bm25Spec
+from eval.context import ContextSpec, rendered
+from eval.data import Corpus, holdout, load
+from eval.embcache import EmbeddingCache
+from eval.prf import Rm3, expand, weigh_query
+
+BM25 = Bm25Spec(k=1.2, b=1.0, avg_len=64.0)  # the shipped BM25 (eval/README.md, phase 1)
+MAXN = 200  # the deepest prefetch any method asks for
+
+
+@dataclass(frozen=True)
+class Dense:
+    ctx: ContextSpec = field(default_factory=ContextSpec)
+    model: str = "minilm"
+    pool: str = "max"  # "max": multivector max-sim (the store); "head": first chunk only
+    mix: float = 0.0  # > 0: unit(v + mix * v_prev) over the previous memory's vector (no re-embedding)
+
+
+@dataclass(frozen=True)
+class Sparse:
+    ctx: ContextSpec = field(default_factory=ContextSpec)
+    bm25: Bm25Spec = BM25
+    ctx_field: float = 0.0  # > 0: the context as a second field of this weight beside the turn's own vector
+    rm3: Rm3 | None = None
+    qweight: str | None = None  # eval.prf.weigh_query modes
+
+
+Row = Dense | Sparse
+
+
+@dataclass
+class Memories:
+    corpus: Corpus
+    first: list[int] = field(default_factory=list)  # corpus turn index of each memory's first occurrence
+    aliases: list[list[str]] = field(default_factory=list)
+    prev: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # -1: none
+    next: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    @classmethod
+    def build(cls, corpus: Corpus) -> Memories:
+        from episodic.identity import normalise_summary
+
+        m = cls(corpus)
+        where: dict[str, int] = {}
+        of_turn: list[int] = []
+        for i, t in enumerate(corpus.turns):
+            nk = normalise_summary(t.text())
+            if nk not in where:
+                where[nk] = len(m.first)
+                m.first.append(i)
+                m.aliases.append([])
+            m.aliases[where[nk]].append(t.id)
+            of_turn.append(where[nk])
+        n = len(m.first)
+        m.prev = np.full(n, -1, dtype=np.int64)
+        m.next = np.full(n, -1, dtype=np.int64)
+        turns = corpus.turns
+        for j, i in enumerate(m.first):
+            if i > 0 and turns[i - 1].session_id == turns[i].session_id:
+                m.prev[j] = of_turn[i - 1]
+            if i + 1 < len(turns) and turns[i + 1].session_id == turns[i].session_id:
+                m.next[j] = of_turn[i + 1]
+        return m
+
+    def texts(self, ctx: ContextSpec, own: bool = True) -> list[str]:
+        all_ = rendered(self.corpus.turns, ctx, own)
+        return [all_[i] for i in self.first]
+
+
+@dataclass
+class Q:
+    """One question: its score rows (name -> scores over the memories) and cached leg candidates."""
+
+    rows: dict[str, np.ndarray]
+    mem: Memories
+    evidence: frozenset[str]
+    type: str
+    _legs: dict = field(default_factory=dict)
+
+    def top(self, row: str, n: int) -> np.ndarray:
+        """A prefetch: the row's best n, best first; a sparse row returns matched memories only."""
+        key = (row, n)
+        if key not in self._legs:
+            r = self.rows[row]
+            idx = F.top(r, n)
+            self._legs[key] = idx[r[idx] > 0] if row.startswith("S") else idx
+        return self._legs[key]
+
+    def over(self, row: str, inner: str, m: int) -> np.ndarray:
+        """A nested prefetch: `inner`'s top m re-scored by `row` (zero sparse scores dropped)."""
+        key = (row, inner, m)
+        if key not in self._legs:
+            c = self.top(inner, m)
+            r = self.rows[row]
+            if row.startswith("S"):
+                c = c[r[c] > 0]
+            self._legs[key] = c[np.lexsort((c, -r[c]))]
+        return self._legs[key]
+
+
+_CACHES: dict[str, EmbeddingCache] = {}
+
+
+def cache(model: str) -> EmbeddingCache:
+    if model not in _CACHES:
+        _CACHES[model] = EmbeddingCache(model)
+    return _CACHES[model]
+
+
+def dense_rows(mem: Memories, queries: list[str], row: Dense) -> np.ndarray | None:
+    """Cosine, queries x memories; None when a chunk is not in the model's embedding cache."""
+    c = cache(row.model)
+    chunk = c.chunker()
+    pieces: list[str] = []
+    owner: list[int] = []
+    for i, text in enumerate(mem.texts(row.ctx)):
+        ch = chunk(text)
+        if row.pool == "head":
+            ch = ch[:1]
+        pieces.extend(ch)
+        owner.extend([i] * len(ch))
+    if c.missing(pieces) or c.missing(queries, "query"):
+        return None
+    dm = c.matrix(pieces)
+    qm = c.matrix(queries, kind="query")
+    starts = np.flatnonzero(np.r_[True, np.diff(owner) != 0])
+    if row.mix:  # every chunk plus the previous memory's first-chunk vector, renormalised
+        prev = mem.prev[np.asarray(owner)]
+        dm = dm + row.mix * np.where((prev >= 0)[:, None], dm[starts[np.maximum(prev, 0)]], 0.0)
+        dm /= np.linalg.norm(dm, axis=1, keepdims=True)
+    return np.maximum.reduceat(qm @ dm.T, starts, axis=1)
+
+
+def sparse_rows(mem: Memories, queries: list[str], row: Sparse) -> np.ndarray:
+    if row.ctx_field:
+        ix = Bm25Index(row.bm25, mem.texts(ContextSpec()), mem.texts(row.ctx, own=False), row.ctx_field)
+    else:
+        ix = Bm25Index(row.bm25, mem.texts(row.ctx))
+    q = ix.query(queries)
+    if row.qweight:
+        q = weigh_query(ix, q, row.qweight)
+    s = ix.score(q)
+    if row.rm3 is not None:
+        s = ix.score(expand(ix, q, s, row.rm3))
+    return s
+
+
+@dataclass
+class Views:
+    views: dict[str, list[Q]]
+    skipped: dict[str, int]  # corpora left out per set (a dense row not cached yet)
+
+
+_MEM: dict[str, Memories] = {}
+
+
+def build(sets: Mapping[str, list[Corpus] | None], rows: Mapping[str, Row]) -> Views:
+    """Views '<set>/dev' and '<set>/holdout' with every requested row computed for every question.
+
+    Row names starting with "S" must be Sparse rows (their prefetches keep matched memories only)."""
+    out: dict[str, list[Q]] = {}
+    skipped: dict[str, int] = {}
+    for name, corpora in sets.items():
+        corpora = corpora if corpora is not None else load(name)
+        hold = holdout(q.id for c in corpora for q in c.scored_questions)
+        out[f"{name}/dev"], out[f"{name}/holdout"] = [], []
+        for c in corpora:
+            mem = _MEM.setdefault(c.name, Memories.build(c))
+            qs = c.scored_questions
+            texts = [q.question for q in qs]
+            mats: dict[str, np.ndarray] = {}
+            for rn, row in rows.items():
+                if rn.startswith("S") != isinstance(row, Sparse):
+                    raise ValueError(f"row {rn!r}: names starting with 'S' are sparse rows, others dense")
+                m = sparse_rows(mem, texts, row) if isinstance(row, Sparse) else dense_rows(mem, texts, row)
+                if m is None:
+                    break
+                mats[rn] = m
+            if len(mats) < len(rows):
+                skipped[name] = skipped.get(name, 0) + 1
+                continue
+            for qi, q in enumerate(qs):
+                part = "holdout" if q.id in hold else "dev"
+                out[f"{name}/{part}"].append(Q({rn: m[qi] for rn, m in mats.items()}, mem, q.evidence, q.type))
+    return Views(out, skipped)
