@@ -31,6 +31,7 @@ import numpy as np
 
 from episodic.errors import EpisodicError, StoreError
 from episodic.ports import Embedder, Fusion, MemoryStore, ScopeFilter, SparseVec, StoredHit
+from episodic.scoring import parse_time
 from episodic.settings import Settings
 from episodic.sparse import Bm25Encoder
 from schemas.api import RecallRequest
@@ -62,25 +63,9 @@ def fusion_from_settings(settings: Settings) -> Fusion:
     )
 
 
-def parse_ts(value: Any) -> datetime | None:
-    """An RFC 3339 string (or datetime) as an aware datetime; None when it does not parse."""
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if not isinstance(value, str) or not value:
-        return None
-    s = value.strip()
-    if s.endswith(("Z", "z")):
-        s = s[:-1] + "+00:00"
-    try:
-        dt = datetime.fromisoformat(s)
-    except ValueError:
-        return None
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
-
-
 def age_seconds(ts: Any, now: datetime) -> float:
     """now - ts in seconds, never negative (0 for future or unparseable timestamps)."""
-    dt = parse_ts(ts)
+    dt = parse_time(ts)
     if dt is None:
         return 0.0
     return max(0.0, (now - dt).total_seconds())
