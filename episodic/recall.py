@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -136,9 +137,10 @@ class RecallResult:
     at: datetime = field(default_factory=_now)
 
     def referenced_event(self, hits: list[RecallHit] | None = None) -> dict[str, Any]:
-        """The `memory.referenced` record for `hits` (default: all hits)."""
+        """The `memory.referenced` record for `hits` (default: all hits), with a fresh `event_id`."""
         chosen = self.hits if hits is None else hits
         return {
+            "event_id": uuid.uuid4().hex,  # the importance agent counts a re-delivered event once
             "workspace_id": self.workspace_id,
             "scope": self.scope,
             "mode": self.mode,
