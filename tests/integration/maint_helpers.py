@@ -92,8 +92,8 @@ def fast_tmp_dir(fallback: Path) -> Iterator[Path]:
 
 
 def open_edge(path: Path) -> tuple[MemoryStore, StateStore]:
-    from stack.stores import open_state
     from episodic.store_edge import EdgeStore
+    from stack.stores import open_state
 
     store = EdgeStore(path)
     store.ensure_collection(DIM)

@@ -13,8 +13,8 @@ import pytest
 from episodic.decay import DECAY_KEY, JOB_KIND, DecayJob, JobBusy, RetentionPolicy
 from episodic.identity import point_id
 from episodic.ports import MemoryStore, Relation, StateStore
-from episodic.scoring import FLOOR_REACHED_DAYS, decay_importance
 from episodic.schedule import Schedule
+from episodic.scoring import FLOOR_REACHED_DAYS, decay_importance
 from schemas.events import ArchivedRecord
 from tests.integration.maint_helpers import T0, Clock, Failing, memory, open_edge
 
