@@ -231,11 +231,18 @@ class MemoryStore(ABC):
 
     @abstractmethod
     def similar_to(
-        self, workspace_id: str, rows: list[list[float]], limit: int, *, exclude_entry_ids: Sequence[str] = ()
+        self,
+        workspace_id: str,
+        rows: list[list[float]],
+        limit: int,
+        *,
+        exclude_entry_ids: Sequence[str] = (),
+        fields: Sequence[str] | None = None,
     ) -> list[StoredHit]:
         """The `limit` memories of the workspace nearest to `rows` (a memory's chunk vectors) by raw cosine,
         with no importance multiplier: a memory's score is the max over pairs of (row, its chunk). Only
-        memories with a dense vector; never those whose entry_id is in `exclude_entry_ids`. Best first."""
+        memories with a dense vector; never those whose entry_id is in `exclude_entry_ids`. Best first.
+        `fields`: only these payload fields (default: the whole payload)."""
 
     # -- relations: stored on the source memory (payload `relations` + keyword array `links`) ------------
     @abstractmethod

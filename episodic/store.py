@@ -350,13 +350,22 @@ class QdrantStore(MemoryStore):
         return self._run(Query(dense_leg(vector, flt, self._leg_limit(limit)), flt, limit, with_dense))
 
     def similar_to(
-        self, workspace_id: str, rows: list[list[float]], limit: int, *, exclude_entry_ids: Sequence[str] = ()
+        self,
+        workspace_id: str,
+        rows: list[list[float]],
+        limit: int,
+        *,
+        exclude_entry_ids: Sequence[str] = (),
+        fields: Sequence[str] | None = None,
     ) -> list[StoredHit]:
         validate_dense(rows, self._dim, what="similar_to rows")
         if limit <= 0:
             return []
         flt = nearest_filter(workspace_id, tuple(sorted(set(exclude_entry_ids))))
-        queries = [Query(dense_leg(row, flt, limit), flt, limit, score=RawScore()) for row in float_rows(rows)]
+        only = tuple(fields) if fields is not None else None
+        queries = [
+            Query(dense_leg(row, flt, limit), flt, limit, score=RawScore(), fields=only) for row in float_rows(rows)
+        ]
         best: dict[str, StoredHit] = {}
         for records in self.engine.query_batch(queries):
             for r in records:

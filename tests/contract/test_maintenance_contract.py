@@ -133,3 +133,9 @@ def test_remove_edges_to_drops_incoming_edges_and_keeps_the_rest(store: MemorySt
     # the other workspace keeps its own edge m0 -> m9
     assert {(r.src, r.dst) for r in store.relations_of("ws-b", ["m9"])} == {("m0", "m9")}
     assert store.remove_edges_to("ws-a", ["nothing-points-here"]) == 0
+
+
+def test_similar_to_returns_only_the_fields_asked_for(store: MemoryStore, mk: MakePoint) -> None:
+    store.upsert([mk("a", "alpha", e(0), links=["z"])])
+    [hit] = store.similar_to("ws-a", [e(0)], 1, fields=["entry_id", "links"])
+    assert hit.payload == {"entry_id": "a", "links": ["z"]}

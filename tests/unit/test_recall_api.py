@@ -94,7 +94,9 @@ class FakeStore(MemoryStore):
     def set_payloads(self, updates: Any) -> int:
         return 0
 
-    def similar_to(self, workspace_id: Any, rows: Any, limit: int, *, exclude_entry_ids: Any = ()) -> list[Any]:
+    def similar_to(
+        self, workspace_id: Any, rows: Any, limit: int, *, exclude_entry_ids: Any = (), fields: Any = None
+    ) -> list[Any]:
         return []
 
     def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
