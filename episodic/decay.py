@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from episodic.errors import EpisodicError
+from episodic.metrics import DECAY_ACTIONS, Metrics
 from episodic.ports import MemoryStore, StateStore
 from episodic.scoring import DECAY_FIELDS, importance_of, parse_time, retention_eligible
 from schemas.events import ARCHIVED_PAYLOAD_CHARS, ArchivedRecord
@@ -55,6 +57,10 @@ def _now() -> datetime:
 
 def iso(dt: datetime) -> str:
     return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+class JobStopped(EpisodicError):
+    """The run was asked to stop (`request_stop`); its cursor is saved and the next run resumes it."""
 
 
 class JobBusy(EpisodicError):
@@ -143,6 +149,7 @@ class DecayJob:
         resume_within: timedelta = timedelta(hours=20),
         log_every_s: float = 5.0,
         wall: Callable[[], float] = time.time,
+        metrics: Metrics | None = None,
     ) -> None:
         if retention is not None and archive is None:
             raise ValueError("retention needs an archive sink (memory.archived)")
@@ -158,6 +165,12 @@ class DecayJob:
         self.resume_within = resume_within
         self.log_every_s = log_every_s
         self.wall = wall
+        self.metrics = metrics
+        self._stop = threading.Event()
+
+    def request_stop(self) -> None:
+        """Stop a run in progress after its current page (from any thread); later runs are refused too."""
+        self._stop.set()
 
     # -- state -----------------------------------------------------------------------------------------
 
@@ -222,6 +235,28 @@ class DecayJob:
 
     def run(self) -> DecayReport:
         """One whole run (or the rest of an interrupted one); returns what it did. Raises JobBusy."""
+        m = self.metrics
+        try:
+            report = self._run_once()
+        except JobBusy:
+            if m is not None:
+                m.decay_runs.labels(outcome="busy").inc()
+            raise
+        except JobStopped:
+            raise
+        except BaseException:
+            if m is not None:
+                m.decay_runs.labels(outcome="failed").inc()
+            raise
+        if m is not None:
+            m.decay_runs.labels(outcome="ok").inc()
+            m.decay_duration.observe(report.duration_s)
+            for action in DECAY_ACTIONS:
+                m.decay_memories.labels(action=action).inc(getattr(report, action))
+            m.decay_last_success.set(self.wall())
+        return report
+
+    def _run_once(self) -> DecayReport:
         t0 = time.perf_counter()
         doc, report = self._begin()
         try:
@@ -242,6 +277,8 @@ class DecayJob:
         last_log = time.monotonic()
         offset: str | None = doc.get("offset")
         while True:
+            if self._stop.is_set():
+                raise JobStopped(f"decay run {report.run_id} stopped after {report.pages} pages; it resumes later")
             page, offset = self.store.scroll_page(offset, self.page_size, fields=DECAY_FIELDS)
             self._page(page, ref, report)
             report.pages += 1

@@ -15,6 +15,8 @@ there is one (validation: 422 {"detail": [...], "error": "<field>: <message>"});
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -30,7 +32,8 @@ from episodic.ports import Embedder, MemoryStore
 from episodic.recall import RecallEngine
 from episodic.settings import Settings
 from episodic.sparse import Bm25Encoder
-from recall.deps import NudgeLookup, Publish, Services, Status
+from recall.admin import router as admin_router
+from recall.deps import Job, NudgeLookup, Publish, Services, Status
 from recall.routes import router
 
 log = logging.getLogger(__name__)
@@ -121,6 +124,8 @@ def create_app(
     status: Status,
     metrics: Metrics,
     nudges: NudgeLookup | None = None,
+    jobs: Mapping[str, Job] | None = None,
+    clock: Callable[[], datetime] | None = None,
     insecure: bool = False,
 ) -> FastAPI:
     """The recall service. Raises AuthConfigError for a bad tokens file, InsecureBind (see module doc)."""
@@ -129,6 +134,8 @@ def create_app(
     if tokens is None:
         log.info("recall service: no tokens file, open to every caller that can reach %s", settings.http_host)
     engine = RecallEngine.from_settings(settings, store=store, embedder=embedder, bm25=bm25)
+    if clock is not None:  # a controllable clock (tests): ages and memory.referenced `at`
+        engine.clock = clock
 
     app = FastAPI(
         title="episodic recall",
@@ -148,6 +155,7 @@ def create_app(
         metrics=metrics,
         tokens=tokens,
         nudges=nudges,
+        jobs=dict(jobs or {}),
     )
 
     async def auth_error(request: Request, exc: Exception) -> JSONResponse:
@@ -169,5 +177,6 @@ def create_app(
     app.add_exception_handler(EpisodicError, store_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.include_router(router)
+    app.include_router(admin_router)
     app.add_middleware(BodyLimit)
     return app

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Depends, Request
@@ -18,6 +18,7 @@ from episodic.settings import Settings
 Publish = Callable[[str, str | None, dict[str, Any]], None]
 Status = Callable[[], Mapping[str, Any]]
 NudgeLookup = Callable[[str, str | None, str], str | None]
+Job = Callable[[], Mapping[str, Any]]  # a blocking maintenance job: runs, returns what it did
 
 # Declares the bearer scheme in the OpenAPI document; the header itself is read raw below so that a
 # malformed header is told apart from a missing one.
@@ -34,6 +35,7 @@ class Services:
     metrics: Metrics
     tokens: TokenTable | None
     nudges: NudgeLookup | None = None
+    jobs: Mapping[str, Job] = field(default_factory=dict)  # name -> job, for /v1/admin/run/{name}
 
 
 def get_services(request: Request) -> Services:
@@ -52,4 +54,4 @@ def current_principal(
     return services.tokens.authenticate(request.headers.get("authorization"))
 
 
-__all__ = ["AuthError", "NudgeLookup", "Publish", "Services", "Status", "current_principal", "get_services"]
+__all__ = ["AuthError", "Job", "NudgeLookup", "Publish", "Services", "Status", "current_principal", "get_services"]

@@ -154,3 +154,26 @@ class ErrorResponse(BaseModel):
 
     error: str
     detail: Any = None
+
+
+class DecayRunResponse(BaseModel):
+    """`POST /v1/admin/run/decay`: what the run did (counts and time)."""
+
+    run_id: str
+    reference_time: str = Field(description="the time every importance of the run was computed at (UTC)")
+    started_at: str
+    finished_at: str
+    resumed: bool = Field(description="it continued a run that had stopped half way")
+    duration_s: float = Field(description="seconds this call took")
+    pages: int
+    scanned: int = Field(description="memories read")
+    updated: int = Field(description="memories whose importance changed")
+    unchanged: int
+    archived: int = Field(description="memories archived to memory.archived and removed (retention)")
+    edges_removed: int = Field(description="edges of other memories that pointed at archived ones")
+    ledger_pruned: int = Field(description="memory.referenced ledger entries past their horizon, removed")
+    retention: bool = Field(description="whether retention is on")
+
+
+class JobBusyResponse(ErrorResponse):
+    progress: dict[str, Any] = Field(description="the run in progress elsewhere: its holder, page and counts")
