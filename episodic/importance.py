@@ -63,9 +63,9 @@ def event_key(event: ReferencedEvent, raw: bytes) -> str:
 
 @dataclass
 class ReferenceResult:
-    events: int = 0  # distinct events in the batch
+    events: int = 0  # events in the batch
     applied: int = 0  # applied now
-    duplicate: int = 0  # applied before (a re-delivery)
+    duplicate: int = 0  # applied before (a re-delivery), or twice in the batch
     recovered: int = 0  # left half-applied by a crash, finished now
     stale: int = 0  # older than the ledger's horizon: not applied
     hits: int = 0  # references counted (memory x event)
@@ -109,7 +109,8 @@ class ReferenceCounter:
         batch: dict[str, ReferencedEvent] = {}
         for key, ev in events:
             batch.setdefault(key, ev)
-        result.events = len(batch)
+        result.events = len(events)
+        repeats = len(events) - len(batch)  # the same event twice in one batch
         if not batch:
             return result
         cutoff = self.clock() - self.horizon
@@ -122,7 +123,7 @@ class ReferenceCounter:
         if pending:
             self._finish(pending)
             result.recovered = len(pending)
-        result.duplicate = len(ledger) - len(pending)
+        result.duplicate = len(ledger) - len(pending) + repeats
         new = {k: ev for k, ev in fresh.items() if k not in ledger}
         if new:
             hits, missing = self._count(new)

@@ -105,8 +105,10 @@ class Linker:
         for ev in events:
             if ev.mode != "vector":
                 result.ignored += 1
+            elif ev.point_id in todo:
+                result.already += 1  # the same memory twice in one batch
             else:
-                todo.setdefault(ev.point_id, ev)
+                todo[ev.point_id] = ev
         if not todo:
             return result
         points = self.store.fetch(list(todo), with_dense=True)
