@@ -312,16 +312,38 @@ def admin_jobs(res: Resources) -> dict[str, Callable[[], dict[str, Any]]]:
     return {"decay": lambda: job.run().as_dict()}
 
 
-class LinkerRole(Role):
-    """memory.indexed -> similar edges (the linker agent in `streams/`, its own consumer group)."""
+class AgentRole(Role):
+    """A maintenance agent (`streams.agents.AgentRunner`): crashes when its Faust app does."""
 
-    name = "linker"
-    drain_rank = 3  # after the embedder: it links what the embedder indexed before stopping
+    drain_rank = 3  # after the stages whose output it consumes
     needs_store = True
 
     def __init__(self) -> None:
         self.runner: AgentRunner[Any] | None = None
         self._line = ""
+
+    async def _stop_runner(self) -> None:
+        if self.runner is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.runner.stop(), AGENT_DRAIN_S)
+
+    async def drain(self) -> None:
+        await self._stop_runner()
+
+    def crash(self) -> str | None:
+        if self.runner is not None and self.runner.crashed:
+            return str(self.runner.crash_reason)
+        return None
+
+    def describe(self) -> str | None:
+        return self._line or None
+
+
+class LinkerRole(AgentRole):
+    """memory.indexed -> similar edges (the linker agent in `streams/`, its own consumer group); drained
+    after the embedder, so that it links what the embedder indexed before stopping."""
+
+    name = "linker"
 
     async def start(self, res: Resources) -> None:
         from episodic.linker import Linker
@@ -335,34 +357,19 @@ class LinkerRole(Role):
         top, above = s.similar_top_k, s.similar_threshold
         self._line = f"linker: similar edges, top {top} above cosine {above} (group {self.runner.app_id})"
 
-    async def drain(self) -> None:
-        if self.runner is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.runner.stop(), AGENT_DRAIN_S)
 
-    def crash(self) -> str | None:
-        if self.runner is not None and self.runner.crashed:
-            return str(self.runner.crash_reason)
-        return None
-
-    def describe(self) -> str | None:
-        return self._line or None
-
-
-class ImportanceRole(Role):
+class ImportanceRole(AgentRole):
     """memory.referenced -> reference counts (the importance agent in `streams/`), and the nightly
-    DecayAndReinforce (with retention when on) on its UTC schedule, resumed after a crash."""
+    DecayAndReinforce (with retention when on) on its UTC schedule, resumed after a crash. Drained after
+    the recall service, which publishes memory.referenced."""
 
     name = "importance"
-    drain_rank = 3  # after the recall service, which publishes memory.referenced
-    needs_store = True
 
     def __init__(self) -> None:
-        self.runner: AgentRunner[Any] | None = None
+        super().__init__()
         self.job: DecayJob | None = None
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._line = ""
 
     async def start(self, res: Resources) -> None:
         from episodic.decay import JobBusy
@@ -405,17 +412,7 @@ class ImportanceRole(Role):
         if self.job is not None:
             self.job.request_stop()  # a run in progress stops after its page; the next run resumes it
         await finish(self._task, AGENT_DRAIN_S)
-        if self.runner is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.runner.stop(), AGENT_DRAIN_S)
-
-    def crash(self) -> str | None:
-        if self.runner is not None and self.runner.crashed:
-            return str(self.runner.crash_reason)
-        return None
-
-    def describe(self) -> str | None:
-        return self._line or None
+        await self._stop_runner()
 
 
 # The role table: start order is this order (the consumer is ready before the gate forwards to it; the

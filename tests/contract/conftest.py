@@ -10,9 +10,6 @@ the real BM25 encoder.
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -22,6 +19,7 @@ import pytest
 from episodic.identity import point_id
 from episodic.ports import MemoryPoint, MemoryStore
 from episodic.sparse import Bm25Encoder
+from tests.tmpfs import fast_tmp_dir
 
 DIM = 8
 BACKENDS = ["edge", "qdrant-local"]
@@ -65,18 +63,9 @@ def make_store(backend: str, tmp_path: Path, *, dim: int = DIM) -> MemoryStore:
 
 @pytest.fixture
 def fast_tmp(tmp_path: Path) -> Iterator[Path]:
-    """A scratch directory on tmpfs where there is one: Qdrant Edge fsyncs on shard creation, every
-    payload index and close (~1 s per store on this disk), which tmpfs makes free. The restart test
-    still runs on the real disk."""
-    shm = Path("/dev/shm")
-    if not (shm.is_dir() and os.access(shm, os.W_OK)):
-        yield tmp_path
-        return
-    d = Path(tempfile.mkdtemp(prefix="episodic-contract-", dir=shm))
-    try:
+    """A scratch directory on tmpfs where there is one (tests.tmpfs); the restart test runs on the real disk."""
+    with fast_tmp_dir(tmp_path) as d:
         yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -74,21 +69,6 @@ def memory(
     }
     payload.update(extra)
     return MemoryPoint(point_id(ws, entry_id), SparseVec([axis], [1.0]), payload, [dense])
-
-
-@contextmanager
-def fast_tmp_dir(fallback: Path) -> Iterator[Path]:
-    """A scratch directory on tmpfs where there is one (Qdrant Edge fsyncs on shard creation and close, ~1 s
-    a store on this disk); restart tests use the real disk."""
-    shm = Path("/dev/shm")
-    if not (shm.is_dir() and os.access(shm, os.W_OK)):
-        yield fallback
-        return
-    d = Path(tempfile.mkdtemp(prefix="episodic-maint-", dir=shm))
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def open_edge(path: Path) -> tuple[MemoryStore, StateStore]:

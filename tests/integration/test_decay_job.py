@@ -4,9 +4,7 @@ one run at a time, the schedule's due rule, and retention (off by default; archi
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -16,21 +14,11 @@ from episodic.ports import MemoryStore, Relation, StateStore
 from episodic.schedule import Schedule
 from episodic.scoring import FLOOR_REACHED_DAYS, decay_importance
 from schemas.events import ArchivedRecord
-from tests.integration.maint_helpers import T0, Clock, Failing, memory, open_edge
+from tests.integration.maint_helpers import T0, Clock, Failing, memory
 
 pytestmark = pytest.mark.integration
 
 N = 60
-
-
-@pytest.fixture
-def stores(fast_dir: Path) -> Iterator[tuple[MemoryStore, StateStore]]:
-    store, state = open_edge(fast_dir / "edge")
-    try:
-        yield store, state
-    finally:
-        state.close()
-        store.close()
 
 
 def seed(store: MemoryStore, n: int = N) -> None:
@@ -42,8 +30,10 @@ def importance(store: MemoryStore, entry_id: str) -> float:
     return float(store.retrieve([point_id("ws-a", entry_id)])[point_id("ws-a", entry_id)]["importance_score"])
 
 
-def test_a_run_writes_the_formula_for_every_memory_and_nothing_else(stores: tuple[MemoryStore, StateStore]) -> None:
-    store, state = stores
+def test_a_run_writes_the_formula_for_every_memory_and_nothing_else(
+    edge_stores: tuple[MemoryStore, StateStore],
+) -> None:
+    store, state = edge_stores
     seed(store)
     clock = Clock(T0 + timedelta(days=30))
     report = DecayJob(store=store, state=state, clock=clock, page_size=16).run()
@@ -58,8 +48,8 @@ def test_a_run_writes_the_formula_for_every_memory_and_nothing_else(stores: tupl
     assert state.get(JOB_KIND, DECAY_KEY)["status"] == "done"  # type: ignore[index]
 
 
-def test_a_reference_counted_during_the_run_is_not_lost(stores: tuple[MemoryStore, StateStore]) -> None:
-    store, state = stores
+def test_a_reference_counted_during_the_run_is_not_lost(edge_stores: tuple[MemoryStore, StateStore]) -> None:
+    store, state = edge_stores
     seed(store, 20)
     pid = point_id("ws-a", "m3")
 
@@ -74,9 +64,9 @@ def test_a_reference_counted_during_the_run_is_not_lost(stores: tuple[MemoryStor
 
 
 def test_a_run_that_crashed_half_way_resumes_at_its_page_with_its_reference_time(
-    stores: tuple[MemoryStore, StateStore],
+    edge_stores: tuple[MemoryStore, StateStore],
 ) -> None:
-    store, state = stores
+    store, state = edge_stores
     seed(store)
     clock = Clock(T0 + timedelta(days=10))
     crashing = Failing(store, "set_payloads", n=3)
@@ -92,8 +82,10 @@ def test_a_run_that_crashed_half_way_resumes_at_its_page_with_its_reference_time
         assert importance(store, f"m{i}") == pytest.approx(decay_importance(0.9, days=10 + i, refs=i % 4))
 
 
-def test_one_run_at_a_time_and_the_schedule_decides_when_one_is_due(stores: tuple[MemoryStore, StateStore]) -> None:
-    store, state = stores
+def test_one_run_at_a_time_and_the_schedule_decides_when_one_is_due(
+    edge_stores: tuple[MemoryStore, StateStore],
+) -> None:
+    store, state = edge_stores
     seed(store, 5)
     clock = Clock(T0)
     nightly = Schedule("30 3 * * *")
@@ -113,8 +105,8 @@ def test_one_run_at_a_time_and_the_schedule_decides_when_one_is_due(stores: tupl
     assert mine.due(nightly.last_due(clock()))  # the next night
 
 
-def test_retention_is_off_unless_asked_for(stores: tuple[MemoryStore, StateStore]) -> None:
-    store, state = stores
+def test_retention_is_off_unless_asked_for(edge_stores: tuple[MemoryStore, StateStore]) -> None:
+    store, state = edge_stores
     old = T0 - timedelta(days=FLOOR_REACHED_DAYS + 400)
     store.upsert([memory("ancient", indexed_at=old, base=0.5)])
     report = DecayJob(store=store, state=state, clock=Clock(T0)).run()
@@ -123,9 +115,9 @@ def test_retention_is_off_unless_asked_for(stores: tuple[MemoryStore, StateStore
 
 
 def test_retention_archives_then_removes_the_memory_and_every_edge_to_it(
-    stores: tuple[MemoryStore, StateStore],
+    edge_stores: tuple[MemoryStore, StateStore],
 ) -> None:
-    store, state = stores
+    store, state = edge_stores
     floor = timedelta(days=FLOOR_REACHED_DAYS)
     store.upsert(
         [
@@ -161,7 +153,7 @@ def test_retention_archives_then_removes_the_memory_and_every_edge_to_it(
     assert store.count("ws-a") == 4
 
 
-def test_retention_needs_somewhere_to_archive(stores: tuple[MemoryStore, StateStore]) -> None:
-    store, state = stores
+def test_retention_needs_somewhere_to_archive(edge_stores: tuple[MemoryStore, StateStore]) -> None:
+    store, state = edge_stores
     with pytest.raises(ValueError, match="archive"):
         DecayJob(store=store, state=state, retention=RetentionPolicy())

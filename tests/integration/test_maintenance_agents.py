@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from episodic.settings import Settings
 from schemas.events import IndexedEvent
 from streams.importance import importance_runner
 from streams.linker import linker_runner
-from tests.integration.maint_helpers import memory, open_edge
+from tests.integration.maint_helpers import memory
 
 pytestmark = pytest.mark.integration
 
@@ -36,16 +36,6 @@ GARBAGE: list[bytes | None] = [
     b'{"entry_id":"e","workspace_id":"ws-a","point_id":"p","indexed_at":"yesterday","mode":"vector"}',
     b'{"workspace_id":"","scope":"own","mode":"hybrid","at":"2026-01-01T00:00:00Z","hits":[]}',
 ]
-
-
-@pytest.fixture
-def stores(fast_dir: Path) -> Iterator[tuple[MemoryStore, StateStore]]:
-    store, state = open_edge(fast_dir / "edge")
-    try:
-        yield store, state
-    finally:
-        state.close()
-        store.close()
 
 
 def settings(bootstrap: str, tmp_path: Path) -> Settings:
@@ -81,9 +71,9 @@ def sample(metrics: Metrics, name: str, **labels: str) -> float:
 
 
 async def test_the_linker_agent_links_vector_events_and_survives_garbage(
-    broker: str, uid: str, tmp_path: Path, stores: tuple[MemoryStore, StateStore]
+    broker: str, uid: str, tmp_path: Path, edge_stores: tuple[MemoryStore, StateStore]
 ) -> None:
-    store, _ = stores
+    store, _ = edge_stores
     store.upsert([memory("old", axis=0), memory("new", axis=0), memory("far", axis=3)])
     topic = f"indexed.{uid}"
     await ensure_topics(broker, partitions=2, topics=(topic,))
@@ -126,9 +116,9 @@ async def test_the_linker_agent_links_vector_events_and_survives_garbage(
 
 
 async def test_the_importance_agent_counts_a_redelivered_event_once_and_survives_garbage(
-    broker: str, uid: str, tmp_path: Path, stores: tuple[MemoryStore, StateStore]
+    broker: str, uid: str, tmp_path: Path, edge_stores: tuple[MemoryStore, StateStore]
 ) -> None:
-    store, state = stores
+    store, state = edge_stores
     store.upsert([memory("m1"), memory("m2")])
     topic = f"referenced.{uid}"
     await ensure_topics(broker, partitions=2, topics=(topic,))

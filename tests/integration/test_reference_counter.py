@@ -3,7 +3,6 @@ across a re-delivery, a crash between any two writes, and a restart; stale event
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,14 +19,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def stores(fast_dir: Path) -> Iterator[tuple[MemoryStore, StateStore]]:
-    store, state = open_edge(fast_dir / "edge")
-    store.upsert([memory("m1"), memory("m2"), memory("m1", ws="ws-b")])
-    try:
-        yield store, state
-    finally:
-        state.close()
-        store.close()
+def stores(edge_stores: tuple[MemoryStore, StateStore]) -> tuple[MemoryStore, StateStore]:
+    edge_stores[0].upsert([memory("m1"), memory("m2"), memory("m1", ws="ws-b")])
+    return edge_stores
 
 
 def event(eid: str | None, *hits: str, clock: Clock, ws: str = "ws-a", hours: float = 0) -> tuple[str, ReferencedEvent]:
