@@ -11,6 +11,10 @@ A batch that fails is retried with backoff: for as long as the store is unavaila
 it is down), and `MAX_ATTEMPTS` times for any other error; then it is logged, counted and skipped, so a
 poison batch never wedges the partition. The agent itself never dies of a bad record.
 
+Lag: `episodic_agent_lag_seconds{agent}` (an event's production to its handling, per event) and
+`episodic_consumer_lag_records{group}` (records behind the fetch high watermarks, every LAG_EVERY_S on a
+Faust timer, so it keeps rising while the agent is stuck).
+
 Each agent runs in a Faust app of its own (`AgentRunner`): its app id is its consumer group,
 `<consumer_group_prefix>-<name>`, so that it reads every partition at its own pace and scales on its own.
 """
@@ -44,13 +48,16 @@ MAX_BACKOFF_S = 30.0
 Decoded = tuple[Any, T]  # (the raw aiokafka record, its decoded value)
 
 
-def _lag(consumer: BatchConsumer, batch: RecordBatch) -> int | None:
-    """Records behind the partition's high watermark after this batch (from the fetch responses)."""
+LAG_EVERY_S = 5.0
+
+
+def _highwater(consumer: BatchConsumer, tp: Any) -> int | None:
+    """The partition's high watermark as the last fetch response carried it (SPEC §10: not ListOffsets)."""
     try:
-        hw = consumer.highwater(batch.tp)
+        hw = consumer.highwater(tp)
     except Exception:
         return None
-    return None if hw is None else max(0, int(hw) - (batch.last_offset + 1))
+    return None if hw is None else int(hw)
 
 
 def install_batch_agent(
@@ -70,7 +77,26 @@ def install_batch_agent(
         raise TypeError("a batch agent needs the batch transport: create the app with streams.app.create_app")
     consumer.batch_topics.add(topic)
     source = app.topic(topic, key_serializer="raw", value_serializer="raw")
-    lags: dict[int, int] = {}
+    handled: dict[Any, int] = {}  # partition -> the next offset to handle
+
+    @app.timer(LAG_EVERY_S, name=f"episodic.{name}.lag")
+    async def report_lag() -> None:
+        """Records behind the high watermarks, on a timer of its own, so that the figure keeps rising while
+        the agent is stuck on a batch (retrying while the store is down)."""
+        total = 0
+        for tp in consumer.assignment():
+            if tp.topic != topic:
+                continue
+            hw = _highwater(consumer, tp)
+            done = handled.get(tp)
+            if done is None:
+                try:
+                    done = await consumer.position(tp)
+                except Exception:
+                    done = None
+            if hw is not None and done is not None:
+                total += max(0, hw - done)
+        metrics.consumer_lag.labels(group=group).set(total)
 
     def decoded(batch: RecordBatch) -> list[Decoded[T]]:
         out: list[Decoded[T]] = []
@@ -110,6 +136,7 @@ def install_batch_agent(
             if not isinstance(batch, RecordBatch):  # pragma: no cover - the transport delivers batches only
                 log.error("%s: unexpected value %r on %s; not acked", name, type(batch), topic)
                 continue
+            handled.setdefault(batch.tp, batch.first_offset)  # while it is applied, the batch counts as behind
             items = decoded(batch)
             if items:
                 await apply(items)
@@ -120,10 +147,7 @@ def install_batch_agent(
             batch.mark_delivered()
             if event is not None:
                 await manual.ack(event)
-            behind = _lag(consumer, batch)
-            if behind is not None:
-                lags[batch.tp.partition] = behind
-                metrics.consumer_lag.labels(group=group).set(sum(lags.values()))
+            handled[batch.tp] = batch.last_offset + 1
 
     return app.agent(source, name=f"episodic.{name}")(agent)
 

@@ -14,6 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from episodic.bus import ensure_topics, make_producer
+from episodic.errors import StoreUnavailable
 from episodic.identity import point_id
 from episodic.importance import ReferenceCounter
 from episodic.linker import Linker
@@ -159,5 +160,55 @@ async def test_the_importance_agent_counts_a_redelivered_event_once_and_survives
         assert sample(metrics, "episodic_agent_events_total", agent="importance", outcome="applied") == 2
         assert sample(metrics, "episodic_references_total", outcome="counted") == 3
         assert not runner.crashed
+    finally:
+        await runner.stop()
+
+
+async def test_an_agent_stuck_on_a_down_store_keeps_its_batch_and_its_lag_rises(
+    broker: str, uid: str, tmp_path: Path, edge_stores: tuple[MemoryStore, StateStore]
+) -> None:
+    store, state = edge_stores
+    store.upsert([memory("m1")])
+    down = {"on": True}
+
+    class Flaky:
+        """The real store, unreachable while `down["on"]`."""
+
+        def __getattr__(self, name: str) -> Any:
+            attr = getattr(store, name)
+            if name != "retrieve":
+                return attr
+
+            def retrieve(*a: Any, **kw: Any) -> Any:
+                if down["on"]:
+                    raise StoreUnavailable("connection refused")
+                return attr(*a, **kw)
+
+            return retrieve
+
+    topic = f"referenced.{uid}"
+    await ensure_topics(broker, partitions=1, topics=(topic,))
+    metrics = Metrics(CollectorRegistry())
+    counter = ReferenceCounter(store=Flaky(), state=state)  # type: ignore[arg-type]
+    group = f"importance-{uid}"
+    runner = importance_runner(settings(broker, tmp_path), counter=counter, metrics=metrics, topic=topic, app_id=group)
+    await runner.start()
+    try:
+        assert await runner.wait_assigned(30)
+        now = datetime.now(UTC).isoformat()
+        events = [
+            json.dumps(
+                {"event_id": f"e{i}", "workspace_id": "ws-a", "scope": "own", "mode": "sparse", "at": now,
+                 "hits": [{"entry_id": "m1", "score": 1.0, "cosine": None}]}
+            ).encode()
+            for i in range(5)
+        ]  # fmt: skip
+        await produce(broker, topic, events)
+        await until(lambda: sample(metrics, "episodic_consumer_lag_records", group=group) >= 5, what="lag rising")
+        assert sample(metrics, "episodic_agent_errors_total", agent="importance") >= 1
+        down["on"] = False  # the store is back: the same batch is applied, nothing lost
+        pid = point_id("ws-a", "m1")
+        await until(lambda: store.retrieve([pid])[pid]["reference_count"] == 5, what="the batch applied")
+        await until(lambda: sample(metrics, "episodic_consumer_lag_records", group=group) == 0, what="lag back to 0")
     finally:
         await runner.stop()
