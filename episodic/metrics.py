@@ -18,6 +18,13 @@ LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 360
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MODES = ("hybrid", "dense", "sparse")
 FORGET_SELECTORS = ("entry_ids", "agent_id", "run_id", "all")
+# the maintenance agents and the outcomes they count (episodic.linker.LinkResult, episodic.importance.ReferenceResult)
+AGENT_OUTCOMES: dict[str, tuple[str, ...]] = {
+    "linker": ("linked", "already", "ignored", "missing", "failed"),
+    "importance": ("applied", "duplicate", "recovered", "stale"),
+}
+DECAY_OUTCOMES = ("ok", "failed", "busy")
+DECAY_ACTIONS = ("scanned", "updated", "archived", "edges_removed")
 INDEX_MODES = ("vector", "sparse-only", "duplicate", "unchanged", "updated")
 
 
@@ -120,6 +127,7 @@ class Metrics:
             self.recall_latency.labels(mode=mode)
         for reason in ("missing", "invalid", "forbidden"):
             self.auth_failures.labels(reason=reason)
+        self._maintenance(r)
 
     def observe_forgets(self, outcomes: Iterable[Any], left_out: int) -> None:
         """Forgets applied (`episodic.forget.ForgetOutcome`; re-deliveries not counted) and records left out."""
@@ -128,3 +136,55 @@ class Metrics:
                 self.forgets.labels(selector=o.forget.selector.kind).inc()
                 self.forgotten.inc(o.memories)
         self.forget_suppressed.inc(left_out)
+
+    def _maintenance(self, r: CollectorRegistry) -> None:
+        """The linker, the importance agent and the nightly decay job (SPEC §8)."""
+        self.agent_events = Counter(
+            "episodic_agent_events_total", "Events handled by a maintenance agent, by outcome", ["agent", "outcome"],
+            registry=r,
+        )  # fmt: skip
+        self.agent_malformed = Counter(
+            "episodic_agent_malformed_total", "Records an agent could not decode (logged and skipped)", ["agent"],
+            registry=r,
+        )  # fmt: skip
+        self.agent_errors = Counter(
+            "episodic_agent_errors_total",
+            "Failed attempts to apply a batch (retried; skipped after the last try unless the store is down)",
+            ["agent"],
+            registry=r,
+        )
+        self.agent_lag = Histogram(
+            "episodic_agent_lag_seconds",
+            "From an event's production to its handling by the agent",
+            ["agent"],
+            buckets=LAG_BUCKETS,
+            registry=r,
+        )
+        for agent, outcomes in AGENT_OUTCOMES.items():
+            self.agent_malformed.labels(agent=agent)
+            self.agent_errors.labels(agent=agent)
+            self.agent_lag.labels(agent=agent)
+            for outcome in outcomes:
+                self.agent_events.labels(agent=agent, outcome=outcome)
+        self.similar_edges = Counter("episodic_similar_edges_total", "similar edges written by the linker", registry=r)
+        self.references = Counter(
+            "episodic_references_total", "Memory references from memory.referenced, by outcome", ["outcome"],
+            registry=r,
+        )  # fmt: skip
+        for outcome in ("counted", "missing"):
+            self.references.labels(outcome=outcome)
+        self.decay_runs = Counter("episodic_decay_runs_total", "Decay runs, by outcome", ["outcome"], registry=r)
+        for outcome in DECAY_OUTCOMES:
+            self.decay_runs.labels(outcome=outcome)
+        self.decay_duration = Histogram(
+            "episodic_decay_duration_seconds", "Time of one decay run",
+            buckets=(0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0), registry=r,
+        )  # fmt: skip
+        self.decay_memories = Counter(
+            "episodic_decay_memories_total", "Memories handled by decay runs, by action", ["action"], registry=r
+        )
+        for action in DECAY_ACTIONS:
+            self.decay_memories.labels(action=action)
+        self.decay_last_success = Gauge(
+            "episodic_decay_last_success_timestamp_seconds", "When the last decay run finished (Unix time)", registry=r
+        )

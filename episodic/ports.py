@@ -8,7 +8,7 @@ Qdrant server, or its local mode in tests). One contract suite (tests/contract) 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -178,6 +178,12 @@ def merge_relations(existing: Any, new: list[Relation]) -> list[dict[str, Any]]:
     return merged
 
 
+def relations_payload(edges: list[dict[str, Any]]) -> dict[str, Any]:
+    """The payload fields that hold a memory's outgoing edges: `relations` and the keyword array `links`
+    (the destinations, so that edges are found from either end)."""
+    return {"relations": edges, "links": sorted({str(e["dst"]) for e in edges})}
+
+
 class MemoryStore(ABC):
     """The store port. Every query is scoped by a ScopeFilter (workspace isolation at the boundary).
 
@@ -199,6 +205,23 @@ class MemoryStore(ABC):
     @abstractmethod
     def retrieve(self, point_ids: list[str]) -> dict[str, dict[str, Any]]:
         """Payloads of the points that exist, keyed by point id."""
+
+    @abstractmethod
+    def fetch(self, point_ids: list[str], *, with_dense: bool = False) -> dict[str, StoredHit]:
+        """The points that exist (score 0), with their dense chunk rows when `with_dense`, by point id."""
+
+    @abstractmethod
+    def scroll_page(
+        self, offset: str | None, limit: int, *, fields: Sequence[str] | None = None
+    ) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
+        """One page of every memory in point-id order: up to `limit` (point id, payload) from `offset` (None:
+        the start) and the offset of the next page (None: done). Offsets are plain strings, so a job can
+        store one and resume there. `fields`: only these payload fields (a cheap scan of big payloads)."""
+
+    @abstractmethod
+    def set_payloads(self, updates: Mapping[str, dict[str, Any]]) -> int:
+        """Merge different fields into many memories in one engine call (point id -> fields), touching no
+        other field. Memories that no longer exist are skipped; returns how many were written."""
 
     @abstractmethod
     def find_by_dedup_keys(self, workspace_id: str, keys: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -269,6 +292,21 @@ class MemoryStore(ABC):
     def linked_to(self, workspace_id: str, entry_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
         """(point id, payload) of the workspace's memories whose `links` name one of `entry_ids`."""
 
+    @abstractmethod
+    def similar_to(
+        self,
+        workspace_id: str,
+        rows: list[list[float]],
+        limit: int,
+        *,
+        exclude_entry_ids: Sequence[str] = (),
+        fields: Sequence[str] | None = None,
+    ) -> list[StoredHit]:
+        """The `limit` memories of the workspace nearest to `rows` (a memory's chunk vectors) by raw cosine,
+        with no importance multiplier: a memory's score is the max over pairs of (row, its chunk). Only
+        memories with a dense vector; never those whose entry_id is in `exclude_entry_ids`. Best first.
+        `fields`: only these payload fields (default: the whole payload)."""
+
     # -- relations: stored on the source memory (payload `relations` + keyword array `links`) ------------
     @abstractmethod
     def add_relations(self, relations: list[Relation]) -> int:
@@ -280,6 +318,11 @@ class MemoryStore(ABC):
     @abstractmethod
     def relations_of(self, workspace_id: str, entry_ids: list[str]) -> list[Relation]:
         """Every edge that starts or ends at one of `entry_ids` in the workspace (both directions)."""
+
+    @abstractmethod
+    def remove_edges_to(self, workspace_id: str, entry_ids: list[str]) -> int:
+        """Drop every edge of the workspace that points at one of `entry_ids` (stored on other memories);
+        returns how many were removed. A memory's own outgoing edges go with the memory when it is deleted."""
 
     @abstractmethod
     def flush(self) -> None: ...

@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,6 +35,7 @@ import numpy as np
 
 from episodic.errors import EpisodicError, StoreError
 from episodic.ports import SEVERITIES, Embedder, Fusion, MemoryStore, RecallFilter, ScopeFilter, SparseVec, StoredHit
+from episodic.scoring import parse_time
 from episodic.settings import Settings
 from episodic.sparse import Bm25Encoder
 from schemas.api import RecallRequest
@@ -79,25 +81,9 @@ def recall_filter(req: RecallRequest) -> RecallFilter:
     )
 
 
-def parse_ts(value: Any) -> datetime | None:
-    """An RFC 3339 string (or datetime) as an aware datetime; None when it does not parse."""
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if not isinstance(value, str) or not value:
-        return None
-    s = value.strip()
-    if s.endswith(("Z", "z")):
-        s = s[:-1] + "+00:00"
-    try:
-        dt = datetime.fromisoformat(s)
-    except ValueError:
-        return None
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
-
-
 def age_seconds(ts: Any, now: datetime) -> float:
     """now - ts in seconds, never negative (0 for future or unparseable timestamps)."""
-    dt = parse_ts(ts)
+    dt = parse_time(ts)
     if dt is None:
         return 0.0
     return max(0.0, (now - dt).total_seconds())
@@ -168,9 +154,10 @@ class RecallResult:
     at: datetime = field(default_factory=_now)
 
     def referenced_event(self, hits: list[RecallHit] | None = None) -> dict[str, Any]:
-        """The `memory.referenced` record for `hits` (default: all hits)."""
+        """The `memory.referenced` record for `hits` (default: all hits), with a fresh `event_id`."""
         chosen = self.hits if hits is None else hits
         return {
+            "event_id": uuid.uuid4().hex,  # the importance agent counts a re-delivered event once
             "workspace_id": self.workspace_id,
             "scope": self.scope,
             "mode": self.mode,

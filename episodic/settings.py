@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -85,6 +85,35 @@ class Settings(BaseSettings):
     rrf_both_weight: float = Field(default=0.5, ge=0.0, description="dense candidates re-scored by BM25; 0: off")
     rrf_head: int = Field(default=5, ge=0, le=100, description="BM25's top N as an extra leg; 0: off")
     rrf_head_weight: float = Field(default=0.75, ge=0.0)
+
+    # Maintenance agents (SPEC §8): the linker, the importance agent with its nightly decay, retention
+    linker_enabled: bool = Field(default=True, description="run the linker (similar edges) in `episodic up`")
+    similar_threshold: float = Field(default=0.80, gt=0.0, le=1.0, description="similar edge: cosine above this")
+    similar_top_k: int = Field(default=3, ge=1, le=50, description="similar edges per new memory, at most")
+    decay_schedule: str = Field(
+        default="30 3 * * *", description="DecayAndReinforce (and retention), a cron expression in UTC"
+    )
+    decay_page_size: int = Field(default=512, ge=1, le=10_000, description="memories per decay page")
+    reference_ledger_days: int = Field(
+        default=7,
+        ge=1,
+        le=3650,
+        description="memory.referenced events are remembered (re-delivery counts once) this many days, then "
+        "pruned; older events are not applied. Keep it at least the topic's retention",
+    )
+    retention_enabled: bool = Field(default=False, description="archive and remove memories long at the floor")
+    retention_floor_days: int = Field(
+        default=30, ge=0, le=36_500, description="days at the importance floor before a memory is archived"
+    )
+
+    @field_validator("decay_schedule")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from croniter import croniter
+
+        if not croniter.is_valid(value.strip()):
+            raise ValueError(f"not a cron expression (minute hour day month weekday, UTC): {value!r}")
+        return value.strip()
 
     @property
     def embedded_broker(self) -> bool:

@@ -4,6 +4,7 @@
 same engine-side scoring as Qdrant Edge (a named multivector `dense`, cosine, max-sim; a named sparse
 `bm25` with the IDF modifier; prefetch legs fused by the engine; a Formula that multiplies by
 `importance_score`), in qdrant-client's types, with its errors wrapped.
+Size: one engine's whole translation (its calls, vocabulary and error mapping) stays in one module.
 
 qdrant-client's local mode (`location=":memory:"` or `path=...`) speaks the same API and runs the
 contract suite. Known local-mode differences, none of which changes results:
@@ -64,6 +65,9 @@ def _dt(text: str | None) -> datetime | None:
         return None
     dt = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+_RAW_SCORE = m.FormulaQuery(formula="$score")  # the prefetch's score as it is
 
 
 def _with_vectors(with_dense: bool) -> list[str] | bool:
@@ -219,6 +223,30 @@ class ClientEngine(Engine):
             self._require(point_id)
             self.client.set_payload(self.collection, payload=fields, points=[point_id], wait=True)
 
+    def set_payloads(self, updates: Mapping[str, dict[str, Any]]) -> int:
+        """One batch request (`batch_update_points`) for the points that exist; a point deleted between the
+        check and the batch fails it (the server applies none of it after the failure; local mode stops
+        there), so the batch is then applied point by point, skipping the missing ones."""
+        if not updates:
+            return 0
+        with self._guard("set_payloads"):
+            found = self.client.retrieve(self.collection, list(updates), with_payload=False, with_vectors=False)
+            present = [pid for pid in updates if pid in {str(r.id) for r in found}]
+            ops: list[Any] = [
+                m.SetPayloadOperation(set_payload=m.SetPayload(payload=updates[pid], points=[pid])) for pid in present
+            ]
+            try:
+                if ops:
+                    self.client.batch_update_points(self.collection, ops, wait=True)
+                return len(ops)
+            except (UnexpectedResponse, KeyError):
+                written = 0
+                for pid in present:
+                    if self.client.retrieve(self.collection, [pid], with_payload=False, with_vectors=False):
+                        self.client.set_payload(self.collection, payload=updates[pid], points=[pid], wait=True)
+                        written += 1
+                return written
+
     def set_dense(self, point_id: str, rows: list[list[float]], fields: dict[str, Any]) -> None:
         with self._guard("set_dense"):
             self._require(point_id)
@@ -229,9 +257,11 @@ class ClientEngine(Engine):
 
     # -- reads ---------------------------------------------------------------------------------------
 
-    def retrieve(self, point_ids: list[str]) -> Sequence[Record]:
+    def retrieve(self, point_ids: list[str], with_dense: bool = False) -> Sequence[Record]:
         with self._guard("retrieve"):
-            return self.client.retrieve(self.collection, point_ids, with_payload=True, with_vectors=False)
+            return self.client.retrieve(
+                self.collection, point_ids, with_payload=True, with_vectors=_with_vectors(with_dense)
+            )
 
     def scroll(
         self,
@@ -239,6 +269,7 @@ class ClientEngine(Engine):
         limit: int,
         offset: Any,
         with_dense: bool,
+        fields: Sequence[str] | None = None,
         order_by: str | None = None,
         descending: bool = False,
     ) -> tuple[Sequence[Record], Any]:
@@ -252,7 +283,7 @@ class ClientEngine(Engine):
                 scroll_filter=lowered,
                 limit=limit,
                 offset=offset,
-                with_payload=True,
+                with_payload=list(fields) if fields is not None else True,
                 with_vectors=_with_vectors(with_dense),
                 order_by=order,
             )
@@ -272,9 +303,29 @@ class ClientEngine(Engine):
                 query=score,
                 query_filter=flt,
                 limit=query.limit,
-                with_payload=True,
+                with_payload=list(query.fields) if query.fields is not None else True,
                 with_vectors=_with_vectors(query.with_dense),
             ).points
+
+    def query_batch(self, queries: Sequence[Query]) -> list[Sequence[ScoredRecord]]:
+        """One request for all of them (`query_batch_points`)."""
+        if not queries:
+            return []
+        requests = []
+        for q in queries:
+            lower = Lowering(self)
+            requests.append(
+                m.QueryRequest(
+                    prefetch=[lower(q.prefetch)],
+                    query=lower(q.score),
+                    filter=lower(q.filter),
+                    limit=q.limit,
+                    with_payload=list(q.fields) if q.fields is not None else True,
+                    with_vector=_with_vectors(q.with_dense),
+                )
+            )
+        with self._guard("query_batch"):
+            return [r.points for r in self.client.query_batch_points(self.collection, requests)]
 
     # -- the vocabulary: neutral filters and queries in qdrant-client's types --------------------------
 
@@ -323,6 +374,9 @@ class ClientEngine(Engine):
 
     def times_importance(self, key: str, default: float) -> m.FormulaQuery:
         return _times_importance(key, default)
+
+    def raw_score(self) -> m.FormulaQuery:
+        return _RAW_SCORE
 
 
 class QdrantServerStore(QdrantStore):

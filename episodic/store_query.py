@@ -151,6 +151,13 @@ def before_time(ts: str) -> DatetimeRange:
     return DatetimeRange("ts", lt=ts)
 
 
+def nearest_filter(workspace_id: str, exclude_entry_ids: tuple[str, ...] = ()) -> Filter:
+    """Nearest neighbours of a memory: the workspace's memories with a dense vector, except `exclude_entry_ids`
+    (the memory itself and its aliases)."""
+    must_not: tuple[Condition, ...] = (MatchAny("entry_id", exclude_entry_ids),) if exclude_entry_ids else ()
+    return Filter(must=(workspace(workspace_id), HasDense()), must_not=must_not)
+
+
 def count_filter(workspace_id: str | None, has_dense: bool | None) -> Filter | None:
     """Optionally one workspace, optionally with / without the dense vector; None: every point."""
     must: tuple[Condition, ...] = () if workspace_id is None else (workspace(workspace_id),)
@@ -210,12 +217,19 @@ class TimesImportance:
 
 
 @dataclass(frozen=True, slots=True)
+class RawScore:
+    """The final score is the prefetch's own score, with no importance multiplier: for a dense leg, the
+    raw max-sim cosine (the linker's nearest neighbours, health's similarity structure)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Query:
     prefetch: Prefetch
     filter: Filter
     limit: int
     with_dense: bool = False
-    score: TimesImportance = TimesImportance()
+    score: TimesImportance | RawScore = TimesImportance()
+    fields: tuple[str, ...] | None = None  # payload fields to return; None: the whole payload
 
 
 def dense_leg(vector: list[float], flt: Filter, limit: int) -> DenseLeg:
@@ -294,8 +308,11 @@ class Vocabulary(ABC):
     @abstractmethod
     def times_importance(self, key: str, default: float) -> Any: ...
 
+    @abstractmethod
+    def raw_score(self) -> Any: ...
 
-Node = Condition | Prefetch | SparseVec | TimesImportance
+
+Node = Condition | Prefetch | SparseVec | TimesImportance | RawScore
 
 
 class Lowering:
@@ -355,4 +372,5 @@ _LOWER: dict[type, Callable[[Lowering, Any], Any]] = {
     Fused: _fused,
     SparseVec: lambda lo, n: lo.vocab.sparse_vector(list(n.indices), list(n.values)),
     TimesImportance: lambda lo, n: lo.vocab.times_importance(n.key, n.default),
+    RawScore: lambda lo, n: lo.vocab.raw_score(),
 }

@@ -17,6 +17,8 @@ there is one (validation: 422 {"detail": [...], "error": "<field>: <message>"});
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -33,7 +35,8 @@ from episodic.recall import RecallEngine
 from episodic.settings import Settings
 from episodic.sparse import Bm25Encoder
 from recall import memories
-from recall.deps import ForgetSink, NudgeLookup, Publish, Services, Status
+from recall.admin import router as admin_router
+from recall.deps import ForgetSink, Job, NudgeLookup, Publish, Services, Status
 from recall.routes import router
 
 log = logging.getLogger(__name__)
@@ -126,6 +129,8 @@ def create_app(
     nudges: NudgeLookup | None = None,
     state: StateStore | None = None,
     forget_sink: ForgetSink | None = None,
+    jobs: Mapping[str, Job] | None = None,
+    clock: Callable[[], datetime] | None = None,
     insecure: bool = False,
 ) -> FastAPI:
     """The recall service. Raises AuthConfigError for a bad tokens file, InsecureBind (see module doc)."""
@@ -134,6 +139,8 @@ def create_app(
     if tokens is None:
         log.info("recall service: no tokens file, open to every caller that can reach %s", settings.http_host)
     engine = RecallEngine.from_settings(settings, store=store, embedder=embedder, bm25=bm25)
+    if clock is not None:  # a controllable clock (tests): ages and memory.referenced `at`
+        engine.clock = clock
 
     app = FastAPI(
         title="episodic recall",
@@ -155,6 +162,7 @@ def create_app(
         nudges=nudges,
         state=state,
         forget_sink=forget_sink,
+        jobs=dict(jobs or {}),
     )
 
     async def auth_error(request: Request, exc: Exception) -> JSONResponse:
@@ -176,6 +184,7 @@ def create_app(
     app.add_exception_handler(EpisodicError, store_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.include_router(router)
+    app.include_router(admin_router)
     app.include_router(memories.router)  # after /v1/memory/stats and /health: it takes any other id below
     app.add_middleware(BodyLimit)
     return app

@@ -326,3 +326,26 @@ class MemoryItem(BaseModel):
 class MemoryPage(BaseModel):
     memories: list[MemoryItem] = Field(description="newest first (ts descending, ties in a stable order)")
     next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last one")
+
+
+class DecayRunResponse(BaseModel):
+    """`POST /v1/admin/run/decay`: what the run did (counts and time)."""
+
+    run_id: str
+    reference_time: str = Field(description="the time every importance of the run was computed at (UTC)")
+    started_at: str
+    finished_at: str
+    resumed: bool = Field(description="it continued a run that had stopped half way")
+    duration_s: float = Field(description="seconds this call took")
+    pages: int
+    scanned: int = Field(description="memories read")
+    updated: int = Field(description="memories whose importance changed")
+    unchanged: int
+    archived: int = Field(description="memories archived to memory.archived and removed (retention)")
+    edges_removed: int = Field(description="edges of other memories that pointed at archived ones")
+    ledger_pruned: int = Field(description="memory.referenced ledger entries past their horizon, removed")
+    retention: bool = Field(description="whether retention is on")
+
+
+class JobBusyResponse(ErrorResponse):
+    progress: dict[str, Any] = Field(description="the run in progress elsewhere: its holder, page and counts")

@@ -23,6 +23,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gate": ("stack.commands.gate:main", "run only the gate (distributed mode)"),
     "embedder": ("stack.commands.up:embedder_main", "run only the embedding consumer (distributed mode)"),
     "serve": ("stack.commands.serve:main", "run only the recall HTTP service (distributed mode)"),
+    "linker": ("stack.commands.up:linker_main", "run only the linker: similar edges (distributed mode)"),
+    "importance": (
+        "stack.commands.up:importance_main",
+        "run only the importance agent and the nightly decay (distributed mode)",
+    ),
 }
 
 

@@ -1,7 +1,8 @@
 """The roles a Stack can run, in one table: what each needs from the stack, how it starts and drains.
 
 A role is one stage of the pipeline in this process: the gate (Faust, `streams/`), the embedding
-consumer (aiokafka, `consumers/`), the recall HTTP service (FastAPI, `recall/`). The Stack opens the
+consumer (aiokafka, `consumers/`), the recall HTTP service (FastAPI, `recall/`), the linker and the
+importance agent with its nightly decay (Faust agents in `streams/`, each its own consumer group). The Stack opens the
 shared resources once (producer, store, model) and hands them to every role as `Resources`; it starts
 the roles in the table's order and drains them by `drain_rank`, so that the stage taking input stops
 first and the stages after it finish what is in flight.
@@ -9,6 +10,8 @@ first and the stages after it finish what is in flight.
 Adding a role (the linker, importance, health and nudge agents) is one `Role` subclass here and one
 entry in `ROLES`; the Stack does not change. Each role imports its package lazily in `start`, so a
 process that runs only `serve` never imports Faust.
+
+Size: over 400 lines because the table keeps every role in one place, each a short class.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from episodic.bus import dumps, send_forget
@@ -32,16 +36,24 @@ if TYPE_CHECKING:
     from aiokafka import AIOKafkaProducer
 
     from consumers.embedding import EmbeddingConsumer
+    from episodic.decay import DecayJob
     from episodic.ports import Embedder, MemoryStore, StateStore
     from episodic.sparse import Bm25Encoder
+    from streams.agents import AgentRunner
     from streams.runner import GateRunner
 
 log = logging.getLogger("episodic")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
 
 GATE_DRAIN_S = 30.0  # the gate's batch in flight, its commit and leaving the group
 CONSUMER_DRAIN_S = 60.0  # the embedding batch in flight: embed, upsert, memory.indexed, commit
 HTTP_DRAIN_S = 30.0  # requests in flight
 HTTP_START_S = 15.0
+AGENT_DRAIN_S = 30.0  # a maintenance agent's batch in flight; a decay run stops after its page
 
 
 @dataclass(frozen=True)
@@ -58,11 +70,17 @@ class Resources:
     state: StateStore | None = None  # beside the store (episodic.ports.StateStore), opened with it
     embedder: Embedder | None = None  # None: sparse-only (no model, or EPISODIC_EMBED_MODEL=none)
     bm25: Bm25Encoder | None = None
+    clock: Callable[[], datetime] = utc_now  # what the stages call "now" (controllable in tests)
 
     def need_store(self, role: str) -> tuple[MemoryStore, Bm25Encoder]:
         if self.store is None or self.bm25 is None:
             raise EpisodicError(f"role {role!r} needs the store, and the stack did not open it")
         return self.store, self.bm25
+
+    def need_state(self, role: str) -> tuple[MemoryStore, StateStore]:
+        if self.store is None or self.state is None:
+            raise EpisodicError(f"role {role!r} needs the store and its state store, and the stack did not open them")
+        return self.store, self.state
 
 
 async def finish(task: asyncio.Task[Any] | None, timeout: float) -> None:
@@ -158,7 +176,7 @@ class EmbedderRole(Role):
             raise EpisodicError("the embedder needs the state store (forget tombstones), and the stack did not open it")
         self._model = getattr(res.embedder, "model_id", "none")
         self._mode = "vector" if res.embedder is not None else "sparse-only"
-        indexer = Indexer(store=store, embedder=res.embedder, bm25=bm25)
+        indexer = Indexer(store=store, embedder=res.embedder, bm25=bm25, clock=res.clock)
         self.consumer = EmbeddingConsumer(
             settings=res.settings,
             indexer=indexer,
@@ -248,6 +266,8 @@ class HttpRole(Role):
             forget_sink=functools.partial(send_forget, res.producer),
             status=res.status,
             metrics=res.metrics,
+            jobs=admin_jobs(res),
+            clock=res.clock,
             insecure=res.insecure,
         )
         config = uvicorn.Config(
@@ -284,7 +304,130 @@ class HttpRole(Role):
         return f"recall service: http://{self._host}:{self.http_port}  (OpenAPI: /docs, metrics: /metrics)"
 
 
+def admin_jobs(res: Resources) -> dict[str, Callable[[], dict[str, Any]]]:
+    """The jobs `POST /v1/admin/run/{name}` may run in this process."""
+    if res.store is None or res.state is None:
+        return {}
+    from stack.maintenance import decay_job
+
+    job = decay_job(
+        res.settings,
+        store=res.store,
+        state=res.state,
+        producer=res.producer,
+        loop=asyncio.get_running_loop(),
+        metrics=res.metrics,
+        clock=res.clock,
+    )
+    return {"decay": lambda: job.run().as_dict()}
+
+
+class AgentRole(Role):
+    """A maintenance agent (`streams.agents.AgentRunner`): crashes when its Faust app does."""
+
+    drain_rank = 3  # after the stages whose output it consumes
+    needs_store = True
+
+    def __init__(self) -> None:
+        self.runner: AgentRunner[Any] | None = None
+        self._line = ""
+
+    async def _stop_runner(self) -> None:
+        if self.runner is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.runner.stop(), AGENT_DRAIN_S)
+
+    async def drain(self) -> None:
+        await self._stop_runner()
+
+    def crash(self) -> str | None:
+        if self.runner is not None and self.runner.crashed:
+            return str(self.runner.crash_reason)
+        return None
+
+    def describe(self) -> str | None:
+        return self._line or None
+
+
+class LinkerRole(AgentRole):
+    """memory.indexed -> similar edges (the linker agent in `streams/`, its own consumer group); drained
+    after the embedder, so that it links what the embedder indexed before stopping."""
+
+    name = "linker"
+
+    async def start(self, res: Resources) -> None:
+        from episodic.linker import Linker
+        from streams.linker import linker_runner
+
+        store, _ = res.need_store(self.name)
+        s = res.settings
+        linker = Linker(store=store, threshold=s.similar_threshold, top_k=s.similar_top_k, clock=res.clock)
+        self.runner = linker_runner(s, linker=linker, metrics=res.metrics)
+        await self.runner.start()
+        top, above = s.similar_top_k, s.similar_threshold
+        self._line = f"linker: similar edges, top {top} above cosine {above} (group {self.runner.app_id})"
+
+
+class ImportanceRole(AgentRole):
+    """memory.referenced -> reference counts (the importance agent in `streams/`), and the nightly
+    DecayAndReinforce (with retention when on) on its UTC schedule, resumed after a crash. Drained after
+    the recall service, which publishes memory.referenced."""
+
+    name = "importance"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.job: DecayJob | None = None
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, res: Resources) -> None:
+        from episodic.decay import JobBusy
+        from episodic.schedule import Schedule, run_on_schedule
+        from stack.maintenance import decay_job, reference_counter
+        from streams.importance import importance_runner
+
+        store, state = res.need_state(self.name)
+        s = res.settings
+        counter = reference_counter(s, store, state, res.clock)
+        self.runner = importance_runner(s, counter=counter, metrics=res.metrics)
+        await self.runner.start()
+        loop = asyncio.get_running_loop()
+        job = self.job = decay_job(
+            s, store=store, state=state, producer=res.producer, loop=loop, metrics=res.metrics, clock=res.clock
+        )
+        schedule = Schedule(s.decay_schedule)
+
+        async def due(now: datetime) -> bool:
+            return await asyncio.to_thread(job.due, schedule.last_due(now))
+
+        async def run() -> None:
+            try:
+                await asyncio.to_thread(job.run)
+            except JobBusy as e:
+                log.info("decay: not run here: %s", e)
+
+        self._task = asyncio.create_task(
+            run_on_schedule(run, due, clock=res.clock, stop=self._stop, name="decay"), name="decay-schedule"
+        )
+        retention = (
+            f"retention after {s.retention_floor_days} days at the floor" if s.retention_enabled else "no retention"
+        )
+        self._line = (
+            f"importance: reference counts (group {self.runner.app_id}); decay at '{s.decay_schedule}' UTC, {retention}"
+        )
+
+    async def drain(self) -> None:
+        self._stop.set()
+        if self.job is not None:
+            self.job.request_stop()  # a run in progress stops after its page; the next run resumes it
+        await finish(self._task, AGENT_DRAIN_S)
+        await self._stop_runner()
+
+
 # The role table: start order is this order (the consumer is ready before the gate forwards to it; the
 # recall service comes up last, when the stack can answer). `episodic up` runs them all.
-ROLES: dict[str, type[Role]] = {role.name: role for role in (EmbedderRole, GateRole, HttpRole)}
-ALL_ROLES: tuple[str, ...] = ("gate", "embedder", "http")
+ROLES: dict[str, type[Role]] = {
+    role.name: role for role in (EmbedderRole, GateRole, LinkerRole, ImportanceRole, HttpRole)
+}
+ALL_ROLES: tuple[str, ...] = ("gate", "embedder", "http", "linker", "importance")

@@ -2,8 +2,10 @@
 
 `episodic up` runs every role: the embedded Tansu broker (memory storage) started here unless
 EPISODIC_KAFKA_BOOTSTRAP names a Kafka, Qdrant Edge under the data directory, the bundled
-all-MiniLM-L6-v2, the gate, the embedding consumer and the recall service on one asyncio loop. The
-distributed roles (`episodic embedder`, `episodic serve`) run one role each against a shared Kafka.
+all-MiniLM-L6-v2, the gate, the embedding consumer, the recall service, the linker and the importance
+agent (with the nightly decay; EPISODIC_LINKER_ENABLED=false leaves the linker out) on one asyncio loop. The
+distributed roles (`episodic embedder`, `episodic serve`, `episodic linker`, `episodic importance`) run
+one role each against a shared Kafka.
 
 SIGINT/SIGTERM drain: the gate stops taking journal records, the consumer finishes and commits its batch
 in flight, then the HTTP service, the producer, the store and the broker stop. A dead broker (30 s
@@ -18,14 +20,16 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from episodic.bus import bootstrap_reachable, ensure_topics, make_producer
 from episodic.errors import BrokerUnavailable, EpisodicError
 from episodic.metrics import Metrics
 from episodic.settings import Settings
-from stack.roles import ALL_ROLES, ROLES, Resources, Role
+from stack.roles import ALL_ROLES, ROLES, Resources, Role, utc_now
 
 if TYPE_CHECKING:
     from aiokafka import AIOKafkaProducer
@@ -66,13 +70,21 @@ class KafkaStatus:
 class Stack:
     """The embedded stack (or a subset of its roles for distributed mode)."""
 
-    def __init__(self, settings: Settings, *, roles: tuple[str, ...] = ALL_ROLES, insecure: bool = False) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        roles: tuple[str, ...] = ALL_ROLES,
+        insecure: bool = False,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
         unknown = [r for r in roles if r not in ROLES]
         if unknown or not roles:
             raise ValueError(f"unknown role(s) {unknown or roles}: the roles are {', '.join(ROLES)}")
         self.settings = settings
         self.roles = roles
         self.insecure = insecure
+        self.clock = clock  # "now" for every role (a controllable clock in tests)
         self.metrics = Metrics()
         self.broker: EmbeddedBroker | None = None
         self.producer: AIOKafkaProducer | None = None
@@ -129,6 +141,7 @@ class Stack:
             state=self.state,
             embedder=self.embedder,
             bm25=self.bm25,
+            clock=self.clock,
         )
         for kind in self._kinds:
             role = self.running[kind.name] = kind()  # registered first: stop() drains a half-started role

@@ -153,7 +153,7 @@ def test_pages_are_newest_first_with_stable_ties_at_any_page_size(store: MemoryS
     everything = [p["entry_id"] for _, p in store.page(Selection("ws-a"), None, 100)[0]]
     assert sorted(everything) == sorted(p.payload["entry_id"] for p in points)
     by_id = {p.payload["entry_id"]: p for p in points}
-    from episodic.recall import parse_ts
+    from episodic.scoring import parse_time as parse_ts
 
     instants = [parse_ts(by_id[i].payload["ts"]) for i in everything]
     assert instants == sorted(instants, reverse=True)  # newest first

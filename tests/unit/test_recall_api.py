@@ -16,6 +16,7 @@ from episodic.ports import MemoryStore, ScopeFilter, StoredHit
 from episodic.settings import Settings
 from episodic.sparse import Bm25Encoder
 from recall.app import InsecureBind, check_bind, create_app
+from schemas.events import ReferencedEvent
 from schemas.topics import MEMORY_REFERENCED
 
 TOK_A = "token-for-workspace-a"
@@ -85,6 +86,23 @@ class FakeStore(MemoryStore):
         return 0
 
     def relations_of(self, workspace_id: Any, entry_ids: Any) -> list[Any]:
+        return []
+
+    def remove_edges_to(self, workspace_id: Any, entry_ids: Any) -> int:
+        return 0
+
+    def fetch(self, point_ids: Any, *, with_dense: bool = False) -> dict[str, Any]:
+        return {}
+
+    def scroll_page(self, offset: Any, limit: int, *, fields: Any = None) -> tuple[list[Any], None]:
+        return [], None
+
+    def set_payloads(self, updates: Any) -> int:
+        return 0
+
+    def similar_to(
+        self, workspace_id: Any, rows: Any, limit: int, *, exclude_entry_ids: Any = (), fields: Any = None
+    ) -> list[Any]:
         return []
 
     def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
@@ -186,6 +204,10 @@ def test_recall_returns_every_spec_field_and_publishes_one_event(env: Env) -> No
     ]
     assert env.metric("episodic_recall_duration_seconds_count", mode="hybrid") == 1
     assert env.metric("episodic_recall_hits_sum") == 2
+    # a fresh id per event: the importance agent counts a re-delivered event once, and two recalls twice
+    assert ReferencedEvent.from_dict(event).event_id == event["event_id"] and len(event["event_id"]) == 32
+    env.client.post("/v1/recall", json={**OK, "k": 5})
+    assert env.published[1][2]["event_id"] != event["event_id"]
 
 
 @pytest.mark.parametrize("mode", ["dense", "sparse", "hybrid"])
