@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -88,3 +89,10 @@ def make_producer(bootstrap: str, **kw: Any) -> AIOKafkaProducer:
 async def produce_json(producer: AIOKafkaProducer, topic: str, key: str | None, value: Any) -> asyncio.Future[Any]:
     """Queue one JSON record; the returned future resolves once the broker acknowledged it."""
     return await producer.send(topic, key=key.encode() if key is not None else None, value=dumps(value))
+
+
+async def send_all(producer: AIOKafkaProducer, topic: str, records: Sequence[tuple[bytes | None, bytes]]) -> None:
+    """Send (key, value) records and return once the broker acknowledged every one of them (the producer's
+    acks; `make_producer` asks for all in-sync replicas). Raises the first failure."""
+    futures = [await producer.send(topic, key=key, value=value) for key, value in records]
+    await asyncio.gather(*futures)

@@ -15,6 +15,7 @@ LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 360
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MODES = ("hybrid", "dense", "sparse")
 INDEX_MODES = ("vector", "sparse-only", "duplicate", "unchanged", "updated")
+JOURNAL_HTTP_OUTCOMES = ("accepted", "invalid", "forbidden", "unavailable")
 
 
 class Metrics:
@@ -100,6 +101,14 @@ class Metrics:
         self.auth_failures = Counter(
             "episodic_auth_failures_total", "Rejected requests, by reason", ["reason"], registry=r
         )
+        self.journal_http_entries = Counter(
+            "episodic_journal_http_entries_total",
+            "Journal entries received by POST /v1/journal, by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in JOURNAL_HTTP_OUTCOMES:
+            self.journal_http_entries.labels(outcome=outcome)
         for mode in MODES:
             self.recall_latency.labels(mode=mode)
         for reason in ("missing", "invalid", "forbidden"):

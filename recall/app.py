@@ -2,9 +2,11 @@
 
 Wiring (see stack/roles.py): `publish(topic, key, value)` must not block and may be called from the
 event-loop thread; `status()` returns at least {"kafka": "ok"|..., "kafka_bootstrap": "host:port"};
-`metrics` is the process's `Metrics` (its registry is what /metrics exposes). The tokens file named by
-`settings.tokens_file` is loaded here (a bad file fails start-up). When `settings.http_host` is beyond
-loopback and no tokens file is configured, `create_app` refuses (InsecureBind) unless `insecure=True`.
+`metrics` is the process's `Metrics` (its registry is what /metrics exposes); `produce(topic, records)`
+(optional) sends records and completes once the broker acknowledged them all (`POST /v1/journal`). The
+tokens file named by `settings.tokens_file` is loaded here (a bad file fails start-up). When
+`settings.http_host` is beyond loopback and no tokens file is configured, `create_app` refuses
+(InsecureBind) unless `insecure=True`.
 
 Error bodies: every 4xx/5xx answer is JSON with `error`, a one-line message naming the field when
 there is one (validation: 422 {"detail": [...], "error": "<field>: <message>"}); store failures are
@@ -30,7 +32,8 @@ from episodic.ports import Embedder, MemoryStore
 from episodic.recall import RecallEngine
 from episodic.settings import Settings
 from episodic.sparse import Bm25Encoder
-from recall.deps import NudgeLookup, Publish, Services, Status
+from recall import journal, whoami
+from recall.deps import NudgeLookup, Produce, Publish, Services, Status
 from recall.routes import router
 
 log = logging.getLogger(__name__)
@@ -121,6 +124,7 @@ def create_app(
     status: Status,
     metrics: Metrics,
     nudges: NudgeLookup | None = None,
+    produce: Produce | None = None,
     insecure: bool = False,
 ) -> FastAPI:
     """The recall service. Raises AuthConfigError for a bad tokens file, InsecureBind (see module doc)."""
@@ -148,6 +152,7 @@ def create_app(
         metrics=metrics,
         tokens=tokens,
         nudges=nudges,
+        produce=produce,
     )
 
     async def auth_error(request: Request, exc: Exception) -> JSONResponse:
@@ -169,5 +174,7 @@ def create_app(
     app.add_exception_handler(EpisodicError, store_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.include_router(router)
+    app.include_router(journal.router)
+    app.include_router(whoami.router)
     app.add_middleware(BodyLimit)
     return app

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,8 @@ from episodic.settings import Settings
 Publish = Callable[[str, str | None, dict[str, Any]], None]
 Status = Callable[[], Mapping[str, Any]]
 NudgeLookup = Callable[[str, str | None, str], str | None]
+# Produce = (topic, [(key, value), ...]) -> awaitable that completes once the broker acknowledged all of them
+Produce = Callable[[str, Sequence[tuple[bytes | None, bytes]]], Awaitable[None]]
 
 # Declares the bearer scheme in the OpenAPI document; the header itself is read raw below so that a
 # malformed header is told apart from a missing one.
@@ -34,6 +36,7 @@ class Services:
     metrics: Metrics
     tokens: TokenTable | None
     nudges: NudgeLookup | None = None
+    produce: Produce | None = None  # POST /v1/journal answers 503 without it
 
 
 def get_services(request: Request) -> Services:
@@ -52,4 +55,4 @@ def current_principal(
     return services.tokens.authenticate(request.headers.get("authorization"))
 
 
-__all__ = ["AuthError", "NudgeLookup", "Publish", "Services", "Status", "current_principal", "get_services"]
+__all__ = ["AuthError", "NudgeLookup", "Produce", "Publish", "Services", "Status", "current_principal", "get_services"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from episodic.bus import dumps
+from episodic.bus import dumps, send_all
 from episodic.errors import EpisodicError
 from episodic.metrics import Metrics
 from episodic.settings import Settings
@@ -235,6 +236,7 @@ class HttpRole(Role):
             embedder=res.embedder,
             bm25=bm25,
             publish=Publisher(res.producer, asyncio.get_running_loop(), res.metrics),
+            produce=functools.partial(send_all, res.producer),
             status=res.status,
             metrics=res.metrics,
             insecure=res.insecure,
