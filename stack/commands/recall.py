@@ -1,24 +1,27 @@
 """`episodic recall "query" --workspace W --agent A [...]`: query a running recall service.
 
 Prints a readable table by default, the raw JSON response with --json, the rendered block with --render.
-URL: --url, else EPISODIC_RECALL_URL, else http://<EPISODIC_HTTP_HOST>:<EPISODIC_HTTP_PORT>.
+URL: --url, else EPISODIC_URL (or EPISODIC_RECALL_URL), else http://<EPISODIC_HTTP_HOST>:<EPISODIC_HTTP_PORT>.
 Token: --token, else EPISODIC_TOKEN. Exit codes: 0 ok, 1 the service refused (4xx/5xx, its `error`
-printed), 2 usage, 3 the service cannot be reached. The HTTP calls are `episodic.client.RecallClient`'s.
+printed), 2 usage (a bad argument names the field), 3 the service cannot be reached. The HTTP calls are
+`episodic.client.MemoryClient`'s (typed, with retries on 503 and connection errors).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
-from episodic.client import RecallClient, RecallRefused, ServiceUnreachable
+from episodic.client import MemoryClient, RequestRefused, ServiceUnreachable
 from episodic.render import relative_age
+from episodic.settings import Settings
+from schemas.api import RecallRequest, RenderRequest
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", action="store_true", help="print the JSON response")
     ap.add_argument("--render", action="store_true", help="print the <recalled-memory> block instead")
     ap.add_argument("--max-chars", type=int, help="render budget in characters")
-    ap.add_argument("--url", default=None, help="service URL (default: EPISODIC_RECALL_URL or local)")
+    ap.add_argument("--url", default=None, help="service URL (default: EPISODIC_URL or local)")
     ap.add_argument("--token", default=None, help="bearer token (default: EPISODIC_TOKEN)")
     ap.add_argument("--timeout", type=float, default=10.0)
     return ap
@@ -80,18 +83,35 @@ def build_body(args: argparse.Namespace) -> dict[str, Any]:
     return body
 
 
+def _first_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    return f"{'.'.join(str(p) for p in err['loc']) or 'request'}: {str(err['msg']).removeprefix('Value error, ')}"
+
+
 def main(argv: list[str], *, transport: httpx.BaseTransport | None = None) -> int:
     args = _parser().parse_args(argv)
-    token = args.token or os.environ.get("EPISODIC_TOKEN")
+    settings = Settings()
     try:
-        with RecallClient(args.url, token=token, timeout=args.timeout, transport=transport) as client:
-            data = client.render(build_body(args)) if args.render else client.recall(build_body(args))
+        request = (RenderRequest if args.render else RecallRequest).model_validate(build_body(args))
+    except ValidationError as e:
+        print(f"episodic recall: {_first_error(e)}", file=sys.stderr)
+        return 2
+    kw = MemoryClient.settings_kwargs(settings)
+    kw.update(timeout=args.timeout, transport=transport)
+    if args.url:
+        kw["url"] = args.url
+    if args.token:
+        kw["token"] = args.token
+    try:
+        with MemoryClient(**kw) as client:
+            answer = client.render(request) if isinstance(request, RenderRequest) else client.recall(request)
     except ServiceUnreachable as e:
         print(f"episodic recall: {e}. Is `episodic up` running?", file=sys.stderr)
         return 3
-    except RecallRefused as e:
+    except RequestRefused as e:
         print(f"episodic recall: {e}", file=sys.stderr)
         return 1
+    data = answer.model_dump(mode="json")
     if args.json:
         print(json.dumps(data, indent=2, ensure_ascii=False))
     elif args.render:
