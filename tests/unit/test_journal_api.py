@@ -26,7 +26,8 @@ TOKENS = {
     "orchestrator": ("orchestrator-token-0001", {"workspaces": ["ws-a"]}),
     "b": ("token-for-workspace-b-01", {"workspaces": ["ws-b"]}),
     "planner": ("planner-bound-token-0001", {"workspaces": ["ws-a"], "agent_id": "ag", "crew_id": "crew"}),
-    "lead": ("lead-bound-token-000001", {"workspaces": ["ws-a"], "agent_id": "boss", "role": "lead", "crew_id": "crew"}),
+    "lead": ("lead-bound-token-000001",
+             {"workspaces": ["ws-a"], "agent_id": "boss", "role": "lead", "crew_id": "crew"}),
 }  # fmt: skip
 
 
@@ -136,7 +137,9 @@ def test_invalid_entries_come_back_with_index_field_and_reason_and_the_rest_is_a
 
 def test_the_gates_garbage_is_refused_per_entry_with_its_dead_letter_reason(env: Env) -> None:
     """Every kind of bad entry the gate dead-letters (tests/e2e/journal.py) that can travel inside JSON."""
-    garbage = [(reason, json.loads(raw)) for reason, raw in build(n_valid=1).dlq if reason not in ("not_json", "not_utf8")]
+    garbage = [
+        (reason, json.loads(raw)) for reason, raw in build(n_valid=1).dlq if reason not in ("not_json", "not_utf8")
+    ]
     r = env.post({"entries": [obj for _, obj in garbage]})
     assert r.status_code == 422, r.text
     body = r.json()
