@@ -124,6 +124,11 @@ class _Base:
             "retry": RetryPolicy(retries=s.client_retries),
         }
 
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, **overrides: Any) -> Self:
+        """A client configured by `Settings` (EPISODIC_URL, EPISODIC_TOKEN, EPISODIC_WORKSPACE_ID, ...)."""
+        return cls(**{**cls.settings_kwargs(settings), **overrides})
+
     @property
     def calls(self) -> Calls:
         return Calls(self.identity)
@@ -163,11 +168,6 @@ class MemoryClient(_Base):
     ) -> None:
         super().__init__(url, token=token, identity=identity, timeout=timeout, retry=retry)
         self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
-
-    @classmethod
-    def from_settings(cls, settings: Settings | None = None, **overrides: Any) -> MemoryClient:
-        """A client configured by `Settings` (EPISODIC_URL, EPISODIC_TOKEN, EPISODIC_WORKSPACE_ID, ...)."""
-        return cls(**{**cls.settings_kwargs(settings), **overrides})
 
     def _send(self, call: Call[T]) -> T:
         for attempt in Retrying(**self.retry.tenacity_kwargs()):
@@ -253,10 +253,6 @@ class AsyncMemoryClient(_Base):
     ) -> None:
         super().__init__(url, token=token, identity=identity, timeout=timeout, retry=retry)
         self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout, transport=transport)
-
-    @classmethod
-    def from_settings(cls, settings: Settings | None = None, **overrides: Any) -> AsyncMemoryClient:
-        return cls(**{**cls.settings_kwargs(settings), **overrides})
 
     async def _send(self, call: Call[T]) -> T:
         async for attempt in AsyncRetrying(**self.retry.tenacity_kwargs()):
