@@ -148,6 +148,33 @@ async def test_mcp_over_stdio_remembers_and_recalls_as_its_token(surfaces: Surfa
         assert "snapshot" in health.structured_content["reason"]
 
 
+async def test_mcp_can_write_straight_to_kafka(surfaces: Surfaces) -> None:
+    """`--writes kafka`: the entry goes to journal.entries (after the gate's parser), recall still by HTTP."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "stack.cli", "mcp", "--writes", "kafka"],
+        env=mcp_env(
+            surfaces,
+            EPISODIC_TOKEN=TOKENS["a"][0],
+            EPISODIC_WORKSPACE_ID="ws-a",
+            EPISODIC_AGENT_ID="kafka-writer",
+            EPISODIC_KAFKA_BOOTSTRAP=surfaces.bootstrap,
+        ),
+        cwd=str(ROOT),
+    )
+    key = phrase()
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        wrote = await call(session, "remember", {"summary": f"written through Kafka {key}", "severity": "warn"})
+        assert not wrote.is_error, wrote.content
+        assert wrote.structured_content["written_via"] == "kafka"
+        bad = await call(session, "remember", {"summary": "too big", "payload": {"blob": "z" * 70_000}})
+        assert bad.is_error and "entry refused: payload" in bad.content[0].text
+    with surfaces.client("a", workspace_id="ws-a", agent_id="kafka-writer") as memory:
+        eid = wrote.structured_content["id"]
+        await poll(lambda: recalled(memory, key, eid), timeout=30, what="the Kafka-written memory recalled")
+
+
 @contextlib.contextmanager
 def mcp_http_server(env: dict[str, str]) -> Iterator[str]:
     port = free_port()
