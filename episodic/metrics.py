@@ -19,6 +19,7 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MODES = ("hybrid", "dense", "sparse")
 FORGET_SELECTORS = ("entry_ids", "agent_id", "run_id", "all")
 INDEX_MODES = ("vector", "sparse-only", "duplicate", "unchanged", "updated")
+JOURNAL_HTTP_OUTCOMES = ("accepted", "invalid", "forbidden", "unavailable")
 
 
 class Metrics:
@@ -116,6 +117,14 @@ class Metrics:
         self.auth_failures = Counter(
             "episodic_auth_failures_total", "Rejected requests, by reason", ["reason"], registry=r
         )
+        self.journal_http_entries = Counter(
+            "episodic_journal_http_entries_total",
+            "Journal entries received by POST /v1/journal, by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in JOURNAL_HTTP_OUTCOMES:
+            self.journal_http_entries.labels(outcome=outcome)
         for mode in MODES:
             self.recall_latency.labels(mode=mode)
         for reason in ("missing", "invalid", "forbidden"):

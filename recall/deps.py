@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,8 @@ NudgeLookup = Callable[[str, str | None, str], str | None]
 # ForgetSink(record): produce a forget to journal.embeddable, keyed by its workspace; completes once the
 # broker acknowledged it (acks=all), raises when it could not be queued
 ForgetSink = Callable[[ForgetRecord], Awaitable[None]]
+# Produce = (topic, [(key, value), ...]) -> awaitable that completes once the broker acknowledged all of them
+Produce = Callable[[str, Sequence[tuple[bytes | None, bytes]]], Awaitable[None]]
 
 # Declares the bearer scheme in the OpenAPI document; the header itself is read raw below so that a
 # malformed header is told apart from a missing one.
@@ -40,6 +42,7 @@ class Services:
     nudges: NudgeLookup | None = None
     state: StateStore | None = None  # forget status, tombstones (the memory lifecycle)
     forget_sink: ForgetSink | None = None  # forgets answer 503 without it
+    produce: Produce | None = None  # POST /v1/journal answers 503 without it
 
 
 def get_services(request: Request) -> Services:
@@ -62,6 +65,7 @@ __all__ = [
     "AuthError",
     "ForgetSink",
     "NudgeLookup",
+    "Produce",
     "Publish",
     "Services",
     "Status",

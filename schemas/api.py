@@ -9,6 +9,8 @@ Validation rules (every violation is a 422 that names the field, never a 5xx):
 - `query`: 1..`MAX_QUERY_CHARS` (4096) characters, not only whitespace.
 - `k`: integer 1..50, default 5. `mode`: "hybrid" (default), "dense" or "sparse". `walk_depth`: 0 or 1.
 - Types are strict (`"5"` is not an integer, `true` is not a number) and unknown fields are rejected.
+- Journal (`POST /v1/journal`): `entries`, 1..`MAX_JOURNAL_ENTRIES` journal entries (SPEC §3) in a body of
+  at most `MAX_JOURNAL_BYTES`; each entry is validated on its own by the gate's parser.
 - Render: `max_chars` (`MIN_RENDER_CHARS`..`MAX_RENDER_CHARS`) or `max_tokens` (about 4 characters a
   token), not both; neither means `DEFAULT_RENDER_CHARS`.
 - Filters (SPEC §11), applied inside the store query (every leg), so a filtered recall still returns k hits
@@ -35,6 +37,8 @@ CHARS_PER_TOKEN = 4
 MIN_RENDER_CHARS = 400  # the wrapper and the preamble alone take about 330
 MAX_RENDER_CHARS = 200_000
 DEFAULT_RENDER_CHARS = 4000
+MAX_JOURNAL_ENTRIES = 500
+MAX_JOURNAL_BYTES = 1 << 20  # the whole request body; clients split larger batches
 
 MAX_ENTRY_TYPES = 50
 
@@ -218,6 +222,8 @@ MAX_FORGET_IDS = 1000
 MAX_PAGE = 100
 DEFAULT_PAGE = 20
 FORGET_SELECTORS = ("entry_ids", "agent_id", "run_id", "all")
+DEFAULT_FORGET_WAIT_S = 10.0  # how long a forget's answer waits for it to be applied (the `wait` parameter)
+MAX_FORGET_WAIT_S = 60.0
 
 
 class ForgetRequest(BaseModel):
@@ -326,3 +332,57 @@ class MemoryItem(BaseModel):
 class MemoryPage(BaseModel):
     memories: list[MemoryItem] = Field(description="newest first (ts descending, ties in a stable order)")
     next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last one")
+
+
+class JournalBatch(BaseModel):
+    """`POST /v1/journal` body: journal entries, each validated on its own (a bad one does not sink the rest)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    entries: list[Any] = Field(
+        min_length=1,
+        max_length=MAX_JOURNAL_ENTRIES,
+        description="journal entries (SPEC §3; schemas/journal_entry.schema.json), produced to journal.entries",
+        json_schema_extra={"items": {"type": "object"}},
+    )
+
+
+class EntryError(BaseModel):
+    """Why one entry of a batch was not accepted."""
+
+    index: int = Field(description="its position in `entries`")
+    id: str | None = Field(default=None, description="its `id`, when it has a string one")
+    field: str = Field(description="the field at fault (`entry` when it is not a JSON object)")
+    reason: str = Field(description="the gate's dead-letter reason, e.g. missing_field, bad_severity")
+    error: str = Field(description="a one-line message that names the field")
+
+
+class JournalAccepted(BaseModel):
+    """202: the valid entries are on `journal.entries`, acknowledged by every in-sync replica."""
+
+    accepted: int
+    ids: list[str] = Field(description="ids of the accepted entries, in batch order")
+    rejected: int
+    errors: list[EntryError] = Field(description="the entries that were not accepted, with the field at fault")
+    topic: str
+
+
+class JournalRejected(BaseModel):
+    """422: no entry of the batch is valid (nothing was produced)."""
+
+    error: str
+    errors: list[EntryError]
+    detail: Any = None
+
+
+class WhoAmI(BaseModel):
+    """`GET /v1/whoami`: what the caller's token may do, so that a client can take its identity from it."""
+
+    name: str
+    auth: bool = Field(description="false: the service has no tokens file and is open")
+    admin: bool
+    workspaces: list[str] = Field(description="the workspaces it may read and write ([] for admin: all)")
+    agent_id: str | None = Field(description="the agent a bound token acts as")
+    crew_id: str | None
+    role: Literal["agent", "lead"] | None = Field(description="null: a workspace token, not bound")
+    scope: Scope | None = Field(description="the widest recall scope of a bound token (ScopeForRole)")

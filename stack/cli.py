@@ -1,4 +1,4 @@
-"""The `episodic` command: up, produce, recall, forget, show, ls, doctor, and the single-stage roles for
+"""The `episodic` command: up, produce, recall, forget, show, ls, doctor, mcp, and the single-stage roles for
 distributed mode.
 
 `python -m stack.cli COMMAND ...` (or `python -m stack ...`) is the same command without the console script.
@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gate": ("stack.commands.gate:main", "run only the gate (distributed mode)"),
     "embedder": ("stack.commands.up:embedder_main", "run only the embedding consumer (distributed mode)"),
     "serve": ("stack.commands.serve:main", "run only the recall HTTP service (distributed mode)"),
+    "mcp": ("stack.commands.mcp:main", "serve the memory as MCP tools (stdio or streamable HTTP)"),
 }
 
 

@@ -20,7 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_command_resolves_to_a_function() -> None:
-    assert set(COMMANDS) == {"up", "produce", "recall", "forget", "show", "ls", "doctor", "gate", "embedder", "serve"}
+    assert set(COMMANDS) == {
+        "up", "produce", "recall", "forget", "show", "ls", "doctor", "gate", "embedder", "serve", "mcp",
+    }  # fmt: skip
     for name in COMMANDS:
         assert callable(resolve(name)), name
 

@@ -120,7 +120,9 @@ def test_show_reads_any_id_with_the_query_form(capsys: pytest.CaptureFixture[str
 
 
 def test_ls_pages_through_with_every(capsys: pytest.CaptureFixture[str]) -> None:
-    item = {k: MEMORY[k] for k in ("entry_id", "ts", "entry_type", "severity", "agent_id", "run_id", "summary")}
+    keys = ("entry_id", "ts", "entry_type", "severity", "agent_id", "crew_id", "run_id", "summary", "importance_score",
+            "reference_count", "occurrences", "aliases", "has_dense")  # fmt: skip
+    item = {k: MEMORY[k] for k in keys}
     transport, seen = service(
         (200, {"memories": [item], "next_cursor": "c1"}),
         (200, {"memories": [{**item, "entry_id": "e0"}], "next_cursor": None}),
