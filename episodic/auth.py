@@ -27,6 +27,10 @@ The tokens file (named by `EPISODIC_TOKENS_FILE`) is JSON, parsed by the `Tokens
 - A request carries `Authorization: Bearer <token>`. Missing header -> 401 (reason "missing");
   malformed header or unknown token -> 401 (reason "invalid"); a known token asking for something it may
   not -> 403 (reason "forbidden").
+- The memory lifecycle (`recall/memories.py`): a bound token inspects and lists only its agent's memories
+  (a lead also its crew's), and forgets only its own agent's: its forget is narrowed to that agent, and
+  `all: true` or another agent is 403 naming the field (`may_see_memory`, `listing_narrowed`,
+  `forget_narrowed`).
 - No tokens file: the service is open, and the server refuses to bind beyond loopback unless --insecure.
 - `/healthz`, `/metrics` and the OpenAPI document are never authenticated (probes and scrapers).
 
@@ -298,6 +302,65 @@ def authorize_write(principal: Principal, *, workspace_id: str, agent_id: str, c
             "agent_id", f"token {principal.name!r} is bound to {bound_to}; it may not write as agent {agent_id!r}"
         )
     authorize_crew(principal, crew_id)
+
+
+# -- the memory lifecycle (inspect, list, forget) for bound tokens ------------------------------------------
+def _bound_to(principal: Principal) -> str:
+    if principal.role == "lead":
+        agent = f" and agent {principal.agent_id!r}" if principal.agent_id else ""
+        return f"token {principal.name!r} is bound to crew {principal.crew_id!r} (lead){agent}"
+    return f"token {principal.name!r} is bound to agent {principal.agent_id!r}"
+
+
+def may_see_memory(principal: Principal, *, agent_id: str | None, crew_id: str | None) -> bool:
+    """Whether `principal` may inspect a memory of (agent_id, crew_id) in a workspace it may read: any,
+    unless bound; a bound token its agent's; a lead also its crew's."""
+    if not principal.bound:
+        return True
+    if principal.agent_id is not None and agent_id == principal.agent_id:
+        return True
+    return principal.role == "lead" and crew_id is not None and crew_id == principal.crew_id
+
+
+def authorize_memory(
+    principal: Principal, *, entry_id: str, agent_id: str | None, crew_id: str | None, field: str = "entry_id"
+) -> None:
+    """One memory, found in a workspace the principal may read: 403 naming `field` unless it may see it."""
+    if not may_see_memory(principal, agent_id=agent_id, crew_id=crew_id):
+        raise _forbid(field, f"{_bound_to(principal)}; memory {entry_id!r} is not one of its memories")
+
+
+def listing_narrowed(
+    principal: Principal, *, agent_id: str | None, crew_id: str | None
+) -> tuple[str | None, str | None]:
+    """The (agent_id, crew_id) a listing is narrowed to: as asked, unless bound. An agent-bound token lists
+    its agent's memories (another agent: 403 naming agent_id); a lead its crew's, or all of its own agent's
+    (another crew: 403 naming crew_id)."""
+    if not principal.bound:
+        return agent_id, crew_id
+    authorize_crew(principal, crew_id)
+    if agent_id is not None and agent_id == principal.agent_id:
+        return agent_id, crew_id
+    if principal.role == "lead":
+        return agent_id, principal.crew_id
+    if agent_id is not None:
+        raise _forbid("agent_id", f"{_bound_to(principal)}; it may not list agent {agent_id!r}'s memories")
+    return principal.agent_id, crew_id
+
+
+def forget_narrowed(principal: Principal, *, selector_field: str, agent_id: str | None, all: bool) -> str | None:
+    """The agent a forget is narrowed to: `agent_id` as asked, unless bound. A bound token (agent or lead)
+    forgets only its own agent's memories: its selection is narrowed to that agent; a whole workspace, or
+    another agent, is 403 naming the field (`all`, `agent_id`); a lead without an agent forgets nothing."""
+    if not principal.bound:
+        return agent_id
+    if all:
+        raise _forbid("all", f"{_bound_to(principal)}; only a workspace or admin token may forget a workspace")
+    if principal.agent_id is None:
+        raise _forbid(selector_field, f"{_bound_to(principal)} without an agent: it may forget no memories")
+    if agent_id is not None and agent_id != principal.agent_id:
+        raise _forbid("agent_id", f"{_bound_to(principal)}; it may not forget agent {agent_id!r}'s memories")
+    return principal.agent_id
 
 
 def load_tokens(path: str | Path | None) -> TokenTable | None:

@@ -227,27 +227,34 @@ MAX_FORGET_WAIT_S = 60.0
 
 
 class ForgetRequest(BaseModel):
-    """`POST /v1/memory/forget` body: the workspace and exactly one selector. `entry_ids`: those memories (an
-    alias id takes its whole memory); `agent_id` / `run_id`: every memory of that agent / run; `all: true`:
-    the whole workspace. Each of them also keeps out the entries of the selection still on their way."""
+    """`POST /v1/memory/forget` body: the workspace and one selection. `entry_ids`: those memories (an alias
+    id takes its whole memory); `run_id`: every memory of that run; `agent_id`: every memory of that agent,
+    or, given with `entry_ids` or `run_id`, only that agent's memories among them; `all: true`: the whole
+    workspace. Each of them also keeps out the entries of the selection still on their way."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     workspace_id: IdStr
     entry_ids: list[IdStr] | None = Field(default=None, min_length=1, max_length=MAX_FORGET_IDS)
-    agent_id: IdStr | None = None
+    agent_id: IdStr | None = Field(default=None, description="alone: the agent's memories; else narrows")
     run_id: IdStr | None = None
     all: bool = Field(default=False, validate_default=True, description="true: every memory of the workspace")
 
-    @field_validator("agent_id", "run_id", "all")
+    @field_validator("run_id", "all")
     @classmethod
-    def _exactly_one(cls, v: Any, info: ValidationInfo) -> Any:
-        others = FORGET_SELECTORS[: FORGET_SELECTORS.index(info.field_name)]
-        if v is not None and v is not False:
-            earlier = [f for f in others if info.data.get(f) not in (None, False)]
-            if earlier:
-                raise ValueError(f"give only one of {', '.join(FORGET_SELECTORS)} (also given: {', '.join(earlier)})")
-        elif info.field_name == "all" and all(f in info.data and info.data[f] is None for f in others):
+    def _one_selection(cls, v: Any, info: ValidationInfo) -> Any:
+        def given(name: str) -> bool:
+            return info.data.get(name) not in (None, False)
+
+        if info.field_name == "run_id":
+            if v is not None and given("entry_ids"):
+                raise ValueError("give entry_ids or run_id, not both (agent_id may narrow either)")
+            return v
+        if v is not False:
+            also = [f for f in FORGET_SELECTORS[:-1] if given(f)]
+            if also:
+                raise ValueError(f"all: true is the whole workspace; give nothing else (also given: {', '.join(also)})")
+        elif all(f in info.data and info.data[f] is None for f in FORGET_SELECTORS[:-1]):
             raise ValueError("give exactly one of entry_ids, agent_id, run_id, or all: true")
         return v
 

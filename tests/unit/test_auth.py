@@ -15,11 +15,15 @@ from episodic.auth import (
     Principal,
     TokenTable,
     authorize,
+    authorize_memory,
     authorize_recall,
     authorize_write,
     digest,
+    forget_narrowed,
     is_loopback,
+    listing_narrowed,
     load_tokens,
+    may_see_memory,
     scope_for_role,
 )
 
@@ -254,3 +258,60 @@ def test_a_bad_file_on_disk_names_the_file(tmp_path: Path) -> None:
     f.write_text(json.dumps({"tokens": [{"token": TOK_A, "workspaces": ["w"], "role": "lead"}]}))
     with pytest.raises(AuthConfigError, match=r"tokens.json: tokens file: tokens\[0\]: role 'lead' needs crew_id"):
         load_tokens(f)
+
+
+# -- the memory lifecycle (inspect, list, forget) -------------------------------------------------------------
+PLANNER, LEAD, CREW_LEAD, ORCH = (
+    who(t) for t in ("planner-token-0123456", "lead-token-0123456789", "crew-lead-token-01234", "orchestrator-token-01")
+)
+
+
+def forbidden(fn: Any, *args: Any, **kw: Any) -> AuthError:
+    with pytest.raises(AuthError) as e:
+        fn(*args, **kw)
+    assert e.value.status == 403
+    return e.value
+
+
+def test_a_bound_token_inspects_its_agents_memories_and_a_lead_its_crews() -> None:
+    cases = [  # (principal, memory's agent, memory's crew, may see)
+        (PLANNER, "planner", None, True), (PLANNER, "planner", "billing", True), (PLANNER, "coder", "platform", False),
+        (LEAD, "lead-1", "billing", True), (LEAD, "coder", "platform", True), (LEAD, "coder", "billing", False),
+        (CREW_LEAD, "coder", "platform", True), (CREW_LEAD, None, None, False),
+        (ORCH, "anyone", "any", True), (OPEN, None, None, True),
+    ]  # fmt: skip
+    for principal, agent, crew, allowed in cases:
+        assert may_see_memory(principal, agent_id=agent, crew_id=crew) is allowed, (principal.name, agent, crew)
+    e = forbidden(authorize_memory, PLANNER, entry_id="e7", agent_id="coder", crew_id="platform")
+    assert str(e) == "entry_id: token 'planner' is bound to agent 'planner'; memory 'e7' is not one of its memories"
+
+
+def test_a_bound_tokens_listing_is_narrowed_to_its_agent_or_crew() -> None:
+    assert listing_narrowed(ORCH, agent_id=None, crew_id=None) == (None, None)
+    assert listing_narrowed(ORCH, agent_id="coder", crew_id="x") == ("coder", "x")
+    assert listing_narrowed(PLANNER, agent_id=None, crew_id=None) == ("planner", None)
+    assert listing_narrowed(PLANNER, agent_id="planner", crew_id="platform") == ("planner", "platform")
+    assert listing_narrowed(LEAD, agent_id=None, crew_id=None) == (None, "platform")
+    assert listing_narrowed(LEAD, agent_id="coder", crew_id=None) == ("coder", "platform")
+    assert listing_narrowed(LEAD, agent_id="lead-1", crew_id=None) == ("lead-1", None)  # all of its own
+    assert listing_narrowed(CREW_LEAD, agent_id=None, crew_id="platform") == (None, "platform")
+    assert forbidden(listing_narrowed, PLANNER, agent_id="coder", crew_id=None).field == "agent_id"
+    assert forbidden(listing_narrowed, LEAD, agent_id=None, crew_id="billing").field == "crew_id"
+
+
+def test_a_bound_token_forgets_only_its_own_agents_memories() -> None:
+    assert forget_narrowed(ORCH, selector_field="run_id", agent_id=None, all=False) is None
+    assert forget_narrowed(ORCH, selector_field="agent_id", agent_id="coder", all=False) == "coder"
+    assert forget_narrowed(ORCH, selector_field="all", agent_id=None, all=True) is None
+    for principal in (PLANNER, LEAD):
+        mine = principal.agent_id
+        assert forget_narrowed(principal, selector_field="run_id", agent_id=None, all=False) == mine
+        assert forget_narrowed(principal, selector_field="entry_ids", agent_id=None, all=False) == mine
+        assert forget_narrowed(principal, selector_field="agent_id", agent_id=mine, all=False) == mine
+        e = forbidden(forget_narrowed, principal, selector_field="all", agent_id=None, all=True)
+        assert e.field == "all" and "only a workspace or admin token may forget a workspace" in str(e)
+        assert forbidden(forget_narrowed, principal, selector_field="agent_id", agent_id="x", all=False).field == (
+            "agent_id"
+        )
+    e = forbidden(forget_narrowed, CREW_LEAD, selector_field="run_id", agent_id=None, all=False)
+    assert e.field == "run_id" and "without an agent: it may forget no memories" in str(e)
