@@ -254,11 +254,13 @@ class Calls:
     def delete(self, entry_id: str, workspace_id: str | None, wait: float) -> Call[ForgetResponse]:
         """`DELETE /v1/memory/{entry_id}`: forget one memory (an alias id: its whole memory)."""
         params = {"workspace_id": self.identity.workspace(workspace_id), "wait": wait}
-        return _forget_call("DELETE", f"/v1/memory/{_segment(entry_id)}", params, wait)
+        return _forget_call("DELETE", f"/v1/memory/{_segment('entry_id', entry_id)}", params, wait)
 
     def forget_status(self, forget_id: str, workspace_id: str | None) -> Call[ForgetResponse]:
         params = {"workspace_id": self.identity.workspace(workspace_id)}
-        return Call("GET", f"/v1/memory/forget/{_segment(forget_id)}", model(ForgetResponse), params=params)
+        return Call(
+            "GET", f"/v1/memory/forget/{_segment('forget_id', forget_id)}", model(ForgetResponse), params=params
+        )
 
     def get(self, entry_id: str, workspace_id: str | None) -> Call[MemoryDetail]:
         """`GET /v1/memory?entry_id=` (the query form reads any id, also one spelled like a route)."""
@@ -290,9 +292,9 @@ class Calls:
         return cls.model_validate(body)
 
 
-def _segment(value: str) -> str:
+def _segment(name: str, value: str) -> str:
     """One path segment: ids may hold any character, `/` included."""
-    return quote(_id("id", value), safe="")
+    return quote(_id(name, value), safe="")
 
 
 def _id(name: str, value: Any) -> str:
