@@ -21,7 +21,8 @@ import sys
 from episodic.auth import is_loopback
 from episodic.client import AsyncMemoryClient
 from episodic.settings import Settings
-from stack.mcp_server import HttpWriter, KafkaWriter, MemoryTools, Writer, build_server
+from stack.mcp_server import MemoryTools, build_server
+from stack.mcp_writers import HttpWriter, KafkaWriter, Writer
 from stack.runtime import setup_logging
 
 log = logging.getLogger("episodic.mcp")

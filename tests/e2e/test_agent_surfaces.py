@@ -1,7 +1,8 @@
 """Where agents meet the memory, against one running stack (real broker, store and model, tokens on):
-`POST /v1/journal` through the typed client, `episodic mcp` over stdio and streamable HTTP driven by the
-MCP SDK's own client session, a librdkafka (confluent-kafka) producer, and the LangChain retriever.
-A broker that stops answering turns a journal write into a 503."""
+`POST /v1/journal` and the lifecycle (get, list, forget) through the typed client, `episodic mcp` over
+stdio and streamable HTTP driven by the MCP SDK's own client session (remember, recall, forget), a
+librdkafka (confluent-kafka) producer, and the LangChain retriever. A broker that stops answering turns a
+journal write into a 503."""
 
 from __future__ import annotations
 
@@ -25,7 +26,15 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from episodic.client import AsyncMemoryClient, EntriesRejected, Forbidden, Identity, MemoryClient, ServiceUnavailable
+from episodic.client import (
+    AsyncMemoryClient,
+    EntriesRejected,
+    Forbidden,
+    Identity,
+    MemoryClient,
+    NotFound,
+    ServiceUnavailable,
+)
 from episodic.client_calls import RetryPolicy
 from infra.broker import EmbeddedBroker, free_port
 from stack.runtime import Stack
@@ -103,6 +112,34 @@ async def test_the_journal_endpoint_feeds_the_pipeline(surfaces: Surfaces) -> No
         assert (await asyncio.to_thread(other.recall, key, mode="sparse")).hits == []
 
 
+async def test_the_client_inspects_lists_and_forgets(surfaces: Surfaces) -> None:
+    key, run = phrase(), f"run-{uuid.uuid4().hex[:8]}"
+    with surfaces.client("a", workspace_id="ws-a", agent_id="lifecycle") as memory:
+        written = await asyncio.to_thread(
+            memory.remember_many,
+            [{"summary": f"lesson {i} about the ledger {key}", "entry_type": "peer.escalation", "severity": "warn",
+              "run_id": run} for i in range(3)],
+        )  # fmt: skip
+        assert written.accepted == 3
+        first = written.ids[0]
+        await poll(lambda: recalled(memory, key, first), timeout=30, what="the written memories recalled")
+        detail = await asyncio.to_thread(memory.get, first)
+        assert detail.entry_id == first and detail.run_id == run and key in detail.summary
+        listed = await asyncio.to_thread(lambda: [m.entry_id for m in memory.list(run_id=run, page_size=2)])
+        assert sorted(listed) == sorted(written.ids)  # two pages, followed by the client
+        one = await asyncio.to_thread(memory.delete, first, wait=30)
+        assert one.status == "applied" and one.removed is not None and one.removed.memories == 1
+        with pytest.raises(NotFound, match="was forgotten"):
+            await asyncio.to_thread(memory.get, first)
+        rest = await asyncio.to_thread(memory.forget, run_id=run, wait=30)
+        assert rest.status == "applied" and rest.removed is not None and rest.removed.memories == 2
+        assert (await asyncio.to_thread(memory.recall, key, mode="sparse")).hits == []
+        assert (await asyncio.to_thread(memory.forget_status, rest.forget_id)).status == "applied"
+    refusal = r"^HTTP 403: all: token 'planner' is bound to agent 'planner'"
+    with surfaces.client("planner", workspace_id="ws-a") as bound, pytest.raises(Forbidden, match=refusal):
+        await asyncio.to_thread(bound.forget, all=True)
+
+
 def mcp_env(surfaces: Surfaces, **extra: str) -> dict[str, str]:
     return {"PYTHONPATH": str(ROOT), "EPISODIC_URL": surfaces.url, "EPISODIC_CLIENT_RETRIES": "1", **extra}
 
@@ -123,7 +160,7 @@ async def test_mcp_over_stdio_remembers_and_recalls_as_its_token(surfaces: Surfa
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         tools = {t.name: t for t in (await session.list_tools()).tools}
-        assert set(tools) == {"recall", "recall_render", "remember", "memory_health"}
+        assert set(tools) == {"recall", "recall_render", "remember", "forget", "memory_health"}
         assert "workspace_id" not in tools["recall"].input_schema["properties"]
 
         wrote = await call(session, "remember", {"summary": f"the billing deploy needs a canary {key}", "run_id": "r1"})
@@ -146,6 +183,24 @@ async def test_mcp_over_stdio_remembers_and_recalls_as_its_token(surfaces: Surfa
         health = await call(session, "memory_health", {})
         assert not health.is_error and health.structured_content["available"] is False
         assert "snapshot" in health.structured_content["reason"]
+
+        # another agent's memory of the same workspace cannot be forgotten through this agent's server
+        with surfaces.client("a", workspace_id="ws-a", agent_id="coder") as coder:
+            theirs = await asyncio.to_thread(coder.remember, f"coder's own note {key}")
+            await poll(lambda: recalled(coder, key, theirs), timeout=30, what="the other agent's memory")
+            refused = await call(session, "forget", {"entry_ids": [theirs]})
+            assert (
+                refused.is_error and "HTTP 403" in refused.content[0].text and "entry_ids[0]" in refused.content[0].text
+            )
+            # remember -> forget -> recall no longer finds it (and the other agent's memory stays)
+            forgot = await call(session, "forget", {"entry_ids": [memory["id"]]})
+            assert not forgot.is_error, forgot.content
+            assert forgot.structured_content["status"] == "applied"
+            assert forgot.structured_content["removed"]["memories"] == 1
+            assert forgot.structured_content["selector"] == {"entry_ids": [memory["id"]], "agent_id": "planner"}
+            after = await call(session, "recall", {"query": key, "mode": "sparse"})
+            assert not after.is_error and after.structured_content["hits"] == []
+            assert await recalled(coder, key, theirs)
 
 
 async def test_mcp_can_write_straight_to_kafka(surfaces: Surfaces) -> None:

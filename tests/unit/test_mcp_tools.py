@@ -17,12 +17,19 @@ from mcp import Client
 from episodic.client import AsyncMemoryClient, Identity, RetryPolicy
 from episodic.settings import Settings
 from stack.commands.mcp import _parser, preflight
-from stack.mcp_server import HttpWriter, KafkaWriter, MemoryTools, Writer, bearer, build_server
+from stack.mcp_server import MemoryTools, bearer, build_server
+from stack.mcp_writers import HttpWriter, KafkaWriter, Writer
 
 HIT = {
     "entry_id": "e1", "score": 0.91, "age_seconds": 120.0, "entry_type": "peer.escalation", "severity": "error",
     "agent_id": "planner", "crew_id": "platform", "ts": "2026-11-21T10:00:00Z", "payload": {},
     "summary": "checkout ran out of memory",
+}  # fmt: skip
+FORGOTTEN = {
+    "forget_id": "f1", "workspace_id": "acme", "status": "applied", "selector": {"entry_ids": ["e1"]},
+    "requested_at": "2026-11-20T10:00:00Z", "applied_at": "2026-11-20T10:00:01Z",
+    "removed": {"memories": 1, "entry_ids": 1, "edges": 0}, "removed_ids": ["e1"],
+    "status_url": "/v1/memory/forget/f1?workspace_id=acme",
 }  # fmt: skip
 WHO = {"name": "planner", "auth": True, "admin": False, "workspaces": ["acme"], "agent_id": "planner",
        "crew_id": "platform", "role": "agent", "scope": "own"}  # fmt: skip
@@ -40,6 +47,7 @@ class Service:
             "/v1/journal": None,
             "/v1/memory/health": (404, {"error": "no memory-health snapshot: ... not part of this build yet"}),
             "/v1/whoami": (200, WHO),
+            "/v1/memory/forget": (200, FORGOTTEN),
         }  # fmt: skip
         self.answers.update({"/" + k.replace("__", "-").replace("_", "/"): v for k, v in answers.items()})
         self.seen: list[httpx.Request] = []
@@ -71,7 +79,7 @@ def server(svc: Service, identity: Identity | None = None, writer: Writer | None
 async def test_the_tools_and_their_schemas_hold_no_identity() -> None:
     async with Client(server(Service())) as mcp:
         tools = {t.name: t for t in (await mcp.list_tools()).tools}
-    assert set(tools) == {"recall", "recall_render", "remember", "memory_health"}
+    assert set(tools) == {"recall", "recall_render", "remember", "forget", "memory_health"}
     for tool in tools.values():
         schema = tool.input_schema
         assert schema["additionalProperties"] is False and tool.description and tool.output_schema
@@ -86,13 +94,26 @@ async def test_the_tools_and_their_schemas_hold_no_identity() -> None:
     assert set(remember["properties"]) == {"summary", "entry_type", "severity", "run_id", "payload", "id"}
     assert remember["properties"]["severity"]["enum"] == ["debug", "info", "warn", "error"]
     assert tools["recall"].annotations.read_only_hint and not tools["remember"].annotations.read_only_hint
+    # the recall filters come from the API's request model (minus identity), with their bounds
+    recall = tools["recall"].input_schema["properties"]
+    assert {"since", "until", "entry_types", "min_severity", "run_id", "exclude_run_id"} <= set(recall)
+    assert recall["entry_types"]["anyOf"][0]["maxItems"] == 50
+    assert {"since", "until", "entry_types", "min_severity", "exclude_run_id"} <= set(
+        tools["recall_render"].input_schema["properties"]
+    )
+    forget = tools["forget"]
+    assert set(forget.input_schema["properties"]) == {"entry_ids", "run_id", "wait"}
+    assert forget.annotations.destructive_hint and not forget.annotations.read_only_hint
+    assert "cannot forget another agent's memories or a" in forget.description and "workspace" in forget.description
 
 
 @pytest.mark.parametrize("field", ["workspace_id", "agent_id", "crew_id", "scope"])
 async def test_an_identity_argument_is_refused_and_nothing_is_sent(field: str) -> None:
     svc = Service()
     async with Client(server(svc)) as mcp:
-        for tool, args in [("recall", {"query": "x"}), ("remember", {"summary": "x"}), ("memory_health", {})]:
+        calls = [("recall", {"query": "x"}), ("remember", {"summary": "x"}), ("memory_health", {}),
+                 ("forget", {"entry_ids": ["e1"]})]  # fmt: skip
+        for tool, args in calls:
             result = await mcp.call_tool(tool, {**args, field: "other"})
             assert result.is_error
             text = result.content[0].text
@@ -221,3 +242,59 @@ def test_the_command_refuses_to_lend_its_token_beyond_loopback() -> None:
     assert preflight(insecure, Settings(token="server-token-123456")) is None
     kafka = _parser().parse_args(["--writes", "kafka"])
     assert "EPISODIC_KAFKA_BOOTSTRAP" in str(preflight(kafka, Settings(kafka_bootstrap=None)))
+
+
+async def test_recall_filters_reach_the_service_and_bad_ones_are_tool_errors() -> None:
+    svc = Service()
+    async with Client(server(svc)) as mcp:
+        ok = await mcp.call_tool(
+            "recall", {"query": "x", "since": "2026-11-01T00:00:00+01:00", "entry_types": ["peer.escalation"],
+                       "min_severity": "warn", "exclude_run_id": "r-now"}
+        )  # fmt: skip
+        bad = await mcp.call_tool(
+            "recall", {"query": "x", "since": "2026-11-02T00:00:00Z", "until": "2026-11-01T00:00:00Z"}
+        )
+    assert not ok.is_error
+    body = json.loads(svc.seen[0].content)
+    assert body["since"] == "2026-10-31T23:00:00Z" and body["entry_types"] == ["peer.escalation"]
+    assert body["min_severity"] == "warn" and body["exclude_run_id"] == "r-now" and "crew_id" not in body
+    assert bad.is_error and "until" in bad.content[0].text and "must be after since" in bad.content[0].text
+    assert len(svc.seen) == 1
+
+
+async def test_forget_removes_only_the_configured_agents_memories() -> None:
+    svc = Service()
+    async with Client(server(svc)) as mcp:
+        by_ids = await mcp.call_tool("forget", {"entry_ids": ["e1", "e2"]})
+        by_run = await mcp.call_tool("forget", {"run_id": "r7", "wait": 0})
+    assert not by_ids.is_error and by_ids.structured_content["removed"]["memories"] == 1
+    assert [json.loads(r.content) for r in svc.seen] == [
+        {"workspace_id": "acme", "entry_ids": ["e1", "e2"], "agent_id": "planner"},
+        {"workspace_id": "acme", "agent_id": "planner", "run_id": "r7"},
+    ]
+    assert [r.url.params["wait"] for r in svc.seen] == ["10.0", "0.0"] and not by_run.is_error
+
+
+async def test_forget_refuses_what_is_not_one_selection_of_its_own() -> None:
+    svc = Service()
+    async with Client(server(svc)) as mcp:
+        results = [
+            await mcp.call_tool("forget", {}),
+            await mcp.call_tool("forget", {"entry_ids": ["e1"], "run_id": "r1"}),
+            await mcp.call_tool("forget", {"all": True}),
+            await mcp.call_tool("forget", {"entry_ids": []}),
+            await mcp.call_tool("forget", {"run_id": "r1", "wait": 61}),
+        ]
+    assert all(r.is_error for r in results)
+    assert "give entry_ids or run_id (exactly one)" in results[0].content[0].text
+    assert "all" in results[2].content[0].text and "Extra inputs are not permitted" in results[2].content[0].text
+    assert svc.seen == []
+    crew_lead = {**WHO, "agent_id": None, "role": "lead"}
+    lead = Service(v1_whoami=(200, crew_lead))
+    async with Client(server(lead, Identity())) as mcp:
+        result = await mcp.call_tool("forget", {"run_id": "r1"})
+    assert result.is_error and "no agent" in result.content[0].text and lead.paths() == ["/v1/whoami"]
+    refused = Service(v1_memory_forget=(403, {"error": "all: token 'x' is bound to agent 'planner'"}))
+    async with Client(server(refused)) as mcp:
+        result = await mcp.call_tool("forget", {"run_id": "r1"})
+    assert result.is_error and "HTTP 403" in result.content[0].text
