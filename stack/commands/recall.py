@@ -1,5 +1,8 @@
 """`episodic recall "query" --workspace W --agent A [...]`: query a running recall service.
 
+The recall filters (SPEC §11) are flags: --since / --until (RFC 3339), --type (repeatable),
+--min-severity, --run, --exclude-run.
+
 Prints a readable table by default, the raw JSON response with --json, the rendered block with --render.
 URL: --url, else EPISODIC_URL (or EPISODIC_RECALL_URL), else http://<EPISODIC_HTTP_HOST>:<EPISODIC_HTTP_PORT>.
 Token: --token, else EPISODIC_TOKEN. Exit codes: 0 ok, 1 the service refused (4xx/5xx, its `error`
@@ -35,6 +38,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--k", "-k", type=int, default=5)
     ap.add_argument("--mode", choices=("hybrid", "dense", "sparse"), default="hybrid")
     ap.add_argument("--walk", type=int, choices=(0, 1), default=0, help="walk_depth")
+    ap.add_argument("--since", help="only memories with ts >= this (RFC 3339)")
+    ap.add_argument("--until", help="only memories with ts < this (RFC 3339)")
+    ap.add_argument("--type", action="append", dest="types", metavar="ENTRY_TYPE", help="only this type (repeatable)")
+    ap.add_argument("--min-severity", choices=("debug", "info", "warn", "error"))
+    ap.add_argument("--run", help="only this run (recall; with --render: the run of a pending nudge)")
+    ap.add_argument("--exclude-run", help="leave this run out")
     ap.add_argument("--json", action="store_true", help="print the JSON response")
     ap.add_argument("--render", action="store_true", help="print the <recalled-memory> block instead")
     ap.add_argument("--max-chars", type=int, help="render budget in characters")
@@ -104,6 +113,9 @@ def build_body(args: argparse.Namespace) -> dict[str, Any]:
         body["crew_id"] = args.crew
     if args.render and args.max_chars:
         body["max_chars"] = args.max_chars
+    filters = {"since": args.since, "until": args.until, "entry_types": args.types, "min_severity": args.min_severity,
+               "run_id": args.run, "exclude_run_id": args.exclude_run}  # fmt: skip
+    body.update({k: v for k, v in filters.items() if v})
     return body
 
 

@@ -352,3 +352,16 @@ def test_recall_command_exit_statuses(capsys: pytest.CaptureFixture[str], monkey
     with pytest.raises(SystemExit) as usage:
         recall_main(["no workspace"])
     assert usage.value.code == 2
+
+
+def test_recall_command_sends_the_filters(capsys: pytest.CaptureFixture[str]) -> None:
+    svc = Service((200, RECALLED))
+    args = [*ARGS, "--since", "2026-11-01T00:00:00Z", "--type", "a", "--type", "b", "--min-severity", "warn",
+            "--exclude-run", "r-now", "--json"]  # fmt: skip
+    assert recall_main(args, transport=httpx.MockTransport(svc)) == 0
+    body = svc.body(0)
+    assert body["since"] == "2026-11-01T00:00:00Z" and body["entry_types"] == ["a", "b"]
+    assert body["min_severity"] == "warn" and body["exclude_run_id"] == "r-now" and "until" not in body
+    bad = [*ARGS, "--since", "2026-11-02T00:00:00Z", "--until", "2026-11-01T00:00:00Z"]
+    assert recall_main(bad, transport=httpx.MockTransport(svc)) == 2 and len(svc.seen) == 1
+    assert "until: must be after since" in capsys.readouterr().err
