@@ -165,6 +165,21 @@ class _Base:
     def _entries(self, entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         return [complete_entry(self.identity, e) for e in entries]
 
+    def _listing(
+        self,
+        agent_id: str | None,
+        run_id: str | None,
+        crew_id: str | None,
+        entry_types: Iterable[str] | None,
+        workspace_id: str | None,
+        page_size: int,
+    ) -> tuple[dict[str, Any], Call[MemoryPage]]:
+        """A listing's selection and its first page's call (built at once: bad arguments raise before any
+        page is asked for)."""
+        selection = {"agent_id": agent_id, "run_id": run_id, "crew_id": crew_id, "workspace_id": workspace_id,
+                     "entry_types": builtins.list(entry_types or ())}  # fmt: skip
+        return selection, self.calls.memories(selection, None, page_size)
+
     @staticmethod
     def _selector(
         entry_ids: Iterable[str] | None, agent_id: str | None, run_id: str | None, all: bool
@@ -298,9 +313,7 @@ class MemoryClient(_Base):
     ) -> Iterator[MemoryItem]:
         """Every memory of the selection, newest first, a page of `page_size` per request (a bound token
         sees its agent's, a lead's its crew's). Bad arguments raise here, before the first page."""
-        selection = {"agent_id": agent_id, "run_id": run_id, "crew_id": crew_id, "workspace_id": workspace_id,
-                     "entry_types": builtins.list(entry_types or ())}  # fmt: skip
-        first = self.calls.memories(selection, None, page_size)
+        selection, first = self._listing(agent_id, run_id, crew_id, entry_types, workspace_id, page_size)
 
         def pages() -> Iterator[MemoryItem]:
             page = self._send(first)
@@ -427,9 +440,7 @@ class AsyncMemoryClient(_Base):
         page_size: int = DEFAULT_PAGE,
     ) -> AsyncIterator[MemoryItem]:
         """`async for memory in client.list(...)`: as `MemoryClient.list`."""
-        selection = {"agent_id": agent_id, "run_id": run_id, "crew_id": crew_id, "workspace_id": workspace_id,
-                     "entry_types": builtins.list(entry_types or ())}  # fmt: skip
-        first = self.calls.memories(selection, None, page_size)
+        selection, first = self._listing(agent_id, run_id, crew_id, entry_types, workspace_id, page_size)
 
         async def pages() -> AsyncIterator[MemoryItem]:
             page = await self._send(first)
