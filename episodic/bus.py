@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -98,3 +99,10 @@ async def send_forget(producer: AIOKafkaProducer, record: ForgetRecord, *, topic
     await producer.send_and_wait(
         topic, key=record.workspace_id.encode(), value=record.to_json(), headers=[(CONTROL_HEADER, FORGET)]
     )
+
+
+async def send_all(producer: AIOKafkaProducer, topic: str, records: Sequence[tuple[bytes | None, bytes]]) -> None:
+    """Send (key, value) records and return once the broker acknowledged every one of them (the producer's
+    acks; `make_producer` asks for all in-sync replicas). Raises the first failure."""
+    futures = [await producer.send(topic, key=key, value=value) for key, value in records]
+    await asyncio.gather(*futures)

@@ -26,6 +26,7 @@ AGENT_OUTCOMES: dict[str, tuple[str, ...]] = {
 DECAY_OUTCOMES = ("ok", "failed", "busy")
 DECAY_ACTIONS = ("scanned", "updated", "archived", "edges_removed")
 INDEX_MODES = ("vector", "sparse-only", "duplicate", "unchanged", "updated")
+JOURNAL_HTTP_OUTCOMES = ("accepted", "invalid", "forbidden", "unavailable")
 
 
 class Metrics:
@@ -123,6 +124,14 @@ class Metrics:
         self.auth_failures = Counter(
             "episodic_auth_failures_total", "Rejected requests, by reason", ["reason"], registry=r
         )
+        self.journal_http_entries = Counter(
+            "episodic_journal_http_entries_total",
+            "Journal entries received by POST /v1/journal, by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in JOURNAL_HTTP_OUTCOMES:
+            self.journal_http_entries.labels(outcome=outcome)
         for mode in MODES:
             self.recall_latency.labels(mode=mode)
         for reason in ("missing", "invalid", "forbidden"):

@@ -102,13 +102,14 @@ class ScopeFilter:
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """Memories of one workspace, for listing and forgetting: optionally one agent, one run, some entry
-    types (each given condition must hold)."""
+    """Memories of one workspace, for listing and forgetting: optionally one agent, one run, one crew, some
+    entry types (each given condition must hold)."""
 
     workspace_id: str
     agent_id: str | None = None
     run_id: str | None = None
     entry_types: tuple[str, ...] = ()
+    crew_id: str | None = None
 
     def __post_init__(self) -> None:
         if not self.workspace_id:

@@ -115,6 +115,31 @@ class Settings(BaseSettings):
             raise ValueError(f"not a cron expression (minute hour day month weekday, UTC): {value!r}")
         return value.strip()
 
+    # Agent surfaces: where a client finds the service and who it is (`MemoryClient.from_settings`,
+    # `episodic mcp`, the LangChain retriever). Never taken from a tool argument.
+    url: str | None = Field(default=None, description="the recall service's URL (EPISODIC_URL)")
+    recall_url: str | None = Field(default=None, description="older name of EPISODIC_URL")
+    token: SecretStr | None = Field(default=None, description="bearer token the client sends (EPISODIC_TOKEN)")
+    workspace_id: str | None = Field(default=None, min_length=1, max_length=128)
+    agent_id: str | None = Field(default=None, min_length=1, max_length=128)
+    crew_id: str | None = Field(default=None, min_length=1, max_length=128)
+    role: Literal["agent", "lead"] | None = Field(
+        default=None, description="agent: recall scope own; lead: crew_shared (seed 001 ScopeForRole)"
+    )
+    client_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    client_retries: int = Field(default=3, ge=0, le=20, description="retries on 503 and connection errors")
+
+    @property
+    def service_url(self) -> str:
+        """EPISODIC_URL, else EPISODIC_RECALL_URL, else http://<http_host>:<http_port> (a wildcard host: loopback)."""
+        explicit = self.url or self.recall_url
+        if explicit:
+            return explicit.rstrip("/")
+        host = "127.0.0.1" if self.http_host in ("0.0.0.0", "::", "") else self.http_host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"http://{host}:{self.http_port}"
+
     @property
     def embedded_broker(self) -> bool:
         return not self.kafka_bootstrap

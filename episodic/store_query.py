@@ -130,10 +130,12 @@ def narrowed(flt: Filter, filters: RecallFilter) -> Filter:
 
 
 def selection_filter(selection: Selection, *conditions: Condition) -> Filter:
-    """The memories of `selection` (its workspace, and its agent, run and entry types when given)."""
+    """The memories of `selection` (its workspace, and its agent, run, crew and entry types when given)."""
     must: list[Condition] = []
     if selection.agent_id is not None:
         must.append(Match("agent_id", selection.agent_id))
+    if selection.crew_id is not None:
+        must.append(Match("crew_id", selection.crew_id))
     if selection.run_id is not None:
         must.append(Match("run_id", selection.run_id))
     if selection.entry_types:

@@ -4,9 +4,10 @@ Wiring (see stack/roles.py): `publish(topic, key, value)` must not block and may
 event-loop thread; `status()` returns at least {"kafka": "ok"|..., "kafka_bootstrap": "host:port"};
 `metrics` is the process's `Metrics` (its registry is what /metrics exposes); `state` (the state store)
 and `forget_sink` (produces a forget, acks=all) serve the memory lifecycle (recall/memories.py; without
-them a forget is 503). The tokens file named by
-`settings.tokens_file` is loaded here (a bad file fails start-up). When `settings.http_host` is beyond
-loopback and no tokens file is configured, `create_app` refuses (InsecureBind) unless `insecure=True`.
+them a forget is 503); `produce(topic, records)` (optional) sends records and completes once the broker
+acknowledged them all (`POST /v1/journal`). The tokens file named by `settings.tokens_file` is loaded here
+(a bad file fails start-up). When `settings.http_host` is beyond loopback and no tokens file is
+configured, `create_app` refuses (InsecureBind) unless `insecure=True`.
 
 Error bodies: every 4xx/5xx answer is JSON with `error`, a one-line message naming the field when
 there is one (validation: 422 {"detail": [...], "error": "<field>: <message>"}); store failures are
@@ -34,9 +35,9 @@ from episodic.ports import Embedder, MemoryStore, StateStore
 from episodic.recall import RecallEngine
 from episodic.settings import Settings
 from episodic.sparse import Bm25Encoder
-from recall import memories
+from recall import journal, memories, whoami
 from recall.admin import router as admin_router
-from recall.deps import ForgetSink, Job, NudgeLookup, Publish, Services, Status
+from recall.deps import ForgetSink, Job, NudgeLookup, Produce, Publish, Services, Status
 from recall.routes import router
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,7 @@ def create_app(
     forget_sink: ForgetSink | None = None,
     jobs: Mapping[str, Job] | None = None,
     clock: Callable[[], datetime] | None = None,
+    produce: Produce | None = None,
     insecure: bool = False,
 ) -> FastAPI:
     """The recall service. Raises AuthConfigError for a bad tokens file, InsecureBind (see module doc)."""
@@ -163,6 +165,7 @@ def create_app(
         state=state,
         forget_sink=forget_sink,
         jobs=dict(jobs or {}),
+        produce=produce,
     )
 
     async def auth_error(request: Request, exc: Exception) -> JSONResponse:
@@ -185,6 +188,8 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.include_router(router)
     app.include_router(admin_router)
+    app.include_router(journal.router)
+    app.include_router(whoami.router)
     app.include_router(memories.router)  # after /v1/memory/stats and /health: it takes any other id below
     app.add_middleware(BodyLimit)
     return app

@@ -4,12 +4,16 @@ Forget is an event: the request is checked, recorded as pending in the state sto
 `journal.embeddable` keyed by its workspace (acks=all; `Services.forget_sink`), announced (its rule keeps
 the selection's queued entries out from then on: `episodic.forget.announce`) and applied by the embedding
 consumer in order with that workspace's entries (episodic.forget). The answer waits up to `wait` seconds
-(default `DEFAULT_WAIT_S`) for it to be applied: `200` with what was removed when it was, else `202` with
-the forget id and `status_url` (also the `Location` header) to poll. `wait=0` answers `202` at once. A forget
-that could not be queued is `503` (nothing was removed; its status says `failed`).
+(default `schemas.api.DEFAULT_FORGET_WAIT_S`) for it to be applied: `200` with what was removed when it
+was, else `202` with the forget id and `status_url` (also the `Location` header) to poll. `wait=0` answers
+`202` at once. A forget that could not be queued is `503` (nothing was removed; its status says `failed`).
 
-Every route authorizes the caller for the workspace (an admin token, or a token of that workspace). Store
-and model work runs in the thread pool.
+Every route authorizes the caller for the workspace (an admin token, or a token of that workspace). A bound
+token (episodic.auth) is held to its agent: it inspects and lists its agent's memories (a lead also its
+crew's), reads the status of forgets narrowed to its agent, and forgets only its own agent's memories: its
+selection is narrowed to that agent (`agent_id` added to the selector, which the consumer honours), the ids
+it names must not be another agent's memories (403 naming `entry_ids[i]`), and `all: true` or another agent
+is 403 naming the field. Store and model work runs in the thread pool.
 
 Entry ids may hold any character, `/` included, so `{entry_id}` takes the rest of the path. A GET of an id
 spelled `stats` or `health`, or starting with `forget/`, reaches those routes instead: `GET
@@ -29,13 +33,23 @@ from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from episodic.auth import Principal, authorize
-from episodic.forget import APPLIED, FAILED, PENDING, STATUS, announce, selector_of, status_document
+from episodic.auth import (
+    AuthError,
+    Principal,
+    authorize,
+    authorize_memory,
+    forget_narrowed,
+    listing_narrowed,
+    may_see_memory,
+)
+from episodic.forget import APPLIED, FAILED, PENDING, STATUS, announce, owners_of, selector_of, status_document
 from episodic.memories import BadCursor, Forgotten, memory_detail, memory_page
 from episodic.ports import Selection
 from recall.deps import Services, current_principal, get_services
 from schemas.api import (
+    DEFAULT_FORGET_WAIT_S,
     DEFAULT_PAGE,
+    MAX_FORGET_WAIT_S,
     MAX_ID_LEN,
     MAX_PAGE,
     ErrorResponse,
@@ -44,16 +58,14 @@ from schemas.api import (
     MemoryDetail,
     MemoryPage,
 )
-from schemas.events import ForgetRecord, ForgetSelector
+from schemas.events import ForgetRecord
 
-DEFAULT_WAIT_S = 10.0
-MAX_WAIT_S = 60.0
 QUEUE_TIMEOUT_S = 20.0  # the broker's acknowledgement of the forget
 POLL_S = 0.05
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "missing, malformed or unknown bearer token"},
-    403: {"model": ErrorResponse, "description": "the token may not use this workspace"},
+    403: {"model": ErrorResponse, "description": "the token may not use this workspace (or agent, for a bound one)"},
     422: {"model": ErrorResponse, "description": "invalid request; `error` names the field"},
     503: {"model": ErrorResponse, "description": "the store or the broker is unavailable"},
 }
@@ -66,7 +78,9 @@ FORGET_ANSWERS: dict[int | str, dict[str, Any]] = {
 router = APIRouter(tags=["memory"])
 
 Workspace = Query(min_length=1, max_length=MAX_ID_LEN, description="the memory's workspace")
-Wait = Query(default=DEFAULT_WAIT_S, ge=0, le=MAX_WAIT_S, description="seconds to wait for the forget to be applied")
+Wait = Query(
+    default=DEFAULT_FORGET_WAIT_S, ge=0, le=MAX_FORGET_WAIT_S, description="seconds to wait for the forget's effect"
+)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -90,10 +104,36 @@ def _answer(doc: dict[str, Any]) -> JSONResponse:
     return JSONResponse(status_code=200 if applied else 202, content=body.model_dump(mode="json"), headers=headers)
 
 
+async def _check_ids(services: Services, principal: Principal, workspace_id: str, ids: list[str], field: str) -> None:
+    """A bound token may name only its agent's memories (ids of no memory yet pass: the narrowed forget
+    tombstones them for its agent only)."""
+    found = await run_in_threadpool(owners_of, services.store, workspace_id, ids)
+    for n, entry_id in enumerate(ids):
+        if entry_id in found:
+            _, p = found[entry_id]
+            where = field if field == "entry_id" else f"{field}[{n}]"
+            authorize_memory(principal, entry_id=entry_id, agent_id=p.get("agent_id"), crew_id=None, field=where)
+
+
 async def _forget(
-    services: Services, principal: Principal, workspace_id: str, selector: ForgetSelector, wait: float
+    services: Services,
+    principal: Principal,
+    workspace_id: str,
+    wait: float,
+    *,
+    entry_ids: list[str] | None = None,
+    agent_id: str | None = None,
+    run_id: str | None = None,
+    all: bool = False,
+    field: str = "entry_ids",
 ) -> JSONResponse:
     authorize(principal, workspace_id)
+    if principal.bound:
+        selected = "entry_ids" if entry_ids else "run_id" if run_id else "agent_id"
+        agent_id = forget_narrowed(principal, selector_field=selected, agent_id=agent_id, all=all)
+        if entry_ids:
+            await _check_ids(services, principal, workspace_id, entry_ids, field)
+    selector = selector_of(entry_ids=entry_ids, agent_id=agent_id, run_id=run_id, all=all)
     state, sink = services.state, services.forget_sink
     if state is None or sink is None:
         return _error(503, "forget is unavailable: this service has no state store or no broker to send it to")
@@ -140,8 +180,10 @@ async def forget(
     principal: Principal = Depends(current_principal),
     services: Services = Depends(get_services),
 ) -> JSONResponse:
-    selector = selector_of(entry_ids=req.entry_ids, agent_id=req.agent_id, run_id=req.run_id, all=req.all)
-    return await _forget(services, principal, req.workspace_id, selector, wait)
+    return await _forget(
+        services, principal, req.workspace_id, wait,
+        entry_ids=req.entry_ids, agent_id=req.agent_id, run_id=req.run_id, all=req.all,
+    )  # fmt: skip
 
 
 @router.get(
@@ -163,6 +205,9 @@ async def forget_status(
     doc = await run_in_threadpool(state.get, STATUS, forget_id)
     if doc is None or doc.get("workspace_id") != workspace_id:
         return _error(404, f"forget_id: no forget {forget_id!r} in workspace {workspace_id!r}")
+    selected_agent = (doc.get("selector") or {}).get("agent_id")
+    if not may_see_memory(principal, agent_id=selected_agent, crew_id=None):
+        raise AuthError("forbidden", "a bound token reads only the forgets of its own agent", field="forget_id")
     answer = _answer(doc)
     answer.status_code = 200
     return answer
@@ -176,6 +221,7 @@ async def _detail(services: Services, principal: Principal, workspace_id: str, e
         return _error(404, f"entry_id: {e}")
     if found is None:
         return _error(404, f"entry_id: no memory {entry_id!r} in workspace {workspace_id!r}")
+    authorize_memory(principal, entry_id=entry_id, agent_id=found.get("agent_id"), crew_id=found.get("crew_id"))
     return MemoryDetail.model_validate(found)
 
 
@@ -198,12 +244,13 @@ async def memory_by_query(
     "/v1/memories",
     response_model=MemoryPage,
     responses=ERRORS,
-    summary="A workspace's memories, newest first, a page at a time",
+    summary="A workspace's memories, newest first, a page at a time (a bound token: its agent's, or crew's)",
 )
 async def memories(
     workspace_id: str = Workspace,
     agent_id: str | None = Query(default=None, min_length=1, max_length=MAX_ID_LEN),
     run_id: str | None = Query(default=None, min_length=1, max_length=MAX_ID_LEN),
+    crew_id: str | None = Query(default=None, min_length=1, max_length=MAX_ID_LEN),
     entry_type: list[str] | None = Query(default=None, description="one or more (repeat the parameter)"),
     cursor: str | None = Query(default=None, min_length=1, max_length=1024, description="next_cursor of a page"),
     limit: int = Query(default=DEFAULT_PAGE, ge=1, le=MAX_PAGE),
@@ -211,11 +258,12 @@ async def memories(
     services: Services = Depends(get_services),
 ) -> Any:
     authorize(principal, workspace_id)
+    agent_id, crew_id = listing_narrowed(principal, agent_id=agent_id, crew_id=crew_id)
     types = tuple(dict.fromkeys(entry_type or ()))
     for t in types:
         if not t or len(t) > MAX_ID_LEN:
             return _invalid("entry_type", f"must be 1..{MAX_ID_LEN} characters")
-    selection = Selection(workspace_id, agent_id=agent_id, run_id=run_id, entry_types=types)
+    selection = Selection(workspace_id, agent_id=agent_id, run_id=run_id, entry_types=types, crew_id=crew_id)
     try:
         items, next_cursor = await run_in_threadpool(memory_page, services.store, selection, cursor, limit)
     except BadCursor as e:
@@ -236,7 +284,7 @@ async def forget_one(
     principal: Principal = Depends(current_principal),
     services: Services = Depends(get_services),
 ) -> JSONResponse:
-    return await _forget(services, principal, workspace_id, selector_of(entry_ids=[entry_id]), wait)
+    return await _forget(services, principal, workspace_id, wait, entry_ids=[entry_id], field="entry_id")
 
 
 @router.get(

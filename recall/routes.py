@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-from episodic.auth import Principal, authorize
+from episodic.auth import Principal, authorize, authorize_crew, authorize_recall
 from episodic.recall import RecallHit, RecallResult
 from episodic.render import render
 from recall.deps import Services, current_principal, get_services
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "missing, malformed or unknown bearer token"},
-    403: {"model": ErrorResponse, "description": "the token may not read this workspace"},
+    403: {"model": ErrorResponse, "description": "the token may not read this (workspace, agent, crew, scope)"},
     422: {"model": ErrorResponse, "description": "invalid request; `error` names the field"},
     503: {"model": ErrorResponse, "description": "the memory store is unavailable"},
 }
@@ -78,7 +78,9 @@ async def recall(
     principal: Principal = Depends(current_principal),
     services: Services = Depends(get_services),
 ) -> RecallResponse:
-    authorize(principal, req.workspace_id)
+    authorize_recall(
+        principal, workspace_id=req.workspace_id, scope=req.scope, agent_id=req.agent_id, crew_id=req.crew_id
+    )
     result, t0 = await _recall(services, req)
     response = RecallResponse(mode=req.mode, degraded=result.degraded, hits=_hits(result.hits))
     _observe(services, req, result, len(result.hits), t0)
@@ -98,7 +100,9 @@ async def recall_render(
     principal: Principal = Depends(current_principal),
     services: Services = Depends(get_services),
 ) -> RenderResponse:
-    authorize(principal, req.workspace_id)
+    authorize_recall(
+        principal, workspace_id=req.workspace_id, scope=req.scope, agent_id=req.agent_id, crew_id=req.crew_id
+    )
     result, t0 = await _recall(services, req)
     rendered = render(result.hits, req.budget_chars)
     shown = [result.hits[i] for i in rendered.included]
@@ -158,6 +162,7 @@ async def memory_health(
     services: Services = Depends(get_services),
 ) -> JSONResponse:
     authorize(principal, workspace_id)
+    authorize_crew(principal, crew_id)
     msg = (
         "no memory-health snapshot: the daily health agent (SPEC §8) is not part of this build yet, "
         "so no snapshot has been stored"

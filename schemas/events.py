@@ -164,7 +164,9 @@ MAX_FORGET_IDS = 1000  # entry ids in one forget
 
 
 class ForgetSelector(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
-    """What a forget removes from its workspace: exactly one of `entry_ids`, `agent_id`, `run_id`, `all`."""
+    """What a forget removes from its workspace: one of `entry_ids`, `run_id`, `agent_id` or `all`. An
+    `agent_id` given with `entry_ids` or `run_id` narrows them to that agent's memories (each given condition
+    must hold): the recall service narrows a bound token's forgets so."""
 
     entry_ids: Annotated[list[Id], Meta(min_length=1, max_length=MAX_FORGET_IDS)] | None = None
     agent_id: Id | None = None
@@ -172,20 +174,25 @@ class ForgetSelector(msgspec.Struct, frozen=True, forbid_unknown_fields=True, om
     all: bool = False
 
     def __post_init__(self) -> None:
-        given = [name for name in ("entry_ids", "agent_id", "run_id") if getattr(self, name) is not None]
+        given = [name for name in ("entry_ids", "run_id") if getattr(self, name) is not None]
         if self.all:
             given.append("all")
+        if self.agent_id is not None and not (given and given[0] in ("entry_ids", "run_id")):
+            given.append("agent_id")
         if len(given) != 1:
-            raise ValueError(f"a forget selector names exactly one of entry_ids, agent_id, run_id, all; got {given}")
+            raise ValueError(
+                f"a forget selector names one of entry_ids, run_id (either narrowed by agent_id), agent_id, all; "
+                f"got {given}"
+            )
 
     @property
     def kind(self) -> str:
-        """`entry_ids`, `agent_id`, `run_id` or `all` (a metric label)."""
+        """`entry_ids`, `run_id`, `agent_id` or `all` (a metric label)."""
         if self.entry_ids is not None:
             return "entry_ids"
-        if self.agent_id is not None:
-            return "agent_id"
-        return "run_id" if self.run_id is not None else "all"
+        if self.run_id is not None:
+            return "run_id"
+        return "agent_id" if self.agent_id is not None else "all"
 
 
 class ForgetRecord(_Json, msgspec.Struct, frozen=True, kw_only=True):

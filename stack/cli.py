@@ -1,4 +1,4 @@
-"""The `episodic` command: up, produce, recall, forget, show, ls, doctor, and the single-stage roles for
+"""The `episodic` command: up, produce, recall, forget, show, ls, doctor, mcp, and the single-stage roles for
 distributed mode.
 
 `python -m stack.cli COMMAND ...` (or `python -m stack ...`) is the same command without the console script.
@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "stack.commands.up:importance_main",
         "run only the importance agent and the nightly decay (distributed mode)",
     ),
+    "mcp": ("stack.commands.mcp:main", "serve the memory as MCP tools (stdio or streamable HTTP)"),
 }
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from episodic.bus import dumps, send_forget
+from episodic.bus import dumps, send_all, send_forget
 from episodic.errors import EpisodicError
 from episodic.metrics import Metrics
 from episodic.settings import Settings
@@ -264,6 +264,7 @@ class HttpRole(Role):
             publish=Publisher(res.producer, asyncio.get_running_loop(), res.metrics),
             state=res.state,
             forget_sink=functools.partial(send_forget, res.producer),
+            produce=functools.partial(send_all, res.producer),
             status=res.status,
             metrics=res.metrics,
             jobs=admin_jobs(res),

@@ -34,6 +34,16 @@ pytestmark = pytest.mark.integration
 
 TOK_A = "token-for-workspace-a-only"
 TOK_ADMIN = "the-admin-token-0123456"
+TOK_A1 = "token-bound-to-agent-a1"  # agent a1 of crew c1
+TOK_A2 = "token-bound-to-agent-a2"
+TOK_LEAD = "token-of-the-lead-of-c1"  # lead of crew c1, itself agent lead-1
+TOKENS = [
+    {"token": TOK_A, "workspaces": ["ws-a"]},
+    {"token": TOK_ADMIN, "admin": True},
+    {"name": "a1", "token": TOK_A1, "workspaces": ["ws-a"], "agent_id": "a1", "crew_id": "c1"},
+    {"name": "a2", "token": TOK_A2, "workspaces": ["ws-a"], "agent_id": "a2"},
+    {"name": "lead", "token": TOK_LEAD, "workspaces": ["ws-a"], "role": "lead", "agent_id": "lead-1", "crew_id": "c1"},
+]
 NOW = datetime.now(UTC)
 
 
@@ -96,9 +106,7 @@ def _env(tmp_path: Path, embedder: Any) -> Iterator[dict[str, Any]]:
         ]
     )
     tokens = tmp_path / "tokens.json"
-    tokens.write_text(
-        json.dumps({"tokens": [{"token": TOK_A, "workspaces": ["ws-a"]}, {"token": TOK_ADMIN, "admin": True}]})
-    )
+    tokens.write_text(json.dumps({"tokens": TOKENS}))
     sink = Sink(Forgetter(store=store, state=state))
     metrics = Metrics()
 
@@ -302,7 +310,9 @@ def test_a_forget_that_cannot_be_queued_is_503_and_failed(env: dict[str, Any]) -
     [
         ({"workspace_id": "ws-a"}, "all"),
         ({"workspace_id": "ws-a", "all": False}, "all"),
-        ({"workspace_id": "ws-a", "agent_id": "a1", "run_id": "r"}, "run_id"),
+        ({"workspace_id": "ws-a", "entry_ids": ["x"], "run_id": "r"}, "run_id"),
+        ({"workspace_id": "ws-a", "entry_ids": ["x"], "agent_id": "a1", "run_id": "r"}, "run_id"),
+        ({"workspace_id": "ws-a", "agent_id": "a1", "all": True}, "all"),
         ({"workspace_id": "ws-a", "entry_ids": ["x"], "all": True}, "all"),
         ({"workspace_id": "ws-a", "entry_ids": []}, "entry_ids"),
         ({"workspace_id": "ws-a", "entry_ids": ["x"] * 1001}, "entry_ids"),
@@ -335,3 +345,56 @@ def test_only_the_workspaces_token_or_an_admin_may_forget_or_look(env: dict[str,
     assert c.get("/v1/memory/old-oom", params={"workspace_id": "ws-a"}, headers=a).status_code == 200
     r = c.delete("/v1/memory/old-oom", params=ws_b, headers=admin)
     assert r.status_code == 200 and r.json()["requested_at"] and env["sink"].sent[-1].requested_by == "token-1"
+
+
+def test_a_bound_token_sees_and_forgets_only_its_agents_memories(env: dict[str, Any]) -> None:
+    c, sink, state = env["app"](env["tokens"]), env["sink"], env["state"]
+    a1, a2, lead = ({"Authorization": f"Bearer {tok}"} for tok in (TOK_A1, TOK_A2, TOK_LEAD))
+    ws = {"workspace_id": "ws-a"}
+
+    def ids(headers: dict[str, str], **params: Any) -> set[str]:
+        r = c.get("/v1/memories", params={**ws, "limit": 100, **params}, headers=headers)
+        assert r.status_code == 200, r.text
+        return {m["entry_id"] for m in r.json()["memories"]}
+
+    # inspect and list: an agent its own memories, the lead its crew's (a1's and a2's are all of crew c1)
+    assert c.get("/v1/memory/old-oom", params=ws, headers=a1).status_code == 200
+    r = c.get("/v1/memory/theirs", params=ws, headers=a1)
+    assert r.status_code == 403 and r.json()["error"].startswith("entry_id: token 'a1' is bound to agent 'a1'")
+    assert c.get("/v1/memory/old-oom", params=ws, headers=a2).status_code == 403
+    assert c.get("/v1/memory/theirs", params=ws, headers=lead).status_code == 200
+    assert "theirs" not in ids(a1) and len(ids(a1)) == 10 and ids(a2) == {"theirs"}
+    assert ids(lead) == ids(a1) | {"theirs"} and ids(lead, agent_id="a2") == {"theirs"}
+    assert c.get("/v1/memories", params={**ws, "agent_id": "a2"}, headers=a1).json()["error"].startswith("agent_id:")
+    assert c.get("/v1/memories", params={**ws, "crew_id": "c9"}, headers=lead).json()["error"].startswith("crew_id:")
+
+    # forget: never a workspace, another agent, or another agent's memory (nothing is sent)
+    refusals = [
+        (c.post, "/v1/memory/forget", {"json": {**ws, "all": True}, "headers": a1}, "all"),
+        (c.post, "/v1/memory/forget", {"json": {**ws, "agent_id": "a2"}, "headers": a1}, "agent_id"),
+        (c.post, "/v1/memory/forget", {"json": {**ws, "entry_ids": ["old-db", "theirs"]}, "headers": a1},
+         "entry_ids[1]"),
+        (c.delete, "/v1/memory/theirs", {"params": ws, "headers": a1}, "entry_id"),
+        (c.delete, "/v1/memory/theirs", {"params": ws, "headers": lead}, "entry_id"),  # a lead forgets only its own
+    ]  # fmt: skip
+    for call, path, kw, field in refusals:
+        r = call(path, **kw)
+        assert r.status_code == 403 and r.json()["error"].startswith(f"{field}: "), (path, kw, r.text)
+    assert sink.sent == []
+
+    # a run's forget is narrowed to the token's agent: a2's memory of that run stays
+    r = c.post("/v1/memory/forget", json={**ws, "run_id": "r-now"}, headers=a1)
+    assert r.status_code == 200, r.text
+    assert r.json()["selector"] == {"run_id": "r-now", "agent_id": "a1"} and r.json()["removed"]["memories"] == 4
+    assert ids(lead, run_id="r-now") == {"theirs"}
+    status_url = r.json()["status_url"]
+    assert c.get(status_url, headers=a1).status_code == 200
+    assert c.get(status_url, headers=a2).json()["error"].startswith("forget_id: ")
+    # by id: its own memory; an id of no memory yet is kept out for its agent only
+    assert c.delete("/v1/memory/old-oom", params=ws, headers=a1).json()["removed"]["memories"] == 1
+    r = c.post("/v1/memory/forget", json={**ws, "entry_ids": ["not-yet"]}, headers=a1)
+    assert r.status_code == 200 and r.json()["selector"] == {"entry_ids": ["not-yet"], "agent_id": "a1"}
+    assert state.get("tombstone", json.dumps(["ws-a", "not-yet"], separators=(",", ":")))["agent_id"] == "a1"
+    # the workspace token still forgets anything of its workspace
+    workspace = {"Authorization": f"Bearer {TOK_A}"}
+    assert c.delete("/v1/memory/theirs", params=ws, headers=workspace).json()["removed"]["memories"] == 1
