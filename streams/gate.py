@@ -51,14 +51,14 @@ class GateTopics:
         return (self.entries, self.embeddable, self.dlq)
 
 
-DEFAULT_BATCH_SIZE = 1000  # events per batch at most
-DEFAULT_BATCH_WITHIN_S = 0.02  # and at most this long to fill one (bounds the latency the gate adds)
+DEFAULT_BATCH_SIZE = 2000  # records per fetched batch at most (the consumer's max_poll_records)
 
 
 @dataclass(frozen=True, slots=True)
 class GateOptions:
+    # A batch is what one fetch returns for one partition, at most `batch_size` records; how long a fetch
+    # waits for data is streams.transport.FETCH_MAX_WAIT_MS.
     batch_size: int = DEFAULT_BATCH_SIZE
-    batch_within_s: float = DEFAULT_BATCH_WITHIN_S
     max_retry_backoff_s: float = 5.0
     in_flight_batches: int = 2  # batches whose output may be in flight while the next one is routed
 

@@ -61,7 +61,7 @@ class GateRunner:
                 replication=self.settings.topic_replication,
                 topics=self.topics.all(),
             )
-        app = create_app(self.settings, app_id=self.app_id)
+        app = create_app(self.settings, app_id=self.app_id, max_poll_records=self.options.batch_size)
         Path(app.conf.datadir).mkdir(parents=True, exist_ok=True)
         install_gate(app, topics=self.topics, metrics=self.metrics, options=self.options)
         self.app = app

@@ -80,3 +80,16 @@ def test_serve_preflight_refuses(
     bad.write_text("{}")
     assert serve_main(["--tokens-file", str(bad)]) == 2
     assert "tokens file" in capsys.readouterr().err
+
+
+def test_the_gate_batch_size_reaches_the_consumer(capsys: pytest.CaptureFixture[str]) -> None:
+    """`episodic gate --batch-size N` bounds the fetched batches: Faust's max_poll_records."""
+    from stack.commands.gate import _parser, gate_config
+    from streams.app import create_app
+
+    _topics, options = gate_config(_parser().parse_args(["--batch-size", "7"]))
+    app = create_app(Settings(), app_id="t", max_poll_records=options.batch_size)
+    assert options.batch_size == 7 and app.conf.broker_max_poll_records == 7
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--batch-size", "0"])
+    assert "must be at least 1" in capsys.readouterr().err
