@@ -8,6 +8,7 @@ Qdrant server, or its local mode in tests). One contract suite (tests/contract) 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -144,8 +145,8 @@ class MemoryStore(ABC):
         """Insert or replace whole points (vectors and payload)."""
 
     @abstractmethod
-    def retrieve(self, point_ids: list[str]) -> dict[str, dict[str, Any]]:
-        """Payloads of the points that exist, keyed by point id."""
+    def retrieve(self, point_ids: list[str], *, fields: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        """Payloads of the points that exist (only `fields` when given), keyed by point id."""
 
     @abstractmethod
     def find_by_dedup_keys(self, workspace_id: str, keys: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -164,12 +165,23 @@ class MemoryStore(ABC):
         """Add or replace the dense vectors of an existing point and merge `fields` into its payload."""
 
     @abstractmethod
-    def missing_dense(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
-        """Up to `limit` points indexed without a dense vector (sparse-only), for the backfill."""
+    def missing_dense(self, limit: int, *, quarantine_after: int | None = None) -> list[tuple[str, dict[str, Any]]]:
+        """Up to `limit` points indexed without a dense vector (sparse-only), oldest `indexed_at` first, for
+        the backfill; with `quarantine_after`, not those whose `densify_failures` reached it. The payloads
+        hold only the fields the backfill reads (`store_query.DENSIFY_FIELDS`)."""
 
     @abstractmethod
     def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
         """Number of memories, optionally of one workspace and with/without a dense vector."""
+
+    @abstractmethod
+    def count_without_dense(self, scope: ScopeFilter) -> int:
+        """Memories inside `scope` that have no dense vector yet (written BM25-first, or quarantined)."""
+
+    @abstractmethod
+    def count_quarantined(self, workspace_id: str | None, quarantine_after: int) -> int:
+        """Memories (of one workspace, or all) still without a dense vector after `quarantine_after` or more
+        failed attempts to embed them: the backfill no longer tries them."""
 
     @abstractmethod
     def query_dense(

@@ -32,6 +32,7 @@ from episodic.ports import (
     merge_relations,
 )
 from episodic.store_query import (
+    DENSIFY_FIELDS,
     Filter,
     HasDense,
     MatchAny,
@@ -41,6 +42,8 @@ from episodic.store_query import (
     dense_leg,
     hybrid_prefetch,
     in_workspace,
+    missing_dense_filter,
+    quarantined_filter,
     scope_filter,
     sparse_leg,
 )
@@ -51,6 +54,7 @@ from episodic.store_rules import (
     float_rows,
     stored_point,
     validate_dense,
+    validate_payload,
     validate_points,
     validate_sparse,
     validate_vector,
@@ -105,12 +109,22 @@ class Engine(Vocabulary):
         """Replace an existing point's dense rows and merge `fields` into its payload, in one call."""
 
     @abstractmethod
-    def retrieve(self, point_ids: list[str]) -> Sequence[Record]:
-        """The points that exist, with payload, without vectors."""
+    def retrieve(self, point_ids: list[str], fields: Sequence[str] | None = None) -> Sequence[Record]:
+        """The points that exist, with payload (only `fields` when given), without vectors."""
 
     @abstractmethod
-    def scroll(self, flt: Filter | None, limit: int, offset: Any, with_dense: bool) -> tuple[Sequence[Record], Any]:
-        """One page of up to `limit` points from `offset` (None: the start), and the next offset (None: done)."""
+    def scroll(
+        self,
+        flt: Filter | None,
+        limit: int,
+        offset: Any,
+        with_dense: bool,
+        fields: Sequence[str] | None = None,
+        order_by: str | None = None,
+    ) -> tuple[Sequence[Record], Any]:
+        """One page of up to `limit` points from `offset` (None: the start), and the next offset (None: done).
+        `fields`: only these payload fields. `order_by`: ascending by this payload field (it needs a range
+        index; points without the field are left out), one page only (the next offset is None)."""
 
     @abstractmethod
     def count(self, flt: Filter | None) -> int:
@@ -164,10 +178,12 @@ class QdrantStore(MemoryStore):
         self.engine.upsert([stored_point(p) for p in points])
 
     def set_payload(self, point_id: str, fields: dict[str, Any]) -> None:
+        validate_payload(fields, what=f"point {point_id} payload update")
         self.engine.set_payload(point_id, dict(fields))
 
     def set_dense(self, point_id: str, dense: list[list[float]], fields: dict[str, Any]) -> None:
         validate_dense(dense, self._dim, what=f"point {point_id} dense vector")
+        validate_payload(fields, what=f"point {point_id} payload update")
         self.engine.set_dense(point_id, float_rows(dense), {**fields, "has_dense": True})
 
     # -- reads ---------------------------------------------------------------------------------------
@@ -189,10 +205,11 @@ class QdrantStore(MemoryStore):
         for r in self._scroll(flt, limit):
             yield str(r.id), dict(r.payload or {})
 
-    def retrieve(self, point_ids: list[str]) -> dict[str, dict[str, Any]]:
+    def retrieve(self, point_ids: list[str], *, fields: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         if not point_ids:
             return {}
-        return {str(r.id): dict(r.payload or {}) for r in self.engine.retrieve(list(point_ids))}
+        records = self.engine.retrieve(list(point_ids), list(fields) if fields is not None else None)
+        return {str(r.id): dict(r.payload or {}) for r in records}
 
     def find_by_dedup_keys(self, workspace_id: str, keys: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
         if not keys:
@@ -224,13 +241,23 @@ class QdrantStore(MemoryStore):
             return []
         return list(self._scroll_payloads(in_workspace(workspace_id, MatchAny("links", tuple(sorted(set(entry_ids)))))))
 
-    def missing_dense(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
+    def missing_dense(self, limit: int, *, quarantine_after: int | None = None) -> list[tuple[str, dict[str, Any]]]:
         if limit <= 0:
             return []
-        return list(self._scroll_payloads(Filter(must_not=(HasDense(),)), limit))
+        # Oldest first, in the engine (a range index on indexed_at), and only the fields the backfill reads.
+        records, _ = self.engine.scroll(
+            missing_dense_filter(quarantine_after), limit, None, False, DENSIFY_FIELDS, "indexed_at"
+        )
+        return [(str(r.id), dict(r.payload or {})) for r in records]
 
     def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
         return self.engine.count(count_filter(workspace_id, has_dense))
+
+    def count_without_dense(self, scope: ScopeFilter) -> int:
+        return self.engine.count(Filter(must=(scope_filter(scope),), must_not=(HasDense(),)))
+
+    def count_quarantined(self, workspace_id: str | None, quarantine_after: int) -> int:
+        return self.engine.count(quarantined_filter(workspace_id, quarantine_after))
 
     # -- relations: stored on the source memory (payload `relations` + keyword array `links`) ------------
 

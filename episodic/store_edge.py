@@ -79,6 +79,10 @@ def _with_vector(with_dense: bool) -> list[str] | bool:
     return [DENSE] if with_dense else False
 
 
+def _with_payload(fields: Sequence[str] | None) -> list[str] | bool:
+    return list(fields) if fields is not None else True
+
+
 class EdgeEngine(Engine):
     """A Qdrant Edge shard at `path` (created on first `ensure`, else loaded from disk on first use)."""
 
@@ -168,13 +172,13 @@ class EdgeEngine(Engine):
     # -- writes --------------------------------------------------------------------------------------
 
     def upsert(self, points: Sequence[MemoryPoint]) -> None:
-        edge_points = []
-        for p in points:
-            vectors: dict[str, Any] = {SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))}
-            if p.dense is not None:
-                vectors[DENSE] = p.dense
-            edge_points.append(qe.Point(_point_id(p.point_id), vectors, p.payload))
-        with self._guard("upsert"):
+        with self._guard("upsert"):  # building the points converts the payload: its errors are rejections too
+            edge_points = []
+            for p in points:
+                vectors: dict[str, Any] = {SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))}
+                if p.dense is not None:
+                    vectors[DENSE] = p.dense
+                edge_points.append(qe.Point(_point_id(p.point_id), vectors, p.payload))
             self._open().update(qe.UpdateOperation.upsert_points(edge_points))
 
     def set_payload(self, point_id: str, fields: dict[str, Any]) -> None:
@@ -191,21 +195,31 @@ class EdgeEngine(Engine):
 
     # -- reads ---------------------------------------------------------------------------------------
 
-    def retrieve(self, point_ids: list[str]) -> Sequence[Record]:
+    def retrieve(self, point_ids: list[str], fields: Sequence[str] | None = None) -> Sequence[Record]:
         ids: list[Any] = [_point_id(p) for p in point_ids]
         with self._guard("retrieve"):
-            return self._open().retrieve(ids, True, False)
+            return self._open().retrieve(ids, _with_payload(fields), False)
 
-    def scroll(self, flt: Filter | None, limit: int, offset: Any, with_dense: bool) -> tuple[Sequence[Record], Any]:
+    def scroll(
+        self,
+        flt: Filter | None,
+        limit: int,
+        offset: Any,
+        with_dense: bool,
+        fields: Sequence[str] | None = None,
+        order_by: str | None = None,
+    ) -> tuple[Sequence[Record], Any]:
         request = qe.ScrollRequest(
-            offset=offset,
+            offset=offset if order_by is None else None,
             limit=limit,
             filter=Lowering(self)(flt) if flt is not None else None,
-            with_payload=True,
+            with_payload=_with_payload(fields),
             with_vector=_with_vector(with_dense),
+            order_by=qe.OrderBy(order_by, qe.Direction.Asc) if order_by is not None else None,
         )
         with self._guard("scroll"):
-            return self._open().scroll(request)
+            records, next_offset = self._open().scroll(request)
+        return records, next_offset if order_by is None else None
 
     def count(self, flt: Filter | None) -> int:
         request = qe.CountRequest(exact=True, filter=Lowering(self)(flt) if flt is not None else None)

@@ -60,6 +60,10 @@ def _with_vectors(with_dense: bool) -> list[str] | bool:
     return [DENSE] if with_dense else False
 
 
+def _with_payload(fields: Sequence[str] | None) -> list[str] | bool:
+    return list(fields) if fields is not None else True
+
+
 class ClientEngine(Engine):
     """A collection through qdrant-client: a server (`url`), or local mode (`location`/`path`)."""
 
@@ -203,21 +207,33 @@ class ClientEngine(Engine):
 
     # -- reads ---------------------------------------------------------------------------------------
 
-    def retrieve(self, point_ids: list[str]) -> Sequence[Record]:
+    def retrieve(self, point_ids: list[str], fields: Sequence[str] | None = None) -> Sequence[Record]:
         with self._guard("retrieve"):
-            return self.client.retrieve(self.collection, point_ids, with_payload=True, with_vectors=False)
+            return self.client.retrieve(
+                self.collection, point_ids, with_payload=_with_payload(fields), with_vectors=False
+            )
 
-    def scroll(self, flt: Filter | None, limit: int, offset: Any, with_dense: bool) -> tuple[Sequence[Record], Any]:
+    def scroll(
+        self,
+        flt: Filter | None,
+        limit: int,
+        offset: Any,
+        with_dense: bool,
+        fields: Sequence[str] | None = None,
+        order_by: str | None = None,
+    ) -> tuple[Sequence[Record], Any]:
         lowered = Lowering(self)(flt) if flt is not None else None
         with self._guard("scroll"):
-            return self.client.scroll(
+            records, next_offset = self.client.scroll(
                 self.collection,
                 scroll_filter=lowered,
                 limit=limit,
-                offset=offset,
-                with_payload=True,
+                offset=offset if order_by is None else None,
+                with_payload=_with_payload(fields),
                 with_vectors=_with_vectors(with_dense),
+                order_by=m.OrderBy(key=order_by, direction=m.Direction.ASC) if order_by is not None else None,
             )
+        return records, next_offset if order_by is None else None
 
     def count(self, flt: Filter | None) -> int:
         lowered = Lowering(self)(flt) if flt is not None else None

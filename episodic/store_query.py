@@ -94,6 +94,26 @@ def scope_filter(scope: ScopeFilter) -> Filter:
     return in_workspace(scope.workspace_id, crew, high)
 
 
+# The densify backfill's view of a memory (and nothing else: it reads up to a batch of these at a time).
+DENSIFY_FIELDS: tuple[str, ...] = ("entry_id", "workspace_id", "summary", "indexed_at", "densify_failures")
+DENSIFY_FAILURES = "densify_failures"  # payload: how many times embedding this memory failed
+
+
+def missing_dense_filter(quarantine_after: int | None) -> Filter:
+    """Memories without their dense vector, except those quarantined (`quarantine_after` failures or more)."""
+    if quarantine_after is None:
+        return Filter(must_not=(HasDense(),))
+    return Filter(must_not=(HasDense(), AtLeast(DENSIFY_FAILURES, float(quarantine_after))))
+
+
+def quarantined_filter(workspace_id: str | None, quarantine_after: int) -> Filter:
+    """Memories still without their dense vector after `quarantine_after` failed attempts."""
+    must: tuple[Condition, ...] = (AtLeast(DENSIFY_FAILURES, float(quarantine_after)),)
+    if workspace_id is not None:
+        must = (workspace(workspace_id), *must)
+    return Filter(must=must, must_not=(HasDense(),))
+
+
 def count_filter(workspace_id: str | None, has_dense: bool | None) -> Filter | None:
     """Optionally one workspace, optionally with / without the dense vector; None: every point."""
     must: tuple[Condition, ...] = () if workspace_id is None else (workspace(workspace_id),)
