@@ -5,16 +5,28 @@ Counters end in `_total`, durations in `_seconds`; label values are initialised 
 
 from __future__ import annotations
 
+from typing import get_args
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from episodic.policy import DECISIONS
+from schemas.events import IndexMode
 from schemas.journal import DLQ_REASONS
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0, 86400.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MODES = ("hybrid", "dense", "sparse")
-INDEX_MODES = ("vector", "sparse-only", "duplicate", "unchanged", "updated")
+INDEX_MODES: tuple[str, ...] = get_args(IndexMode)  # the modes memory.indexed carries, nothing else
+# Dead letters beyond the gate's validation reasons: the gate's own bug guard, and the embedding consumer's
+# (a record on journal.embeddable that does not decode; a record the store rejects deterministically).
+GATE_ERROR_REASON = "gate_error"
+CONSUMER_DLQ_REASONS = ("bad_embeddable", "store_rejected")
+DEAD_LETTER_REASONS: tuple[str, ...] = (*DLQ_REASONS, GATE_ERROR_REASON, *CONSUMER_DLQ_REASONS)
+# Where the consumers count errors. Every value has a writer: decode/embed/store/publish/commit/broker in the
+# embedding consumer (publish also in the gate and the recall service), densify in its densify loop, lag in
+# the lag monitors.
+ERROR_STAGES = ("decode", "embed", "store", "publish", "commit", "broker", "densify", "lag")
 
 
 class Metrics:
@@ -31,7 +43,7 @@ class Metrics:
         self.dead_lettered = Counter(
             "episodic_dead_lettered_total", "Records sent to journal.dlq, by reason", ["reason"], registry=r
         )
-        for reason in DLQ_REASONS:
+        for reason in DEAD_LETTER_REASONS:
             self.dead_lettered.labels(reason=reason)
         for decision in DECISIONS:
             self.entries_consumed.labels(entry_type="summary.generated", decision=decision)
@@ -71,10 +83,20 @@ class Metrics:
         self.densified = Counter(
             "episodic_densified_total", "Dense vectors added after the fact (deferred or backfilled)", registry=r
         )
+        self.densify_failures = Counter(
+            "episodic_densify_failures_total",
+            "Failed attempts to add a memory's dense vector (its text failed in the model, or the store refused)",
+            registry=r,
+        )
+        self.densify_quarantined = Gauge(
+            "episodic_densify_quarantined",
+            "Memories left BM25-only after EPISODIC_DENSIFY_MAX_ATTEMPTS failed attempts to embed them",
+            registry=r,
+        )
         self.consumer_errors = Counter(
             "episodic_consumer_errors_total", "Errors in the consumers, by stage", ["stage"], registry=r
         )
-        for stage in ("decode", "embed", "store", "publish", "commit", "broker"):
+        for stage in ERROR_STAGES:
             self.consumer_errors.labels(stage=stage)
         self.consumer_lag = Gauge(
             "episodic_consumer_lag_records",

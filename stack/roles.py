@@ -153,7 +153,7 @@ class EmbedderRole(Role):
         store, bm25 = res.need_store(self.name)
         self._model = getattr(res.embedder, "model_id", "none")
         self._mode = "vector" if res.embedder is not None else "sparse-only"
-        indexer = Indexer(store=store, embedder=res.embedder, bm25=bm25)
+        indexer = Indexer(store=store, embedder=res.embedder, bm25=bm25, alias_limit=res.settings.alias_limit)
         self.consumer = EmbeddingConsumer(
             settings=res.settings, indexer=indexer, producer=res.producer, metrics=res.metrics
         )
