@@ -83,15 +83,15 @@ def in_workspace(workspace_id: str, *conditions: Condition) -> Filter:
 
 
 def scope_filter(scope: ScopeFilter) -> Filter:
-    """Workspace always; `own`: the agent's memories; `crew_shared`: the crew's memories that are the
-    agent's own or high-value (only high-value ones without an agent)."""
-    high = AtLeast("importance_score", scope.high_value)
+    """Workspace always; `own`: the agent's memories; `crew_shared`: the agent's own memories (whatever
+    their crew, none included) and the crew's high-value ones (SPEC §7: own + high-value crew); without an
+    agent, the crew's high-value memories only."""
     if scope.scope == "own":
         return in_workspace(scope.workspace_id, Match("agent_id", str(scope.agent_id)))
-    crew = Match("crew_id", str(scope.crew_id))
+    crew_high = Filter(must=(Match("crew_id", str(scope.crew_id)), AtLeast("importance_score", scope.high_value)))
     if scope.agent_id:
-        return in_workspace(scope.workspace_id, crew, Filter(should=(Match("agent_id", scope.agent_id), high)))
-    return in_workspace(scope.workspace_id, crew, high)
+        return in_workspace(scope.workspace_id, Filter(should=(Match("agent_id", scope.agent_id), crew_high)))
+    return in_workspace(scope.workspace_id, *crew_high.must)
 
 
 # The densify backfill's view of a memory (and nothing else: it reads up to a batch of these at a time).

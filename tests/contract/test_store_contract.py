@@ -186,9 +186,9 @@ def crew_points(store: MemoryStore, mk: MakePoint) -> None:
     ("scope", "expected"),
     [
         (OWN, {"own-low", "own-high", "own-no-crew"}),
-        (
+        (  # own (whatever the crew, none included) + the crew's high-value memories
             ScopeFilter(workspace_id="ws-a", scope="crew_shared", crew_id="crew-1", agent_id="agent-1"),
-            {"own-low", "own-high", "mate-edge", "mate-high"},
+            {"own-low", "own-high", "own-no-crew", "mate-edge", "mate-high"},
         ),
         (
             ScopeFilter(workspace_id="ws-a", scope="crew_shared", crew_id="crew-1"),
@@ -196,11 +196,11 @@ def crew_points(store: MemoryStore, mk: MakePoint) -> None:
         ),
         (
             ScopeFilter(workspace_id="ws-a", scope="crew_shared", crew_id="crew-1", agent_id="agent-1", high_value=0.9),
-            {"own-low", "own-high", "mate-high"},
+            {"own-low", "own-high", "own-no-crew", "mate-high"},
         ),
         (
             ScopeFilter(workspace_id="ws-a", scope="crew_shared", crew_id="crew-2", agent_id="agent-1"),
-            {"other-crew"},
+            {"own-low", "own-high", "own-no-crew", "other-crew"},
         ),
     ],
     ids=["own", "crew+agent", "crew-only", "crew-threshold-0.9", "other-crew"],
