@@ -329,15 +329,17 @@ class Indexer:
 
     def _embed_each_on_failure(self, texts: list[str]) -> list[Any]:
         """One model call for the batch; if it fails, one call per text: a vector or the exception, per text."""
-        assert self.embedder is not None
+        embedder = self.embedder
+        if embedder is None:
+            return [RuntimeError("no embedder")] * len(texts)
         try:
-            return list(self.embedder.embed_documents(texts))
+            return list(embedder.embed_documents(texts))
         except Exception as e:
             log.warning("densify: embedding a batch of %d failed (%s); embedding them one by one", len(texts), e)
         out: list[Any] = []
         for t in texts:
             try:
-                out.append(self.embedder.embed_documents([t])[0])
+                out.append(embedder.embed_documents([t])[0])
             except Exception as e:
                 out.append(e)
         return out

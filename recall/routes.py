@@ -133,14 +133,16 @@ async def memory_stats(
     def counts() -> StatsResponse:
         from episodic.errors import EpisodicError, StoreError
 
+        store, limit = services.store, services.settings.densify_max_attempts
         try:
-            total = services.store.count(workspace_id)
-            dense = services.store.count(workspace_id, has_dense=True)
+            total = store.count(workspace_id)
+            dense = store.count(workspace_id, has_dense=True)
+            quarantined = store.count_quarantined(workspace_id, limit)
         except EpisodicError:
             raise
         except Exception as e:
             raise StoreError(f"store count failed: {type(e).__name__}: {e}") from e
-        return StatsResponse(indexed=total, dense=dense, sparse_only=max(0, total - dense))
+        return StatsResponse(indexed=total, dense=dense, sparse_only=max(0, total - dense), quarantined=quarantined)
 
     return await run_in_threadpool(counts)
 

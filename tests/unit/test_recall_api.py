@@ -42,6 +42,7 @@ class FakeStore(MemoryStore):
         ]
         self.fail = False
         self.leak = False
+        self.quarantined = 0
         self.calls: list[tuple[str, ScopeFilter, int]] = []
 
     def _q(self, kind: str, scope: ScopeFilter, limit: int) -> list[StoredHit]:
@@ -65,8 +66,14 @@ class FakeStore(MemoryStore):
 
     def set_payload(self, point_id: Any, fields: Any) -> None: ...
     def set_dense(self, point_id: Any, dense: Any, fields: Any) -> None: ...
-    def missing_dense(self, limit: int) -> list[Any]:
+    def missing_dense(self, limit: int, *, quarantine_after: int | None = None) -> list[Any]:
         return []
+
+    def count_without_dense(self, scope: ScopeFilter) -> int:
+        return len([p for p in self.points if p.payload["workspace_id"] == scope.workspace_id and p.dense is None])
+
+    def count_quarantined(self, workspace_id: str | None, quarantine_after: int) -> int:
+        return self.quarantined
 
     def find_entries(self, scope: ScopeFilter, entry_ids: Any, *, with_dense: bool = False) -> list[StoredHit]:
         return []
@@ -163,10 +170,11 @@ def test_recall_returns_every_spec_field_and_publishes_one_event(env: Env) -> No
     assert body["mode"] == "hybrid" and body["degraded"] is False
     assert [h["entry_id"] for h in body["hits"]] == ["e1", "e2"]
     fields = {"entry_id", "score", "age_seconds", "summary", "entry_type", "severity", "agent_id",
-              "crew_id", "ts", "payload", "via"}  # fmt: skip
+              "crew_id", "ts", "payload", "via", "aliases", "occurrences"}  # fmt: skip
     for h in body["hits"]:
         assert fields <= set(h)
         assert h["via"] == "direct" and h["age_seconds"] > 0 and h["aliases"] == ["dup-1"]
+        assert h["occurrences"] == 2  # itself and its duplicate (the stored count is missing: at least that)
     assert len(env.published) == 1
     topic, key, event = env.published[0]
     assert topic == MEMORY_REFERENCED and key == "ws-a"
@@ -263,6 +271,24 @@ def test_huge_body_is_413(env: Env) -> None:
     assert r.status_code == 413 and r.json()["error"].startswith("body: ")
 
 
+def test_a_huge_chunked_body_is_413_too(env: Env) -> None:
+    """No Content-Length (chunked transfer encoding): the limit holds on the bytes read."""
+
+    def chunks() -> Any:
+        yield b'{"workspace_id": "ws-a", "agent_id": "ag", "query": "'
+        for _ in range(40):
+            yield b"x" * 65536
+        yield b'"}'
+
+    r = env.client.post("/v1/recall", content=chunks(), headers={"content-type": "application/json"})
+    assert "content-length" not in {k.lower() for k in r.request.headers}
+    assert r.status_code == 413 and r.json()["error"] == "body: larger than 1048576 bytes"
+    small = env.client.post(
+        "/v1/recall", content=iter([json.dumps(OK).encode()]), headers={"content-type": "application/json"}
+    )
+    assert small.status_code == 200, small.text  # a chunked body within the limit is read as usual
+
+
 @pytest.mark.parametrize(
     ("extra", "field"),
     [({"max_chars": 10}, "max_chars"), ({"max_chars": 10**7}, "max_chars"), ({"max_tokens": 5}, "max_tokens"),
@@ -291,11 +317,15 @@ def test_render_marks_only_what_made_it_into_the_text(env: Env) -> None:
     assert len(r.json()["text"]) <= 4000 and len(r.json()["hits"]) == 2
 
 
-def test_store_failure_is_503_not_500(env: Env) -> None:
+def test_store_failure_is_503_not_500(env: Env, caplog: pytest.LogCaptureFixture) -> None:
     env.store.fail = True
     for path, body in [("/v1/recall", OK), ("/v1/recall/render", OK)]:
         r = env.client.post(path, json=body)
-        assert r.status_code == 503 and "store" in r.json()["error"]
+        assert r.status_code == 503 and r.json()["error"].startswith("memory store unavailable (ref ")
+        # the raw store error stays in the log, under the reference the body gives
+        assert "connection refused" not in r.text
+        ref = r.json()["error"].split("ref ")[1].split(":")[0]
+        assert any(ref in m and "connection refused" in m for m in caplog.messages)
     r = env.client.get("/v1/memory/stats", params={"workspace_id": "ws-a"})
     assert r.status_code == 503
     h = env.client.get("/healthz")
@@ -311,9 +341,11 @@ def test_a_leaking_store_cannot_leak_through_the_engine(env: Env) -> None:
 
 def test_stats_health_healthz_metrics_openapi(env: Env) -> None:
     assert env.client.get("/v1/memory/stats", params={"workspace_id": "ws-a"}).json() == {
-        "indexed": 2, "dense": 1, "sparse_only": 1,
+        "indexed": 2, "dense": 1, "sparse_only": 1, "quarantined": 0,
     }  # fmt: skip
+    env.store.quarantined = 1
     assert env.client.get("/v1/memory/stats").json()["indexed"] == 3
+    assert env.client.get("/v1/memory/stats").json()["quarantined"] == 1
     r = env.client.get("/v1/memory/stats", params={"workspace_id": ""})
     assert r.status_code == 422 and r.json()["error"].startswith("workspace_id: ")
     r = env.client.get("/v1/memory/health", params={"workspace_id": "ws-a"})
