@@ -39,11 +39,6 @@ PROBES = (
 _EXPORT_LOCK = threading.Lock()
 
 
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "episodic" / "onnx"
-
-
 def _pipeline(model: Any) -> tuple[Any, str] | None:
     """(transformer module, pooling 'mean'|'cls') for a plain pipeline, else None. The vector is always
     normalised, as `embed_query` does on the torch path."""
@@ -182,7 +177,7 @@ class OnnxQueryEncoder:
         *,
         threads: int,
         reference: Callable[[str], np.ndarray],
-        cache_dir: Path | None = None,
+        cache_dir: Path,
     ) -> OnnxQueryEncoder | None:
         """An encoder for `model`, or None (with the reason logged) when the torch path must stay."""
         try:
@@ -200,7 +195,7 @@ class OnnxQueryEncoder:
         if auto_model is None or tokenizer is None:
             return None
         try:
-            target = (cache_dir or default_cache_dir()) / f"{_cache_key(auto_model, model_path)}.onnx"
+            target = cache_dir / f"{_cache_key(auto_model, model_path)}.onnx"
             with _EXPORT_LOCK:
                 if not target.exists():
                     log.info("onnx: exporting the query encoder to %s (once per model)", target)

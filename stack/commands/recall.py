@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 from typing import Any
@@ -19,6 +18,7 @@ import httpx
 
 from episodic.client import RecallClient, RecallRefused, ServiceUnreachable
 from episodic.render import relative_age
+from episodic.settings import Settings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,9 +82,12 @@ def build_body(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str], *, transport: httpx.BaseTransport | None = None) -> int:
     args = _parser().parse_args(argv)
-    token = args.token or os.environ.get("EPISODIC_TOKEN")
+    settings = Settings()
+    token = args.token or (settings.token.get_secret_value() if settings.token else None)
     try:
-        with RecallClient(args.url, token=token, timeout=args.timeout, transport=transport) as client:
+        with RecallClient(
+            args.url or settings.service_url, token=token, timeout=args.timeout, transport=transport
+        ) as client:
             data = client.render(build_body(args)) if args.render else client.recall(build_body(args))
     except ServiceUnreachable as e:
         print(f"episodic recall: {e}. Is `episodic up` running?", file=sys.stderr)
@@ -98,7 +101,10 @@ def main(argv: list[str], *, transport: httpx.BaseTransport | None = None) -> in
         print(data.get("text", ""))
     else:
         if data.get("degraded"):
-            print("note: degraded (sparse-only: the service has no embedder)", file=sys.stderr)
+            print(
+                "note: degraded (answered without the dense leg, or some memories still wait for theirs)",
+                file=sys.stderr,
+            )
         width = shutil.get_terminal_size((120, 24)).columns
         print(format_table(data.get("hits", []), width=width))
     return 0
