@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("episodic")
 
-GATE_DRAIN_S = 30.0  # the gate's batch in flight, its commit and leaving the group
+GATE_DRAIN_S = 30.0  # the gate's batches in flight, their commit and leaving the group
+GATE_DELIVER_S = 20.0  # of which delivering and committing the batches in flight (logged when hit)
 CONSUMER_DRAIN_S = 60.0  # the embedding batch in flight: embed, upsert, memory.indexed, commit
 HTTP_DRAIN_S = 30.0  # requests in flight
 HTTP_START_S = 15.0
@@ -123,7 +124,7 @@ class GateRole(Role):
     async def drain(self) -> None:
         if self.runner is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.runner.stop(), GATE_DRAIN_S)
+                await asyncio.wait_for(self.runner.stop(drain_timeout=GATE_DELIVER_S), GATE_DRAIN_S)
 
     def crash(self) -> str | None:
         if self.runner is not None and self.runner.crashed:
