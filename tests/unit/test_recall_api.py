@@ -418,3 +418,37 @@ def test_refuses_to_bind_beyond_loopback_without_tokens(bm25: Bm25Encoder, token
         create_app(settings=Settings(http_host="0.0.0.0"), **kw)
     create_app(settings=Settings(http_host="0.0.0.0"), insecure=True, **kw)
     create_app(settings=Settings(http_host="0.0.0.0", tokens_file=tokens_file), **kw)
+
+
+def test_rendering_and_encoding_run_off_the_event_loop(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In `episodic up` the loop also carries the gate and the consumer: the CPU work of a recall (the
+    render of up to 50 hits of 16k characters, the response's validation and JSON) runs in the pool."""
+    import asyncio
+
+    from recall import routes
+
+    seen: list[tuple[str, bool]] = []
+
+    def on_loop() -> bool:
+        try:
+            asyncio.get_running_loop()
+            return True
+        except RuntimeError:
+            return False
+
+    real_render, real_json = routes.render, routes._json
+
+    def render(*args: Any, **kwargs: Any) -> Any:
+        seen.append(("render", on_loop()))
+        return real_render(*args, **kwargs)
+
+    def to_json(model: Any) -> Any:
+        seen.append(("json", on_loop()))
+        return real_json(model)
+
+    monkeypatch.setattr(routes, "render", render)
+    monkeypatch.setattr(routes, "_json", to_json)
+    assert env.client.post("/v1/recall/render", json={**OK, "k": 50, "max_chars": 200_000}).status_code == 200
+    assert env.client.post("/v1/recall", json=OK).status_code == 200
+    assert seen == [("render", False), ("json", False), ("json", False)]
+    assert len(env.published) == 2  # published from the loop, after the pool's work
