@@ -119,6 +119,15 @@ class Metrics:
         self.recall_degraded = Counter(
             "episodic_recall_degraded_total", "Recall responses answered sparse-only (degraded)", registry=r
         )
+        self.referenced_dropped = Counter(
+            "episodic_referenced_dropped_total",
+            "memory.referenced events dropped: the buffer (EPISODIC_REFERENCED_BUFFER) was full while Kafka "
+            "was unreachable",
+            registry=r,
+        )
+        self.referenced_buffered = Gauge(
+            "episodic_referenced_buffered", "memory.referenced events waiting to be sent to Kafka", registry=r
+        )
         self.auth_failures = Counter(
             "episodic_auth_failures_total", "Rejected requests, by reason", ["reason"], registry=r
         )

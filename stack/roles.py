@@ -18,14 +18,14 @@ import contextlib
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from episodic.bus import dumps
 from episodic.errors import EpisodicError
 from episodic.metrics import Metrics
 from episodic.settings import Settings
+from stack.publisher import Publisher
 
 if TYPE_CHECKING:
     from aiokafka import AIOKafkaProducer
@@ -41,6 +41,7 @@ GATE_DRAIN_S = 30.0  # the gate's batches in flight, their commit and leaving th
 GATE_DELIVER_S = 20.0  # of which delivering and committing the batches in flight (logged when hit)
 CONSUMER_DRAIN_S = 60.0  # the embedding batch in flight: embed, upsert, memory.indexed, commit
 HTTP_DRAIN_S = 30.0  # requests in flight
+PUBLISH_DRAIN_S = 5.0  # memory.referenced events still buffered
 HTTP_START_S = 15.0
 
 
@@ -50,13 +51,19 @@ class Resources:
 
     settings: Settings
     metrics: Metrics
-    producer: AIOKafkaProducer
+    producer: AIOKafkaProducer | None  # started; None when Kafka was unreachable at start (see kafka_connect)
     status: Callable[[], dict[str, Any]]  # the Stack's view of Kafka, for /healthz
     fail: Callable[[int], None]  # stop the whole stack with this exit status (a role's own task died)
+    kafka_connect: Callable[[], Awaitable[AIOKafkaProducer]] | None = None  # a started producer, or raises
     insecure: bool = False
     store: MemoryStore | None = None  # opened when a role in this process `needs_store`
     embedder: Embedder | None = None  # None: sparse-only (no model, or EPISODIC_EMBED_MODEL=none)
     bm25: Bm25Encoder | None = None
+
+    def need_producer(self, role: str) -> AIOKafkaProducer:
+        if self.producer is None:
+            raise EpisodicError(f"role {role!r} needs Kafka, and the stack has no producer")
+        return self.producer
 
     def need_store(self, role: str) -> tuple[MemoryStore, Bm25Encoder]:
         if self.store is None or self.bm25 is None:
@@ -81,6 +88,7 @@ class Role(ABC):
     name: ClassVar[str]
     drain_rank: ClassVar[int]  # lower drains first: the stage that takes input before those after it
     needs_store: ClassVar[bool] = False  # the Stack opens the store, the model and BM25 for it
+    needs_kafka: ClassVar[bool] = True  # cannot work without Kafka: the stack stops when it stays unreachable
     embeds_documents: ClassVar[bool] = False  # runs the model over journal entries (ingestion threads)
     answers_queries: ClassVar[bool] = False  # runs the model over recall queries (the ONNX query encoder)
     serves_http: ClassVar[bool] = False  # serves /metrics itself; otherwise the Stack starts a bare one
@@ -156,7 +164,7 @@ class EmbedderRole(Role):
         self._mode = "vector" if res.embedder is not None else "sparse-only"
         indexer = Indexer(store=store, embedder=res.embedder, bm25=bm25, alias_limit=res.settings.alias_limit)
         self.consumer = EmbeddingConsumer(
-            settings=res.settings, indexer=indexer, producer=res.producer, metrics=res.metrics
+            settings=res.settings, indexer=indexer, producer=res.need_producer(self.name), metrics=res.metrics
         )
         self._task = asyncio.create_task(self._run(self.consumer, res.fail), name="embedding-consumer")
 
@@ -179,47 +187,19 @@ class EmbedderRole(Role):
         return f"embedder: {self._model} ({self._mode})" if self.consumer is not None else None
 
 
-class Publisher:
-    """Fire-and-forget JSON publishing from any thread (the HTTP handlers run in a thread pool)."""
-
-    def __init__(self, producer: Any, loop: asyncio.AbstractEventLoop, metrics: Metrics) -> None:
-        self._producer = producer
-        self._loop = loop
-        self._metrics = metrics
-        self._in_flight: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
-
-    def __call__(self, topic: str, key: str | None, value: dict[str, Any]) -> None:
-        coro = self._send(topic, key, value)
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            task = self._loop.create_task(coro)
-            self._in_flight.add(task)
-            task.add_done_callback(self._in_flight.discard)
-        else:
-            asyncio.run_coroutine_threadsafe(coro, self._loop)
-
-    async def _send(self, topic: str, key: str | None, value: dict[str, Any]) -> None:
-        try:
-            await self._producer.send(topic, key=key.encode() if key else None, value=dumps(value))
-        except Exception as e:
-            self._metrics.consumer_errors.labels(stage="publish").inc()
-            log.warning("could not publish to %s: %s", topic, e)
-
-
 class HttpRole(Role):
     """The recall HTTP service (the FastAPI app in `recall/`) under uvicorn, in this loop."""
 
     name = "http"
     drain_rank = 2
     needs_store = True
+    needs_kafka = False  # answers recalls while Kafka is away; memory.referenced events wait in a buffer
     answers_queries = True
     serves_http = True
 
     def __init__(self) -> None:
         self.server: Any = None  # uvicorn.Server
+        self.publisher: Publisher | None = None
         self._task: asyncio.Task[None] | None = None
         self._host = ""
 
@@ -230,12 +210,20 @@ class HttpRole(Role):
 
         store, bm25 = res.need_store(self.name)
         s = res.settings
+        self.publisher = Publisher(
+            metrics=res.metrics,
+            limit=s.referenced_buffer,
+            loop=asyncio.get_running_loop(),
+            producer=res.producer,
+            connect=res.kafka_connect,
+        )
+        self.publisher.start()
         app = create_app(
             settings=s,
             store=store,
             embedder=res.embedder,
             bm25=bm25,
-            publish=Publisher(res.producer, asyncio.get_running_loop(), res.metrics),
+            publish=self.publisher,
             status=res.status,
             metrics=res.metrics,
             insecure=res.insecure,
@@ -267,6 +255,8 @@ class HttpRole(Role):
         if self.server is not None:
             self.server.should_exit = True
         await finish(self._task, HTTP_DRAIN_S)
+        if self.publisher is not None:  # the events of the last requests, while the producer is up
+            await self.publisher.close(PUBLISH_DRAIN_S)
 
     def describe(self) -> str | None:
         if self.server is None or self.http_port is None:
