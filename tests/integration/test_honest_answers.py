@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
+from episodic.errors import BrokerUnavailable
 from episodic.identity import point_id
 from episodic.indexer import Indexer
 from episodic.metrics import Metrics
@@ -145,13 +146,18 @@ def test_garbage_stored_by_hand_never_becomes_a_500(store: EdgeStore, embedder: 
     assert stats.status_code == 200 and stats.json()["indexed"] == 4
 
 
+async def no_kafka() -> Any:
+    raise BrokerUnavailable("no Kafka in this test")
+
+
 async def test_the_body_limit_holds_for_chunked_requests_on_a_real_server(tmp_path: Path, store: EdgeStore) -> None:
     settings = Settings(data_dir=tmp_path, http_port=0, embed_model="none")
     role = HttpRole()
     res = Resources(
         settings=settings,
         metrics=Metrics(CollectorRegistry()),
-        producer=None,  # type: ignore[arg-type]
+        producer=None,
+        kafka_connect=no_kafka,
         status=lambda: {"kafka": "ok", "kafka_bootstrap": "x:1"},
         fail=lambda code: None,
         store=store,
