@@ -253,6 +253,7 @@ class EmbeddingConsumer:
             self.speed.observe(result.chars, result.embed_seconds)
         if result.written:
             m.upsert_duration.observe(result.upsert_seconds)
+            m.points_written.inc(result.written)
         if result.embed_failed:
             m.consumer_errors.labels(stage="embed").inc()
             self.densifier.wake()  # written sparse-only: the densify loop finds the failing text

@@ -73,6 +73,11 @@ class Metrics:
             registry=r,
         )
         self.indexed = Counter("episodic_indexed_total", "Memories handled, by mode", ["mode"], registry=r)
+        self.points_written = Counter(
+            "episodic_points_written_total",
+            "Points the embedding consumer wrote to the store (a re-delivered, unchanged entry writes none)",
+            registry=r,
+        )
         for mode in INDEX_MODES:
             self.indexed.labels(mode=mode)
         self.dense_deferred = Counter(
