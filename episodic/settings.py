@@ -92,12 +92,6 @@ class Settings(BaseSettings):
         le=10_000,
         description="alias ids kept per duplicate memory (the newest); occurrences counts them all",
     )
-    optimize_every: int = Field(
-        default=2000,
-        ge=0,
-        description="Qdrant Edge: run the segment optimizers in the background after this many written points "
-        "(and when idle); 0: never",
-    )
 
     # HTTP
     http_host: str = "127.0.0.1"

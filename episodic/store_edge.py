@@ -6,9 +6,19 @@ collection (a named multivector `dense`, cosine, max-sim over the chunk rows, an
 and wraps the engine's errors. Scores come from the engine: the legs are prefetches, fusion is Qdrant's
 RRF/DBSF, and the importance multiplier is a Formula over `$score`.
 
-Qdrant Edge is single-process (the shard's WAL is locked by the process that opened it) and its thread
-safety under concurrent update+query is not documented, so every shard call holds one RLock: the recall
-service queries from a thread pool while the embedding consumer upserts.
+Qdrant Edge is single-process (the shard's WAL is locked by the process that opened it). Within the
+process, data calls (query, scroll, retrieve, count, update) run concurrently, with no lock of ours:
+the shard takes `&self` everywhere and guards its segments with a read-write lock and its WAL with a
+mutex (qdrant lib/edge/src/edge_shard: `LockedSegmentHolder`, `Mutex<SerdeWal>`), and a stress probe
+here (2 writer threads upserting and setting payloads, 3 querying and counting, 1 running optimize,
+without any lock) finished with no error and the exact point count. So the recall service's thread pool
+queries while the consumer writes. Only the shard's lifecycle (load, create, close) is exclusive: a
+read-write lock lets data calls share the open shard and makes close wait for them.
+
+Not optimised in production: `optimize()` (segment merge, HNSW) holds the GIL for its whole duration
+(measured: 72 s for 20k points on the 2-core machine, with a Python thread making no progress meanwhile),
+which would freeze the event loop that carries the recall service, the gate and the consumer. The
+benchmark reports recall latency without it (what production serves) and with it (README).
 """
 
 from __future__ import annotations
@@ -33,6 +43,48 @@ except ImportError as e:  # pragma: no cover - a core dependency; guard for a cl
     raise ImportError("EdgeStore needs qdrant-edge-py: pip install 'qdrant-edge-py>=0.9'") from e
 
 _FATAL = (KeyboardInterrupt, SystemExit, GeneratorExit)
+
+
+class ReadWriteLock:
+    """Many holders share it, or one holds it alone; a waiting exclusive holder goes before new sharers
+    (so a close is not starved by a stream of queries). The stdlib has none; this is the textbook one."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._sharers = 0
+        self._exclusive = False
+        self._waiting = 0  # exclusive holders waiting
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._exclusive or self._waiting:
+                self._cond.wait()
+            self._sharers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._sharers -= 1
+                if not self._sharers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            try:
+                while self._exclusive or self._sharers:
+                    self._cond.wait()
+            finally:
+                self._waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
 
 
 def _config(dim: int) -> qe.EdgeConfig:
@@ -90,7 +142,8 @@ class EdgeEngine(Engine):
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock = threading.RLock()
+        self._lock = ReadWriteLock()
+        self._load_lock = threading.Lock()
         self._shard: qe.EdgeShard | None = None
         self._dim: int | None = None
         self._closed = False
@@ -101,9 +154,10 @@ class EdgeEngine(Engine):
         return self.path.is_dir() and any(self.path.iterdir())
 
     @contextmanager
-    def _guard(self, op: str) -> Iterator[None]:
-        """Hold the shard lock and wrap engine errors (including Rust panics) in our exceptions."""
-        with self._lock:
+    def _guard(self, op: str, *, exclusive: bool = False) -> Iterator[None]:
+        """Share (or, for the lifecycle, hold alone) the open shard and wrap engine errors (including Rust
+        panics) in our exceptions."""
+        with self._lock.exclusive() if exclusive else self._lock.shared():
             try:
                 yield
             except (StoreError, StoreUnavailable):
@@ -121,14 +175,15 @@ class EdgeEngine(Engine):
         if self._closed:
             raise StoreUnavailable(f"EdgeStore at {self.path} is closed")
         if self._shard is None:
-            if not self._has_data():
-                raise StoreUnavailable(f"no Qdrant Edge shard at {self.path}: call ensure_collection(dim)")
-            with self._guard("load"):
-                self._shard = qe.EdgeShard.load(str(self.path))
+            with self._load_lock:  # two threads must not both load it
+                if self._shard is None:
+                    if not self._has_data():
+                        raise StoreUnavailable(f"no Qdrant Edge shard at {self.path}: call ensure_collection(dim)")
+                    self._shard = qe.EdgeShard.load(str(self.path))
         return self._shard
 
     def ensure(self, dim: int, indexes: Mapping[str, IndexKind]) -> None:
-        with self._guard("ensure_collection"):
+        with self._guard("ensure_collection", exclusive=True):
             if self._closed:
                 raise StoreUnavailable(f"EdgeStore at {self.path} is closed")
             if self._shard is not None and self._dim != dim:
@@ -153,7 +208,7 @@ class EdgeEngine(Engine):
                 self._shard.flush()
 
     def close(self) -> None:
-        with self._guard("close"):
+        with self._guard("close", exclusive=True):
             shard, self._shard, self._closed = self._shard, None, True
             if shard is not None:
                 try:
@@ -162,7 +217,7 @@ class EdgeEngine(Engine):
                     shard.close()
 
     def optimize(self) -> bool:
-        with self._guard("optimize"):
+        with self._guard("optimize"):  # safe beside data calls, but it holds the GIL throughout (see above)
             return bool(self._open().optimize())
 
     def payload_indexes(self) -> set[str]:
@@ -291,7 +346,9 @@ class EdgeStore(QdrantStore):
         return self._edge.path
 
     def optimize(self) -> bool:
-        """Run the shard's segment optimizers (merge, index); blocking. Edge does not run them itself."""
+        """Run the shard's segment optimizers (merge, index); blocking, and it holds the GIL throughout,
+        so the process does nothing else meanwhile: for benchmarks and offline maintenance only. Edge
+        does not run them itself."""
         return self._edge.optimize()
 
     def payload_indexes(self) -> set[str]:
