@@ -252,6 +252,21 @@ async def test_two_gate_processes_share_the_journal(broker: str, uid: str, tmp_p
     assert codes == [0, 0], logs
 
 
+async def one_partition_topics(bootstrap: str, uid: str) -> GateTopics:
+    topics = GateTopics(entries=f"entries.{uid}", embeddable=f"embeddable.{uid}", dlq=f"dlq.{uid}")
+    await ensure_topics(bootstrap, partitions=1, topics=topics.all())
+    return topics
+
+
+async def produce_values(bootstrap: str, topic: str, values: list[bytes], key: bytes | None = None) -> None:
+    producer = make_producer(bootstrap)
+    await producer.start()
+    try:
+        await asyncio.gather(*[await producer.send(topic, key=key, value=v) for v in values])
+    finally:
+        await producer.stop()
+
+
 async def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int | None]:
     from aiokafka import TopicPartition
 
@@ -270,16 +285,9 @@ async def test_offsets_committed_only_after_delivery_and_stop_mid_batch_rereads(
     Faust's commit interval and a stop; the next gate of the group reads the batch again."""
     import streams.gate as gate_mod
 
-    topics = GateTopics(entries=f"entries.{uid}", embeddable=f"embeddable.{uid}", dlq=f"dlq.{uid}")
-    await ensure_topics(broker, partitions=1, topics=topics.all())
+    topics = await one_partition_topics(broker, uid)
     group = f"gate-{uid}"
-    producer = make_producer(broker)
-    await producer.start()
-    try:
-        futs = [await producer.send(topics.entries, key=b"ws", value=enc(entry(i))) for i in range(50)]
-        await asyncio.gather(*futs)
-    finally:
-        await producer.stop()
+    await produce_values(broker, topics.entries, [enc(entry(i)) for i in range(50)], key=b"ws")
 
     real_deliver = gate_mod.deliver
     entered = asyncio.Event()
@@ -359,15 +367,9 @@ async def test_stop_delivers_and_commits_the_batches_in_flight(
     import streams.gate as gate_mod
 
     n = 3000
-    topics = GateTopics(entries=f"entries.{uid}", embeddable=f"embeddable.{uid}", dlq=f"dlq.{uid}")
-    await ensure_topics(broker, partitions=1, topics=topics.all())
+    topics = await one_partition_topics(broker, uid)
     group = f"gate-{uid}"
-    producer = make_producer(broker)
-    await producer.start()
-    try:
-        await asyncio.gather(*[await producer.send(topics.entries, value=b"not json %d" % i) for i in range(n)])
-    finally:
-        await producer.stop()
+    await produce_values(broker, topics.entries, [b"not json %d" % i for i in range(n)])
 
     real_deliver = gate_mod.deliver
     started = 0
