@@ -194,7 +194,8 @@ def check_service(
                 "service-kafka",
                 "FAIL",
                 f"the service sees Kafka as {health.get('kafka')!r}",
-                "restart the broker",
+                "bring Kafka back (recalls are answered meanwhile; memory.referenced events wait in a bounded "
+                "buffer, see episodic_referenced_dropped_total)",
             )
         )
     # lag
