@@ -334,9 +334,10 @@ def run(args: argparse.Namespace) -> list[Row]:
     with tmp_dir() as tmp:
         data_dir = tmp / "data"
         store_path = data_dir / "qdrant-edge" / Settings().collection
-        store = EdgeStore(store_path)
-        store.ensure_collection(embedder.dim)
-        seeder = Seeder(store, embedder, args.sample)
+        first = EdgeStore(store_path)
+        first.ensure_collection(embedder.dim)
+        seeder = Seeder(first, embedder, args.sample)
+        store: EdgeStore | None = first
         for n in sizes:
             print(
                 f"bench_recall_latency: {n} memories over {WORKSPACES} workspaces, "
