@@ -54,6 +54,8 @@ def test_the_role_table() -> None:
     assert sorted(ROLES, key=lambda n: ROLES[n].drain_rank) == ["gate", "embedder", "http"]
     assert {n for n, kind in ROLES.items() if kind.needs_store} == {"embedder", "http"}
     assert [n for n, kind in ROLES.items() if kind.serves_http] == ["http"]
+    # only the recall service does without Kafka (it buffers memory.referenced): `serve` outlives Kafka
+    assert [n for n, kind in ROLES.items() if not kind.needs_kafka] == ["http"]
 
 
 def test_a_stack_refuses_an_unknown_role() -> None:
