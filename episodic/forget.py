@@ -280,6 +280,14 @@ class Forgetter:
         )
         return outcome
 
+    def fail(self, forget: ForgetRecord, position: Position | None, failure: str) -> None:
+        """The store refused to apply `forget` (not a transient failure): its status says failed with the
+        error, so that the caller learns it and can ask again. What it did before the failure stays: the
+        memories it removed stay removed (tombstoned), and its rule keeps the selection's entries from
+        before it out; asking again removes the rest."""
+        failed = status_document(forget, FAILED, position=position, failure=f"could not apply: {failure}"[:500])
+        self.state.put(STATUS, forget.forget_id, failed)
+
     def _count(self, outcome: ForgetOutcome) -> None:
         """The ids this forget tombstoned, and how many of them were memories (not aliases or ids asked for)."""
         forget = outcome.forget

@@ -8,7 +8,7 @@ keeps two runs from overlapping, in one process or across several.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -23,11 +23,16 @@ from schemas.topics import MEMORY_ARCHIVED
 ARCHIVE_TIMEOUT_S = 120.0
 
 
-def archive_sink(producer: Any, loop: asyncio.AbstractEventLoop) -> ArchiveSink:
+Kafka = Callable[[], Awaitable[Any]]  # a started AIOKafkaProducer (raises while Kafka is unreachable)
+
+
+def archive_sink(kafka: Kafka, loop: asyncio.AbstractEventLoop) -> ArchiveSink:
     """Publish archived memories on memory.archived (keyed by workspace) from the job's worker thread;
-    returns once the broker acknowledged them all, so the job removes a memory only after that."""
+    returns once the broker acknowledged them all, so the job removes a memory only after that (while Kafka
+    is unreachable the run fails, and the memories it was archiving stay)."""
 
     async def send_all(records: list[ArchivedRecord]) -> None:
+        producer = await kafka()
         futures = [
             await producer.send(MEMORY_ARCHIVED, key=r.workspace_id.encode(), value=r.to_json()) for r in records
         ]
@@ -51,7 +56,7 @@ def decay_job(
     *,
     store: MemoryStore,
     state: StateStore,
-    producer: Any,
+    kafka: Kafka,
     loop: asyncio.AbstractEventLoop,
     metrics: Metrics,
     clock: Callable[[], datetime],
@@ -65,7 +70,7 @@ def decay_job(
         clock=clock,
         page_size=settings.decay_page_size,
         retention=retention,
-        archive=archive_sink(producer, loop),
+        archive=archive_sink(kafka, loop),
         prune=counter.prune,
         metrics=metrics,
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -20,6 +19,7 @@ import httpx
 
 from episodic.client import RecallClient, RecallRefused, ServiceUnreachable
 from episodic.render import relative_age
+from episodic.settings import Settings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -107,11 +107,14 @@ def build_body(args: argparse.Namespace) -> dict[str, Any]:
 def call_service(
     name: str, args: argparse.Namespace, transport: httpx.BaseTransport | None, work: Callable[[RecallClient], int]
 ) -> int:
-    """`work(client)` against the service named by --url / --token (or the environment), with the exit
-    statuses of the module doc for a refusal (1) and an unreachable service (3)."""
-    token = args.token or os.environ.get("EPISODIC_TOKEN")
+    """`work(client)` against the service named by --url / --token (or the settings: EPISODIC_RECALL_URL,
+    EPISODIC_TOKEN), with the exit statuses of the module doc for a refusal (1) and an unreachable service (3)."""
+    settings = Settings()
+    token = args.token or (settings.token.get_secret_value() if settings.token else None)
     try:
-        with RecallClient(args.url, token=token, timeout=args.timeout, transport=transport) as client:
+        with RecallClient(
+            args.url or settings.service_url, token=token, timeout=args.timeout, transport=transport
+        ) as client:
             return work(client)
     except ServiceUnreachable as e:
         print(f"episodic {name}: {e}. Is `episodic up` running?", file=sys.stderr)
@@ -134,7 +137,10 @@ def _answer(args: argparse.Namespace, client: RecallClient) -> int:
         print(data.get("text", ""))
     else:
         if data.get("degraded"):
-            print("note: degraded (sparse-only: the service has no embedder)", file=sys.stderr)
+            print(
+                "note: degraded (answered without the dense leg, or some memories still wait for theirs)",
+                file=sys.stderr,
+            )
         width = shutil.get_terminal_size((120, 24)).columns
         print(format_table(data.get("hits", []), width=width))
     return 0
