@@ -1,5 +1,5 @@
 """The embedding consumer on the real broker and the real store (Qdrant Edge): poison records, transient
-store failures, and lag measured while the consumer is stuck."""
+store failures, forgets next to poison records, and lag measured while the consumer is stuck."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +18,18 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from consumers.embedding import EmbeddingConsumer
-from episodic.bus import ensure_topics, make_producer
+from episodic.bus import ensure_topics, make_producer, send_forget
 from episodic.errors import StoreError, StoreUnavailable
+from episodic.forget import FAILED, STATUS, Forgetter
+from episodic.identity import point_id
 from episodic.indexer import Indexer
 from episodic.metrics import Metrics
 from episodic.ports import MemoryPoint
 from episodic.settings import Settings
 from episodic.sparse import Bm25Encoder
+from episodic.state import QdrantStateStore
 from episodic.store_edge import EdgeStore
+from schemas.events import ForgetRecord, ForgetSelector
 from tests.e2e.conftest import poll
 
 pytestmark = pytest.mark.integration
@@ -32,13 +37,20 @@ pytestmark = pytest.mark.integration
 
 class FlakyStore(EdgeStore):
     """The real Qdrant Edge store, refusing what a test tells it to: any batch holding a `poison` entry
-    (deterministically, as a store refusing a record would), or everything while `down` is set."""
+    (deterministically, as a store refusing a record would), every delete while `refuse_delete` is set, or
+    everything while `down` is set."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self.poison: set[str] = set()
         self.down = threading.Event()
+        self.refuse_delete = False
         self.upserts = 0
+
+    def delete(self, point_ids: list[str]) -> None:
+        if self.refuse_delete:
+            raise StoreError("qdrant-edge delete: refused (test)")
+        super().delete(point_ids)
 
     def upsert(self, points: list[MemoryPoint]) -> None:
         if self.down.is_set():
@@ -81,6 +93,10 @@ def record(i: int, **over: Any) -> dict[str, Any]:
 class Topics:
     def __init__(self, uid: str) -> None:
         self.source, self.indexed, self.dlq = f"emb.{uid}", f"idx.{uid}", f"dlq.{uid}"
+        self.forgotten = f"fgt.{uid}"
+
+    def all(self) -> tuple[str, ...]:
+        return (self.source, self.indexed, self.dlq, self.forgotten)
 
 
 async def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -118,11 +134,10 @@ async def committed(bootstrap: str, group: str, topic: str) -> int | None:
 
 @asynccontextmanager
 async def consuming(
-    bootstrap: str, store: FlakyStore, topics: Topics, tmp_path: Path, **over: Any
+    bootstrap: str, store: FlakyStore, topics: Topics, tmp_path: Path, forgetter: Forgetter | None = None, **over: Any
 ) -> AsyncIterator[EmbeddingConsumer]:
-    settings = Settings(
-        kafka_bootstrap=bootstrap, data_dir=tmp_path, batch_size=16, batch_max_wait_ms=20, lag_interval_s=0.3, **over
-    )
+    fields: dict[str, Any] = {"batch_size": 16, "batch_max_wait_ms": 20, "lag_interval_s": 0.3, **over}
+    settings = Settings(kafka_bootstrap=bootstrap, data_dir=tmp_path, **fields)
     producer = make_producer(bootstrap)
     await producer.start()
     consumer = EmbeddingConsumer(
@@ -134,6 +149,8 @@ async def consuming(
         indexed_topic=topics.indexed,
         dlq_topic=topics.dlq,
         group_id=f"group-{topics.source}",
+        forgetter=forgetter,
+        forgotten_topic=topics.forgotten,
     )
     task = asyncio.create_task(consumer.run())
     try:
@@ -232,3 +249,95 @@ async def test_lag_keeps_rising_while_the_consumer_is_stuck(
         store.down.clear()
         await poll(lambda: lag_is(0), timeout=60, what="lag back to 0 once unstuck")
         assert store.count("ws") == 100
+
+
+def state_beside(store: FlakyStore) -> QdrantStateStore:
+    return QdrantStateStore.beside(store)
+
+
+async def forget_on(bootstrap: str, topic: str, forget: ForgetRecord) -> None:
+    p = make_producer(bootstrap)
+    await p.start()
+    try:
+        await send_forget(p, forget, topic=topic)
+    finally:
+        await p.stop()
+
+
+def forget_record(fid: str, **selector: Any) -> ForgetRecord:
+    return ForgetRecord(
+        forget_id=fid, workspace_id="ws", selector=ForgetSelector(**selector), requested_at=datetime.now(UTC)
+    )
+
+
+async def test_a_split_batch_applies_its_forget_first_and_never_indexes_nor_dead_letters_what_it_covers(
+    broker: str, uid: str, tmp_path: Path, store: FlakyStore
+) -> None:
+    """One batch: entries, a forget of two ids (one before it, one after it), more entries, and a record the
+    store refuses. The forget is applied before anything is indexed; the batch is split to find the refused
+    record; the forgotten ids are left out of every half (r002 would be refused too: it never reaches the
+    store, so it is not dead-lettered for it)."""
+    topics = Topics(uid)
+    await ensure_topics(broker, partitions=1, topics=topics.all())
+    state = state_beside(store)
+    store.poison = {"r002", "r008"}
+    values = [json.dumps(record(i)).encode() for i in range(10)]
+    forget = forget_record("f-ids", entry_ids=["r002", "r007"])
+    await produce(broker, topics.source, values[:5])
+    await forget_on(broker, topics.source, forget)
+    await produce(broker, topics.source, values[5:])
+    try:
+        async with consuming(
+            broker, store, topics, tmp_path, forgetter=Forgetter(store=store, state=state), batch_max_wait_ms=2000
+        ) as consumer:
+            await poll(lambda: committed(broker, consumer.group_id, topics.source), timeout=60, what="a commit")
+            assert await committed(broker, consumer.group_id, topics.source) == 11  # the whole batch
+            assert consumer.stats.batches == 1  # one batch, split inside
+            kept = {f"r{i:03d}" for i in (0, 1, 3, 4, 5, 6, 9)}
+            got = store.retrieve([point_id("ws", f"r{i:03d}") for i in range(10)])
+            assert {p["entry_id"] for p in got.values()} == kept
+            assert metric(consumer, "episodic_forget_suppressed_total") == 2
+            assert metric(consumer, "episodic_forgets_total", selector="entry_ids") == 1
+            assert metric(consumer, "episodic_dead_lettered_total", reason="store_rejected") == 1
+        assert state.get(STATUS, "f-ids")["status"] == "applied"
+    finally:
+        state.close()
+    dlq = [json.loads(r.value) for r in await read(broker, topics.dlq)]
+    assert [(d["reason"], base64.b64decode(d["raw_b64"])) for d in dlq] == [("store_rejected", values[8])]
+    events = [json.loads(r.value) for r in await read(broker, topics.indexed)]
+    assert sorted(e["entry_id"] for e in events) == sorted(kept)
+    forgotten = [json.loads(r.value) for r in await read(broker, topics.forgotten)]
+    assert [(f["forget_id"], sorted(f["entry_ids"])) for f in forgotten] == [("f-ids", ["r002", "r007"])]
+
+
+async def test_a_forget_the_store_refuses_is_failed_and_dead_lettered_and_the_partition_keeps_flowing(
+    broker: str, uid: str, tmp_path: Path, store: FlakyStore
+) -> None:
+    topics = Topics(uid)
+    await ensure_topics(broker, partitions=1, topics=topics.all())
+    state = state_beside(store)
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    try:
+        async with consuming(broker, store, topics, tmp_path, forgetter=Forgetter(store=store, state=state)) as c:
+            await produce(broker, topics.source, [json.dumps(record(i)).encode() for i in range(5)])
+            await poll(lambda: store.count("ws") == 5, timeout=60, what="the first entries indexed")
+            store.refuse_delete = True
+            forget = forget_record("f-agent", agent_id="agent")
+            await forget_on(broker, topics.source, forget)
+            # written after the forget (a later ts): a new memory, indexed whatever became of the forget
+            newer = json.dumps(record(10, ts=later, accepted_at=later)).encode()
+            await produce(broker, topics.source, [newer])
+            await poll(lambda: store.count("ws") == 6, timeout=60, what="the later entry indexed")
+            await poll(lambda: committed(broker, c.group_id, topics.source), timeout=30, what="a commit")
+            await poll(lambda: (state.get(STATUS, "f-agent") or {}).get("status") == FAILED, timeout=30, what="failed")
+            assert await committed(broker, c.group_id, topics.source) == 7  # past the forget
+            assert metric(c, "episodic_dead_lettered_total", reason="forget_failed") == 1
+            assert metric(c, "episodic_forgets_total", selector="agent_id") == 0
+        doc = state.get(STATUS, "f-agent")
+        # the store's own words stay in the log and the dead letter; the status names the error's kind and a ref
+        assert doc["failure"].startswith("could not apply: the store refused it (StoreError; ref ")
+    finally:
+        state.close()
+    dlq = [json.loads(r.value) for r in await read(broker, topics.dlq)]
+    assert [d["reason"] for d in dlq] == ["forget_failed"] and "delete: refused" in dlq[0]["error"]
+    assert json.loads(base64.b64decode(dlq[0]["raw_b64"]))["forget_id"] == "f-agent"
