@@ -6,7 +6,9 @@ the selection's queued entries out from then on: `episodic.forget.announce`) and
 consumer in order with that workspace's entries (episodic.forget). The answer waits up to `wait` seconds
 (default `DEFAULT_WAIT_S`) for it to be applied: `200` with what was removed when it was, else `202` with
 the forget id and `status_url` (also the `Location` header) to poll. `wait=0` answers `202` at once. A forget
-that could not be queued is `503` (nothing was removed; its status says `failed`).
+that could not be queued is `503` (nothing was removed; its status says `failed`). One the store refused to
+apply (consumers.batch: not a transient failure) is `200` with status `failed` and `failure`, as soon as
+that is known.
 
 Every route authorizes the caller for the workspace (an admin token, or a token of that workspace). Store
 and model work runs in the thread pool.
@@ -19,6 +21,7 @@ spelled `stats` or `health`, or starting with `forget/`, reaches those routes in
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from datetime import UTC, datetime
@@ -45,6 +48,8 @@ from schemas.api import (
     MemoryPage,
 )
 from schemas.events import ForgetRecord, ForgetSelector
+
+log = logging.getLogger(__name__)
 
 DEFAULT_WAIT_S = 10.0
 MAX_WAIT_S = 60.0
@@ -87,7 +92,8 @@ def _answer(doc: dict[str, Any]) -> JSONResponse:
     body = ForgetResponse.model_validate({**doc, "status_url": url})
     applied = body.status == APPLIED
     headers = None if applied else {"Location": url}
-    return JSONResponse(status_code=200 if applied else 202, content=body.model_dump(mode="json"), headers=headers)
+    final = body.status in (APPLIED, FAILED)  # a forget the store refused is as done as an applied one
+    return JSONResponse(status_code=200 if final else 202, content=body.model_dump(mode="json"), headers=headers)
 
 
 async def _forget(
@@ -113,7 +119,10 @@ async def _forget(
         done = await run_in_threadpool(state.get, STATUS, record.forget_id)
         if done is not None and done.get("status") == APPLIED:  # the broker had it after all (a lost ack)
             return _answer(done)
-        failure = f"could not queue the forget: {type(e).__name__}: {e}"
+        # The broker's error stays in the log (it may name hosts); the answer carries a reference to it.
+        ref = uuid.uuid4().hex[:12]
+        log.warning("forget %s could not be queued (ref %s): %s: %s", record.forget_id, ref, type(e).__name__, e)
+        failure = f"could not queue the forget: the broker did not acknowledge it (ref {ref}: see the service log)"
         failed = status_document(record, FAILED, failure=failure)
         await run_in_threadpool(state.put, STATUS, record.forget_id, failed)
         return _error(503, f"{failure} (forget {record.forget_id}: nothing was removed; try again)")
@@ -122,7 +131,7 @@ async def _forget(
     doc: dict[str, Any] | None = None
     while True:
         doc = await run_in_threadpool(state.get, STATUS, record.forget_id)
-        if (doc is not None and doc.get("status") == APPLIED) or time.monotonic() >= deadline:
+        if (doc is not None and doc.get("status") in (APPLIED, FAILED)) or time.monotonic() >= deadline:
             break
         await asyncio.sleep(POLL_S)
     return _answer(doc or status_document(record, PENDING))

@@ -269,7 +269,8 @@ class ForgetRemoved(BaseModel):
 
 class ForgetResponse(BaseModel):
     """A forget and where it stands: `pending` (queued, not applied yet: poll `status_url`), `applied`, or
-    `failed` (it could not be queued; nothing was removed)."""
+    `failed` (`failure` says why: it could not be queued, and nothing was removed; or the store refused to
+    apply it, and what it removed before that stays removed). A failed forget can be asked for again."""
 
     forget_id: str
     workspace_id: str

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -50,19 +51,23 @@ def rec(
 
 class Sink:
     """Where the service sends forgets: applied at once by the real Forgetter (as the consumer would), or
-    held (`hold`), or refused (`fail`)."""
+    held (`hold`), or refused (`fail`), or queued and then refused by the store (`refused`: the consumer
+    marks it failed)."""
 
     def __init__(self, forgetter: Forgetter) -> None:
         self.forgetter = forgetter
         self.sent: list[ForgetRecord] = []
         self.hold = False
         self.fail = False
+        self.refused = False
 
     async def __call__(self, record: ForgetRecord) -> None:
         if self.fail:
             raise ConnectionError("broker unreachable")
         self.sent.append(record)
-        if not self.hold:
+        if self.refused:
+            await run_in_threadpool(self.forgetter.fail, record, None, "the store refused it (test)")
+        elif not self.hold:
             await run_in_threadpool(self.forgetter.apply, record)
 
 
@@ -295,6 +300,17 @@ def test_a_forget_that_cannot_be_queued_is_503_and_failed(env: dict[str, Any]) -
     assert c.get("/v1/memory/old-db", params={"workspace_id": "ws-a"}).status_code == 200
     without = env["app"](state=None, forget_sink=None)
     assert without.delete("/v1/memory/old-db", params={"workspace_id": "ws-a"}).status_code == 503
+
+
+def test_a_forget_the_store_refused_is_answered_failed_without_waiting_out_the_wait(env: dict[str, Any]) -> None:
+    c, sink = env["client"], env["sink"]
+    sink.refused = True
+    t0 = time.monotonic()
+    r = c.post("/v1/memory/forget", params={"wait": 30}, json={"workspace_id": "ws-a", "agent_id": "a1"})
+    assert time.monotonic() - t0 < 10  # not the whole wait: failed is as final as applied
+    assert r.status_code == 200 and r.json()["status"] == "failed"
+    assert r.json()["failure"] == "could not apply: the store refused it (test)"
+    assert c.get(r.json()["status_url"]).json()["status"] == "failed"
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """The recall service outlives Kafka: started with Kafka unreachable it answers, /healthz says kafka
 degraded, memory.referenced events wait in a bounded buffer (the rest dropped and counted), the watchdog
-leaves it running, and the buffer is delivered once a broker listens."""
+leaves it running, and the buffer is delivered once a broker listens; a forget is 503 while Kafka is away
+and queued through the service's own connection once it is back."""
 
 from __future__ import annotations
 
@@ -86,6 +87,9 @@ async def test_serve_answers_while_kafka_is_down_and_delivers_the_buffer_later(
             text = (await http.get("/metrics")).text
             assert "episodic_referenced_dropped_total 2.0" in text  # 5 events, a buffer of 3
             assert "episodic_referenced_buffered 3.0" in text
+            forget = {"workspace_id": "ws", "entry_ids": ["m0"]}
+            r = await http.post("/v1/memory/forget", params={"wait": 0}, json=forget)
+            assert r.status_code == 503 and "nothing was removed" in r.json()["error"], r.text
 
             broker = EmbeddedBroker(port=kafka_port)  # Kafka is back
             broker.start()
@@ -95,6 +99,11 @@ async def test_serve_answers_while_kafka_is_down_and_delivers_the_buffer_later(
             await poll(lambda: publisher.buffered == 0, timeout=60, what="the buffer delivered")
             events = await read_topic(broker.bootstrap, "memory.referenced", expect=3, timeout=30)
             assert len(events) == 3 and all(json.loads(e.value)["workspace_id"] == "ws" for e in events)
+            # a forget goes through the producer the service connected (queued: no consumer here applies it)
+            r = await http.post("/v1/memory/forget", params={"wait": 0}, json=forget)
+            assert r.status_code == 202 and r.json()["status"] == "pending", r.text
+            queued = await read_topic(broker.bootstrap, "journal.embeddable", expect=1, timeout=30)
+            assert [json.loads(e.value)["forget_id"] for e in queued] == [r.json()["forget_id"]]
             await poll(lambda: _kafka_ok(http), timeout=10, what="/healthz says kafka ok again")
     finally:
         await stack.stop()
