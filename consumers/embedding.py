@@ -46,7 +46,7 @@ from aiokafka.structs import OffsetAndMetadata
 from consumers.batch import BatchApplier, Forget, Item, observe
 from consumers.densify import Densifier
 from consumers.poison import BAD_CONTROL, BAD_EMBEDDABLE, Abandoned, dead_letter
-from episodic.bus import LagProbe, dumps
+from episodic.bus import dumps, group_lag_probe
 from episodic.errors import StoreUnavailable
 from episodic.forget import Forgetter
 from episodic.indexer import Indexer
@@ -141,14 +141,7 @@ class EmbeddingConsumer:
             stopping=self._stopping,
         )
         self.applier = BatchApplier(indexer=indexer, forgetter=forgetter, metrics=metrics, retrying=self._retrying)
-        self.lag = LagProbe(
-            bootstrap=settings.bootstrap,
-            group_id=self.group_id,
-            topic=source_topic,
-            report=self._report_lag,
-            interval_s=settings.lag_interval_s,
-            on_error=lambda e: metrics.consumer_errors.labels(stage="lag").inc(),
-        )
+        self.lag = group_lag_probe(settings, metrics, group=self.group_id, topic=source_topic, also=self._seen_lag)
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def wait_ready(self, timeout: float = 60.0) -> None:
@@ -199,9 +192,8 @@ class EmbeddingConsumer:
                 log.exception("consumer stop failed")
             self._consumer = None
 
-    def _report_lag(self, lag: int) -> None:
+    def _seen_lag(self, lag: int) -> None:
         self.stats.lag[self.group_id] = lag
-        self.metrics.consumer_lag.labels(group=self.group_id).set(lag)
 
     # -- batching ----------------------------------------------------------------------------------
     async def _collect(self) -> list[ConsumerRecord[bytes, bytes]]:

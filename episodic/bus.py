@@ -15,6 +15,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from episodic.errors import BrokerUnavailable
+from episodic.metrics import Metrics
+from episodic.settings import Settings
 from schemas.events import CONTROL_HEADER, FORGET, ForgetRecord
 from schemas.topics import ALL_TOPICS, JOURNAL_EMBEDDABLE
 
@@ -210,3 +212,29 @@ class LagProbe:
         if fresh != tps:
             return None
         return group_lag({tp: consumer.highwater(tp) for tp in tps}, committed)
+
+
+def group_lag_probe(
+    settings: Settings,
+    metrics: Metrics,
+    *,
+    group: str,
+    topic: str,
+    also: Callable[[int], None] | None = None,
+) -> LagProbe:
+    """The probe of one consumer group on `topic`, every `EPISODIC_LAG_INTERVAL_S`, into
+    `episodic_consumer_lag_records{group}` (and `also`); its failures count at stage `lag`."""
+
+    def report(lag: int) -> None:
+        metrics.consumer_lag.labels(group=group).set(lag)
+        if also is not None:
+            also(lag)
+
+    return LagProbe(
+        bootstrap=settings.bootstrap,
+        group_id=group,
+        topic=topic,
+        report=report,
+        interval_s=settings.lag_interval_s,
+        on_error=lambda e: metrics.consumer_errors.labels(stage="lag").inc(),
+    )

@@ -32,7 +32,7 @@ from typing import Any, Generic, TypeVar
 import faust
 from faust.types import StreamT
 
-from episodic.bus import LagProbe, ensure_topics
+from episodic.bus import ensure_topics, group_lag_probe
 from episodic.errors import StoreUnavailable
 from episodic.metrics import Metrics
 from episodic.settings import Settings
@@ -167,14 +167,7 @@ class AgentRunner(Generic[T]):
         self.app = app
         await app.start()
         group = self.app_id
-        probe = LagProbe(
-            bootstrap=self.settings.bootstrap,
-            group_id=group,
-            topic=self.topic,
-            report=lambda n: self.metrics.consumer_lag.labels(group=group).set(n),
-            interval_s=self.settings.lag_interval_s,
-            on_error=lambda e: self.metrics.consumer_errors.labels(stage="lag").inc(),
-        )
+        probe = group_lag_probe(self.settings, self.metrics, group=group, topic=self.topic)
         self._lag = asyncio.create_task(probe.run(), name=f"lag-{group}")
         log.info("%s: %s (group %s, bootstrap %s)", self.name, self.topic, self.app_id, self.settings.bootstrap)
 

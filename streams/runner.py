@@ -24,7 +24,7 @@ from typing import Any
 
 import faust
 
-from episodic.bus import LagProbe, ensure_topics
+from episodic.bus import ensure_topics, group_lag_probe
 from episodic.metrics import Metrics
 from episodic.settings import Settings
 from streams.app import create_app
@@ -76,14 +76,7 @@ class GateRunner:
         self.app = app
         await app.start()
         group = str(app.conf.id)
-        probe = LagProbe(
-            bootstrap=self.settings.bootstrap,
-            group_id=group,
-            topic=self.topics.entries,
-            report=lambda n: self.metrics.consumer_lag.labels(group=group).set(n),
-            interval_s=self.settings.lag_interval_s,
-            on_error=lambda e: self.metrics.consumer_errors.labels(stage="lag").inc(),
-        )
+        probe = group_lag_probe(self.settings, self.metrics, group=group, topic=self.topics.entries)
         self._lag = asyncio.create_task(probe.run(), name=f"lag-{group}")
         log.info(
             "gate: %s -> %s | %s (group %s, bootstrap %s)",
