@@ -11,7 +11,7 @@ apply (consumers.batch: not a transient failure) is `200` with status `failed` a
 that is known.
 
 Every route authorizes the caller for the workspace (an admin token, or a token of that workspace). Store
-and model work runs in the thread pool.
+and model work, and a memory's or a page's validation and JSON encoding, run in the thread pool.
 
 Entry ids may hold any character, `/` included, so `{entry_id}` takes the rest of the path. A GET of an id
 spelled `stats` or `health`, or starting with `forget/`, reaches those routes instead: `GET
@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -177,15 +177,31 @@ async def forget_status(
     return answer
 
 
-async def _detail(services: Services, principal: Principal, workspace_id: str, entry_id: str) -> Any:
+def _json(model: MemoryDetail | MemoryPage) -> Response:
+    """Validated and encoded by the caller, in the thread pool (recall/routes.py: the loop also carries the
+    gate and the consumer in `episodic up`)."""
+    return Response(model.model_dump_json().encode(), media_type="application/json")
+
+
+def _detail_response(services: Services, workspace_id: str, entry_id: str) -> Response | None:
+    found = memory_detail(services.store, services.state, workspace_id, entry_id)
+    return None if found is None else _json(MemoryDetail.model_validate(found))
+
+
+async def _detail(services: Services, principal: Principal, workspace_id: str, entry_id: str) -> Response:
     authorize(principal, workspace_id)
     try:
-        found = await run_in_threadpool(memory_detail, services.store, services.state, workspace_id, entry_id)
+        found = await run_in_threadpool(_detail_response, services, workspace_id, entry_id)
     except Forgotten as e:
         return _error(404, f"entry_id: {e}")
     if found is None:
         return _error(404, f"entry_id: no memory {entry_id!r} in workspace {workspace_id!r}")
-    return MemoryDetail.model_validate(found)
+    return found
+
+
+def _page_response(services: Services, selection: Selection, cursor: str | None, limit: int) -> Response:
+    items, next_cursor = memory_page(services.store, selection, cursor, limit)
+    return _json(MemoryPage.model_validate({"memories": items, "next_cursor": next_cursor}))
 
 
 @router.get(
@@ -226,10 +242,9 @@ async def memories(
             return _invalid("entry_type", f"must be 1..{MAX_ID_LEN} characters")
     selection = Selection(workspace_id, agent_id=agent_id, run_id=run_id, entry_types=types)
     try:
-        items, next_cursor = await run_in_threadpool(memory_page, services.store, selection, cursor, limit)
+        return await run_in_threadpool(_page_response, services, selection, cursor, limit)
     except BadCursor as e:
         return _invalid("cursor", str(e))
-    return MemoryPage.model_validate({"memories": items, "next_cursor": next_cursor})
 
 
 @router.delete(

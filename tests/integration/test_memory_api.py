@@ -4,6 +4,7 @@ and recall filters that must still return k hits."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ from episodic.sparse import Bm25Encoder
 from episodic.state import QdrantStateStore
 from episodic.store_edge import EdgeStore
 from recall.app import create_app
+from schemas.api import MemoryDetail, MemoryPage
 from schemas.events import EmbeddableRecord, ForgetRecord
 
 pytestmark = pytest.mark.integration
@@ -235,6 +237,44 @@ def test_list_newest_first_page_by_page_with_filters(shared: dict[str, Any]) -> 
     first = c.get("/v1/memories", params={"workspace_id": "ws-a", "limit": 2}).json()
     r = c.get("/v1/memories", params={"workspace_id": "ws-a", "run_id": "r-now", "cursor": first["next_cursor"]})
     assert r.status_code == 422 and r.json()["error"].startswith("cursor: this cursor belongs to a listing")
+
+
+def test_a_memory_and_a_page_are_encoded_off_the_event_loop(
+    shared: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop also carries the gate and the consumer in `episodic up`: a page of up to 100 memories is
+    validated and encoded in the thread pool, like a recall's answer."""
+    on_loop: list[str] = []
+
+    def note(what: str) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a worker thread
+            return
+        on_loop.append(what)
+
+    def watching(cls: type[Any]) -> None:
+        validate, encode = cls.model_validate, cls.model_dump_json
+
+        def checked(data: Any, *a: Any, **kw: Any) -> Any:
+            note(f"{cls.__name__}.model_validate")
+            return validate(data, *a, **kw)
+
+        def dump(self: Any, *a: Any, **kw: Any) -> str:
+            note(f"{cls.__name__}.model_dump_json")
+            return encode(self, *a, **kw)
+
+        monkeypatch.setattr(cls, "model_validate", checked)
+        monkeypatch.setattr(cls, "model_dump_json", dump)
+
+    watching(MemoryPage)
+    watching(MemoryDetail)
+    c = shared["client"]
+    page = c.get("/v1/memories", params={"workspace_id": "ws-a", "limit": 5})
+    assert page.status_code == 200 and len(page.json()["memories"]) == 5
+    one = c.get("/v1/memory/old-db", params={"workspace_id": "ws-a"})
+    assert one.status_code == 200 and one.json()["entry_id"] == "old-db"
+    assert on_loop == []
 
 
 def test_a_filtered_recall_returns_k_hits_when_the_unfiltered_top_k_are_excluded(shared: dict[str, Any]) -> None:
