@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from episodic.decay import ArchiveSink, DecayJob, RetentionPolicy
+from episodic.errors import BrokerUnavailable, EpisodicError
 from episodic.importance import ReferenceCounter
 from episodic.metrics import Metrics
 from episodic.ports import MemoryStore, StateStore
@@ -39,8 +40,14 @@ def archive_sink(kafka: Kafka, loop: asyncio.AbstractEventLoop) -> ArchiveSink:
         await asyncio.gather(*futures)
 
     def sink(records: list[ArchivedRecord]) -> None:
-        if records:
+        if not records:
+            return
+        try:
             asyncio.run_coroutine_threadsafe(send_all(records), loop).result(ARCHIVE_TIMEOUT_S)
+        except EpisodicError:
+            raise
+        except Exception as e:  # Kafka away or slow: the run stops here (an admin run answers 503, not 500)
+            raise BrokerUnavailable(f"cannot archive to {MEMORY_ARCHIVED}: {type(e).__name__}: {e}") from e
 
     return sink
 
