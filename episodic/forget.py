@@ -286,6 +286,13 @@ class Forgetter:
         )
         return outcome
 
+    def fail(self, forget: ForgetRecord, position: Position | None, failure: str) -> None:
+        """The store refused to apply `forget` (not transiently): its status says failed, with the error, so
+        the caller can ask again. What it removed before the failure stays removed (tombstoned), and its rule
+        keeps the selection's earlier entries out; asking again removes the rest."""
+        failed = status_document(forget, FAILED, position=position, failure=f"could not apply: {failure}"[:500])
+        self.state.put(STATUS, forget.forget_id, failed)
+
     def _count(self, outcome: ForgetOutcome) -> None:
         """The ids this forget tombstoned, and how many of them were memories (not aliases or ids asked for)."""
         forget = outcome.forget

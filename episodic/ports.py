@@ -204,8 +204,8 @@ class MemoryStore(ABC):
         """Insert or replace whole points (vectors and payload)."""
 
     @abstractmethod
-    def retrieve(self, point_ids: list[str]) -> dict[str, dict[str, Any]]:
-        """Payloads of the points that exist, keyed by point id."""
+    def retrieve(self, point_ids: list[str], *, fields: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        """Payloads of the points that exist (only `fields` when given), keyed by point id."""
 
     @abstractmethod
     def fetch(self, point_ids: list[str], *, with_dense: bool = False) -> dict[str, StoredHit]:
@@ -245,8 +245,10 @@ class MemoryStore(ABC):
         """Add or replace the dense vectors of an existing point and merge `fields` into its payload."""
 
     @abstractmethod
-    def missing_dense(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
-        """Up to `limit` points indexed without a dense vector (sparse-only), for the backfill."""
+    def missing_dense(self, limit: int, *, quarantine_after: int | None = None) -> list[tuple[str, dict[str, Any]]]:
+        """Up to `limit` points indexed without a dense vector (sparse-only), oldest `indexed_at` first, for
+        the backfill; with `quarantine_after`, not those whose `densify_failures` reached it. The payloads
+        hold only the fields the backfill reads (`store_query.DENSIFY_FIELDS`)."""
 
     @abstractmethod
     def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
@@ -262,6 +264,15 @@ class MemoryStore(ABC):
     ) -> tuple[list[tuple[str, dict[str, Any]]], PagePosition | None]:
         """Up to `limit` memories of `selection`, newest first (`ts` descending, then point id ascending),
         starting after `after`; and the position to pass for the next page (None: this was the last)."""
+
+    @abstractmethod
+    def count_without_dense(self, scope: ScopeFilter) -> int:
+        """Memories inside `scope` that have no dense vector yet (written BM25-first, or quarantined)."""
+
+    @abstractmethod
+    def count_quarantined(self, workspace_id: str | None, quarantine_after: int) -> int:
+        """Memories (of one workspace, or all) still without a dense vector after `quarantine_after` or more
+        failed attempts to embed them: the backfill no longer tries them."""
 
     @abstractmethod
     def query_dense(

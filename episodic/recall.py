@@ -7,6 +7,9 @@
   hybrid = fused legs × importance (fusion from settings, at least 100 candidates per leg).
 - Sparse-only (no embedder, or the query embedding fails): dense and hybrid requests are answered from
   the sparse leg with `degraded=True`.
+- Dense mode while memories in the scope still wait for their dense vector (written BM25-first, or
+  quarantined by the backfill): the dense leg cannot see them, so the answer says `degraded=True`. Hybrid
+  is not degraded by them: its BM25 legs find them.
 - `cosine` on each hit is the query-memory cosine (max over the point's dense chunks), for
   `memory.referenced`; None when the point or the service has no dense vector, and in sparse mode (which
   computes no query vector, so that BM25 recalls stay cheap).
@@ -25,6 +28,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -118,6 +122,7 @@ class RecallHit:
     payload: dict[str, Any]
     via: str = "direct"
     aliases: list[str] = field(default_factory=list)
+    occurrences: int = 1
     cosine: float | None = None
     point_id: str = ""
     workspace_id: str = ""
@@ -138,6 +143,7 @@ class RecallHit:
             "payload": self.payload,
             "via": self.via,
             "aliases": self.aliases,
+            "occurrences": self.occurrences,
         }
 
     def referenced(self) -> dict[str, Any]:
@@ -230,6 +236,10 @@ class RecallEngine:
         # Ask for the candidates' dense vectors only where the query cosine can be computed.
         with_dense = qvec is not None
         stored = self._query(req, scope, qvec, with_dense)
+        if req.mode == "dense" and not degraded:
+            # Memories written BM25-first (or quarantined) are invisible to the dense leg: say so rather
+            # than leave a silent gap. Hybrid finds them through its BM25 legs.
+            degraded = self._guarded("count", lambda: self.store.count_without_dense(scope)) > 0
         hits: list[RecallHit] = []
         for s in stored:
             hit = self._to_hit(s, qvec, now)
@@ -273,6 +283,15 @@ class RecallEngine:
         except Exception as e:  # adapters should wrap; never let a raw driver error become a 500
             raise StoreError(f"store query failed: {type(e).__name__}: {e}") from e
 
+    @staticmethod
+    def _guarded(what: str, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except EpisodicError:
+            raise
+        except Exception as e:  # adapters should wrap; never let a raw driver error become a 500
+            raise StoreError(f"store {what} failed: {type(e).__name__}: {e}") from e
+
     def _walk(
         self, hits: list[RecallHit], scope: ScopeFilter, qvec: np.ndarray | None, now: datetime, k: int
     ) -> list[RecallHit]:
@@ -305,24 +324,50 @@ class RecallEngine:
         return sorted([*hits, *walked], key=lambda h: -h.score)[:k]  # stable: a direct hit wins a tie
 
     def _to_hit(self, s: StoredHit, qvec: np.ndarray | None, now: datetime) -> RecallHit:
-        p = s.payload
-        aliases = p.get("aliases") or []
+        """A stored point as a hit. Stored data is not trusted to be well-formed (hand-written points, older
+        versions): every field is coerced to its type or replaced by its empty value, never an error."""
+        p = s.payload if isinstance(s.payload, dict) else {}
+        stored_aliases = p.get("aliases")
+        aliases = [str(a) for a in stored_aliases if isinstance(a, str)] if isinstance(stored_aliases, list) else []
         body = p.get("payload")
+        score = float(s.score) if isinstance(s.score, int | float) and math.isfinite(s.score) else 0.0
         return RecallHit(
-            entry_id=str(p.get("entry_id", "")),
-            score=float(s.score),
+            entry_id=_text(p.get("entry_id")),
+            score=score,
             age_seconds=age_seconds(p.get("ts"), now),
-            summary=str(p.get("summary", "")),
-            entry_type=str(p.get("entry_type", "")),
-            severity=str(p.get("severity", "")),
-            agent_id=p.get("agent_id"),
-            crew_id=p.get("crew_id"),
-            ts=str(p.get("ts", "")),
+            summary=_text(p.get("summary")),
+            entry_type=_text(p.get("entry_type")),
+            severity=_text(p.get("severity")),
+            agent_id=_text_or_none(p.get("agent_id")),
+            crew_id=_text_or_none(p.get("crew_id")),
+            ts=_text(p.get("ts")),
             payload=body if isinstance(body, dict) else {},
             via="direct",
-            aliases=[str(a) for a in aliases] if isinstance(aliases, list) else [],
+            aliases=aliases,
+            occurrences=_occurrences(p.get("occurrences"), len(aliases)),
             cosine=max_sim(qvec, s.dense),
             point_id=s.point_id,
-            workspace_id=str(p.get("workspace_id", "")),
-            importance=p.get("importance_score"),
+            workspace_id=_text(p.get("workspace_id")),
+            importance=p.get("importance_score") if isinstance(p.get("importance_score"), int | float) else None,
         )
+
+
+def _text(value: Any) -> str:
+    """A stored scalar as text ("" for null, a list or an object)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | int | float) and not (isinstance(value, float) and not math.isfinite(value)):
+        return str(value)
+    return ""
+
+
+def _text_or_none(value: Any) -> str | None:
+    return _text(value) or None
+
+
+def _occurrences(value: Any, n_aliases: int) -> int:
+    """How many times the memory was written: the stored count, at least the entry and its kept aliases."""
+    floor = 1 + n_aliases
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return floor
+    return max(floor, int(value))

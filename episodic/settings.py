@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -25,6 +26,16 @@ class Settings(BaseSettings):
     topic_replication: int = Field(default=1, ge=1)
     consumer_group_prefix: str = "episodic"
     session_timeout_ms: int = Field(default=10_000, ge=1000)
+    lag_interval_s: float = Field(
+        default=5.0, gt=0, le=3600, description="consumer lag is measured this often, stuck or not (SPEC §10)"
+    )
+    referenced_buffer: int = Field(
+        default=10_000,
+        ge=0,
+        le=1_000_000,
+        description="memory.referenced events kept while Kafka is unreachable; beyond it they are dropped "
+        "and counted (episodic_referenced_dropped_total)",
+    )
 
     # Store
     qdrant_url: str | None = Field(default=None, description="Qdrant server URL; unset: embedded Qdrant Edge")
@@ -63,9 +74,24 @@ class Settings(BaseSettings):
         description="recall query embeddings: ONNX Runtime (same vector, ~2.5x faster; exported once into "
         "model_cache_dir) or the torch model",
     )
-    model_cache_dir: Path | None = Field(default=None, description="ONNX export cache; unset: ~/.cache/episodic/onnx")
+    model_cache_dir: Path | None = Field(
+        default=None, description="ONNX export cache; unset: $XDG_CACHE_HOME/episodic/onnx (~/.cache/episodic/onnx)"
+    )
     chunk_tokens: int = Field(default=256, ge=16, le=512, description="word pieces per dense chunk")
     chunk_overlap_tokens: int = Field(default=32, ge=0, le=256)
+    densify_max_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=1000,
+        description="failed attempts to embed a memory's text before the backfill quarantines it (it stays "
+        "BM25-only; /v1/memory/stats and `episodic doctor` count it)",
+    )
+    alias_limit: int = Field(
+        default=20,
+        ge=0,
+        le=10_000,
+        description="alias ids kept per duplicate memory (the newest); occurrences counts them all",
+    )
 
     # HTTP
     http_host: str = "127.0.0.1"
@@ -115,8 +141,9 @@ class Settings(BaseSettings):
             raise ValueError(f"not a cron expression (minute hour day month weekday, UTC): {value!r}")
         return value.strip()
 
-    # Agent surfaces: where a client finds the service and who it is (`MemoryClient.from_settings`,
-    # `episodic mcp`, the LangChain retriever). Never taken from a tool argument.
+    # Agent surfaces and client commands: where a client finds the service and who it is
+    # (`MemoryClient.from_settings`, `episodic mcp`, `episodic recall` / `doctor`, the LangChain retriever).
+    # Never taken from a tool argument.
     url: str | None = Field(default=None, description="the recall service's URL (EPISODIC_URL)")
     recall_url: str | None = Field(default=None, description="older name of EPISODIC_URL")
     token: SecretStr | None = Field(default=None, description="bearer token the client sends (EPISODIC_TOKEN)")
@@ -147,6 +174,14 @@ class Settings(BaseSettings):
     @property
     def bootstrap(self) -> str:
         return self.kafka_bootstrap or f"{self.broker_host}:{self.broker_port}"
+
+    @property
+    def onnx_cache_dir(self) -> Path:
+        """The ONNX export cache: `model_cache_dir`, else the XDG cache (XDG_CACHE_HOME or ~/.cache)."""
+        if self.model_cache_dir is not None:
+            return self.model_cache_dir
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        return Path(base) / "episodic" / "onnx"
 
     @property
     def sparse_only_forced(self) -> bool:

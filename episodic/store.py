@@ -38,6 +38,7 @@ from episodic.ports import (
     relations_payload,
 )
 from episodic.store_query import (
+    DENSIFY_FIELDS,
     Filter,
     HasDense,
     MatchAny,
@@ -50,7 +51,9 @@ from episodic.store_query import (
     dense_leg,
     hybrid_prefetch,
     in_workspace,
+    missing_dense_filter,
     nearest_filter,
+    quarantined_filter,
     scope_filter,
     selection_filter,
     sparse_leg,
@@ -62,6 +65,7 @@ from episodic.store_rules import (
     float_rows,
     stored_point,
     validate_dense,
+    validate_payload,
     validate_points,
     validate_sparse,
     validate_vector,
@@ -125,8 +129,11 @@ class Engine(Vocabulary):
         directory (and the same client, where the engine has one), not yet ensured."""
 
     @abstractmethod
-    def retrieve(self, point_ids: list[str], with_dense: bool = False) -> Sequence[Record]:
-        """The points that exist, with payload, and with their dense rows when `with_dense`."""
+    def retrieve(
+        self, point_ids: list[str], with_dense: bool = False, fields: Sequence[str] | None = None
+    ) -> Sequence[Record]:
+        """The points that exist, with payload (only `fields` when given), and with their dense rows when
+        `with_dense`."""
 
     @abstractmethod
     def scroll(
@@ -221,10 +228,12 @@ class QdrantStore(MemoryStore):
         self.engine.upsert([stored_point(p) for p in points])
 
     def set_payload(self, point_id: str, fields: dict[str, Any]) -> None:
+        validate_payload(fields, what=f"point {point_id} payload update")
         self.engine.set_payload(point_id, dict(fields))
 
     def set_dense(self, point_id: str, dense: list[list[float]], fields: dict[str, Any]) -> None:
         validate_dense(dense, self._dim, what=f"point {point_id} dense vector")
+        validate_payload(fields, what=f"point {point_id} payload update")
         self.engine.set_dense(point_id, float_rows(dense), {**fields, "has_dense": True})
 
     def delete(self, point_ids: list[str]) -> None:
@@ -250,10 +259,11 @@ class QdrantStore(MemoryStore):
         for r in self._scroll(flt, limit):
             yield str(r.id), dict(r.payload or {})
 
-    def retrieve(self, point_ids: list[str]) -> dict[str, dict[str, Any]]:
+    def retrieve(self, point_ids: list[str], *, fields: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         if not point_ids:
             return {}
-        return {str(r.id): dict(r.payload or {}) for r in self.engine.retrieve(list(point_ids))}
+        records = self.engine.retrieve(list(point_ids), fields=list(fields) if fields is not None else None)
+        return {str(r.id): dict(r.payload or {}) for r in records}
 
     def fetch(self, point_ids: list[str], *, with_dense: bool = False) -> dict[str, StoredHit]:
         if not point_ids:
@@ -303,10 +313,14 @@ class QdrantStore(MemoryStore):
             return []
         return list(self._scroll_payloads(in_workspace(workspace_id, MatchAny("links", tuple(sorted(set(entry_ids)))))))
 
-    def missing_dense(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
+    def missing_dense(self, limit: int, *, quarantine_after: int | None = None) -> list[tuple[str, dict[str, Any]]]:
         if limit <= 0:
             return []
-        return list(self._scroll_payloads(Filter(must_not=(HasDense(),)), limit))
+        # Oldest first, in the engine (a range index on indexed_at), and only the fields the backfill reads.
+        records, _ = self.engine.scroll(
+            missing_dense_filter(quarantine_after), limit, None, False, DENSIFY_FIELDS, "indexed_at"
+        )
+        return [(str(r.id), dict(r.payload or {})) for r in records]
 
     def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
         return self.engine.count(count_filter(workspace_id, has_dense))
@@ -344,6 +358,12 @@ class QdrantStore(MemoryStore):
         more = len(out) > limit and records
         position = PagePosition(str((records[-1].payload or {}).get("ts")), str(records[-1].id)) if more else None
         return [(str(r.id), dict(r.payload or {})) for r in records], position
+
+    def count_without_dense(self, scope: ScopeFilter) -> int:
+        return self.engine.count(Filter(must=(scope_filter(scope),), must_not=(HasDense(),)))
+
+    def count_quarantined(self, workspace_id: str | None, quarantine_after: int) -> int:
+        return self.engine.count(quarantined_filter(workspace_id, quarantine_after))
 
     # -- relations: stored on the source memory (payload `relations` + keyword array `links`) ------------
 

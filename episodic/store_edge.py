@@ -6,9 +6,19 @@ collection (a named multivector `dense`, cosine, max-sim over the chunk rows, an
 and wraps the engine's errors. Scores come from the engine: the legs are prefetches, fusion is Qdrant's
 RRF/DBSF, and the importance multiplier is a Formula over `$score`.
 
-Qdrant Edge is single-process (the shard's WAL is locked by the process that opened it) and its thread
-safety under concurrent update+query is not documented, so every shard call holds one RLock: the recall
-service queries from a thread pool while the embedding consumer upserts.
+Qdrant Edge is single-process (the shard's WAL is locked by the process that opened it). Within the
+process, data calls (query, scroll, retrieve, count, update) run concurrently, with no lock of ours:
+the shard takes `&self` everywhere and guards its segments with a read-write lock and its WAL with a
+mutex (qdrant lib/edge/src/edge_shard: `LockedSegmentHolder`, `Mutex<SerdeWal>`), and a stress probe
+here (2 writer threads upserting and setting payloads, 3 querying and counting, 1 running optimize,
+without any lock) finished with no error and the exact point count. So the recall service's thread pool
+queries while the consumer writes. Only the shard's lifecycle (load, create, close) is exclusive: a
+read-write lock lets data calls share the open shard and makes close wait for them.
+
+Not optimised in production: `optimize()` (segment merge, HNSW) holds the GIL for its whole duration
+(measured: 72 s for 20k points on the 2-core machine, with a Python thread making no progress meanwhile),
+which would freeze the event loop that carries the recall service, the gate and the consumer. The
+benchmark reports recall latency without it (what production serves) and with it (README).
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from typing import Any
 
 from episodic.errors import StoreError, StoreUnavailable
 from episodic.ports import DENSE, SPARSE, MemoryPoint
+from episodic.rwlock import ReadWriteLock
 from episodic.store import DEFAULT_PREFETCH, Engine, QdrantStore, Record, ScoredRecord
 from episodic.store_query import Filter, Lowering, Query
 from episodic.store_rules import IndexKind
@@ -82,6 +93,10 @@ def _with_vector(with_dense: bool) -> list[str] | bool:
     return [DENSE] if with_dense else False
 
 
+def _with_payload(fields: Sequence[str] | None) -> list[str] | bool:
+    return list(fields) if fields is not None else True
+
+
 class EdgeEngine(Engine):
     """A Qdrant Edge shard at `path` (created on first `ensure`, else loaded from disk on first use)."""
 
@@ -89,7 +104,8 @@ class EdgeEngine(Engine):
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock = threading.RLock()
+        self._lock = ReadWriteLock()
+        self._load_lock = threading.Lock()
         self._shard: qe.EdgeShard | None = None
         self._dim: int | None = None
         self._closed = False
@@ -100,9 +116,10 @@ class EdgeEngine(Engine):
         return self.path.is_dir() and any(self.path.iterdir())
 
     @contextmanager
-    def _guard(self, op: str) -> Iterator[None]:
-        """Hold the shard lock and wrap engine errors (including Rust panics) in our exceptions."""
-        with self._lock:
+    def _guard(self, op: str, *, exclusive: bool = False) -> Iterator[None]:
+        """Share (or, for the lifecycle, hold alone) the open shard and wrap engine errors (including Rust
+        panics) in our exceptions."""
+        with self._lock.exclusive() if exclusive else self._lock.shared():
             try:
                 yield
             except (StoreError, StoreUnavailable):
@@ -120,14 +137,15 @@ class EdgeEngine(Engine):
         if self._closed:
             raise StoreUnavailable(f"EdgeStore at {self.path} is closed")
         if self._shard is None:
-            if not self._has_data():
-                raise StoreUnavailable(f"no Qdrant Edge shard at {self.path}: call ensure_collection(dim)")
-            with self._guard("load"):
-                self._shard = qe.EdgeShard.load(str(self.path))
+            with self._load_lock:  # two threads must not both load it
+                if self._shard is None:
+                    if not self._has_data():
+                        raise StoreUnavailable(f"no Qdrant Edge shard at {self.path}: call ensure_collection(dim)")
+                    self._shard = qe.EdgeShard.load(str(self.path))
         return self._shard
 
     def ensure(self, dim: int, indexes: Mapping[str, IndexKind]) -> None:
-        with self._guard("ensure_collection"):
+        with self._guard("ensure_collection", exclusive=True):
             if self._closed:
                 raise StoreUnavailable(f"EdgeStore at {self.path} is closed")
             if self._shard is not None and self._dim != dim:
@@ -152,7 +170,7 @@ class EdgeEngine(Engine):
                 self._shard.flush()
 
     def close(self) -> None:
-        with self._guard("close"):
+        with self._guard("close", exclusive=True):
             shard, self._shard, self._closed = self._shard, None, True
             if shard is not None:
                 try:
@@ -161,7 +179,7 @@ class EdgeEngine(Engine):
                     shard.close()
 
     def optimize(self) -> bool:
-        with self._guard("optimize"):
+        with self._guard("optimize"):  # safe beside data calls, but it holds the GIL throughout (see above)
             return bool(self._open().optimize())
 
     def payload_indexes(self) -> set[str]:
@@ -171,13 +189,13 @@ class EdgeEngine(Engine):
     # -- writes --------------------------------------------------------------------------------------
 
     def upsert(self, points: Sequence[MemoryPoint]) -> None:
-        edge_points = []
-        for p in points:
-            vectors: dict[str, Any] = {SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))}
-            if p.dense is not None:
-                vectors[DENSE] = p.dense
-            edge_points.append(qe.Point(_point_id(p.point_id), vectors, p.payload))
-        with self._guard("upsert"):
+        with self._guard("upsert"):  # building the points converts the payload: its errors are rejections too
+            edge_points = []
+            for p in points:
+                vectors: dict[str, Any] = {SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))}
+                if p.dense is not None:
+                    vectors[DENSE] = p.dense
+                edge_points.append(qe.Point(_point_id(p.point_id), vectors, p.payload))
             self._open().update(qe.UpdateOperation.upsert_points(edge_points))
 
     def set_payload(self, point_id: str, fields: dict[str, Any]) -> None:
@@ -198,8 +216,8 @@ class EdgeEngine(Engine):
             self._open().update(qe.UpdateOperation.delete_points(ids))
 
     def set_payloads(self, updates: Mapping[str, dict[str, Any]]) -> int:
-        """One set_payload operation per point (Edge has no batch of different payloads), under one lock
-        hold: ~25 µs a point. A point deleted meanwhile is skipped (the shard says "No point with id")."""
+        """One set_payload operation per point (Edge has no batch of different payloads), in one hold of
+        the open shard: ~25 µs a point. A point deleted meanwhile is skipped (the shard says "No point with id")."""
         ops = [(pid, qe.UpdateOperation.set_payload([_point_id(pid)], fields)) for pid, fields in updates.items()]
         written = 0
         with self._guard("set_payloads"):
@@ -219,10 +237,12 @@ class EdgeEngine(Engine):
 
     # -- reads ---------------------------------------------------------------------------------------
 
-    def retrieve(self, point_ids: list[str], with_dense: bool = False) -> Sequence[Record]:
+    def retrieve(
+        self, point_ids: list[str], with_dense: bool = False, fields: Sequence[str] | None = None
+    ) -> Sequence[Record]:
         ids: list[Any] = [_point_id(p) for p in point_ids]
         with self._guard("retrieve"):
-            return self._open().retrieve(ids, True, _with_vector(with_dense))
+            return self._open().retrieve(ids, _with_payload(fields), _with_vector(with_dense))
 
     def scroll(
         self,
@@ -238,15 +258,16 @@ class EdgeEngine(Engine):
         if order_by is not None:
             order = qe.OrderBy(order_by, qe.Direction.Desc if descending else qe.Direction.Asc)
         request = qe.ScrollRequest(
-            offset=_point_id(offset) if isinstance(offset, str) else offset,
+            offset=None if order_by is not None else _point_id(offset) if isinstance(offset, str) else offset,
             limit=limit,
             filter=Lowering(self)(flt) if flt is not None else None,
-            with_payload=list(fields) if fields is not None else True,
+            with_payload=_with_payload(fields),
             with_vector=_with_vector(with_dense),
             order_by=order,
         )
         with self._guard("scroll"):
-            return self._open().scroll(request)
+            records, next_offset = self._open().scroll(request)
+        return records, next_offset if order_by is None else None
 
     def count(self, flt: Filter | None) -> int:
         request = qe.CountRequest(exact=True, filter=Lowering(self)(flt) if flt is not None else None)
@@ -260,7 +281,7 @@ class EdgeEngine(Engine):
             prefetches=[lower(query.prefetch)],
             query=lower(query.score),
             filter=lower(query.filter),
-            with_payload=list(query.fields) if query.fields is not None else True,
+            with_payload=_with_payload(query.fields),
             with_vector=_with_vector(query.with_dense),
         )
 
@@ -337,7 +358,9 @@ class EdgeStore(QdrantStore):
         return self._edge.path
 
     def optimize(self) -> bool:
-        """Run the shard's segment optimizers (merge, index); blocking. Edge does not run them itself."""
+        """Run the shard's segment optimizers (merge, index); blocking, and it holds the GIL throughout,
+        so the process does nothing else meanwhile: for benchmarks and offline maintenance only. Edge
+        does not run them itself."""
         return self._edge.optimize()
 
     def payload_indexes(self) -> set[str]:

@@ -74,6 +74,10 @@ def _with_vectors(with_dense: bool) -> list[str] | bool:
     return [DENSE] if with_dense else False
 
 
+def _with_payload(fields: Sequence[str] | None) -> list[str] | bool:
+    return list(fields) if fields is not None else True
+
+
 class ClientEngine(Engine):
     """A collection through qdrant-client: a server (`url`), or local mode (`location`/`path`)."""
 
@@ -257,10 +261,12 @@ class ClientEngine(Engine):
 
     # -- reads ---------------------------------------------------------------------------------------
 
-    def retrieve(self, point_ids: list[str], with_dense: bool = False) -> Sequence[Record]:
+    def retrieve(
+        self, point_ids: list[str], with_dense: bool = False, fields: Sequence[str] | None = None
+    ) -> Sequence[Record]:
         with self._guard("retrieve"):
             return self.client.retrieve(
-                self.collection, point_ids, with_payload=True, with_vectors=_with_vectors(with_dense)
+                self.collection, point_ids, with_payload=_with_payload(fields), with_vectors=_with_vectors(with_dense)
             )
 
     def scroll(
@@ -278,15 +284,16 @@ class ClientEngine(Engine):
         if order_by is not None:
             order = m.OrderBy(key=order_by, direction=m.Direction.DESC if descending else m.Direction.ASC)
         with self._guard("scroll"):
-            return self.client.scroll(
+            records, next_offset = self.client.scroll(
                 self.collection,
                 scroll_filter=lowered,
                 limit=limit,
-                offset=offset,
-                with_payload=list(fields) if fields is not None else True,
+                offset=offset if order_by is None else None,
+                with_payload=_with_payload(fields),
                 with_vectors=_with_vectors(with_dense),
                 order_by=order,
             )
+        return records, next_offset if order_by is None else None
 
     def count(self, flt: Filter | None) -> int:
         lowered = Lowering(self)(flt) if flt is not None else None
@@ -303,7 +310,7 @@ class ClientEngine(Engine):
                 query=score,
                 query_filter=flt,
                 limit=query.limit,
-                with_payload=list(query.fields) if query.fields is not None else True,
+                with_payload=_with_payload(query.fields),
                 with_vectors=_with_vectors(query.with_dense),
             ).points
 
@@ -320,7 +327,7 @@ class ClientEngine(Engine):
                     query=lower(q.score),
                     filter=lower(q.filter),
                     limit=q.limit,
-                    with_payload=list(q.fields) if q.fields is not None else True,
+                    with_payload=_with_payload(q.fields),
                     with_vector=_with_vectors(q.with_dense),
                 )
             )

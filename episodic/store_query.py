@@ -99,15 +99,35 @@ def scope_filter(scope: ScopeFilter) -> Filter:
 
 
 def who_filter(scope: ScopeFilter) -> Filter:
-    """Workspace always; `own`: the agent's memories; `crew_shared`: the crew's memories that are the
-    agent's own or high-value (only high-value ones without an agent)."""
-    high = AtLeast("importance_score", scope.high_value)
+    """Workspace always; `own`: the agent's memories; `crew_shared`: the agent's own memories (whatever
+    their crew, none included) and the crew's high-value ones (SPEC §7: own + high-value crew); without an
+    agent, the crew's high-value memories only."""
     if scope.scope == "own":
         return in_workspace(scope.workspace_id, Match("agent_id", str(scope.agent_id)))
-    crew = Match("crew_id", str(scope.crew_id))
+    crew_high = Filter(must=(Match("crew_id", str(scope.crew_id)), AtLeast("importance_score", scope.high_value)))
     if scope.agent_id:
-        return in_workspace(scope.workspace_id, crew, Filter(should=(Match("agent_id", scope.agent_id), high)))
-    return in_workspace(scope.workspace_id, crew, high)
+        return in_workspace(scope.workspace_id, Filter(should=(Match("agent_id", scope.agent_id), crew_high)))
+    return in_workspace(scope.workspace_id, *crew_high.must)
+
+
+# The densify backfill's view of a memory (and nothing else: it reads up to a batch of these at a time).
+DENSIFY_FIELDS: tuple[str, ...] = ("entry_id", "workspace_id", "summary", "indexed_at", "densify_failures")
+DENSIFY_FAILURES = "densify_failures"  # payload: how many times embedding this memory failed
+
+
+def missing_dense_filter(quarantine_after: int | None) -> Filter:
+    """Memories without their dense vector, except those quarantined (`quarantine_after` failures or more)."""
+    if quarantine_after is None:
+        return Filter(must_not=(HasDense(),))
+    return Filter(must_not=(HasDense(), AtLeast(DENSIFY_FAILURES, float(quarantine_after))))
+
+
+def quarantined_filter(workspace_id: str | None, quarantine_after: int) -> Filter:
+    """Memories still without their dense vector after `quarantine_after` failed attempts."""
+    must: tuple[Condition, ...] = (AtLeast(DENSIFY_FAILURES, float(quarantine_after)),)
+    if workspace_id is not None:
+        must = (workspace(workspace_id), *must)
+    return Filter(must=must, must_not=(HasDense(),))
 
 
 def narrowed(flt: Filter, filters: RecallFilter) -> Filter:

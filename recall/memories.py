@@ -7,13 +7,16 @@ consumer in order with that workspace's entries (episodic.forget). The answer wa
 (default `schemas.api.DEFAULT_FORGET_WAIT_S`) for it to be applied: `200` with what was removed when it
 was, else `202` with the forget id and `status_url` (also the `Location` header) to poll. `wait=0` answers
 `202` at once. A forget that could not be queued is `503` (nothing was removed; its status says `failed`).
+One the store refused to apply (consumers.batch: not a transient failure) is `200` with status `failed`
+and `failure`, as soon as that is known.
 
 Every route authorizes the caller for the workspace (an admin token, or a token of that workspace). A bound
 token (episodic.auth) is held to its agent: it inspects and lists its agent's memories (a lead also its
 crew's), reads the status of forgets narrowed to its agent, and forgets only its own agent's memories: its
 selection is narrowed to that agent (`agent_id` added to the selector, which the consumer honours), the ids
 it names must not be another agent's memories (403 naming `entry_ids[i]`), and `all: true` or another agent
-is 403 naming the field. Store and model work runs in the thread pool.
+is 403 naming the field. Store and model work, and a memory's or a page's validation and JSON encoding,
+run in the thread pool.
 
 Entry ids may hold any character, `/` included, so `{entry_id}` takes the rest of the path. A GET of an id
 spelled `stats` or `health`, or starting with `forget/`, reaches those routes instead: `GET
@@ -23,13 +26,14 @@ spelled `stats` or `health`, or starting with `forget/`, reaches those routes in
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -60,6 +64,7 @@ from schemas.api import (
 )
 from schemas.events import ForgetRecord
 
+log = logging.getLogger(__name__)
 QUEUE_TIMEOUT_S = 20.0  # the broker's acknowledgement of the forget
 POLL_S = 0.05
 
@@ -101,7 +106,8 @@ def _answer(doc: dict[str, Any]) -> JSONResponse:
     body = ForgetResponse.model_validate({**doc, "status_url": url})
     applied = body.status == APPLIED
     headers = None if applied else {"Location": url}
-    return JSONResponse(status_code=200 if applied else 202, content=body.model_dump(mode="json"), headers=headers)
+    final = body.status in (APPLIED, FAILED)  # a forget the store refused is as done as an applied one
+    return JSONResponse(status_code=200 if final else 202, content=body.model_dump(mode="json"), headers=headers)
 
 
 async def _check_ids(services: Services, principal: Principal, workspace_id: str, ids: list[str], field: str) -> None:
@@ -153,7 +159,10 @@ async def _forget(
         done = await run_in_threadpool(state.get, STATUS, record.forget_id)
         if done is not None and done.get("status") == APPLIED:  # the broker had it after all (a lost ack)
             return _answer(done)
-        failure = f"could not queue the forget: {type(e).__name__}: {e}"
+        # The broker's error stays in the log (it may name hosts); the answer carries a reference to it.
+        ref = uuid.uuid4().hex[:12]
+        log.warning("forget %s could not be queued (ref %s): %s: %s", record.forget_id, ref, type(e).__name__, e)
+        failure = f"could not queue the forget: the broker did not acknowledge it (ref {ref}: see the service log)"
         failed = status_document(record, FAILED, failure=failure)
         await run_in_threadpool(state.put, STATUS, record.forget_id, failed)
         return _error(503, f"{failure} (forget {record.forget_id}: nothing was removed; try again)")
@@ -162,7 +171,7 @@ async def _forget(
     doc: dict[str, Any] | None = None
     while True:
         doc = await run_in_threadpool(state.get, STATUS, record.forget_id)
-        if (doc is not None and doc.get("status") == APPLIED) or time.monotonic() >= deadline:
+        if (doc is not None and doc.get("status") in (APPLIED, FAILED)) or time.monotonic() >= deadline:
             break
         await asyncio.sleep(POLL_S)
     return _answer(doc or status_document(record, PENDING))
@@ -213,16 +222,35 @@ async def forget_status(
     return answer
 
 
-async def _detail(services: Services, principal: Principal, workspace_id: str, entry_id: str) -> Any:
+def _json(model: MemoryDetail | MemoryPage) -> Response:
+    """Validated and encoded by the caller, in the thread pool (recall/routes.py: the loop also carries the
+    gate and the consumer in `episodic up`)."""
+    return Response(model.model_dump_json().encode(), media_type="application/json")
+
+
+def _detail_response(services: Services, principal: Principal, workspace_id: str, entry_id: str) -> Response | None:
+    """The memory's answer, once the caller may see it (a bound token: its agent's, or a lead's crew's)."""
+    found = memory_detail(services.store, services.state, workspace_id, entry_id)
+    if found is None:
+        return None
+    authorize_memory(principal, entry_id=entry_id, agent_id=found.get("agent_id"), crew_id=found.get("crew_id"))
+    return _json(MemoryDetail.model_validate(found))
+
+
+async def _detail(services: Services, principal: Principal, workspace_id: str, entry_id: str) -> Response:
     authorize(principal, workspace_id)
     try:
-        found = await run_in_threadpool(memory_detail, services.store, services.state, workspace_id, entry_id)
+        found = await run_in_threadpool(_detail_response, services, principal, workspace_id, entry_id)
     except Forgotten as e:
         return _error(404, f"entry_id: {e}")
     if found is None:
         return _error(404, f"entry_id: no memory {entry_id!r} in workspace {workspace_id!r}")
-    authorize_memory(principal, entry_id=entry_id, agent_id=found.get("agent_id"), crew_id=found.get("crew_id"))
-    return MemoryDetail.model_validate(found)
+    return found
+
+
+def _page_response(services: Services, selection: Selection, cursor: str | None, limit: int) -> Response:
+    items, next_cursor = memory_page(services.store, selection, cursor, limit)
+    return _json(MemoryPage.model_validate({"memories": items, "next_cursor": next_cursor}))
 
 
 @router.get(
@@ -265,10 +293,9 @@ async def memories(
             return _invalid("entry_type", f"must be 1..{MAX_ID_LEN} characters")
     selection = Selection(workspace_id, agent_id=agent_id, run_id=run_id, entry_types=types, crew_id=crew_id)
     try:
-        items, next_cursor = await run_in_threadpool(memory_page, services.store, selection, cursor, limit)
+        return await run_in_threadpool(_page_response, services, selection, cursor, limit)
     except BadCursor as e:
         return _invalid("cursor", str(e))
-    return MemoryPage.model_validate({"memories": items, "next_cursor": next_cursor})
 
 
 @router.delete(

@@ -179,12 +179,22 @@ class Hit(BaseModel):
     ts: str = Field(description="RFC 3339, as produced")
     payload: dict[str, Any]
     via: Via = "direct"
-    aliases: list[str] = Field(default_factory=list, description="later entry ids merged as exact duplicates")
+    aliases: list[str] = Field(
+        default_factory=list,
+        description="later entry ids merged into this memory as exact duplicates (the newest "
+        "EPISODIC_ALIAS_LIMIT of them, 20 by default)",
+    )
+    occurrences: int = Field(
+        default=1, ge=1, description="how many entries this memory stands for: itself and every exact duplicate"
+    )
 
 
 class RecallResponse(BaseModel):
     mode: Mode = Field(description="the requested mode")
-    degraded: bool = Field(description="true when answered from the sparse leg only (no embedder)")
+    degraded: bool = Field(
+        description="true when the answer may miss memories the mode should see: answered from the sparse leg "
+        "only (no embedder), or a dense request while memories in the scope still wait for their dense vector"
+    )
     hits: list[Hit]
 
 
@@ -197,9 +207,14 @@ class RenderResponse(BaseModel):
 
 
 class StatsResponse(BaseModel):
-    indexed: int
-    dense: int
-    sparse_only: int
+    indexed: int = Field(description="memories")
+    dense: int = Field(description="memories with their dense vector")
+    sparse_only: int = Field(description="memories without it yet (BM25 only): written BM25-first, or quarantined")
+    quarantined: int = Field(
+        default=0,
+        description="of those, the ones the backfill gave up on after EPISODIC_DENSIFY_MAX_ATTEMPTS failed "
+        "attempts to embed their text (they stay BM25-only)",
+    )
 
 
 class HealthzResponse(BaseModel):
@@ -268,7 +283,8 @@ class ForgetRemoved(BaseModel):
 
 class ForgetResponse(BaseModel):
     """A forget and where it stands: `pending` (queued, not applied yet: poll `status_url`), `applied`, or
-    `failed` (it could not be queued; nothing was removed)."""
+    `failed` (`failure` says why: it could not be queued, and nothing was removed; or the store refused to
+    apply it, and what it removed before that stays removed). A failed forget can be asked for again."""
 
     forget_id: str
     workspace_id: str

@@ -8,11 +8,12 @@ keeps two runs from overlapping, in one process or across several.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
 from episodic.decay import ArchiveSink, DecayJob, RetentionPolicy
+from episodic.errors import BrokerUnavailable, EpisodicError
 from episodic.importance import ReferenceCounter
 from episodic.metrics import Metrics
 from episodic.ports import MemoryStore, StateStore
@@ -23,19 +24,30 @@ from schemas.topics import MEMORY_ARCHIVED
 ARCHIVE_TIMEOUT_S = 120.0
 
 
-def archive_sink(producer: Any, loop: asyncio.AbstractEventLoop) -> ArchiveSink:
+Kafka = Callable[[], Awaitable[Any]]  # a started AIOKafkaProducer (raises while Kafka is unreachable)
+
+
+def archive_sink(kafka: Kafka, loop: asyncio.AbstractEventLoop) -> ArchiveSink:
     """Publish archived memories on memory.archived (keyed by workspace) from the job's worker thread;
-    returns once the broker acknowledged them all, so the job removes a memory only after that."""
+    returns once the broker acknowledged them all, so the job removes a memory only after that (while Kafka
+    is unreachable the run fails, and the memories it was archiving stay)."""
 
     async def send_all(records: list[ArchivedRecord]) -> None:
+        producer = await kafka()
         futures = [
             await producer.send(MEMORY_ARCHIVED, key=r.workspace_id.encode(), value=r.to_json()) for r in records
         ]
         await asyncio.gather(*futures)
 
     def sink(records: list[ArchivedRecord]) -> None:
-        if records:
+        if not records:
+            return
+        try:
             asyncio.run_coroutine_threadsafe(send_all(records), loop).result(ARCHIVE_TIMEOUT_S)
+        except EpisodicError:
+            raise
+        except Exception as e:  # Kafka away or slow: the run stops here (an admin run answers 503, not 500)
+            raise BrokerUnavailable(f"cannot archive to {MEMORY_ARCHIVED}: {type(e).__name__}: {e}") from e
 
     return sink
 
@@ -51,7 +63,7 @@ def decay_job(
     *,
     store: MemoryStore,
     state: StateStore,
-    producer: Any,
+    kafka: Kafka,
     loop: asyncio.AbstractEventLoop,
     metrics: Metrics,
     clock: Callable[[], datetime],
@@ -65,7 +77,7 @@ def decay_job(
         clock=clock,
         page_size=settings.decay_page_size,
         retention=retention,
-        archive=archive_sink(producer, loop),
+        archive=archive_sink(kafka, loop),
         prune=counter.prune,
         metrics=metrics,
     )

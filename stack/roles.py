@@ -22,15 +22,16 @@ import functools
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from episodic.bus import dumps, send_all, send_forget
+from episodic.bus import send_all, send_forget
 from episodic.errors import EpisodicError
 from episodic.metrics import Metrics
 from episodic.settings import Settings
+from stack.publisher import Publisher
 
 if TYPE_CHECKING:
     from aiokafka import AIOKafkaProducer
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from episodic.decay import DecayJob
     from episodic.ports import Embedder, MemoryStore, StateStore
     from episodic.sparse import Bm25Encoder
+    from schemas.events import ForgetRecord
     from streams.agents import AgentRunner
     from streams.runner import GateRunner
 
@@ -49,9 +51,11 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-GATE_DRAIN_S = 30.0  # the gate's batch in flight, its commit and leaving the group
+GATE_DRAIN_S = 30.0  # the gate's batches in flight, their commit and leaving the group
+GATE_DELIVER_S = 20.0  # of which delivering and committing the batches in flight (logged when hit)
 CONSUMER_DRAIN_S = 60.0  # the embedding batch in flight: embed, upsert, memory.indexed, commit
 HTTP_DRAIN_S = 30.0  # requests in flight
+PUBLISH_DRAIN_S = 5.0  # memory.referenced events still buffered
 HTTP_START_S = 15.0
 AGENT_DRAIN_S = 30.0  # a maintenance agent's batch in flight; a decay run stops after its page
 
@@ -62,15 +66,21 @@ class Resources:
 
     settings: Settings
     metrics: Metrics
-    producer: AIOKafkaProducer
+    producer: AIOKafkaProducer | None  # started; None when Kafka was unreachable at start (see kafka_connect)
     status: Callable[[], dict[str, Any]]  # the Stack's view of Kafka, for /healthz
     fail: Callable[[int], None]  # stop the whole stack with this exit status (a role's own task died)
+    kafka_connect: Callable[[], Awaitable[AIOKafkaProducer]] | None = None  # a started producer, or raises
     insecure: bool = False
     store: MemoryStore | None = None  # opened when a role in this process `needs_store`
     state: StateStore | None = None  # beside the store (episodic.ports.StateStore), opened with it
     embedder: Embedder | None = None  # None: sparse-only (no model, or EPISODIC_EMBED_MODEL=none)
     bm25: Bm25Encoder | None = None
     clock: Callable[[], datetime] = utc_now  # what the stages call "now" (controllable in tests)
+
+    def need_producer(self, role: str) -> AIOKafkaProducer:
+        if self.producer is None:
+            raise EpisodicError(f"role {role!r} needs Kafka, and the stack has no producer")
+        return self.producer
 
     def need_store(self, role: str) -> tuple[MemoryStore, Bm25Encoder]:
         if self.store is None or self.bm25 is None:
@@ -100,6 +110,7 @@ class Role(ABC):
     name: ClassVar[str]
     drain_rank: ClassVar[int]  # lower drains first: the stage that takes input before those after it
     needs_store: ClassVar[bool] = False  # the Stack opens the store, the model and BM25 for it
+    needs_kafka: ClassVar[bool] = True  # cannot work without Kafka: the stack stops when it stays unreachable
     embeds_documents: ClassVar[bool] = False  # runs the model over journal entries (ingestion threads)
     answers_queries: ClassVar[bool] = False  # runs the model over recall queries (the ONNX query encoder)
     serves_http: ClassVar[bool] = False  # serves /metrics itself; otherwise the Stack starts a bare one
@@ -143,7 +154,7 @@ class GateRole(Role):
     async def drain(self) -> None:
         if self.runner is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.runner.stop(), GATE_DRAIN_S)
+                await asyncio.wait_for(self.runner.stop(drain_timeout=GATE_DELIVER_S), GATE_DRAIN_S)
 
     def crash(self) -> str | None:
         if self.runner is not None and self.runner.crashed:
@@ -176,11 +187,13 @@ class EmbedderRole(Role):
             raise EpisodicError("the embedder needs the state store (forget tombstones), and the stack did not open it")
         self._model = getattr(res.embedder, "model_id", "none")
         self._mode = "vector" if res.embedder is not None else "sparse-only"
-        indexer = Indexer(store=store, embedder=res.embedder, bm25=bm25, clock=res.clock)
+        indexer = Indexer(
+            store=store, embedder=res.embedder, bm25=bm25, clock=res.clock, alias_limit=res.settings.alias_limit
+        )
         self.consumer = EmbeddingConsumer(
             settings=res.settings,
             indexer=indexer,
-            producer=res.producer,
+            producer=res.need_producer(self.name),
             metrics=res.metrics,
             forgetter=Forgetter(store=store, state=res.state),
         )
@@ -205,47 +218,19 @@ class EmbedderRole(Role):
         return f"embedder: {self._model} ({self._mode})" if self.consumer is not None else None
 
 
-class Publisher:
-    """Fire-and-forget JSON publishing from any thread (the HTTP handlers run in a thread pool)."""
-
-    def __init__(self, producer: Any, loop: asyncio.AbstractEventLoop, metrics: Metrics) -> None:
-        self._producer = producer
-        self._loop = loop
-        self._metrics = metrics
-        self._in_flight: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
-
-    def __call__(self, topic: str, key: str | None, value: dict[str, Any]) -> None:
-        coro = self._send(topic, key, value)
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            task = self._loop.create_task(coro)
-            self._in_flight.add(task)
-            task.add_done_callback(self._in_flight.discard)
-        else:
-            asyncio.run_coroutine_threadsafe(coro, self._loop)
-
-    async def _send(self, topic: str, key: str | None, value: dict[str, Any]) -> None:
-        try:
-            await self._producer.send(topic, key=key.encode() if key else None, value=dumps(value))
-        except Exception as e:
-            self._metrics.consumer_errors.labels(stage="publish").inc()
-            log.warning("could not publish to %s: %s", topic, e)
-
-
 class HttpRole(Role):
     """The recall HTTP service (the FastAPI app in `recall/`) under uvicorn, in this loop."""
 
     name = "http"
     drain_rank = 2
     needs_store = True
+    needs_kafka = False  # answers recalls while Kafka is away; memory.referenced events wait in a buffer
     answers_queries = True
     serves_http = True
 
     def __init__(self) -> None:
         self.server: Any = None  # uvicorn.Server
+        self.publisher: Publisher | None = None
         self._task: asyncio.Task[None] | None = None
         self._host = ""
 
@@ -256,18 +241,26 @@ class HttpRole(Role):
 
         store, bm25 = res.need_store(self.name)
         s = res.settings
+        self.publisher = Publisher(
+            metrics=res.metrics,
+            limit=s.referenced_buffer,
+            loop=asyncio.get_running_loop(),
+            producer=res.producer,
+            connect=res.kafka_connect,
+        )
+        self.publisher.start()
         app = create_app(
             settings=s,
             store=store,
             embedder=res.embedder,
             bm25=bm25,
-            publish=Publisher(res.producer, asyncio.get_running_loop(), res.metrics),
+            publish=self.publisher,
             state=res.state,
-            forget_sink=functools.partial(send_forget, res.producer),
-            produce=functools.partial(send_all, res.producer),
+            forget_sink=functools.partial(_send_forget, self.publisher),
+            produce=functools.partial(_send_all, self.publisher),
             status=res.status,
             metrics=res.metrics,
-            jobs=admin_jobs(res),
+            jobs=admin_jobs(res, self.publisher.connected),
             clock=res.clock,
             insecure=res.insecure,
         )
@@ -298,6 +291,8 @@ class HttpRole(Role):
         if self.server is not None:
             self.server.should_exit = True
         await finish(self._task, HTTP_DRAIN_S)
+        if self.publisher is not None:  # the events of the last requests, while the producer is up
+            await self.publisher.close(PUBLISH_DRAIN_S)
 
     def describe(self) -> str | None:
         if self.server is None or self.http_port is None:
@@ -305,8 +300,21 @@ class HttpRole(Role):
         return f"recall service: http://{self._host}:{self.http_port}  (OpenAPI: /docs, metrics: /metrics)"
 
 
-def admin_jobs(res: Resources) -> dict[str, Callable[[], dict[str, Any]]]:
-    """The jobs `POST /v1/admin/run/{name}` may run in this process."""
+async def _send_forget(publisher: Publisher, record: ForgetRecord) -> None:
+    """The recall service's forget sink: through the producer the service's events use (connected now when
+    the stack started without Kafka; raises while Kafka is unreachable, and the forget is 503)."""
+    await send_forget(await publisher.connected(), record)
+
+
+async def _send_all(publisher: Publisher, topic: str, records: Sequence[tuple[bytes | None, bytes]]) -> None:
+    """`POST /v1/journal`'s sink: the same producer, acknowledged by the broker (acks=all) before the 202;
+    raises while Kafka is unreachable, and the batch is 503 with nothing claimed."""
+    await send_all(await publisher.connected(), topic, records)
+
+
+def admin_jobs(res: Resources, kafka: Callable[[], Awaitable[Any]]) -> dict[str, Callable[[], dict[str, Any]]]:
+    """The jobs `POST /v1/admin/run/{name}` may run in this process (`kafka`: a started producer, for the
+    archive of retention)."""
     if res.store is None or res.state is None:
         return {}
     from stack.maintenance import decay_job
@@ -315,7 +323,7 @@ def admin_jobs(res: Resources) -> dict[str, Callable[[], dict[str, Any]]]:
         res.settings,
         store=res.store,
         state=res.state,
-        producer=res.producer,
+        kafka=kafka,
         loop=asyncio.get_running_loop(),
         metrics=res.metrics,
         clock=res.clock,
@@ -394,8 +402,13 @@ class ImportanceRole(AgentRole):
         self.runner = importance_runner(s, counter=counter, metrics=res.metrics)
         await self.runner.start()
         loop = asyncio.get_running_loop()
+        producer = res.need_producer(self.name)
+
+        async def kafka() -> AIOKafkaProducer:
+            return producer
+
         job = self.job = decay_job(
-            s, store=store, state=state, producer=res.producer, loop=loop, metrics=res.metrics, clock=res.clock
+            s, store=store, state=state, kafka=kafka, loop=loop, metrics=res.metrics, clock=res.clock
         )
         schedule = Schedule(s.decay_schedule)
 

@@ -12,8 +12,9 @@ it is down), and `MAX_ATTEMPTS` times for any other error; then it is logged, co
 poison batch never wedges the partition. The agent itself never dies of a bad record.
 
 Lag: `episodic_agent_lag_seconds{agent}` (an event's production to its handling, per event) and
-`episodic_consumer_lag_records{group}` (records behind the fetch high watermarks, every LAG_EVERY_S on a
-Faust timer, so it keeps rising while the agent is stuck).
+`episodic_consumer_lag_records{group}`: the group's records not committed yet, measured from fetch high
+watermarks by an `episodic.bus.LagProbe` beside the app (the same probe as the gate's and the embedding
+consumer's), every `EPISODIC_LAG_INTERVAL_S`, so it keeps rising while the agent is stuck on a batch.
 
 Each agent runs in a Faust app of its own (`AgentRunner`): its app id is its consumer group,
 `<consumer_group_prefix>-<name>`, so that it reads every partition at its own pace and scales on its own.
@@ -31,7 +32,7 @@ from typing import Any, Generic, TypeVar
 import faust
 from faust.types import StreamT
 
-from episodic.bus import ensure_topics
+from episodic.bus import ensure_topics, group_lag_probe
 from episodic.errors import StoreUnavailable
 from episodic.metrics import Metrics
 from episodic.settings import Settings
@@ -48,18 +49,6 @@ MAX_BACKOFF_S = 30.0
 Decoded = tuple[Any, T]  # (the raw aiokafka record, its decoded value)
 
 
-LAG_EVERY_S = 5.0
-
-
-def _highwater(consumer: BatchConsumer, tp: Any) -> int | None:
-    """The partition's high watermark as the last fetch response carried it (SPEC §10: not ListOffsets)."""
-    try:
-        hw = consumer.highwater(tp)
-    except Exception:
-        return None
-    return None if hw is None else int(hw)
-
-
 def install_batch_agent(
     app: faust.App,
     *,
@@ -68,7 +57,6 @@ def install_batch_agent(
     decode: Callable[[bytes | None], T],
     handle: Callable[[list[Decoded[T]]], Any],
     metrics: Metrics,
-    group: str,
     backoff_s: float = 0.2,
 ) -> Any:
     """Declare the agent on `app` (an EpisodicApp); returns it. `handle` runs in a thread."""
@@ -77,26 +65,6 @@ def install_batch_agent(
         raise TypeError("a batch agent needs the batch transport: create the app with streams.app.create_app")
     consumer.batch_topics.add(topic)
     source = app.topic(topic, key_serializer="raw", value_serializer="raw")
-    handled: dict[Any, int] = {}  # partition -> the next offset to handle
-
-    @app.timer(LAG_EVERY_S, name=f"episodic.{name}.lag")
-    async def report_lag() -> None:
-        """Records behind the high watermarks, on a timer of its own, so that the figure keeps rising while
-        the agent is stuck on a batch (retrying while the store is down)."""
-        total = 0
-        for tp in consumer.assignment():
-            if tp.topic != topic:
-                continue
-            hw = _highwater(consumer, tp)
-            done = handled.get(tp)
-            if done is None:
-                try:
-                    done = await consumer.position(tp)
-                except Exception:
-                    done = None
-            if hw is not None and done is not None:
-                total += max(0, hw - done)
-        metrics.consumer_lag.labels(group=group).set(total)
 
     def decoded(batch: RecordBatch) -> list[Decoded[T]]:
         out: list[Decoded[T]] = []
@@ -136,7 +104,6 @@ def install_batch_agent(
             if not isinstance(batch, RecordBatch):  # pragma: no cover - the transport delivers batches only
                 log.error("%s: unexpected value %r on %s; not acked", name, type(batch), topic)
                 continue
-            handled.setdefault(batch.tp, batch.first_offset)  # while it is applied, the batch counts as behind
             items = decoded(batch)
             if items:
                 await apply(items)
@@ -147,7 +114,6 @@ def install_batch_agent(
             batch.mark_delivered()
             if event is not None:
                 await manual.ack(event)
-            handled[batch.tp] = batch.last_offset + 1
 
     return app.agent(source, name=f"episodic.{name}")(agent)
 
@@ -176,6 +142,7 @@ class AgentRunner(Generic[T]):
         self.app_id = app_id or f"{settings.consumer_group_prefix}-{name}"
         self.create_topics = tuple(create_topics) if create_topics is not None else (topic,)
         self.app: faust.App | None = None
+        self._lag: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         if self.app is not None:
@@ -196,10 +163,12 @@ class AgentRunner(Generic[T]):
             decode=self.decode,
             handle=self.handle,
             metrics=self.metrics,
-            group=self.app_id,
         )
         self.app = app
         await app.start()
+        group = self.app_id
+        probe = group_lag_probe(self.settings, self.metrics, group=group, topic=self.topic)
+        self._lag = asyncio.create_task(probe.run(), name=f"lag-{group}")
         log.info("%s: %s (group %s, bootstrap %s)", self.name, self.topic, self.app_id, self.settings.bootstrap)
 
     def assignment(self) -> set[Any]:
@@ -229,6 +198,10 @@ class AgentRunner(Generic[T]):
     async def stop(self) -> None:
         """Stop consuming; the batch being applied is not acked (it is read again), then leave the group."""
         app, self.app = self.app, None
+        lag, self._lag = self._lag, None
+        if lag is not None:
+            lag.cancel()
+            await asyncio.gather(lag, return_exceptions=True)
         if app is None:
             return
         try:

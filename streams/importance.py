@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from episodic.importance import ReferenceCounter, event_key
-from episodic.metrics import Metrics
+from episodic.metrics import AGENT_OUTCOMES, Metrics
 from episodic.settings import Settings
 from schemas import topics as T
 from schemas.events import ReferencedEvent
@@ -26,7 +26,7 @@ def decode(raw: bytes | None) -> ReferencedEvent:
 def handler(counter: ReferenceCounter, metrics: Metrics) -> Any:
     def handle(items: list[Decoded[ReferencedEvent]]) -> None:
         result = counter.apply([(event_key(ev, rec.value or b""), ev) for rec, ev in items])
-        for outcome in ("applied", "duplicate", "recovered", "stale"):
+        for outcome in AGENT_OUTCOMES[NAME]:
             metrics.agent_events.labels(agent=NAME, outcome=outcome).inc(getattr(result, outcome))
         metrics.references.labels(outcome="counted").inc(result.hits)
         metrics.references.labels(outcome="missing").inc(result.missing)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from episodic.linker import Linker
-from episodic.metrics import Metrics
+from episodic.metrics import AGENT_OUTCOMES, Metrics
 from episodic.settings import Settings
 from schemas import topics as T
 from schemas.events import IndexedEvent
@@ -26,7 +26,7 @@ def decode(raw: bytes | None) -> IndexedEvent:
 def handler(linker: Linker, metrics: Metrics) -> Any:
     def handle(items: list[Decoded[IndexedEvent]]) -> None:
         result = linker.link([ev for _, ev in items])
-        for outcome in ("linked", "already", "ignored", "missing", "failed"):
+        for outcome in AGENT_OUTCOMES[NAME]:
             metrics.agent_events.labels(agent=NAME, outcome=outcome).inc(getattr(result, outcome))
         metrics.similar_edges.inc(result.edges)
 

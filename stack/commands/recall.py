@@ -169,7 +169,10 @@ def _answer(args: argparse.Namespace, request: RecallRequest, client: MemoryClie
         print(data.get("text", ""))
     else:
         if data.get("degraded"):
-            print("note: degraded (sparse-only: the service has no embedder)", file=sys.stderr)
+            print(
+                "note: degraded (answered without the dense leg, or some memories still wait for theirs)",
+                file=sys.stderr,
+            )
         width = shutil.get_terminal_size((120, 24)).columns
         print(format_table(data.get("hits", []), width=width))
     return 0

@@ -128,6 +128,7 @@ def mk(bm25: Bm25Encoder) -> MakePoint:
             "severity": "info",
             "summary": text,
             "ts": "2026-01-01T00:00:00Z",
+            "indexed_at": "2026-01-01T00:00:01Z",
             "aliases": [],
             "payload": {"k": [1, 2, {"nested": True}]},
             "reference_count": 0,

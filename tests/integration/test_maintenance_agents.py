@@ -40,7 +40,9 @@ GARBAGE: list[bytes | None] = [
 
 
 def settings(bootstrap: str, tmp_path: Path) -> Settings:
-    return Settings(kafka_bootstrap=bootstrap, data_dir=tmp_path, topic_partitions=2, session_timeout_ms=6000)
+    return Settings(
+        kafka_bootstrap=bootstrap, data_dir=tmp_path, topic_partitions=2, session_timeout_ms=6000, lag_interval_s=0.3
+    )
 
 
 async def produce(bootstrap: str, topic: str, values: list[bytes | None], key: bytes = b"ws-a") -> None:

@@ -4,10 +4,12 @@ and recall filters that must still return k hits."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -28,6 +30,7 @@ from episodic.sparse import Bm25Encoder
 from episodic.state import QdrantStateStore
 from episodic.store_edge import EdgeStore
 from recall.app import create_app
+from schemas.api import MemoryDetail, MemoryPage
 from schemas.events import EmbeddableRecord, ForgetRecord
 
 pytestmark = pytest.mark.integration
@@ -60,19 +63,23 @@ def rec(
 
 class Sink:
     """Where the service sends forgets: applied at once by the real Forgetter (as the consumer would), or
-    held (`hold`), or refused (`fail`)."""
+    held (`hold`), or refused (`fail`), or queued and then refused by the store (`refused`: the consumer
+    marks it failed)."""
 
     def __init__(self, forgetter: Forgetter) -> None:
         self.forgetter = forgetter
         self.sent: list[ForgetRecord] = []
         self.hold = False
         self.fail = False
+        self.refused = False
 
     async def __call__(self, record: ForgetRecord) -> None:
         if self.fail:
             raise ConnectionError("broker unreachable")
         self.sent.append(record)
-        if not self.hold:
+        if self.refused:
+            await run_in_threadpool(self.forgetter.fail, record, None, "the store refused it (test)")
+        elif not self.hold:
             await run_in_threadpool(self.forgetter.apply, record)
 
 
@@ -240,6 +247,44 @@ def test_list_newest_first_page_by_page_with_filters(shared: dict[str, Any]) -> 
     assert r.status_code == 422 and r.json()["error"].startswith("cursor: this cursor belongs to a listing")
 
 
+def test_a_memory_and_a_page_are_encoded_off_the_event_loop(
+    shared: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop also carries the gate and the consumer in `episodic up`: a page of up to 100 memories is
+    validated and encoded in the thread pool, like a recall's answer."""
+    on_loop: list[str] = []
+
+    def note(what: str) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a worker thread
+            return
+        on_loop.append(what)
+
+    def watching(cls: type[Any]) -> None:
+        validate, encode = cls.model_validate, cls.model_dump_json
+
+        def checked(data: Any, *a: Any, **kw: Any) -> Any:
+            note(f"{cls.__name__}.model_validate")
+            return validate(data, *a, **kw)
+
+        def dump(self: Any, *a: Any, **kw: Any) -> str:
+            note(f"{cls.__name__}.model_dump_json")
+            return encode(self, *a, **kw)
+
+        monkeypatch.setattr(cls, "model_validate", checked)
+        monkeypatch.setattr(cls, "model_dump_json", dump)
+
+    watching(MemoryPage)
+    watching(MemoryDetail)
+    c = shared["client"]
+    page = c.get("/v1/memories", params={"workspace_id": "ws-a", "limit": 5})
+    assert page.status_code == 200 and len(page.json()["memories"]) == 5
+    one = c.get("/v1/memory/old-db", params={"workspace_id": "ws-a"})
+    assert one.status_code == 200 and one.json()["entry_id"] == "old-db"
+    assert on_loop == []
+
+
 def test_a_filtered_recall_returns_k_hits_when_the_unfiltered_top_k_are_excluded(shared: dict[str, Any]) -> None:
     c = shared["client"]
     body = {"workspace_id": "ws-a", "agent_id": "a1", "query": "checkout ran out of memory", "k": 4}
@@ -303,6 +348,17 @@ def test_a_forget_that_cannot_be_queued_is_503_and_failed(env: dict[str, Any]) -
     assert c.get("/v1/memory/old-db", params={"workspace_id": "ws-a"}).status_code == 200
     without = env["app"](state=None, forget_sink=None)
     assert without.delete("/v1/memory/old-db", params={"workspace_id": "ws-a"}).status_code == 503
+
+
+def test_a_forget_the_store_refused_is_answered_failed_without_waiting_out_the_wait(env: dict[str, Any]) -> None:
+    c, sink = env["client"], env["sink"]
+    sink.refused = True
+    t0 = time.monotonic()
+    r = c.post("/v1/memory/forget", params={"wait": 30}, json={"workspace_id": "ws-a", "agent_id": "a1"})
+    assert time.monotonic() - t0 < 10  # not the whole wait: failed is as final as applied
+    assert r.status_code == 200 and r.json()["status"] == "failed"
+    assert r.json()["failure"] == "could not apply: the store refused it (test)"
+    assert c.get(r.json()["status_url"]).json()["status"] == "failed"
 
 
 @pytest.mark.parametrize(

@@ -58,6 +58,8 @@ def test_the_role_table() -> None:
     assert sorted(ROLES, key=lambda n: ROLES[n].drain_rank) == ["gate", "embedder", "http", "linker", "importance"]
     assert {n for n, kind in ROLES.items() if kind.needs_store} == {"embedder", "http", "linker", "importance"}
     assert [n for n, kind in ROLES.items() if kind.serves_http] == ["http"]
+    # only the recall service does without Kafka (it buffers memory.referenced): `serve` outlives Kafka
+    assert [n for n, kind in ROLES.items() if not kind.needs_kafka] == ["http"]
 
 
 def test_a_stack_refuses_an_unknown_role() -> None:
@@ -92,3 +94,16 @@ def test_serve_preflight_refuses(
     bad.write_text("{}")
     assert serve_main(["--tokens-file", str(bad)]) == 2
     assert "tokens file" in capsys.readouterr().err
+
+
+def test_the_gate_batch_size_reaches_the_consumer(capsys: pytest.CaptureFixture[str]) -> None:
+    """`episodic gate --batch-size N` bounds the fetched batches: Faust's max_poll_records."""
+    from stack.commands.gate import _parser, gate_config
+    from streams.app import create_app
+
+    _topics, options = gate_config(_parser().parse_args(["--batch-size", "7"]))
+    app = create_app(Settings(), app_id="t", max_poll_records=options.batch_size)
+    assert options.batch_size == 7 and app.conf.broker_max_poll_records == 7
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--batch-size", "0"])
+    assert "must be at least 1" in capsys.readouterr().err

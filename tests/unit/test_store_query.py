@@ -46,12 +46,12 @@ def test_own_scope_is_the_agents_memories_in_the_workspace() -> None:
     assert scope_filter(OWN) == Filter(must=(WS, Match("agent_id", "ag")))
 
 
-def test_crew_shared_scope_is_own_or_high_value_within_the_crew() -> None:
+def test_crew_shared_scope_is_own_or_the_crews_high_value() -> None:
     scope = ScopeFilter(workspace_id="ws-a", scope="crew_shared", agent_id="ag", crew_id="c", high_value=0.7)
     high = AtLeast("importance_score", 0.7)
-    assert scope_filter(scope) == Filter(
-        must=(WS, Match("crew_id", "c"), Filter(should=(Match("agent_id", "ag"), high)))
-    )
+    crew_high = Filter(must=(Match("crew_id", "c"), high))
+    # the agent's own memories whatever their crew (none included), or the crew's high-value ones
+    assert scope_filter(scope) == Filter(must=(WS, Filter(should=(Match("agent_id", "ag"), crew_high))))
     no_agent = ScopeFilter(workspace_id="ws-a", scope="crew_shared", crew_id="c", high_value=0.7)
     assert scope_filter(no_agent) == Filter(must=(WS, Match("crew_id", "c"), high))
 
