@@ -221,6 +221,11 @@ class EdgeEngine(Engine):
         with self._guard("count"):
             return int(self._open().count(request))
 
+    def facet(self, key: str, flt: Filter | None, limit: int) -> dict[str, int]:
+        request = qe.FacetRequest(key, limit=limit, exact=True, filter=Lowering(self)(flt) if flt is not None else None)
+        with self._guard("facet"):
+            return {str(h.value): int(h.count) for h in self._open().facet(request).hits}
+
     def query(self, query: Query) -> Sequence[ScoredRecord]:
         lower = Lowering(self)
         request = qe.QueryRequest(

@@ -25,12 +25,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from episodic.auth import AuthError, is_loopback, load_tokens
 from episodic.errors import EpisodicError
+from episodic.health_job import HealthJob
 from episodic.metrics import Metrics
 from episodic.ports import Embedder, MemoryStore
 from episodic.recall import RecallEngine
 from episodic.settings import Settings
 from episodic.sparse import Bm25Encoder
 from recall.deps import NudgeLookup, Publish, Services, Status
+from recall.health import router as health_router
 from recall.routes import router
 
 log = logging.getLogger(__name__)
@@ -121,6 +123,7 @@ def create_app(
     status: Status,
     metrics: Metrics,
     nudges: NudgeLookup | None = None,
+    health: HealthJob | None = None,
     insecure: bool = False,
 ) -> FastAPI:
     """The recall service. Raises AuthConfigError for a bad tokens file, InsecureBind (see module doc)."""
@@ -148,6 +151,7 @@ def create_app(
         metrics=metrics,
         tokens=tokens,
         nudges=nudges,
+        health=health,
     )
 
     async def auth_error(request: Request, exc: Exception) -> JSONResponse:
@@ -169,5 +173,6 @@ def create_app(
     app.add_exception_handler(EpisodicError, store_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.include_router(router)
+    app.include_router(health_router)
     app.add_middleware(BodyLimit)
     return app

@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 
 from episodic.auth import OPEN, AuthError, Principal, TokenTable
+from episodic.health_job import HealthJob
 from episodic.metrics import Metrics
 from episodic.ports import MemoryStore
 from episodic.recall import RecallEngine
@@ -34,6 +35,7 @@ class Services:
     metrics: Metrics
     tokens: TokenTable | None
     nudges: NudgeLookup | None = None
+    health: HealthJob | None = None  # the stored health snapshots (None: no state store in this process)
 
 
 def get_services(request: Request) -> Services:

@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Response
-from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
@@ -105,7 +104,7 @@ async def recall_render(
     nudge = None
     if req.run_id is not None and services.nudges is not None:
         try:
-            nudge = services.nudges(req.workspace_id, req.agent_id, req.run_id)
+            nudge = await run_in_threadpool(services.nudges, req.workspace_id, req.agent_id, req.run_id)
         except Exception as e:
             log.warning("nudge lookup failed: %s", e)
     response = RenderResponse(
@@ -143,26 +142,6 @@ async def memory_stats(
         return StatsResponse(indexed=total, dense=dense, sparse_only=max(0, total - dense))
 
     return await run_in_threadpool(counts)
-
-
-@router.get(
-    "/v1/memory/health",
-    responses={**ERRORS, 404: {"model": ErrorResponse, "description": "no snapshot yet"}},
-    summary="The latest stored memory-health snapshot",
-    tags=["memory"],
-)
-async def memory_health(
-    workspace_id: str = Query(min_length=1, max_length=MAX_ID_LEN),
-    crew_id: str | None = Query(default=None, min_length=1, max_length=MAX_ID_LEN),
-    principal: Principal = Depends(current_principal),
-    services: Services = Depends(get_services),
-) -> JSONResponse:
-    authorize(principal, workspace_id)
-    msg = (
-        "no memory-health snapshot: the daily health agent (SPEC §8) is not part of this build yet, "
-        "so no snapshot has been stored"
-    )
-    return JSONResponse(status_code=404, content={"error": msg, "detail": msg})
 
 
 @router.get("/healthz", response_model=HealthzResponse, tags=["ops"], summary="Liveness and mode (no auth)")

@@ -144,3 +144,63 @@ class ReferencedEvent(_Json, msgspec.Struct, frozen=True):
     mode: str
     at: AwareDatetime
     hits: list[ReferencedHit]
+
+
+class NudgeEvent(_Json, msgspec.Struct, frozen=True):
+    """`memory.nudges`: a run wrote `count` journal entries since its last `memory.updated` (SPEC §10 "Nudge").
+
+    `nudge_id` is derived from the run and its counting window, so the same decision always carries the same
+    id: exactly one id per run per window (a consumer may rely on it as an idempotency key)."""
+
+    workspace_id: str
+    agent_id: str
+    run_id: str
+    count: int
+    text: str
+    at: AwareDatetime
+    nudge_id: str
+
+
+HealthBand = Literal["red", "yellow", "green"]
+HealthTrigger = Literal["schedule", "admin"]
+
+
+class HealthMetrics(msgspec.Struct, frozen=True):
+    """The five metrics, 0–100 each; null when there was nothing to measure (see episodic/health.py)."""
+
+    freshness: float | None
+    coverage: float | None
+    coherence: float | None
+    efficiency: float | None
+    reachability: float | None
+
+
+class HealthInputs(msgspec.Struct, frozen=True):
+    """What the metrics were computed from."""
+
+    memories: int  # memories in the scope
+    dense: int  # ... with a dense vector
+    accepted: int  # distinct embeddable entry ids accepted by the gate (ledger ∪ the ids memories hold)
+    covered: int  # ... held by a memory with a dense vector
+    reachable: int  # memories with at least one relation, either direction
+    median_age_days: float | None
+    coherence_sample: int  # memories whose nearest neighbour was searched
+    mean_top1_cosine: float | None
+    recall_hits: int  # hits with a cosine in the efficiency window
+    mean_recall_cosine: float | None
+    efficiency_window_days: int
+
+
+class HealthSnapshot(_Json, msgspec.Struct, frozen=True):
+    """`memory.health`: one scope's daily snapshot (a workspace, or one crew of it when `crew_id` is set)."""
+
+    workspace_id: str
+    crew_id: str | None
+    date: str  # YYYY-MM-DD, UTC
+    computed_at: AwareDatetime
+    trigger: HealthTrigger
+    score: float
+    band: HealthBand
+    metrics: HealthMetrics
+    inputs: HealthInputs
+    duration_seconds: float

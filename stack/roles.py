@@ -20,6 +20,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from episodic.bus import dumps
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
     from consumers.embedding import EmbeddingConsumer
     from episodic.ports import Embedder, MemoryStore, StateStore
     from episodic.sparse import Bm25Encoder
+    from schemas.events import NudgeEvent
+    from streams.agents import AgentRunner
     from streams.runner import GateRunner
 
 log = logging.getLogger("episodic")
@@ -41,6 +44,11 @@ GATE_DRAIN_S = 30.0  # the gate's batch in flight, its commit and leaving the gr
 CONSUMER_DRAIN_S = 60.0  # the embedding batch in flight: embed, upsert, memory.indexed, commit
 HTTP_DRAIN_S = 30.0  # requests in flight
 HTTP_START_S = 15.0
+AGENT_DRAIN_S = 30.0  # a maintenance agent's batch in flight, its commit and leaving the group
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -57,11 +65,17 @@ class Resources:
     state: StateStore | None = None  # beside the store (episodic.ports.StateStore), opened with it
     embedder: Embedder | None = None  # None: sparse-only (no model, or EPISODIC_EMBED_MODEL=none)
     bm25: Bm25Encoder | None = None
+    clock: Callable[[], datetime] = utcnow  # the agents' "now" (tests pass a controllable one)
 
     def need_store(self, role: str) -> tuple[MemoryStore, Bm25Encoder]:
         if self.store is None or self.bm25 is None:
             raise EpisodicError(f"role {role!r} needs the store, and the stack did not open it")
         return self.store, self.bm25
+
+    def need_state(self, role: str) -> tuple[MemoryStore, StateStore]:
+        if self.store is None or self.state is None:
+            raise EpisodicError(f"role {role!r} needs the store and the state store, and the stack did not open them")
+        return self.store, self.state
 
 
 async def finish(task: asyncio.Task[Any] | None, timeout: float) -> None:
@@ -230,6 +244,7 @@ class HttpRole(Role):
 
         store, bm25 = res.need_store(self.name)
         s = res.settings
+        health, nudges = _state_hooks(res)
         app = create_app(
             settings=s,
             store=store,
@@ -238,6 +253,8 @@ class HttpRole(Role):
             publish=Publisher(res.producer, asyncio.get_running_loop(), res.metrics),
             status=res.status,
             metrics=res.metrics,
+            nudges=nudges,
+            health=health,
             insecure=res.insecure,
         )
         config = uvicorn.Config(
@@ -274,7 +291,123 @@ class HttpRole(Role):
         return f"recall service: http://{self._host}:{self.http_port}  (OpenAPI: /docs, metrics: /metrics)"
 
 
+def _state_hooks(res: Resources) -> tuple[Any, Any]:
+    """The recall service's views of the state store: the health snapshots and the pending nudges."""
+    if res.store is None or res.state is None:
+        return None, None
+    from episodic.health_job import HealthConfig, HealthJob
+    from episodic.nudge import take_pending_nudge
+
+    state = res.state
+    health = HealthJob(res.store, state, HealthConfig.from_settings(res.settings), clock=res.clock)
+
+    def nudges(workspace_id: str, agent_id: str | None, run_id: str) -> str | None:
+        return take_pending_nudge(state, workspace_id, agent_id, run_id)
+
+    return health, nudges
+
+
+class AgentRole(Role):
+    """A maintenance agent (`streams.agents.AgentRunner`): subclasses build the runner in `start`."""
+
+    needs_store = True
+    runner: AgentRunner | None = None
+
+    async def drain(self) -> None:
+        if self.runner is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.runner.stop(), AGENT_DRAIN_S)
+
+    def crash(self) -> str | None:
+        if self.runner is not None and self.runner.crashed:
+            return str(self.runner.crash_reason)
+        return None
+
+
+class HealthRole(AgentRole):
+    """journal.embeddable + memory.referenced -> the health inputs; daily snapshots -> memory.health, gauges
+    (the health agent in `streams/health.py`)."""
+
+    name = "health"
+    drain_rank = 1
+
+    async def start(self, res: Resources) -> None:
+        from episodic.health_inputs import Ledger, RecallTally
+        from episodic.health_job import HealthConfig, HealthJob, announce
+        from streams.agents import AgentRunner
+        from streams.health import HealthTopics, install_health
+
+        store, state = res.need_state(self.name)
+        s = res.settings
+        job = HealthJob(store, state, HealthConfig.from_settings(s), clock=res.clock)
+        res.metrics.set_health(await asyncio.to_thread(job.latest_of_workspaces), s.health_gauge_workspaces)
+        publish = Publisher(res.producer, asyncio.get_running_loop(), res.metrics)
+
+        def on_snapshots(snaps: list[Any]) -> None:
+            announce(snaps, publish=publish, metrics=res.metrics, gauge_workspaces=s.health_gauge_workspaces)
+
+        ledger, tally = Ledger(state), RecallTally(state, store)
+        self.runner = AgentRunner(
+            s,
+            suffix="health",
+            topics=HealthTopics().all(),
+            install=lambda app: install_health(
+                app,
+                ledger=ledger,
+                tally=tally,
+                job=job,
+                metrics=res.metrics,
+                on_snapshots=on_snapshots,
+                tick_s=s.health_tick_s,
+            ),
+        )
+        await self.runner.start()
+
+    def describe(self) -> str | None:
+        return None if self.runner is None else "health agent: daily snapshots at EPISODIC_HEALTH_DAILY_AT (UTC)"
+
+
+class NudgeRole(AgentRole):
+    """journal.entries -> per-run counters -> memory.nudges (the nudge agent in `streams/nudge.py`)."""
+
+    name = "nudge"
+    drain_rank = 0  # takes journal input, like the gate
+
+    async def start(self, res: Resources) -> None:
+        from episodic.nudge import NudgeBook
+        from streams.agents import AgentRunner
+        from streams.nudge import NudgeTopics, install_nudge, recover
+
+        _store, state = res.need_state(self.name)
+        s = res.settings
+        topics = NudgeTopics()
+        book = NudgeBook(state, threshold=s.nudge_threshold, idle_s=s.nudge_run_idle_s)
+        producer = res.producer
+
+        async def publish(event: NudgeEvent) -> None:
+            await (await producer.send(topics.nudges, key=event.workspace_id.encode(), value=event.to_json()))
+
+        await recover(book=book, bootstrap=s.bootstrap, topic=topics.nudges, publish=publish, metrics=res.metrics)
+        self.runner = AgentRunner(
+            s,
+            suffix="nudge",
+            topics=topics.all(),
+            install=lambda app: install_nudge(
+                app,
+                book=book,
+                publish=publish,
+                metrics=res.metrics,
+                clock=res.clock,
+                sweep_every_s=max(0.5, min(3600.0, s.nudge_run_idle_s / 10)),
+            ),
+        )
+        await self.runner.start()
+
+    def describe(self) -> str | None:
+        return None if self.runner is None else "nudge agent: one nudge per run per EPISODIC_NUDGE_THRESHOLD entries"
+
+
 # The role table: start order is this order (the consumer is ready before the gate forwards to it; the
 # recall service comes up last, when the stack can answer). `episodic up` runs them all.
-ROLES: dict[str, type[Role]] = {role.name: role for role in (EmbedderRole, GateRole, HttpRole)}
-ALL_ROLES: tuple[str, ...] = ("gate", "embedder", "http")
+ROLES: dict[str, type[Role]] = {role.name: role for role in (EmbedderRole, GateRole, HttpRole, HealthRole, NudgeRole)}
+ALL_ROLES: tuple[str, ...] = ("gate", "embedder", "http", "health", "nudge")

@@ -18,7 +18,9 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from episodic.bus import bootstrap_reachable, ensure_topics, make_producer
@@ -66,13 +68,21 @@ class KafkaStatus:
 class Stack:
     """The embedded stack (or a subset of its roles for distributed mode)."""
 
-    def __init__(self, settings: Settings, *, roles: tuple[str, ...] = ALL_ROLES, insecure: bool = False) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        roles: tuple[str, ...] = ALL_ROLES,
+        insecure: bool = False,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
         unknown = [r for r in roles if r not in ROLES]
         if unknown or not roles:
             raise ValueError(f"unknown role(s) {unknown or roles}: the roles are {', '.join(ROLES)}")
         self.settings = settings
         self.roles = roles
         self.insecure = insecure
+        self.clock = clock  # the maintenance agents' "now"; None: the wall clock
         self.metrics = Metrics()
         self.broker: EmbeddedBroker | None = None
         self.producer: AIOKafkaProducer | None = None
@@ -129,6 +139,7 @@ class Stack:
             state=self.state,
             embedder=self.embedder,
             bm25=self.bm25,
+            **({"clock": self.clock} if self.clock is not None else {}),
         )
         for kind in self._kinds:
             role = self.running[kind.name] = kind()  # registered first: stop() drains a half-started role
