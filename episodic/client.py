@@ -79,9 +79,26 @@ class RecallClient:
         """`POST /v1/recall/render`: the prompt-ready `<recalled-memory>` block in `text`."""
         return self._post("/v1/recall/render", body)
 
+    def health(self, workspace_id: str, crew_id: str | None = None, *, days: int | None = None) -> dict[str, Any]:
+        """`GET /v1/memory/health`: the latest stored snapshot (with `days`, its daily history too)."""
+        params: dict[str, Any] = {"workspace_id": workspace_id}
+        if crew_id is not None:
+            params["crew_id"] = crew_id
+        if days is not None:
+            params["days"] = days
+        return self._send("GET", "/v1/memory/health", params=params)
+
+    def run_health(self, workspace_id: str | None = None) -> dict[str, Any]:
+        """`POST /v1/admin/run/health`: compute and store snapshots now (an admin token when auth is on)."""
+        params = {"workspace_id": workspace_id} if workspace_id is not None else {}
+        return self._send("POST", "/v1/admin/run/health", params=params)
+
     def _post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return self._send("POST", path, json=dict(body))
+
+    def _send(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
         try:
-            r = self._http.post(path, json=dict(body))
+            r = self._http.request(method, path, **kw)
         except httpx.HTTPError as e:
             raise ServiceUnreachable(self.url, e) from e
         try:

@@ -48,7 +48,8 @@ class Ledger:
         self._workspaces: set[str] = set()
 
     def record(self, records: Sequence[EmbeddableRecord]) -> int:
-        """Write the ledger documents of a batch; returns how many entries it named."""
+        """Write the ledger documents of a batch (a re-delivered entry writes the same document); returns how
+        many records it folded."""
         docs = {
             accepted_key(r.workspace_id, r.id): {
                 "workspace_id": r.workspace_id,
@@ -63,7 +64,7 @@ class Ledger:
         if new:
             self.state.put_many(WORKSPACE_KIND, {ws: {"workspace_id": ws} for ws in new})
             self._workspaces |= new
-        return len(docs)
+        return len(records)
 
 
 def accepted_ids(state: StateStore, workspace_id: str) -> dict[str, str]:

@@ -19,6 +19,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gate": ("stack.commands.gate:main", "run only the gate (distributed mode)"),
     "embedder": ("stack.commands.up:embedder_main", "run only the embedding consumer (distributed mode)"),
     "serve": ("stack.commands.serve:main", "run only the recall HTTP service (distributed mode)"),
+    "health": ("stack.commands.health:main", "print a workspace's memory-health snapshot and its last days"),
+    "health-agent": ("stack.commands.up:health_main", "run only the health agent (distributed mode)"),
+    "nudge-agent": ("stack.commands.up:nudge_main", "run only the nudge agent (distributed mode)"),
 }
 
 

@@ -1,9 +1,9 @@
 """`episodic up`: the whole embedded stack in one process, and the single-stage roles.
 
-`episodic up` runs every role in the foreground; `episodic embedder` (and `episodic serve`, see
-`stack.commands.serve`) runs one role against a shared Kafka. Both run a `stack.runtime.Stack`; Ctrl-C
-(SIGINT) or SIGTERM drains it. Exit status: 0 after a clean stop, 2 when it cannot start, 3 when the
-broker dies, 4 when the gate crashes, 1 when a role fails.
+`episodic up` runs every role in the foreground; `episodic embedder`, `episodic health-agent`, `episodic
+nudge-agent` (and `episodic serve`, see `stack.commands.serve`) run one role against a shared Kafka. Each
+runs a `stack.runtime.Stack`; Ctrl-C (SIGINT) or SIGTERM drains it. Exit status: 0 after a clean stop, 2
+when it cannot start, 3 when the broker dies, 4 when the gate crashes, 1 when a role fails.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from episodic.settings import Settings
-from stack.roles import ALL_ROLES, EmbedderRole
+from stack.roles import ALL_ROLES, EmbedderRole, HealthRole, NudgeRole
 from stack.runtime import run_stack, setup_logging
 
 log = logging.getLogger("episodic")
@@ -62,3 +62,13 @@ def run_role(role: str, argv: list[str]) -> int:
 def embedder_main(argv: list[str]) -> int:
     """`episodic embedder`: the embedding consumer alone (distributed mode)."""
     return run_role(EmbedderRole.name, argv)
+
+
+def health_main(argv: list[str]) -> int:
+    """`episodic health-agent`: the health agent alone (distributed mode; the store through a Qdrant server)."""
+    return run_role(HealthRole.name, argv)
+
+
+def nudge_main(argv: list[str]) -> int:
+    """`episodic nudge-agent`: the nudge agent alone (distributed mode; the state through a Qdrant server)."""
+    return run_role(NudgeRole.name, argv)

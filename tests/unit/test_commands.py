@@ -20,7 +20,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_command_resolves_to_a_function() -> None:
-    assert set(COMMANDS) == {"up", "produce", "recall", "doctor", "gate", "embedder", "serve"}
+    assert set(COMMANDS) == {
+        "up",
+        "produce",
+        "recall",
+        "doctor",
+        "gate",
+        "embedder",
+        "serve",
+        "health",
+        "health-agent",
+        "nudge-agent",
+    }
     for name in COMMANDS:
         assert callable(resolve(name)), name
 
@@ -49,16 +60,16 @@ def test_the_role_table() -> None:
     assert all(kind.name == name for name, kind in ROLES.items())
     assert all(issubclass(kind, Role) and not kind.__abstractmethods__ for kind in ROLES.values())
     # started downstream first (the consumer is ready before the gate forwards), HTTP last ...
-    assert list(ROLES) == ["embedder", "gate", "http"]
-    # ... drained upstream first: the gate stops taking records, the consumer finishes its batch, then HTTP
-    assert sorted(ROLES, key=lambda n: ROLES[n].drain_rank) == ["gate", "embedder", "http"]
-    assert {n for n, kind in ROLES.items() if kind.needs_store} == {"embedder", "http"}
+    assert list(ROLES) == ["embedder", "gate", "http", "health", "nudge"]
+    # ... drained upstream first: the stages reading journal.entries, then the consumers after them, then HTTP
+    assert sorted(ROLES, key=lambda n: ROLES[n].drain_rank) == ["gate", "nudge", "embedder", "health", "http"]
+    assert {n for n, kind in ROLES.items() if kind.needs_store} == {"embedder", "http", "health", "nudge"}
     assert [n for n, kind in ROLES.items() if kind.serves_http] == ["http"]
 
 
 def test_a_stack_refuses_an_unknown_role() -> None:
-    with pytest.raises(ValueError, match="linker"):
-        Stack(Settings(), roles=("gate", "linker"))
+    with pytest.raises(ValueError, match="linkr"):
+        Stack(Settings(), roles=("gate", "linkr"))
     with pytest.raises(ValueError):
         Stack(Settings(), roles=())
 
