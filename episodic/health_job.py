@@ -125,8 +125,8 @@ def gather(store: MemoryStore, state: StateStore, workspace_id: str, *, recall_d
     its recall tallies."""
     memories: list[Memory] = []
     keys: list[str] = []
-    blocks: list[np.ndarray] = []
-    owners: list[np.ndarray] = []
+    blocks: list[list[float]] = []  # every chunk row of the workspace, then one matrix
+    owners: list[int] = []
     incoming: set[str] = set()
     for hit in store.scan_workspace(workspace_id, with_dense=True):
         p = hit.payload
@@ -135,21 +135,23 @@ def gather(store: MemoryStore, state: StateStore, workspace_id: str, *, recall_d
         ids = (str(p.get("entry_id", "")), *(str(a) for a in (p.get("aliases") or []) if isinstance(a, str)))
         dense = bool(hit.dense)
         if dense:
-            block = np.asarray(hit.dense, dtype=np.float32)
-            norms = np.linalg.norm(block, axis=1, keepdims=True)
-            blocks.append(block / np.where(norms > 0, norms, 1.0))
-            owners.append(np.full(block.shape[0], len(memories), dtype=np.int64))
+            assert hit.dense is not None
+            blocks.extend(hit.dense)
+            owners.extend([len(memories)] * len(hit.dense))
         memories.append(
             Memory(ids=ids, crew=str(p.get("crew_id") or ""), ts=_ts(p.get("ts")), dense=dense, links_out=bool(links))
         )
         keys.append(hit.point_id)
-    dim = blocks[0].shape[1] if blocks else 0
+    rows = np.asarray(blocks, dtype=np.float32) if blocks else np.zeros((0, 0), dtype=np.float32)
+    if len(rows):
+        norms = np.linalg.norm(rows, axis=1, keepdims=True)
+        rows /= np.where(norms > 0, norms, 1.0)
     return WorkspaceData(
         workspace_id=workspace_id,
         memories=memories,
         keys=keys,
-        rows=np.concatenate(blocks) if blocks else np.zeros((0, dim), dtype=np.float32),
-        owners=np.concatenate(owners) if owners else np.zeros(0, dtype=np.int64),
+        rows=rows,
+        owners=np.asarray(owners, dtype=np.int64),
         incoming=incoming,
         accepted=accepted_ids(state, workspace_id),
         recalls=recall_cosines(state, workspace_id, recall_days),
