@@ -84,7 +84,8 @@ def seed(store: Any, state: Any, embedder: Any, n: int, sample: int) -> None:
                 points.append(MemoryPoint(point_id(ws, rec.id), bm25.document(rec.summary), payload, dense))
             store.upsert(points)
         lost = [
-            EmbeddableRecord.from_dict({**r.to_json_dict(), "id": f"lost-{k}"}) for k, r in enumerate(records[: n // 33])
+            EmbeddableRecord.from_dict({**r.to_json_dict(), "id": f"lost-{k}"})
+            for k, r in enumerate(records[: n // 33])
         ]
         Ledger(state).record(records + lost)
     hits = [[(f"m{rng.randrange(n):06d}", rng.uniform(0.2, 0.8)) for _ in range(5)] for _ in range(200)]

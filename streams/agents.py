@@ -75,7 +75,34 @@ def batch_agent(app: faust.App, topic: str, name: str, handle: Callable[[RecordB
     return app.agent(source, name=name)(run)
 
 
-class AgentRunner:
+class AppHolder:
+    """A Faust app started and stopped inside the caller's event loop: its crash state and its stop (shared
+    by the gate's runner and the maintenance agents')."""
+
+    label = "app"
+    app: faust.App | None = None
+
+    @property
+    def crashed(self) -> bool:
+        return self.app is not None and bool(self.app.crashed)
+
+    @property
+    def crash_reason(self) -> BaseException | None:
+        return self.app.crash_reason if self.app is not None else None
+
+    async def stop(self) -> None:
+        """Stop consuming, let the batch in flight finish (acked batches are committed), leave the group."""
+        app, self.app = self.app, None
+        if app is None:
+            return
+        try:
+            await app.stop()
+        except Exception as e:  # stopping must not fail the caller's shutdown
+            log.warning("%s: error while stopping: %r", self.label, e)
+        log.info("%s stopped", self.label)
+
+
+class AgentRunner(AppHolder):
     """One Faust app with the agents `install(app)` declares, in the caller's event loop."""
 
     def __init__(
@@ -90,15 +117,16 @@ class AgentRunner:
     ) -> None:
         self.settings = settings
         self.suffix = suffix
+        self.label = f"{suffix} agent"
         self.install = install
         self.topics = topics
         self.app_id = app_id or f"{settings.consumer_group_prefix}-{suffix}"
         self.create_topics = create_topics
-        self.app: faust.App | None = None
+        self.app = None
 
     async def start(self) -> None:
         if self.app is not None:
-            raise RuntimeError(f"{self.suffix} agent already started")
+            raise RuntimeError(f"{self.label} already started")
         if self.create_topics:
             s = self.settings
             await ensure_topics(
@@ -109,31 +137,4 @@ class AgentRunner:
         self.install(app)
         self.app = app
         await app.start()
-        log.info("%s agent: %s (group %s)", self.suffix, ", ".join(self.topics), self.app_id)
-
-    @property
-    def crashed(self) -> bool:
-        return self.app is not None and bool(self.app.crashed)
-
-    @property
-    def crash_reason(self) -> BaseException | None:
-        return self.app.crash_reason if self.app is not None else None
-
-    def assignment(self) -> set[Any]:
-        if self.app is None or not self.app.started:
-            return set()
-        try:
-            return set(self.app.consumer.assignment())
-        except Exception:
-            return set()
-
-    async def stop(self) -> None:
-        """Stop consuming; the batch in flight finishes (acked batches are committed); leave the group."""
-        app, self.app = self.app, None
-        if app is None:
-            return
-        try:
-            await app.stop()
-        except Exception as e:  # stopping must not fail the caller's shutdown
-            log.warning("%s agent: error while stopping: %r", self.suffix, e)
-        log.info("%s agent stopped", self.suffix)
+        log.info("%s: %s (group %s)", self.label, ", ".join(self.topics), self.app_id)

@@ -23,13 +23,14 @@ import faust
 from episodic.bus import ensure_topics
 from episodic.metrics import Metrics
 from episodic.settings import Settings
+from streams.agents import AppHolder
 from streams.app import create_app
 from streams.gate import GateOptions, GateTopics, install_gate
 
 log = logging.getLogger(__name__)
 
 
-class GateRunner:
+class GateRunner(AppHolder):
     """Owns one Faust app with the gate agent, started and stopped inside the caller's event loop."""
 
     def __init__(
@@ -49,6 +50,7 @@ class GateRunner:
         self.options = options
         self.create_topics = create_topics
         self.app: faust.App | None = None
+        self.label = "gate"
 
     async def start(self, *, wait_assigned: float | None = None) -> None:
         """Start the gate in the running loop. With `wait_assigned`, also wait (seconds) for partitions."""
@@ -100,22 +102,3 @@ class GateRunner:
     @property
     def running(self) -> bool:
         return self.app is not None and self.app.started and not self.app.should_stop and not self.crashed
-
-    @property
-    def crashed(self) -> bool:
-        return self.app is not None and bool(self.app.crashed)
-
-    @property
-    def crash_reason(self) -> BaseException | None:
-        return self.app.crash_reason if self.app is not None else None
-
-    async def stop(self) -> None:
-        """Stop consuming, let the batch in flight finish (acked batches are committed), leave the group."""
-        app, self.app = self.app, None
-        if app is None:
-            return
-        try:
-            await app.stop()
-        except Exception as e:  # stopping must not fail the caller's shutdown
-            log.warning("gate: error while stopping: %r", e)
-        log.info("gate stopped")

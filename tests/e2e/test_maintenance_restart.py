@@ -11,6 +11,8 @@ import json
 import os
 import signal
 import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -74,17 +76,28 @@ def render(port: int, run_id: str) -> dict[str, Any]:
     return data
 
 
-def kill(proc: subprocess.Popen[bytes]) -> None:
+@asynccontextmanager
+async def stack_up(broker: str, data: Path, log: Path, what: str) -> AsyncIterator[tuple[int, subprocess.Popen[bytes]]]:
+    """`episodic up` on a fresh port, once it answers; killed on the way out if it still runs."""
+    port = free_port()
+    proc = start_stack(broker, data, port, log)
+    try:
+        await poll(lambda: counted(port) >= 0, timeout=120, what=what)
+        yield port, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def kill_9(proc: subprocess.Popen[bytes]) -> None:
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
 
 
 async def test_one_nudge_per_run_and_snapshots_across_kill_9(fresh_broker: str, tmp_path: Path) -> None:
     data, log = tmp_path / "data", tmp_path / "stack.log"
-    port = free_port()
-    proc = start_stack(fresh_broker, data, port, log)
-    try:
-        await poll(lambda: counted(port) == 0, timeout=120, what="stack up")
+    async with stack_up(fresh_broker, data, log, "stack up") as (port, proc):
         await produce_lines(fresh_broker, entries(0, 45))
         await poll(lambda: counted(port) >= 45, timeout=60, what="45 entries counted")
         await poll(lambda: metric(port, "episodic_indexed_total", 'mode="vector"') >= 11, timeout=60, what="indexed")
@@ -93,20 +106,11 @@ async def test_one_nudge_per_run_and_snapshots_across_kill_9(fresh_broker: str, 
         first = r.json()["snapshots"][0]
         records = await read_topic(fresh_broker, "memory.health", expect=2)  # published (fire and forget)
         health = [HealthSnapshot.from_json(rec.value) for rec in records]
-        assert [(h.workspace_id, h.crew_id, h.trigger) for h in health] == [
-            (WS, None, "admin"),
-            (WS, "crew-n", "admin"),
-        ]
+        assert [(h.crew_id, h.trigger) for h in health] == [(None, "admin"), ("crew-n", "admin")]
         assert health[0].to_json_dict() == first
-        kill(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        kill_9(proc)
 
-    port = free_port()
-    proc = start_stack(fresh_broker, data, port, log)
-    try:
-        await poll(lambda: counted(port) >= 0, timeout=120, what="stack up again")
+    async with stack_up(fresh_broker, data, log, "stack up again") as (port, proc):
         # the snapshot survived the kill, and so did the run's counter: 15 more entries reach the threshold
         r = httpx.get(f"http://127.0.0.1:{port}/v1/memory/health", params={"workspace_id": WS}, timeout=10)
         assert r.status_code == 200 and r.json()["computed_at"] == first["computed_at"]
@@ -119,23 +123,14 @@ async def test_one_nudge_per_run_and_snapshots_across_kill_9(fresh_broker: str, 
         assert shown["nudge"] == nudge_text(75) and "memory update" not in shown["text"]  # outside the block
         assert render(port, RUN)["nudge"] is None  # delivered once
         assert render(port, "another-run")["nudge"] is None
-        kill(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        kill_9(proc)
 
-    port = free_port()
-    proc = start_stack(fresh_broker, data, port, log)
-    try:
-        await poll(lambda: counted(port) >= 0, timeout=120, what="stack up a third time")
+    async with stack_up(fresh_broker, data, log, "stack up a third time") as (port, proc):
         await produce_lines(fresh_broker, entries(75, 80))
         await poll(lambda: counted(port) >= 5, timeout=60, what="5 more entries counted")
         assert render(port, RUN)["nudge"] is None
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, log.read_text()[-3000:]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
 
     nudges = [NudgeEvent.from_json(r.value) for r in await read_topic(fresh_broker, "memory.nudges", expect=1)]
     assert [(n.workspace_id, n.agent_id, n.run_id, n.count) for n in nudges] == [(WS, AGENT, RUN, 60)]

@@ -26,6 +26,7 @@ from schemas.events import NudgeEvent
 from stack.stores import open_state, open_store
 from streams.agents import AgentRunner
 from streams.nudge import NudgeTopics, install_nudge, published_ids, recover
+from tests.e2e.conftest import poll
 
 pytestmark = pytest.mark.integration
 
@@ -83,15 +84,6 @@ async def read_all(bootstrap: str, topic: str, *, settle_s: float = 1.5) -> list
     finally:
         await c.stop()
     return out
-
-
-async def poll(check: Any, timeout: float = 60.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def counted(metrics: Metrics, outcome: str = "counted") -> float:
