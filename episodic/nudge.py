@@ -7,8 +7,10 @@ for it. Runs are keyed by (workspace_id, run_id); entries without a run_id do no
 State: one document per run in the StateStore (kind `nudge.run`), so counts survive a restart. Exactly one
 nudge per run per window, under at-least-once delivery of journal.entries:
 
-1. A batch of records is folded into the run documents; a record already applied is recognised by the
-   document's replay mark (`episodic.replay`) and skipped, so a re-delivered batch counts nothing twice.
+1. A batch of records is folded into the run documents (a record older than `idle_s`, a backlog read long
+   after its run went quiet, counts but triggers no nudge; the run's next live entry does); a record
+   already applied is recognised by the document's replay mark (`episodic.replay`) and skipped, so a
+   re-delivered batch counts nothing twice.
 2. A nudge decided in the batch is written into the document's `outbox` (with a `nudge_id` derived from the
    run, the counter's generation and the window) together with the counts, in one write, before anything
    is published: the decision is durable before it is visible.
@@ -20,7 +22,8 @@ nudge in the outbox (the re-delivered records are replays): at start the agent r
 the outbox's ids and publishes only those not there, so a crash between the broker's ack and (3) does not
 publish twice. `NudgeEvent.nudge_id` is the same for the same decision either way.
 
-Idle runs: a run with no entry for `idle_s` (EPISODIC_NUDGE_RUN_IDLE_S) is forgotten (its document is
+Idle runs: a run with no entry for `idle_s` (EPISODIC_NUDGE_RUN_IDLE_S, judged by the records' Kafka
+timestamps, so a backlog read late is not mistaken for activity) is forgotten (its document is
 deleted; never one with a nudge still in its outbox). If it resumes, it starts a new counter (a new
 generation, window 0) as if it had just written memory.updated: it can be nudged again after another
 threshold of entries, under a new nudge id.
@@ -29,6 +32,7 @@ threshold of entries, under a new nudge id.
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -91,20 +95,29 @@ def new_run(obs: Observed, now: datetime) -> dict[str, Any]:
         "nudge": None,  # this window's nudge: {"nudge_id", "count", "at"}
         "outbox": [],  # nudges decided and not yet confirmed published (NudgeEvent as JSON)
         "pending": "no",  # "yes" while the outbox is not empty (a keyword the store can match)
-        "last_seen": format_timestamp(now),
+        "last_seen": format_timestamp(activity(obs, now)),
         "marks": {},
     }
 
 
-def fold(doc: dict[str, Any], obs: Observed, *, now: datetime, threshold: int) -> tuple[bool, NudgeEvent | None]:
+def activity(obs: Observed, now: datetime) -> datetime:
+    """When the record was written (its Kafka timestamp; `now` when it has none)."""
+    return datetime.fromtimestamp(obs.ts_ms / 1000, UTC) if obs.ts_ms > 0 else now
+
+
+def fold(
+    doc: dict[str, Any], obs: Observed, *, now: datetime, threshold: int, idle_s: float = math.inf
+) -> tuple[bool, NudgeEvent | None]:
     """Apply one record to its run's document (in place). Returns whether it was applied (False: a replay)
-    and the nudge it triggers, if any. Pure."""
+    and the nudge it triggers, if any. A record older than `idle_s` (a backlog read long after the run
+    went quiet) counts but triggers nothing: a later, live entry of the run does. Pure."""
     marks = clean(doc.get("marks"))
     if seen(marks, obs.partition, obs.offset, obs.ts_ms):
         return False, None
     advance(marks, obs.partition, obs.offset, obs.ts_ms)
     doc["marks"] = marks
-    doc["last_seen"] = format_timestamp(now)
+    at = activity(obs, now)
+    doc["last_seen"] = format_timestamp(max(at, _ts(doc.get("last_seen")) or at))
     doc["agent_id"] = obs.agent_id
     if obs.entry_type == MEMORY_UPDATED:
         doc["window"] = int(doc.get("window", 0)) + 1
@@ -112,7 +125,7 @@ def fold(doc: dict[str, Any], obs: Observed, *, now: datetime, threshold: int) -
         doc["nudge"] = None
         return True, None
     doc["count"] = count = int(doc.get("count", 0)) + 1
-    if count < threshold or doc.get("nudge"):
+    if count < threshold or doc.get("nudge") or (now - at).total_seconds() >= idle_s:
         return True, None
     event = NudgeEvent(
         workspace_id=obs.workspace_id,
@@ -133,11 +146,15 @@ def is_idle(doc: dict[str, Any], now: datetime, idle_s: float) -> bool:
     """True when the run saw no entry for `idle_s` and has nothing left to publish."""
     if doc.get("outbox"):
         return False
+    last = _ts(doc.get("last_seen"))
+    return last is None or (now - last).total_seconds() >= idle_s  # a damaged document is not worth keeping
+
+
+def _ts(value: Any) -> datetime | None:
     try:
-        last = parse_timestamp(doc.get("last_seen"))
+        return parse_timestamp(value)
     except ValueError:
-        return True  # a damaged document is not worth keeping
-    return (now - last).total_seconds() >= idle_s
+        return None
 
 
 def outbox_events(doc: dict[str, Any]) -> list[NudgeEvent]:
@@ -192,7 +209,7 @@ class NudgeBook:
             doc = self._cache.get(key)
             if doc is None:
                 doc = self._cache[key] = new_run(obs, now)
-            applied, event = fold(doc, obs, now=now, threshold=self.threshold)
+            applied, event = fold(doc, obs, now=now, threshold=self.threshold, idle_s=self.idle_s)
             if applied:
                 result.counted += 1
                 dirty[key] = doc

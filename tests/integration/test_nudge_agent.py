@@ -175,9 +175,10 @@ async def test_malformed_records_are_counted_and_skipped(broker: str, state: Sta
 
 
 def _decide(book: NudgeBook, run: str) -> NudgeEvent:
+    now = datetime.now(UTC)
+    ms = int(now.timestamp() * 1000)
     applied = book.apply(
-        [Observed(0, i, 1000 + i, "ws-o", "agent-o", run, "exec.output_chunk") for i in range(60)],
-        now=datetime.now(UTC),
+        [Observed(0, i, ms + i, "ws-o", "agent-o", run, "exec.output_chunk") for i in range(60)], now=now
     )
     (event,) = applied.nudges
     return event

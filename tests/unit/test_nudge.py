@@ -20,6 +20,7 @@ from episodic.nudge import (
 from episodic.ports import StateStore
 
 T0 = datetime(2026, 3, 10, 9, 0, tzinfo=UTC)
+T0_MS = int(T0.timestamp() * 1000)
 SEED_TEXT = (
     "You have 72 new journal entries since your last memory update. Consider appending any recurring pattern "
     "you’ve noticed to ~/.memory/AGENT.md before the session ends — the consolidator won’t replace your "
@@ -59,7 +60,7 @@ class MemoryState(StateStore):
 
 
 def obs(offset: int, *, run: str = "r1", entry_type: str = "exec.output_chunk", ts: int | None = None) -> Observed:
-    return Observed(0, offset, 1_000 + offset if ts is None else ts, "ws", "agent-a", run, entry_type)
+    return Observed(0, offset, T0_MS + offset if ts is None else ts, "ws", "agent-a", run, entry_type)
 
 
 def test_the_text_is_seed_001s_reminder() -> None:
@@ -99,7 +100,7 @@ def test_a_replayed_record_counts_nothing() -> None:
     assert [fold(doc, obs(i), now=T0, threshold=60)[0] for i in range(10)] == [False] * 10
     assert doc["count"] == 10
     # a recreated topic (offsets from 0 again) with later timestamps is new, not a replay
-    assert fold(doc, obs(0, ts=10_000), now=T0, threshold=60)[0] is True
+    assert fold(doc, obs(0, ts=T0_MS + 10_000), now=T0, threshold=60)[0] is True
     assert doc["count"] == 11
 
 
@@ -131,10 +132,23 @@ def test_the_book_decides_once_across_a_restart_and_forgets_idle_runs() -> None:
     assert take_pending_nudge(state, "ws", None, "r1") is None
     # idle: forgotten after an hour without entries; resuming starts a fresh counter (a new generation)
     assert book.forget_idle(now=T0 + timedelta(minutes=59)) == 0
-    assert book.forget_idle(now=T0 + timedelta(hours=1)) == 1 and book.tracked() == 0
+    assert book.forget_idle(now=T0 + timedelta(hours=1, seconds=1)) == 1 and book.tracked() == 0
     later = T0 + timedelta(hours=2)
-    resumed = book.apply([obs(i, ts=99_000 + i) for i in range(100, 160)], now=later)
+    later_ms = int(later.timestamp() * 1000)
+    resumed = book.apply([obs(i, ts=later_ms + i) for i in range(100, 160)], now=later)
     assert len(resumed.nudges) == 1 and resumed.nudges[0].nudge_id != again.nudges[0].nudge_id
+
+
+def test_a_backlog_read_late_counts_but_does_not_nudge_until_a_live_entry() -> None:
+    state = MemoryState()
+    book = NudgeBook(state, threshold=60, idle_s=3600)
+    day_ago = T0_MS - 86_400_000
+    stale = book.apply([obs(i, ts=day_ago + i) for i in range(70)], now=T0)
+    assert stale.counted == 70 and stale.nudges == []
+    assert book.forget_idle(now=T0) == 1  # its last entry is a day old: idle already
+    book.apply([obs(i, ts=day_ago + i) for i in range(70, 130)], now=T0)
+    live = book.apply([obs(130)], now=T0)
+    assert [n.count for n in live.nudges] == [61]
 
 
 def test_a_run_with_an_unpublished_nudge_is_never_forgotten() -> None:
