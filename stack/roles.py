@@ -314,6 +314,7 @@ class AgentRole(Role):
 
     needs_store = True
     runner: AgentRunner | None = None
+    _line = ""
 
     async def drain(self) -> None:
         if self.runner is not None:
@@ -349,6 +350,7 @@ class HealthRole(AgentRole):
             announce(snaps, publish=publish, metrics=res.metrics, gauge_workspaces=s.health_gauge_workspaces)
 
         ledger, tally = Ledger(state), RecallTally(state, store)
+        self._line = f"health agent: daily snapshots at {s.health_daily_at} UTC (EPISODIC_HEALTH_DAILY_AT)"
         self.runner = AgentRunner(
             s,
             suffix="health",
@@ -366,7 +368,7 @@ class HealthRole(AgentRole):
         await self.runner.start()
 
     def describe(self) -> str | None:
-        return None if self.runner is None else "health agent: daily snapshots at EPISODIC_HEALTH_DAILY_AT (UTC)"
+        return None if self.runner is None else self._line
 
 
 class NudgeRole(AgentRole):
@@ -385,6 +387,10 @@ class NudgeRole(AgentRole):
         topics = NudgeTopics()
         book = NudgeBook(state, threshold=s.nudge_threshold, idle_s=s.nudge_run_idle_s)
         producer = res.producer
+        self._line = (
+            f"nudge agent: a run is nudged once at {s.nudge_threshold} entries since its memory.updated; "
+            f"runs idle {s.nudge_run_idle_s:.0f}s are forgotten"
+        )
 
         async def publish(event: NudgeEvent) -> None:
             await (await producer.send(topics.nudges, key=event.workspace_id.encode(), value=event.to_json()))
@@ -406,7 +412,7 @@ class NudgeRole(AgentRole):
         await self.runner.start()
 
     def describe(self) -> str | None:
-        return None if self.runner is None else "nudge agent: one nudge per run per EPISODIC_NUDGE_THRESHOLD entries"
+        return None if self.runner is None else self._line
 
 
 # The role table: start order is this order (the consumer is ready before the gate forwards to it; the
