@@ -218,10 +218,20 @@ class NudgeBook:
             if event is not None:
                 result.nudges.append(event)
             self._cache.move_to_end(key)
-        if dirty:
-            self.state.put_many(RUN_KIND, dirty)
+        self._write(dirty)
         self._trim()
         return result
+
+    def _write(self, dirty: dict[str, dict[str, Any]]) -> None:
+        """Write the changed runs; on failure forget them here too, so that a retry folds from the store."""
+        if not dirty:
+            return
+        try:
+            self.state.put_many(RUN_KIND, dirty)
+        except BaseException:
+            for key in dirty:
+                self._cache.pop(key, None)
+            raise
 
     def mark_sent(self, events: list[NudgeEvent]) -> None:
         """The broker acknowledged these nudges: take them out of their runs' outboxes."""
@@ -239,8 +249,7 @@ class NudgeBook:
             doc["outbox"] = left
             doc["pending"] = "yes" if left else "no"
             dirty[key] = doc
-        if dirty:
-            self.state.put_many(RUN_KIND, dirty)
+        self._write(dirty)
 
     def unsent(self) -> list[NudgeEvent]:
         """Nudges decided before a stop or a crash whose publication was not confirmed."""

@@ -6,7 +6,10 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from episodic import replay
+from episodic.errors import StoreUnavailable
 from episodic.nudge import (
     MEMORY_UPDATED,
     NUDGE_TEXT,
@@ -156,3 +159,26 @@ def test_a_run_with_an_unpublished_nudge_is_never_forgotten() -> None:
     book = NudgeBook(state, threshold=2, idle_s=60)
     assert len(book.apply([obs(0), obs(1)], now=T0).nudges) == 1
     assert book.forget_idle(now=T0 + timedelta(days=3)) == 0
+
+
+class FlakyState(MemoryState):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_next = False
+
+    def put_many(self, kind: str, docs: dict[str, dict[str, Any]]) -> None:
+        if self.fail_next:
+            self.fail_next = False
+            raise StoreUnavailable("down for a moment")
+        super().put_many(kind, docs)
+
+
+def test_a_failed_write_is_retried_from_the_store_not_from_the_folded_cache() -> None:
+    state = FlakyState()
+    book = NudgeBook(state, threshold=60, idle_s=3600)
+    book.apply([obs(i) for i in range(59)], now=T0)
+    state.fail_next = True
+    with pytest.raises(StoreUnavailable):
+        book.apply([obs(59)], now=T0)
+    retried = book.apply([obs(59)], now=T0)  # what the agent's retry loop does
+    assert retried.counted == 1 and len(retried.nudges) == 1
