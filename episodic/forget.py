@@ -26,6 +26,8 @@ own edges go with them), then deletes them; the memories' reference counts and i
 points, so they go too, and counts and health computed from the store no longer see them. The outcome is
 recorded in a status document (kind `forget`, key the forget id) that the recall service reads back.
 Re-applying an applied forget (re-delivery) changes nothing; a crash half-way is re-applied in full.
+
+Size: just over 400 lines, the forget's three parts (apply, admit, the rules both read) kept together.
 """
 
 from __future__ import annotations
@@ -157,9 +159,14 @@ def _supersedes(new: dict[str, Any], old: dict[str, Any]) -> bool:
     return bool(old["partition"] == new["partition"] and new["offset"] is not None and new["offset"] >= old["offset"])
 
 
+def selects(rule: dict[str, Any], agent_id: str | None, run_id: str | None) -> bool:
+    """Whether a rule's selection (agent, run; none: the whole workspace) takes an entry of this agent, run."""
+    return rule.get("agent_id") in (None, agent_id) and rule.get("run_id") in (None, run_id)
+
+
 def covers(rule: dict[str, Any], record: EmbeddableRecord, position: Position | None) -> bool:
     """True when `rule` keeps `record` out (see the module doc for what counts as before the forget)."""
-    if not _selects(rule, record.agent_id, record.run_id):
+    if not selects(rule, record.agent_id, record.run_id):
         return False
     before = parse_iso(rule["before"])
     if record.ts_datetime <= before or record.accepted_at <= before:
@@ -170,40 +177,6 @@ def covers(rule: dict[str, Any], record: EmbeddableRecord, position: Position | 
         and rule.get("offset") is not None
         and position.offset < rule["offset"]
     )
-
-
-def _selects(rule: dict[str, Any], agent_id: str | None, run_id: str | None) -> bool:
-    if rule.get("agent_id") is not None and agent_id != rule["agent_id"]:
-        return False
-    return rule.get("run_id") is None or run_id == rule["run_id"]
-
-
-def left_out(state: StateStore, workspace_id: str, entries: dict[str, dict[str, Any]]) -> set[str]:
-    """Which of a workspace's accepted entries (entry id -> {"agent_id", "run_id", "ts", "accepted_at"}, as
-    the health agent's ledger keeps them) a forget took or keeps out: tombstoned (for their agent), or
-    before a rule's cut-off by `ts` or `accepted_at` (the partition condition needs a position, which a
-    ledger does not keep). Entries without times are judged by their tombstones only."""
-    if not entries:
-        return set()
-    out: set[str] = set()
-    for chunk in _chunks(sorted(entries), PAGE):
-        dead = state.get_many(TOMBSTONE, [tombstone_key(workspace_id, e) for e in chunk])
-        for e in chunk:
-            tomb = dead.get(tombstone_key(workspace_id, e))
-            if tomb is not None and tomb.get("agent_id") in (None, entries[e].get("agent_id")):
-                out.add(e)
-    rules = list((state.get(RULES, workspace_id) or {}).get("rules") or [])
-    for e, doc in entries.items():
-        if e in out or not rules:
-            continue
-        times = [parse_iso(str(doc[k])) for k in ("ts", "accepted_at") if doc.get(k)]
-        for rule in rules:
-            if _selects(rule, doc.get("agent_id"), doc.get("run_id")) and any(
-                t <= parse_iso(rule["before"]) for t in times
-            ):
-                out.add(e)
-                break
-    return out
 
 
 @dataclass(slots=True)

@@ -3,7 +3,7 @@ accepted embeddable entries (coverage's denominator) and the daily tallies of re
 
 Ledger (kind `health.accepted`): one document per (workspace_id, entry id) forwarded on journal.embeddable,
 with its crew and what a forget selects by (agent, run, ts, accepted_at): an entry a forget removed or keeps
-out (`episodic.forget.left_out`, over the forget's tombstones and rules) is not counted. The forget control
+out (`left_out`, over the forget's tombstones and rules) is not counted. The forget control
 records on the same topic are not entries: the agent passes them by. Idempotent by construction: a
 re-delivered or replayed record writes the same document again, so the count is of distinct entries, not of
 deliveries. Kind `health.workspace` lists the workspaces seen, so that a workspace whose entries never became
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from episodic.forget import left_out
+from episodic.forget import RULES, TOMBSTONE, parse_iso, selects, tombstone_key
 from episodic.identity import point_id
 from episodic.ports import MemoryStore, StateStore
 from episodic.replay import advance, clean, seen
@@ -82,6 +82,38 @@ def accepted_ids(state: StateStore, workspace_id: str) -> dict[str, str]:
     docs = {str(d.get("entry_id")): d for _, d in state.scan(ACCEPTED_KIND, where={"workspace_id": workspace_id})}
     gone = left_out(state, workspace_id, docs)
     return {e: str(d.get("crew_id") or "") for e, d in docs.items() if e not in gone}
+
+
+def left_out(state: StateStore, workspace_id: str, entries: dict[str, dict[str, Any]]) -> set[str]:
+    """Which of a workspace's accepted entries (entry id -> {"agent_id", "run_id", "ts", "accepted_at"}, as
+    the health agent's ledger keeps them) a forget took or keeps out: tombstoned (for their agent), or
+    before a rule's cut-off by `ts` or `accepted_at` (the partition condition needs a position, which a
+    ledger does not keep). Entries without times are judged by their tombstones only."""
+    if not entries:
+        return set()
+    out: set[str] = set()
+    for chunk in _chunks(sorted(entries)):
+        dead = state.get_many(TOMBSTONE, [tombstone_key(workspace_id, e) for e in chunk])
+        for e in chunk:
+            tomb = dead.get(tombstone_key(workspace_id, e))
+            if tomb is not None and tomb.get("agent_id") in (None, entries[e].get("agent_id")):
+                out.add(e)
+    rules = list((state.get(RULES, workspace_id) or {}).get("rules") or [])
+    for e, doc in entries.items():
+        if e in out or not rules:
+            continue
+        times = [parse_iso(str(doc[k])) for k in ("ts", "accepted_at") if doc.get(k)]
+        for rule in rules:
+            if selects(rule, doc.get("agent_id"), doc.get("run_id")) and any(
+                t <= parse_iso(rule["before"]) for t in times
+            ):
+                out.add(e)
+                break
+    return out
+
+
+def _chunks(items: list[str], size: int = 256) -> list[list[str]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def known_workspaces(state: StateStore) -> set[str]:
