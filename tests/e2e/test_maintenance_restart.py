@@ -82,7 +82,7 @@ async def stack_up(broker: str, data: Path, log: Path, what: str) -> AsyncIterat
     port = free_port()
     proc = start_stack(broker, data, port, log)
     try:
-        await poll(lambda: counted(port) >= 0, timeout=120, what=what)
+        await poll(lambda: counted(port) >= 0, timeout=300, what=what)  # model and seven roles, shared machine
         yield port, proc
     finally:
         if proc.poll() is None:
