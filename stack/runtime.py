@@ -203,14 +203,27 @@ class Stack:
         self.bm25 = Bm25Encoder()
 
     def _start_metrics_server(self) -> None:
-        """Roles without the recall service still serve /metrics (Prometheus) on the HTTP port."""
-        from prometheus_client import start_http_server
+        """Roles without the recall service still serve /metrics and /healthz on the HTTP port."""
+        from stack.ops_http import OpsServer
 
         s = self.settings
-        server, _thread = start_http_server(s.http_port, addr=s.http_host, registry=self.metrics.registry)
-        self._metrics_server = server
-        self.http_port = int(server.server_address[1])
-        log.info("metrics: http://%s:%d/metrics", s.http_host, self.http_port)
+        self._metrics_server = server = OpsServer(s.http_host, s.http_port, self.metrics.registry, self.health)
+        self.http_port = server.port
+        log.info("metrics: http://%s:%d/metrics, health: /healthz", s.http_host, self.http_port)
+
+    def health(self) -> dict[str, Any]:
+        """/healthz of a stack without the recall service: each role's state, Kafka's and the store's."""
+        roles = {
+            name: ("ok" if role.crash() is None else f"crashed: {role.crash()}") for name, role in self.running.items()
+        }
+        body: dict[str, Any] = {"roles": roles, **self.status.snapshot()}
+        ok = all(v == "ok" for v in roles.values()) and self.status.ok and not self._stop.is_set()
+        if self.store is not None:
+            body["qdrant"] = "ok" if self.store.ping() else "down"
+            ok = ok and body["qdrant"] == "ok"
+        if self._stop.is_set():
+            body["draining"] = True
+        return {"status": "ok" if ok else "degraded", **body}
 
     def _log_where(self) -> None:
         s = self.settings
