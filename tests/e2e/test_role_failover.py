@@ -192,9 +192,8 @@ async def test_two_gates_split_the_partitions_and_one_takes_over_after_kill_9(
     missing = {f"fo{i:06d}" for i in range(sent)} - set(per_id)
     assert not missing, (len(missing), sorted(missing)[:10], log.read_text()[-3000:])
     assert b.healthz() is not None and b.stop() == 0, log.read_text()[-3000:]
-    print(
-        f"gates: {sent} entries ({at_kill} before the kill), {len(out) - sent} re-delivered, {time.monotonic() - t0:.0f}s"
-    )
+    took = time.monotonic() - t0
+    print(f"gates: {sent} entries ({at_kill} before the kill), {len(out) - sent} re-delivered, {took:.0f}s")
 
 
 async def test_two_embedders_split_the_partitions_and_one_takes_over_after_kill_9(
