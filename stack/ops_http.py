@@ -40,10 +40,10 @@ def ops_app(registry: CollectorRegistry, health: Health) -> Callable[..., Iterab
     """The WSGI app: /healthz (JSON, 200 or 503), /metrics (Prometheus), 404 elsewhere."""
     metrics_app = make_wsgi_app(registry)
 
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "/")
+    def app(request: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = request.get("PATH_INFO", "/")  # the WSGI request dict (not the process environment)
         if path == "/metrics":
-            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+            return metrics_app(request, start_response)  # type: ignore[no-any-return]
         if path == "/healthz":
             try:
                 body = health()

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from aiokafka.errors import KafkaError
 
 from episodic.bus import bootstrap_reachable, ensure_topics, make_producer
+from episodic.client_options import kafka_options
 from episodic.errors import BrokerUnavailable, EpisodicError
 from episodic.metrics import Metrics
 from episodic.settings import Settings
@@ -173,10 +174,13 @@ class Stack:
     async def _connect_kafka(self) -> AIOKafkaProducer:
         """Create the missing topics and start a producer; raises when Kafka cannot be reached."""
         s = self.settings
-        created = await ensure_topics(s.bootstrap, partitions=s.topic_partitions, replication=s.topic_replication)
+        options = kafka_options(s)
+        created = await ensure_topics(
+            s.bootstrap, partitions=s.topic_partitions, replication=s.topic_replication, options=options
+        )
         if created:
             log.info("created topics: %s", ", ".join(created))
-        producer = make_producer(s.bootstrap)
+        producer = make_producer(s.bootstrap, **options)
         try:
             await producer.start()
         except BaseException:

@@ -33,6 +33,7 @@ import faust
 from faust.types import StreamT
 
 from episodic.bus import ensure_topics, group_lag_probe
+from episodic.client_options import kafka_options
 from episodic.errors import StoreUnavailable
 from episodic.metrics import Metrics
 from episodic.settings import Settings
@@ -153,6 +154,7 @@ class AgentRunner(Generic[T]):
                 partitions=self.settings.topic_partitions,
                 replication=self.settings.topic_replication,
                 topics=self.create_topics,
+                options=kafka_options(self.settings),
             )
         app = create_app(self.settings, app_id=self.app_id)
         Path(app.conf.datadir).mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ from typing import Any
 import faust
 
 from episodic.bus import ensure_topics, group_lag_probe
+from episodic.client_options import kafka_options
 from episodic.metrics import Metrics
 from episodic.settings import Settings
 from streams.app import create_app
@@ -68,6 +69,7 @@ class GateRunner:
                 partitions=self.settings.topic_partitions,
                 replication=self.settings.topic_replication,
                 topics=self.topics.all(),
+                options=kafka_options(self.settings),
             )
         app = create_app(self.settings, app_id=self.app_id, max_poll_records=self.options.batch_size)
         Path(app.conf.datadir).mkdir(parents=True, exist_ok=True)
