@@ -7,6 +7,7 @@ rows. A benchmark that fails is reported (with its exit status) and the others s
     python -m bench.run_all --quick         # small sizes: a sanity check that everything runs
     python -m bench.run_all --only embed freshness
     python -m bench.run_all --only decay linker
+    python -m bench.run_all --only soak        # the 10-minute soak alone (or: python -m bench.bench_soak)
 """
 
 from __future__ import annotations
@@ -26,10 +27,19 @@ BENCHES: dict[str, str] = {
     "recall": "bench.bench_recall_latency",
     "decay": "bench.bench_decay",
     "linker": "bench.bench_linker",
+    "soak": "bench.bench_soak",  # 10 minutes (--quick: 2)
 }
 # Other benchmarks in the repo (owned elsewhere) that follow the same --quick convention; run if present.
 OPTIONAL: dict[str, str] = {"gate": "bench.bench_gate"}
-TIMEOUT_S = {"embed": 3600, "freshness": 1200, "recall": 5400, "gate": 1800, "decay": 1800, "linker": 1800}
+TIMEOUT_S = {
+    "embed": 3600,
+    "freshness": 1200,
+    "recall": 5400,
+    "gate": 1800,
+    "decay": 1800,
+    "linker": 1800,
+    "soak": 1800,
+}
 
 
 def _available(module: str) -> bool:

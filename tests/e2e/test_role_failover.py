@@ -175,13 +175,18 @@ async def both_working_then_kill_one(a: RoleProcess, b: RoleProcess, feeder: Fee
     return at_kill, b_before
 
 
+def twins(role: str, bootstrap: str, tmp_path: Path, log: Path, procs: list[RoleProcess]) -> list[RoleProcess]:
+    """Two processes of `role`, each with its own data directory and ports."""
+    pair = [RoleProcess(role, bootstrap, tmp_path / name, log) for name in ("a", "b")]
+    procs += pair
+    return pair
+
+
 async def test_two_gates_split_the_partitions_and_one_takes_over_after_kill_9(
     fresh_broker: str, tmp_path: Path, procs: list[RoleProcess]
 ) -> None:
     log = tmp_path / "gates.log"
-    a = RoleProcess("gate", fresh_broker, tmp_path / "a", log)
-    b = RoleProcess("gate", fresh_broker, tmp_path / "b", log)
-    procs += [a, b]
+    a, b = twins("gate", fresh_broker, tmp_path, log, procs)
     feeder = Feeder(fresh_broker)
     t0 = time.monotonic()
     at_kill, _ = await both_working_then_kill_one(a, b, feeder, "episodic_gate_entries_total")
@@ -201,9 +206,8 @@ async def test_two_embedders_split_the_partitions_and_one_takes_over_after_kill_
 ) -> None:
     log = tmp_path / "embedders.log"
     gate = RoleProcess("gate", fresh_broker, tmp_path / "gate", log)
-    a = RoleProcess("embedder", fresh_broker, tmp_path / "a", log)
-    b = RoleProcess("embedder", fresh_broker, tmp_path / "b", log)
-    procs += [gate, a, b]
+    procs.append(gate)
+    a, b = twins("embedder", fresh_broker, tmp_path, log, procs)
     await poll(lambda: gate.healthz(), timeout=120, what="the gate healthy")
     feeder = Feeder(fresh_broker)
     at_kill, _ = await both_working_then_kill_one(a, b, feeder, "episodic_indexed_total")
