@@ -18,6 +18,7 @@ from typing import Literal
 
 import httpx
 
+from episodic.client_options import kafka_options
 from episodic.settings import Settings
 
 Level = Literal["OK", "WARN", "FAIL"]
@@ -39,7 +40,7 @@ def check_broker(settings: Settings, list_topics: Callable[[str], set[str]] | No
         from episodic.bus import list_topics as _lt
 
         def list_topics(bootstrap: str) -> set[str]:
-            return asyncio.run(asyncio.wait_for(_lt(bootstrap), 10))
+            return asyncio.run(asyncio.wait_for(_lt(bootstrap, options=kafka_options(settings)), 10))
 
     try:
         topics = list_topics(settings.bootstrap)
