@@ -50,6 +50,7 @@ class MemoryPoint:
     sparse: SparseVec
     payload: dict[str, Any]
     dense: list[list[float]] | None = None  # chunk vectors (unit norm); None in sparse-only mode
+    vector: str = DENSE  # the named dense vector (the embedding generation, episodic.generations) they go to
 
 
 SEVERITIES: tuple[str, ...] = ("debug", "info", "warn", "error")  # lowest first
