@@ -124,6 +124,12 @@ def float_rows(rows: Sequence[Sequence[float]]) -> list[list[float]]:
     return [list(map(float, row)) for row in rows]
 
 
+def model_field(vector: str) -> str:
+    """The payload field that records which model made a memory's named dense vector `vector` (an embedding
+    generation, episodic.generations): `model` for the first one, `model@<vector>` for the others."""
+    return "model" if vector == DENSE else f"model@{vector}"
+
+
 def dense_rows(vectors: object, using: str = DENSE) -> list[list[float]] | None:
     """The dense chunk rows (of the named vector `using`) out of an engine's named-vector dict, if it has them."""
     if not isinstance(vectors, dict):
