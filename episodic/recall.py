@@ -23,6 +23,11 @@
   is fetched through the request's scope filter (so the walk never leaves the scope or the workspace),
   is marked `via="similar"|"supports"`, and competes with the direct hits for the k places (a direct hit
   wins a tie).
+- Model changes (episodic.generations): with a `ModelSwitch`, the query is embedded by the active
+  generation's model and the store query names that generation's vector, so one ranking never mixes two
+  models; while that model is not loaded here, recall answers from BM25 (`degraded=True`).
+
+Size: a little over 400 lines: the request's whole path (scope, legs, hits, walk) reads in one place.
 """
 
 from __future__ import annotations

@@ -535,7 +535,8 @@ class QdrantStore(MemoryStore):
         if limit <= 0:
             return []
         flt = scope_filter(scope)
-        return self._run(Query(dense_leg(vector, flt, self._leg_limit(limit), name), flt, limit, with_dense), name)
+        leg = dense_leg(vector, flt, self._leg_limit(limit), name)
+        return self._run(Query(leg, flt, limit, with_dense, using=name), name)
 
     def similar_to(
         self,
@@ -592,4 +593,4 @@ class QdrantStore(MemoryStore):
         flt = scope_filter(scope)
         prefetch = self._leg_limit(limit, fusion.prefetch_limit)
         legs = hybrid_prefetch(vector, sparse, scope, flt, prefetch, fusion, name)
-        return self._run(Query(legs, flt, limit, with_dense), name)
+        return self._run(Query(legs, flt, limit, with_dense, using=name), name)

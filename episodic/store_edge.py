@@ -19,6 +19,9 @@ Not optimised in production: `optimize()` (segment merge, HNSW) holds the GIL fo
 (measured: 72 s for 20k points on the 2-core machine, with a Python thread making no progress meanwhile),
 which would freeze the event loop that carries the recall service, the gate and the consumer. The
 benchmark reports recall latency without it (what production serves) and with it (README).
+
+Size: over 400 lines: one engine's whole translation (its calls, vocabulary, error mapping and the named
+dense vectors of the embedding generations) stays in one module, like store_qdrant.
 """
 
 from __future__ import annotations
@@ -234,8 +237,8 @@ class EdgeEngine(Engine):
                         raise
         return written
 
-    def _with_vector(self, with_dense: bool) -> list[str] | bool:
-        return [self.dense] if with_dense else False
+    def _with_vector(self, with_dense: bool, using: str | None = None) -> list[str] | bool:
+        return [using or self.dense] if with_dense else False
 
     def optimize(self) -> bool:
         with self._guard("optimize"):  # safe beside data calls, but it holds the GIL throughout (see above)
@@ -341,7 +344,7 @@ class EdgeEngine(Engine):
             query=lower(query.score),
             filter=lower(query.filter),
             with_payload=_with_payload(query.fields),
-            with_vector=self._with_vector(query.with_dense),
+            with_vector=self._with_vector(query.with_dense, query.using),
         )
 
     def query(self, query: Query) -> Sequence[ScoredRecord]:

@@ -222,8 +222,8 @@ class ClientEngine(Engine):
                         written += 1
                 return written
 
-    def _with_vectors(self, with_dense: bool) -> list[str] | bool:
-        return [self.dense] if with_dense else False
+    def _with_vectors(self, with_dense: bool, using: str | None = None) -> list[str] | bool:
+        return [using or self.dense] if with_dense else False
 
     def flush(self) -> None:
         """Writes are acknowledged after the server applied them (wait=True); nothing is buffered here."""
@@ -362,7 +362,7 @@ class ClientEngine(Engine):
                 query_filter=flt,
                 limit=query.limit,
                 with_payload=_with_payload(query.fields),
-                with_vectors=self._with_vectors(query.with_dense),
+                with_vectors=self._with_vectors(query.with_dense, query.using),
             ).points
 
     def query_batch(self, queries: Sequence[Query]) -> list[Sequence[ScoredRecord]]:
@@ -379,7 +379,7 @@ class ClientEngine(Engine):
                     filter=lower(q.filter),
                     limit=q.limit,
                     with_payload=_with_payload(q.fields),
-                    with_vector=self._with_vectors(q.with_dense),
+                    with_vector=self._with_vectors(q.with_dense, q.using),
                 )
             )
         with self._guard("query_batch"):

@@ -10,6 +10,8 @@ model, so one small tree describes any query:
 The rules themselves live here, once: who may see what (`scope_filter`), the hybrid legs of a `Fusion`
 (`hybrid_prefetch`), BM25's IDF over the request's workspace (`SparseLeg.idf`), and the importance
 multiplier with its neutral default (`TimesImportance`).
+
+Size: a little over 400 lines: the whole query vocabulary, its rules and its lowering stay in one place.
 """
 
 from __future__ import annotations
@@ -259,6 +261,7 @@ class Query:
     with_dense: bool = False
     score: TimesImportance | RawScore = TimesImportance()
     fields: tuple[str, ...] | None = None  # payload fields to return; None: the whole payload
+    using: str | None = None  # whose dense rows `with_dense` returns; None: the engine's active vector
 
 
 def dense_leg(vector: list[float], flt: Filter, limit: int, using: str = DENSE) -> DenseLeg:
@@ -389,6 +392,12 @@ def _sparse_leg(lo: Lowering, leg: SparseLeg) -> Any:
     return lo.vocab.sparse_leg(lo(leg.sparse), lo(leg.filter), leg.limit, lo(leg.idf), inner)
 
 
+def _dense_leg(lo: Lowering, leg: DenseLeg) -> Any:
+    if leg.using == DENSE:
+        return lo.vocab.dense_leg(leg.vector, lo(leg.filter), leg.limit)
+    return lo.vocab.dense_leg(leg.vector, lo(leg.filter), leg.limit, leg.using)
+
+
 def _fused(lo: Lowering, f: Fused) -> Any:
     legs = [lo(leg) for leg in f.legs]
     return lo.vocab.fused(legs, f.method, f.k, list(f.weights), lo(f.filter), f.limit)
@@ -401,8 +410,10 @@ _LOWER: dict[type, Callable[[Lowering, Any], Any]] = {
     MatchAny: lambda lo, n: lo.vocab.match_any(n.key, list(n.values)),
     AtLeast: lambda lo, n: lo.vocab.at_least(n.key, n.gte),
     DatetimeRange: lambda lo, n: lo.vocab.datetime_range(n.key, n.gte, n.gt, n.lte, n.lt),
-    HasDense: lambda lo, n: lo.vocab.has_dense(n.using),
-    DenseLeg: lambda lo, n: lo.vocab.dense_leg(n.vector, lo(n.filter), n.limit, n.using),
+    # `using` only when it is not the first generation's vector: a vocabulary written before generations
+    # (one named dense vector) still lowers every query that does not name another one.
+    HasDense: lambda lo, n: lo.vocab.has_dense() if n.using == DENSE else lo.vocab.has_dense(n.using),
+    DenseLeg: _dense_leg,
     SparseLeg: _sparse_leg,
     Fused: _fused,
     SparseVec: lambda lo, n: lo.vocab.sparse_vector(list(n.indices), list(n.values)),
