@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 FAILURES = "reembed_failures"  # payload: how many times the pending model failed on this memory's text
 FIELDS = ("summary", FAILURES)
+RETIRE_ATTEMPTS = 10  # then the old vector stays (it costs disk, not correctness) and the next pass retries
 
 
 class ReembedBusy(EpisodicError):
@@ -160,6 +161,7 @@ class Reembedder:
         write(
             self.state, {**doc, "active": gen.as_doc(), "pending": None, "retired": retired, "switched_at": self.wall()}
         )
+        self.store.use_dense_vector(gen.vector)  # this process at once; the others through their ModelSwitch
         log.info("re-embed: done; %s is active (vector %s), %s retires", gen.model, gen.vector, old.vector)
         if self.on_switch is not None:
             self.on_switch(gen)
@@ -236,13 +238,15 @@ class Reembedder:
                 stop.wait(idle_s)
         if not switched:
             self.release()
-        while switched and not stop.is_set():
+        failures = 0
+        while switched and not stop.is_set() and failures < RETIRE_ATTEMPTS:
             try:
                 self.retire()
                 doc = read(self.state) or {}
                 if not doc.get("retired"):
                     break
             except EpisodicError as e:
-                log.warning("re-embed: retiring the old vector failed (retried): %s", e)
+                failures += 1
+                log.warning("re-embed: retiring the old vector failed (%d/%d): %s", failures, RETIRE_ATTEMPTS, e)
             stop.wait(min(idle_s * 5, max(self.retire_after_s / 4, 0.05)))
         return switched

@@ -1,4 +1,4 @@
-"""The `episodic` command: up, produce, recall, forget, show, ls, doctor, mcp, and the single-stage roles for
+"""The `episodic` command: up, produce, recall, forget, show, ls, doctor, reindex, mcp, and the single-stage roles for
 distributed mode.
 
 `python -m stack.cli COMMAND ...` (or `python -m stack ...`) is the same command without the console script.
@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "show": ("stack.commands.memory:show_main", "one memory with its counters, aliases and relations"),
     "ls": ("stack.commands.memory:ls_main", "list a workspace's memories, newest first"),
     "doctor": ("stack.commands.doctor:main", "check broker, topics, store, embedder, lag and auth"),
+    "reindex": ("stack.commands.reindex:main", "re-embed the store with another model, then switch recall to it"),
     "gate": ("stack.commands.gate:main", "run only the gate (distributed mode)"),
     "embedder": ("stack.commands.up:embedder_main", "run only the embedding consumer (distributed mode)"),
     "serve": ("stack.commands.serve:main", "run only the recall HTTP service (distributed mode)"),

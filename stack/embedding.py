@@ -87,9 +87,14 @@ class ReembedRunner:
 
     @classmethod
     def wanted(cls, switch: ModelSwitch, embedder: Embedder | None) -> bool:
-        """Whether this process should run the pass: a generation is pending, made by its model."""
+        """Whether this process should run the pass: a generation is pending, made by its model (or an old
+        vector still waits to be dropped, left by a process that stopped before its grace was over)."""
         pending = switch.pending()
-        return embedder is not None and pending is not None and pending.made_by(embedder)
+        if embedder is None:
+            return False
+        return (pending is not None and pending.made_by(embedder)) or (
+            pending is None and bool(switch.doc.get("retired"))
+        )
 
     def _progress(self, p: Progress) -> None:
         done, failed = self._seen

@@ -8,6 +8,7 @@ point EPISODIC_EMBED_MODEL at it.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -245,3 +246,41 @@ def test_reindex_under_load_switches_without_mixing_and_resumes_after_a_restart(
     finally:
         state.close()
         store.close()
+
+
+def test_reindex_command_switches_the_store_and_says_so(
+    fast_dir: Path,
+    embedder: SentenceTransformerEmbedder,
+    model_b: SentenceTransformerEmbedder,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from stack.cli import main
+    from stack.stores import open_state, open_store
+
+    monkeypatch.setenv("EPISODIC_DATA_DIR", str(fast_dir))
+    monkeypatch.delenv("EPISODIC_QDRANT_URL", raising=False)
+    settings = Settings()
+    store = open_store(settings, dim=384)
+    state = open_state(store)
+    assert isinstance(store, QdrantStore)
+    plan(store, state, embedder, wall=time.time)
+    switch = ModelSwitch(store=store, state=state, embedders=[embedder])
+    Indexer(store=store, embedder=None, bm25=Bm25Encoder(), switch=switch).index_batch(
+        [rec(i, text(i)) for i in range(20)]
+    )
+    state.close()
+    store.close()
+
+    assert main(["reindex", "--model", model_b.model_id, "--page-size", "8"]) == 0
+    out = capsys.readouterr()
+    assert "done: recall now ranks with" in out.out and "re-embed to" in out.out
+    assert "set EPISODIC_EMBED_MODEL=" in out.err  # the stack is still configured with the old model
+    assert main(["reindex", "--status"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["active"] == {"vector": "dense_1", "model": model_b.model_id, "dim": 256}
+    assert status["pending"] is None and status["retired"] == [] and status["memories"] == 20
+    assert main(["reindex", "--model", model_b.model_id]) == 0
+    assert "already the active model" in capsys.readouterr().out
+    assert main(["reindex", "--model", str(fast_dir / "no-such-model")]) == 2
+    assert "no-such-model" in capsys.readouterr().err
