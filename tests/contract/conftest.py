@@ -65,6 +65,12 @@ def make_store(backend: str, tmp_path: Path, *, dim: int = DIM, vector: str = DE
     return store
 
 
+def as_qdrant(store: MemoryStore) -> QdrantStore:
+    """The store under test as the QdrantStore it is (for what the MemoryStore port does not offer)."""
+    assert isinstance(store, QdrantStore)
+    return store
+
+
 @pytest.fixture
 def fast_tmp(tmp_path: Path) -> Iterator[Path]:
     """A scratch directory on tmpfs where there is one (tests.tmpfs); the restart test runs on the real disk."""

@@ -11,8 +11,8 @@ from episodic.errors import StoreError
 from episodic.identity import point_id
 from episodic.ports import DENSE, Fusion, MemoryPoint, MemoryStore, ScopeFilter
 from episodic.sparse import Bm25Encoder
-from episodic.store import QdrantStore
 from tests.contract.conftest import DIM, PERSISTENT_BACKENDS, MakePoint, e, make_store
+from tests.contract.conftest import as_qdrant as q
 
 OWN = ScopeFilter(workspace_id="ws-a", agent_id="agent-1", crew_id="crew-1", scope="own")
 NEXT = "dense_1"
@@ -29,11 +29,6 @@ def u(i: int) -> list[float]:
     v = [0.0] * NEXT_DIM
     v[i] = 1.0
     return v
-
-
-def q(store: MemoryStore) -> QdrantStore:
-    assert isinstance(store, QdrantStore)
-    return store
 
 
 def test_a_second_vector_is_filled_beside_the_first_and_queried_by_name(

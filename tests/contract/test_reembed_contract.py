@@ -12,8 +12,8 @@ from episodic.generations import ModelSwitch, next_vector, plan, read
 from episodic.identity import point_id
 from episodic.ports import DENSE, MemoryStore, ScopeFilter, StateStore
 from episodic.reembed import FAILURES, Progress, Reembedder
-from episodic.store import QdrantStore
 from tests.contract.conftest import DIM, MakePoint
+from tests.contract.conftest import as_qdrant as q
 
 OWN = ScopeFilter(workspace_id="ws-a", agent_id="agent-1", crew_id="crew-1", scope="own")
 
@@ -41,11 +41,6 @@ class Hashed:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._vec(text)
-
-
-def q(store: MemoryStore) -> QdrantStore:
-    assert isinstance(store, QdrantStore)
-    return store
 
 
 def test_the_pass_fills_the_new_vector_then_switches_every_switch(
