@@ -12,7 +12,13 @@ Engines: `episodic.store_edge` (Qdrant Edge, an in-process shard; `EdgeStore`) a
 `episodic.store_qdrant` (qdrant-client against a server, or its local mode; `QdrantServerStore`). This
 module imports neither; the composition root (`stack.stores.open_store`) picks one from the settings.
 
-Size: a little over 400 lines, because the whole store is written here once for both engines.
+Embedding generations (episodic.generations): the collection may hold several named dense vectors, one
+per model; `vector` is the active one (queries, "has a dense vector" filters, the densify backfill), a
+query may name the one its query vector was made for, and the re-embed pass fills another one
+(`set_vectors`, `without_vector`) before `use_dense_vector` switches to it.
+
+Size: about 600 lines, because the whole store (its generations included) is written here once for both
+engines.
 """
 
 from __future__ import annotations

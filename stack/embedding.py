@@ -14,9 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
-from episodic.generations import Generation, ModelSwitch, plan
+from episodic.generations import Generation, Loader, ModelSwitch, plan
 from episodic.metrics import Metrics
 from episodic.ports import Embedder, StateStore
 from episodic.reembed import Progress, Reembedder
@@ -28,7 +27,7 @@ log = logging.getLogger(__name__)
 STOP_S = 30.0  # a page in flight (one model call and its write) when the stack stops
 
 
-def model_loader(settings: Settings, *, shared_process: bool, queries: bool) -> Any:
+def model_loader(settings: Settings, *, shared_process: bool, queries: bool) -> Loader:
     """Loads another model than the configured one, with the same settings (None when it cannot)."""
     from episodic.embedder import load_embedder
 
@@ -51,10 +50,11 @@ def open_switch(
     queries: bool,
 ) -> ModelSwitch:
     doc = plan(store, state, embedder, wall=time.time)
-    loader = model_loader(settings, shared_process=shared_process, queries=queries)
+    # Sparse-only (EPISODIC_EMBED_MODEL=none, or the model would not load) stays so: no other model is loaded.
+    loader = model_loader(settings, shared_process=shared_process, queries=queries) if embedder is not None else None
     embedders = [embedder] if embedder is not None else []
     active = Generation.of(doc["active"])
-    if embedder is not None and not active.made_by(embedder):
+    if loader is not None and embedder is not None and not active.made_by(embedder):
         old = loader(active.model)  # now, not lazily: recall keeps its dense leg from the first request
         if old is not None and old.dim == active.dim:
             embedders.append(old)

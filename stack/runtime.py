@@ -255,6 +255,11 @@ class Stack:
     async def _watch(self) -> None:
         while not self._stop.is_set():
             ok = await asyncio.to_thread(bootstrap_reachable, self.settings.bootstrap)
+            if self.switch is not None:  # roles that never embed (the linker) follow a model switch too
+                try:
+                    await asyncio.to_thread(self.switch.refresh)
+                except EpisodicError as e:
+                    log.warning("embedding: cannot follow the active generation (retried): %s", e)
             for name, role in self.running.items():
                 reason = role.crash()
                 if reason is not None:
