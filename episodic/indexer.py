@@ -21,14 +21,18 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from episodic.errors import StoreError
 from episodic.identity import dedup_key, point_id
-from episodic.ports import Embedder, MemoryPoint, MemoryStore, Relation, merge_relations
+from episodic.ports import DENSE, Embedder, MemoryPoint, MemoryStore, Relation, merge_relations
 from episodic.sparse import Bm25Encoder
 from episodic.store_query import DENSIFY_FAILURES
+from episodic.store_rules import model_field
 from schemas.events import EmbeddableRecord, IndexedEvent
+
+if TYPE_CHECKING:
+    from episodic.generations import ModelSwitch
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +137,7 @@ class Indexer:
         clock: Callable[[], datetime] = _now,
         perf: Callable[[], float] | None = None,
         alias_limit: int = DEFAULT_ALIAS_LIMIT,
+        switch: ModelSwitch | None = None,
     ) -> None:
         import time
 
@@ -141,13 +146,23 @@ class Indexer:
         self.alias_limit = alias_limit
         self.store = store
         self.embedder = embedder
+        # With a switch, documents are embedded by the active embedding generation's model and written to
+        # its vector (episodic.generations); `embedder` is then unused.
+        self.switch = switch
         self.bm25 = bm25
         self.clock = clock
         self.perf = perf or time.perf_counter
 
     @property
     def mode(self) -> str:
-        return "vector" if self.embedder is not None else "sparse-only"
+        return "vector" if self._model()[0] is not None else "sparse-only"
+
+    def _model(self) -> tuple[Embedder | None, str]:
+        """The document embedder and the named vector its rows go to."""
+        if self.switch is None:
+            return self.embedder, DENSE
+        gen, embedder = self.switch.current()
+        return embedder, gen.vector
 
     def index_batch(self, records: list[EmbeddableRecord], *, defer_dense: bool = False) -> BatchResult:
         """Index one batch. `defer_dense`: write the new points with their BM25 vectors only (searchable
@@ -242,17 +257,18 @@ class Indexer:
 
         # Embed (one model call) and write (one upsert).
         points: list[MemoryPoint] = []
+        embedder, vector = self._model()
         if pending:
             items = list(pending.items())
             texts = [index_text(rec) for _, (rec, _) in items]
             dense: list[Any] | None = None
             result.chars = sum(len(t) for t in texts)
-            if self.embedder is not None and defer_dense:
+            if embedder is not None and defer_dense:
                 result.deferred = len(texts)
-            elif self.embedder is not None:
+            elif embedder is not None:
                 t0 = self.perf()
                 try:
-                    dense = self.embedder.embed_documents(texts)
+                    dense = embedder.embed_documents(texts)
                 except Exception:
                     log.exception("embedding failed for a batch of %d; indexing it sparse-only", len(texts))
                     result.embed_failed = True
@@ -261,10 +277,10 @@ class Indexer:
                 result.embedded = len(texts)
             for j, (pid, (_rec, payload)) in enumerate(items):
                 vecs = dense[j].tolist() if dense is not None else None
-                payload["model"] = self.embedder.model_id if vecs is not None and self.embedder else None
+                payload[model_field(vector)] = embedder.model_id if vecs is not None and embedder else None
                 payload["has_dense"] = vecs is not None
                 points.append(
-                    MemoryPoint(point_id=pid, sparse=self.bm25.document(texts[j]), payload=payload, dense=vecs)
+                    MemoryPoint(pid, self.bm25.document(texts[j]), payload=payload, dense=vecs, vector=vector)
                 )
             t0 = self.perf()
             self.store.upsert(points)
@@ -290,28 +306,33 @@ class Indexer:
         counted in its payload (so the count survives restarts); at `quarantine_after` failures it leaves
         the backfill (`missing_dense` skips it) and `result.quarantined` names it."""
         result = BatchResult()
-        if self.embedder is None:
+        embedder, vector = self._model()
+        if embedder is None:
             return result
         todo = self.store.missing_dense(limit, quarantine_after=quarantine_after)
         if not todo:
             return result
         texts = [str(p.get("summary") or "") for _, p in todo]
         t0 = self.perf()
-        vecs = self._embed_each_on_failure(texts)
+        vecs = embed_each_on_failure(embedder, texts, what="densify")
         result.embed_seconds = self.perf() - t0
         result.embedded = len(texts)
         result.chars = sum(len(t) for t in texts)
         now = self.clock()
-        current = self.store.retrieve([pid for pid, _ in todo], fields=("summary", "has_dense"))
+        # Whether a memory got its vector meanwhile is asked of the vector itself (the payload's `has_dense`
+        # may describe another embedding generation's vector).
+        current = self.store.fetch([pid for pid, _ in todo], with_dense=True)
+        named: dict[str, Any] = {} if self.switch is None else {"vector": vector}
         for (pid, payload), v in zip(todo, vecs, strict=True):
             now_there = current.get(pid)
-            if now_there is None or now_there.get("summary") != payload.get("summary") or now_there.get("has_dense"):
+            if now_there is None or now_there.payload.get("summary") != payload.get("summary") or now_there.dense:
                 continue  # replaced (or already embedded by the consumer) while the model ran: not this vector
             if isinstance(v, BaseException):
                 self._densify_failed(result, pid, payload, v, quarantine_after)
                 continue
             try:
-                self.store.set_dense(pid, v.tolist(), {"has_dense": True, "model": self.embedder.model_id})
+                fields = {"has_dense": True, model_field(vector): embedder.model_id}
+                self.store.set_dense(pid, v.tolist(), fields, **named)
             except StoreError as e:  # this vector is refused (StoreUnavailable propagates: retried later)
                 self._densify_failed(result, pid, payload, e, quarantine_after)
                 continue
@@ -327,23 +348,6 @@ class Indexer:
         result.written = len(result.events)
         return result
 
-    def _embed_each_on_failure(self, texts: list[str]) -> list[Any]:
-        """One model call for the batch; if it fails, one call per text: a vector or the exception, per text."""
-        embedder = self.embedder
-        if embedder is None:
-            return [RuntimeError("no embedder")] * len(texts)
-        try:
-            return list(embedder.embed_documents(texts))
-        except Exception as e:
-            log.warning("densify: embedding a batch of %d failed (%s); embedding them one by one", len(texts), e)
-        out: list[Any] = []
-        for t in texts:
-            try:
-                out.append(embedder.embed_documents([t])[0])
-            except Exception as e:
-                out.append(e)
-        return out
-
     def _densify_failed(
         self, result: BatchResult, pid: str, payload: dict[str, Any], error: BaseException, after: int | None
     ) -> None:
@@ -358,3 +362,18 @@ class Indexer:
             log.error("densify: %s failed %d times (%s); quarantined, it stays BM25-only", where, failures, error)
         else:
             log.warning("densify: %s failed (%d so far): %s", where, failures, error)
+
+
+def embed_each_on_failure(embedder: Embedder, texts: list[str], *, what: str) -> list[Any]:
+    """One model call for the batch; if it fails, one call per text: a vector or the exception, per text."""
+    try:
+        return list(embedder.embed_documents(texts))
+    except Exception as e:
+        log.warning("%s: embedding a batch of %d failed (%s); embedding them one by one", what, len(texts), e)
+    out: list[Any] = []
+    for t in texts:
+        try:
+            out.append(embedder.embed_documents([t])[0])
+        except Exception as e:
+            out.append(e)
+    return out

@@ -22,7 +22,8 @@ from typing import Any
 
 from episodic.forget import TOMBSTONE, tombstone_key
 from episodic.identity import point_id
-from episodic.ports import MemoryStore, PagePosition, Selection, StateStore
+from episodic.ports import DENSE, MemoryStore, PagePosition, Selection, StateStore
+from episodic.store_rules import model_field
 
 
 class BadCursor(ValueError):
@@ -57,7 +58,14 @@ def _ids(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else []
 
 
-def memory_item(p: dict[str, Any]) -> dict[str, Any]:
+def has_dense(p: dict[str, Any], vector: str = DENSE) -> bool:
+    """Whether the memory has the active embedding generation's vector (`vector`), as its payload records."""
+    if vector == DENSE:
+        return p.get("has_dense") is True
+    return isinstance(p.get(model_field(vector)), str)
+
+
+def memory_item(p: dict[str, Any], vector: str = DENSE) -> dict[str, Any]:
     """The fields of a memory in a listing (schemas.api.MemoryItem)."""
     return {
         "entry_id": str(p.get("entry_id", "")),
@@ -72,7 +80,7 @@ def memory_item(p: dict[str, Any]) -> dict[str, Any]:
         "reference_count": _int(p.get("reference_count"), 0),
         "occurrences": _int(p.get("occurrences"), 1),
         "aliases": _ids(p.get("aliases")),
-        "has_dense": p.get("has_dense") is True,
+        "has_dense": has_dense(p, vector),
     }
 
 
@@ -97,8 +105,9 @@ def memory_detail(
         for r in store.relations_of(workspace_id, [own])
     ]
     refs = payload.get("refs")
+    vector = str(getattr(store, "vector", DENSE))  # the active embedding generation's vector
     return {
-        **memory_item(payload),
+        **memory_item(payload, vector),
         "requested_id": entry_id,
         "workspace_id": workspace_id,
         "payload": _dict(payload.get("payload")),
@@ -108,7 +117,7 @@ def memory_detail(
         "last_referenced_at": _str(payload.get("last_referenced_at")),
         "indexed_at": _str(payload.get("indexed_at")),
         "accepted_at": _str(payload.get("accepted_at")),
-        "model": _str(payload.get("model")) if payload.get("has_dense") is True else None,
+        "model": _str(payload.get(model_field(vector))) if has_dense(payload, vector) else None,
         "relations": sorted(relations, key=lambda r: (r["src"] != own, r["relation"], r["src"], r["dst"])),
     }
 
@@ -149,5 +158,6 @@ def memory_page(
     """A page of `selection` newest first, and the cursor of the next page (None: this is the last)."""
     after = decode_cursor(selection, cursor) if cursor else None
     rows, position = store.page(selection, after, limit)
-    items = [memory_item(p) for _, p in rows]
+    vector = str(getattr(store, "vector", DENSE))
+    items = [memory_item(p, vector) for _, p in rows]
     return items, encode_cursor(selection, position) if position is not None else None

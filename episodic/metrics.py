@@ -192,6 +192,49 @@ class Metrics:
             self.auth_failures.labels(reason=reason)
         self._maintenance(r)
         self._init_agents(r)
+        self._reembed(r)
+
+    def _reembed(self, r: CollectorRegistry) -> None:
+        """The re-embed pass (episodic.reembed) and the active embedding generation (episodic.generations)."""
+        self.reembed_ratio = Gauge(
+            "episodic_reembed_progress_ratio",
+            "Share of memories with the pending generation's vector (1 when none is pending)",
+            registry=r,
+        )
+        self.reembed_ratio.set(1.0)
+        self.reembed_remaining = Gauge(
+            "episodic_reembed_remaining_points", "Memories still without the pending generation's vector", registry=r
+        )
+        self.reembed_points = Counter(
+            "episodic_reembed_points_total",
+            "Memories re-embedded with the pending model, by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in ("embedded", "failed"):
+            self.reembed_points.labels(outcome=outcome)
+        self.embedding_generation = Gauge(
+            "episodic_embedding_generation_info",
+            "1 for the active embedding generation (its model and vector) and for a pending one (state=pending)",
+            ["state", "model", "vector"],
+            registry=r,
+        )
+        self.reembed_switches = Counter(
+            "episodic_reembed_switches_total", "Switches to a new embedding generation made here", registry=r
+        )
+
+    def observe_generations(self, doc: dict[str, Any]) -> None:
+        """The generations document (episodic.generations) as the info gauge."""
+        self.embedding_generation.clear()
+        for state in ("active", "pending"):
+            gen = doc.get(state)
+            if isinstance(gen, dict):
+                self.embedding_generation.labels(
+                    state=state, model=str(gen.get("model")), vector=str(gen.get("vector"))
+                ).set(1)
+        if not doc.get("pending"):
+            self.reembed_ratio.set(1.0)
+            self.reembed_remaining.set(0)
 
     def observe_forgets(self, outcomes: Iterable[Any], left_out: int) -> None:
         """Forgets applied (`episodic.forget.ForgetOutcome`; re-deliveries not counted) and records left out."""

@@ -3,6 +3,7 @@
 The store: `episodic.store.QdrantStore`, written once over an engine backend: `episodic.store_edge.EdgeStore`
 (Qdrant Edge, embedded default) and `episodic.store_qdrant.QdrantServerStore` (qdrant-client against a
 Qdrant server, or its local mode in tests). One contract suite (tests/contract) runs against both.
+Size: one interface, its value types and their docs; splitting them apart would scatter the contract.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class MemoryPoint:
     sparse: SparseVec
     payload: dict[str, Any]
     dense: list[list[float]] | None = None  # chunk vectors (unit norm); None in sparse-only mode
+    vector: str = DENSE  # the named dense vector (the embedding generation, episodic.generations) they go to
 
 
 SEVERITIES: tuple[str, ...] = ("debug", "info", "warn", "error")  # lowest first

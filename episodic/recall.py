@@ -23,6 +23,11 @@
   is fetched through the request's scope filter (so the walk never leaves the scope or the workspace),
   is marked `via="similar"|"supports"`, and competes with the direct hits for the k places (a direct hit
   wins a tie).
+- Model changes (episodic.generations): with a `ModelSwitch`, the query is embedded by the active
+  generation's model and the store query names that generation's vector, so one ranking never mixes two
+  models; while that model is not loaded here, recall answers from BM25 (`degraded=True`).
+
+Size: a little over 400 lines: the request's whole path (scope, legs, hits, walk) reads in one place.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +48,9 @@ from episodic.scoring import parse_time
 from episodic.settings import Settings
 from episodic.sparse import Bm25Encoder
 from schemas.api import RecallRequest
+
+if TYPE_CHECKING:
+    from episodic.generations import ModelSwitch
 
 log = logging.getLogger(__name__)
 
@@ -182,9 +190,13 @@ class RecallEngine:
         fusion: Fusion | None = None,
         high_value: float = 0.6,
         clock: Callable[[], datetime] = _now,
+        switch: ModelSwitch | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
+        # With a switch, the query model is the active embedding generation's (episodic.generations), and
+        # every query names the vector it was embedded for.
+        self.switch = switch
         self.bm25 = bm25
         self.fusion = fusion or Fusion(prefetch_limit=MIN_PREFETCH)
         self.high_value = high_value
@@ -192,7 +204,13 @@ class RecallEngine:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, *, store: MemoryStore, embedder: Embedder | None, bm25: Bm25Encoder
+        cls,
+        settings: Settings,
+        *,
+        store: MemoryStore,
+        embedder: Embedder | None,
+        bm25: Bm25Encoder,
+        switch: ModelSwitch | None = None,
     ) -> RecallEngine:
         return cls(
             store=store,
@@ -200,11 +218,19 @@ class RecallEngine:
             bm25=bm25,
             fusion=fusion_from_settings(settings),
             high_value=settings.high_value_threshold,
+            switch=switch,
         )
 
     @property
     def sparse_only(self) -> bool:
-        return self.embedder is None
+        return self._query_model()[0] is None
+
+    def _query_model(self) -> tuple[Embedder | None, str | None]:
+        """The query embedder and the vector its queries run on (None: the store's active one)."""
+        if self.switch is None:
+            return self.embedder, None
+        gen, embedder = self.switch.current()
+        return embedder, gen.vector
 
     def scope_filter(self, req: RecallRequest) -> ScopeFilter:
         return ScopeFilter(
@@ -216,14 +242,15 @@ class RecallEngine:
             filters=recall_filter(req),
         )
 
-    def _embed_query(self, text: str) -> np.ndarray | None:
-        if self.embedder is None:
-            return None
+    def _embed_query(self, text: str) -> tuple[np.ndarray | None, str | None]:
+        embedder, using = self._query_model()
+        if embedder is None:
+            return None, using
         try:
-            return np.asarray(self.embedder.embed_query(text), dtype=np.float32)
+            return np.asarray(embedder.embed_query(text), dtype=np.float32), using
         except Exception:  # a failing model degrades to the sparse leg, never a 5xx
             log.exception("query embedding failed; answering from the sparse leg")
-            return None
+            return None, using
 
     def recall(self, req: RecallRequest) -> RecallResult:
         """Run one recall. Raises ValueError for an invalid scope, StoreUnavailable/StoreError on store failure."""
@@ -231,11 +258,11 @@ class RecallEngine:
         scope = self.scope_filter(req)
         # Sparse mode needs no query vector: skipping it keeps BM25 recalls cheap (their hits carry
         # cosine null in memory.referenced).
-        qvec = self._embed_query(req.query) if req.mode != "sparse" else None
+        qvec, using = self._embed_query(req.query) if req.mode != "sparse" else (None, None)
         degraded = req.mode != "sparse" and qvec is None
         # Ask for the candidates' dense vectors only where the query cosine can be computed.
         with_dense = qvec is not None
-        stored = self._query(req, scope, qvec, with_dense)
+        stored = self._query(req, scope, qvec, with_dense, using)
         if req.mode == "dense" and not degraded:
             # Memories written BM25-first (or quarantined) are invisible to the dense leg: say so rather
             # than leave a silent gap. Hybrid finds them through its BM25 legs.
@@ -264,17 +291,26 @@ class RecallEngine:
         )
 
     def _query(
-        self, req: RecallRequest, scope: ScopeFilter, qvec: np.ndarray | None, with_dense: bool
+        self,
+        req: RecallRequest,
+        scope: ScopeFilter,
+        qvec: np.ndarray | None,
+        with_dense: bool,
+        using: str | None = None,
     ) -> list[StoredHit]:
         sparse: SparseVec | None = None
+        # The generation the query vector was made for (only with a switch: other stores take no `using`).
+        named: dict[str, Any] = (
+            {"with_dense": with_dense} if using is None else {"with_dense": with_dense, "using": using}
+        )
         try:
             if req.mode == "dense" and qvec is not None:
-                return self.store.query_dense(qvec.tolist(), scope, req.k, with_dense=with_dense)
+                return self.store.query_dense(qvec.tolist(), scope, req.k, **named)
             sparse = self.bm25.query(req.query)
             if req.mode == "hybrid" and qvec is not None:
                 if not sparse.indices:  # no searchable term: the dense leg alone ranks
-                    return self.store.query_dense(qvec.tolist(), scope, req.k, with_dense=with_dense)
-                return self.store.query_hybrid(qvec.tolist(), sparse, scope, req.k, self.fusion, with_dense=with_dense)
+                    return self.store.query_dense(qvec.tolist(), scope, req.k, **named)
+                return self.store.query_hybrid(qvec.tolist(), sparse, scope, req.k, self.fusion, **named)
             if not sparse.indices:  # no searchable term (e.g. only stop words): nothing matches
                 return []
             return self.store.query_sparse(sparse, scope, req.k, with_dense=with_dense)

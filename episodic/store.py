@@ -12,7 +12,13 @@ Engines: `episodic.store_edge` (Qdrant Edge, an in-process shard; `EdgeStore`) a
 `episodic.store_qdrant` (qdrant-client against a server, or its local mode; `QdrantServerStore`). This
 module imports neither; the composition root (`stack.stores.open_store`) picks one from the settings.
 
-Size: a little over 400 lines, because the whole store is written here once for both engines.
+Embedding generations (episodic.generations): the collection may hold several named dense vectors, one
+per model; `vector` is the active one (queries, "has a dense vector" filters, the densify backfill), a
+query may name the one its query vector was made for, and the re-embed pass fills another one
+(`set_vectors`, `without_vector`) before `use_dense_vector` switches to it.
+
+Size: about 600 lines, because the whole store (its generations included) is written here once for both
+engines.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any, Protocol
 from episodic.errors import StoreError
 from episodic.identity import point_id
 from episodic.ports import (
+    DENSE,
     Fusion,
     MemoryPoint,
     MemoryStore,
@@ -102,11 +109,32 @@ class Engine(Vocabulary):
     engine lowers them with `store_query.Lowering(self)` (it is the Vocabulary)."""
 
     name: str  # MemoryStore.backend
+    dense: str = DENSE  # the named dense vector whose rows reads `with_dense` return (the active generation)
 
     @abstractmethod
-    def ensure(self, dim: int, indexes: Mapping[str, IndexKind]) -> None:
-        """Create or open the collection (multivector `dense` of `dim`, cosine, max-sim; sparse `bm25`
-        with the IDF modifier), check its layout, and create the missing payload indexes."""
+    def ensure(self, dim: int, indexes: Mapping[str, IndexKind], vector: str = DENSE) -> None:
+        """Create or open the collection (multivector `vector` of `dim`, cosine, max-sim; sparse `bm25`
+        with the IDF modifier), check its layout, and create the missing payload indexes. An existing
+        collection may hold other dense vectors too (other embedding generations, `add_dense`)."""
+
+    @abstractmethod
+    def dense_vectors(self) -> dict[str, int]:
+        """The collection's named dense vectors and their dims ({} when there is no collection yet)."""
+
+    @abstractmethod
+    def add_dense(self, name: str, dim: int) -> None:
+        """Add the named dense multivector `name` of `dim` (cosine, max-sim) to the collection; no-op when
+        it is there with that dim, StoreError with another."""
+
+    @abstractmethod
+    def drop_dense(self, name: str) -> None:
+        """Remove the named dense vector (and its data) from the collection; no-op when absent."""
+
+    @abstractmethod
+    def set_vectors(self, name: str, rows: Mapping[str, list[list[float]]], fields: dict[str, Any]) -> int:
+        """Write the named vector `name` of many points (point id -> rows) and merge `fields` into their
+        payload, leaving their other vectors as they are. Points that do not exist are skipped; returns
+        how many were written."""
 
     @abstractmethod
     def upsert(self, points: Sequence[MemoryPoint]) -> None:
@@ -117,8 +145,9 @@ class Engine(Vocabulary):
         """Merge `fields` into an existing point's payload (StoreError when there is none)."""
 
     @abstractmethod
-    def set_dense(self, point_id: str, rows: list[list[float]], fields: dict[str, Any]) -> None:
-        """Replace an existing point's dense rows and merge `fields` into its payload, in one call."""
+    def set_dense(self, point_id: str, rows: list[list[float]], fields: dict[str, Any], vector: str = DENSE) -> None:
+        """Replace an existing point's dense rows (of the named vector `vector`) and merge `fields` into its
+        payload, in one call."""
 
     @abstractmethod
     def delete(self, point_ids: list[str]) -> None:
@@ -197,8 +226,8 @@ def _newest_first(records: Iterable[Record]) -> list[Record]:
     return sorted(by_id, key=_instant, reverse=True)  # stable: ids stay ascending within an instant
 
 
-def _hit(record: Record, score: float, with_dense: bool) -> StoredHit:
-    dense = dense_rows(record.vector) if with_dense else None
+def _hit(record: Record, score: float, with_dense: bool, vector: str = DENSE) -> StoredHit:
+    dense = dense_rows(record.vector, vector) if with_dense else None
     return StoredHit(point_id=str(record.id), score=score, payload=dict(record.payload or {}), dense=dense)
 
 
@@ -210,14 +239,20 @@ class QdrantStore(MemoryStore):
         self.backend = engine.name
         self.prefetch_limit = prefetch_limit
         self._dim: int | None = None
+        # The active embedding generation: the named dense vector that queries, filters on "has a dense
+        # vector" and the densify backfill use (episodic.generations switches it), and the known dims.
+        self.vector = DENSE
+        self._dims: dict[str, int] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
-    def ensure_collection(self, dim: int) -> None:
+    def ensure_collection(self, dim: int, *, vector: str = DENSE) -> None:
+        """Create or open the collection with its dense vector `vector` of `dim` (the active one)."""
         if dim < 1:
             raise StoreError(f"dimension must be positive, got {dim}")
-        self.engine.ensure(dim, PAYLOAD_INDEXES)
-        self._dim = dim
+        self.engine.ensure(dim, PAYLOAD_INDEXES, vector)
+        self._dims[vector] = dim
+        self.use_dense_vector(vector)
 
     def flush(self) -> None:
         self.engine.flush()
@@ -225,22 +260,84 @@ class QdrantStore(MemoryStore):
     def close(self) -> None:
         self.engine.close()
 
+    # -- embedding generations: named dense vectors beside each other (episodic.generations) -------------
+
+    def dense_layout(self) -> dict[str, int]:
+        """The collection's named dense vectors and their dims ({} before the collection exists)."""
+        layout = self.engine.dense_vectors()
+        self._dims.update(layout)
+        return layout
+
+    def add_dense_vector(self, name: str, dim: int) -> None:
+        if dim < 1:
+            raise StoreError(f"dimension must be positive, got {dim}")
+        self.engine.add_dense(name, dim)
+        self._dims[name] = dim
+
+    def drop_dense_vector(self, name: str) -> None:
+        if name == self.vector:
+            raise StoreError(f"vector {name!r} is the active one: switch to another before dropping it")
+        self.engine.drop_dense(name)
+        self._dims.pop(name, None)
+
+    def use_dense_vector(self, name: str) -> None:
+        """Make `name` (a vector of the layout) the active one, at once, for every later call."""
+        dim = self._dims.get(name)
+        if dim is None:
+            dim = self.dense_layout().get(name)
+        if dim is None:
+            raise StoreError(f"the collection has no dense vector {name!r}")
+        self.vector, self._dim = name, dim
+        self.engine.dense = name
+
+    def set_vectors(self, name: str, rows: Mapping[str, list[list[float]]], fields: dict[str, Any]) -> int:
+        """The named vector `name` of many points, and `fields` into their payloads; missing points skipped."""
+        for pid, dense in rows.items():
+            validate_dense(dense, self._dims.get(name), what=f"point {pid} vector {name!r}")
+        validate_payload(fields, what=f"vector {name!r} payload update")
+        if not rows:
+            return 0
+        return self.engine.set_vectors(name, {pid: float_rows(d) for pid, d in rows.items()}, dict(fields))
+
+    def without_vector(
+        self, name: str, limit: int, offset: str | None, *, fields: Sequence[str], failures: str, quarantine_after: int
+    ) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
+        """One page, in point id order from `offset`, of the memories without the vector `name` (except
+        those with `quarantine_after` or more failures in the payload field `failures`), and the next offset."""
+        flt = missing_dense_filter(quarantine_after, name, failures)
+        records, nxt = self.engine.scroll(flt, limit, offset, False, tuple(fields))
+        return [(str(r.id), dict(r.payload or {})) for r in records], (None if nxt is None else str(nxt))
+
+    def count_without_vector(self, name: str, *, failures: str, quarantine_after: int | None = None) -> int:
+        """Memories without the vector `name` (leaving out the quarantined ones, when `quarantine_after`)."""
+        return self.engine.count(missing_dense_filter(quarantine_after, name, failures))
+
+    def _query_vector(self, using: str | None) -> tuple[str, int | None]:
+        """The vector a query runs on (the active one unless the caller names the one its query vector was
+        made for, so that a switch between embedding and querying cannot mix two models) and its dim."""
+        name = self.vector if using is None else using
+        return name, self._dims.get(name)
+
     # -- writes --------------------------------------------------------------------------------------
 
     def upsert(self, points: list[MemoryPoint]) -> None:
         if not points:
             return
-        validate_points(points, self._dim)
+        for p in points:  # each point's dense rows are checked against the dim of the vector they go to
+            validate_points([p], self._dims.get(p.vector))
         self.engine.upsert([stored_point(p) for p in points])
 
     def set_payload(self, point_id: str, fields: dict[str, Any]) -> None:
         validate_payload(fields, what=f"point {point_id} payload update")
         self.engine.set_payload(point_id, dict(fields))
 
-    def set_dense(self, point_id: str, dense: list[list[float]], fields: dict[str, Any]) -> None:
-        validate_dense(dense, self._dim, what=f"point {point_id} dense vector")
+    def set_dense(
+        self, point_id: str, dense: list[list[float]], fields: dict[str, Any], *, vector: str | None = None
+    ) -> None:
+        name, dim = self._query_vector(vector)
+        validate_dense(dense, dim, what=f"point {point_id} dense vector")
         validate_payload(fields, what=f"point {point_id} payload update")
-        self.engine.set_dense(point_id, float_rows(dense), {**fields, "has_dense": True})
+        self.engine.set_dense(point_id, float_rows(dense), {**fields, "has_dense": True}, name)
 
     def delete(self, point_ids: list[str]) -> None:
         if point_ids:
@@ -274,7 +371,8 @@ class QdrantStore(MemoryStore):
     def fetch(self, point_ids: list[str], *, with_dense: bool = False) -> dict[str, StoredHit]:
         if not point_ids:
             return {}
-        return {str(r.id): _hit(r, 0.0, with_dense) for r in self.engine.retrieve(list(point_ids), with_dense)}
+        vector = self.vector
+        return {str(r.id): _hit(r, 0.0, with_dense, vector) for r in self.engine.retrieve(list(point_ids), with_dense)}
 
     def scroll_page(
         self, offset: str | None, limit: int, *, fields: Sequence[str] | None = None
@@ -312,7 +410,8 @@ class QdrantStore(MemoryStore):
         if not entry_ids:
             return []
         flt = Filter(must=(scope_filter(scope), MatchAny("entry_id", tuple(sorted(set(entry_ids))))))
-        return [_hit(r, 0.0, with_dense) for r in self._scroll(flt, None, with_dense=with_dense)]
+        vector = self.vector
+        return [_hit(r, 0.0, with_dense, vector) for r in self._scroll(flt, None, with_dense=with_dense)]
 
     def linked_to(self, workspace_id: str, entry_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
         if not entry_ids:
@@ -324,12 +423,12 @@ class QdrantStore(MemoryStore):
             return []
         # Oldest first, in the engine (a range index on indexed_at), and only the fields the backfill reads.
         records, _ = self.engine.scroll(
-            missing_dense_filter(quarantine_after), limit, None, False, DENSIFY_FIELDS, "indexed_at"
+            missing_dense_filter(quarantine_after, self.vector), limit, None, False, DENSIFY_FIELDS, "indexed_at"
         )
         return [(str(r.id), dict(r.payload or {})) for r in records]
 
     def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
-        return self.engine.count(count_filter(workspace_id, has_dense))
+        return self.engine.count(count_filter(workspace_id, has_dense, self.vector))
 
     def select(self, selection: Selection) -> Iterator[tuple[str, dict[str, Any]]]:
         return self._scroll_payloads(selection_filter(selection))
@@ -366,10 +465,10 @@ class QdrantStore(MemoryStore):
         return [(str(r.id), dict(r.payload or {})) for r in records], position
 
     def count_without_dense(self, scope: ScopeFilter) -> int:
-        return self.engine.count(Filter(must=(scope_filter(scope),), must_not=(HasDense(),)))
+        return self.engine.count(Filter(must=(scope_filter(scope),), must_not=(HasDense(self.vector),)))
 
     def count_quarantined(self, workspace_id: str | None, quarantine_after: int) -> int:
-        return self.engine.count(quarantined_filter(workspace_id, quarantine_after))
+        return self.engine.count(quarantined_filter(workspace_id, quarantine_after, self.vector))
 
     def workspaces(self, limit: int = WORKSPACES_LIMIT) -> dict[str, int]:
         return self.engine.facet("workspace_id", None, limit)
@@ -437,17 +536,26 @@ class QdrantStore(MemoryStore):
     def _leg_limit(self, limit: int, prefetch: int | None = None) -> int:
         return max(limit, prefetch if prefetch is not None else self.prefetch_limit)
 
-    def _run(self, query: Query) -> list[StoredHit]:
-        return [_hit(r, float(r.score), query.with_dense) for r in self.engine.query(query)]
+    def _run(self, query: Query, vector: str | None = None) -> list[StoredHit]:
+        rows = vector or self.vector
+        return [_hit(r, float(r.score), query.with_dense, rows) for r in self.engine.query(query)]
 
     def query_dense(
-        self, vector: list[float], scope: ScopeFilter, limit: int, *, with_dense: bool = False
+        self,
+        vector: list[float],
+        scope: ScopeFilter,
+        limit: int,
+        *,
+        with_dense: bool = False,
+        using: str | None = None,
     ) -> list[StoredHit]:
-        validate_vector(vector, self._dim)
+        name, dim = self._query_vector(using)
+        validate_vector(vector, dim)
         if limit <= 0:
             return []
         flt = scope_filter(scope)
-        return self._run(Query(dense_leg(vector, flt, self._leg_limit(limit)), flt, limit, with_dense))
+        leg = dense_leg(vector, flt, self._leg_limit(limit), name)
+        return self._run(Query(leg, flt, limit, with_dense, using=name), name)
 
     def similar_to(
         self,
@@ -458,13 +566,15 @@ class QdrantStore(MemoryStore):
         exclude_entry_ids: Sequence[str] = (),
         fields: Sequence[str] | None = None,
     ) -> list[StoredHit]:
-        validate_dense(rows, self._dim, what="similar_to rows")
+        name, dim = self._query_vector(None)
+        validate_dense(rows, dim, what="similar_to rows")
         if limit <= 0:
             return []
-        flt = nearest_filter(workspace_id, tuple(sorted(set(exclude_entry_ids))))
+        flt = nearest_filter(workspace_id, tuple(sorted(set(exclude_entry_ids))), name)
         only = tuple(fields) if fields is not None else None
         queries = [
-            Query(dense_leg(row, flt, limit), flt, limit, score=RawScore(), fields=only) for row in float_rows(rows)
+            Query(dense_leg(row, flt, limit, name), flt, limit, score=RawScore(), fields=only)
+            for row in float_rows(rows)
         ]
         best: dict[str, StoredHit] = {}
         for records in self.engine.query_batch(queries):
@@ -492,11 +602,14 @@ class QdrantStore(MemoryStore):
         fusion: Fusion,
         *,
         with_dense: bool = False,
+        using: str | None = None,
     ) -> list[StoredHit]:
-        validate_vector(vector, self._dim)
+        name, dim = self._query_vector(using)
+        validate_vector(vector, dim)
         validate_sparse(sparse, what="query sparse vector")
         if limit <= 0:
             return []
         flt = scope_filter(scope)
-        legs = hybrid_prefetch(vector, sparse, scope, flt, self._leg_limit(limit, fusion.prefetch_limit), fusion)
-        return self._run(Query(legs, flt, limit, with_dense))
+        prefetch = self._leg_limit(limit, fusion.prefetch_limit)
+        legs = hybrid_prefetch(vector, sparse, scope, flt, prefetch, fusion, name)
+        return self._run(Query(legs, flt, limit, with_dense, using=name), name)

@@ -19,11 +19,15 @@ Not optimised in production: `optimize()` (segment merge, HNSW) holds the GIL fo
 (measured: 72 s for 20k points on the 2-core machine, with a Python thread making no progress meanwhile),
 which would freeze the event loop that carries the recall service, the gate and the consumer. The
 benchmark reports recall latency without it (what production serves) and with it (README).
+
+Size: over 400 lines: one engine's whole translation (its calls, vocabulary, error mapping and the named
+dense vectors of the embedding generations) stays in one module, like store_qdrant.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -46,17 +50,24 @@ except ImportError as e:  # pragma: no cover - a core dependency; guard for a cl
 _FATAL = (KeyboardInterrupt, SystemExit, GeneratorExit)
 
 
-def _config(dim: int) -> qe.EdgeConfig:
+def _config(dim: int, vector: str = DENSE, others: Mapping[str, int] | None = None) -> qe.EdgeConfig:
+    """The layout: the dense multivector `vector` of `dim` (and any `others`, the other embedding
+    generations the shard holds), cosine, max-sim; the IDF sparse vector."""
+    dense = {**(others or {}), vector: dim}
     return qe.EdgeConfig(
         vectors={
-            DENSE: qe.EdgeVectorParams(
-                size=dim,
+            name: qe.EdgeVectorParams(
+                size=size,
                 distance=qe.Distance.Cosine,
                 multivector_config=qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim),
             )
+            for name, size in dense.items()
         },
         sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
     )
+
+
+_MAXSIM = qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim)
 
 
 def _index_schema(kind: IndexKind) -> Any:
@@ -89,10 +100,6 @@ def _times_importance(key: str, default: float) -> qe.Formula:
 _RAW_SCORE = qe.Formula(qe.Expression.Variable("$score"))  # the prefetch's score as it is
 
 
-def _with_vector(with_dense: bool) -> list[str] | bool:
-    return [DENSE] if with_dense else False
-
-
 def _with_payload(fields: Sequence[str] | None) -> list[str] | bool:
     return list(fields) if fields is not None else True
 
@@ -108,6 +115,7 @@ class EdgeEngine(Engine):
         self._load_lock = threading.Lock()
         self._shard: qe.EdgeShard | None = None
         self._dim: int | None = None
+        self._vector = DENSE  # the vector `ensure` checked (the reopen check)
         self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -144,21 +152,24 @@ class EdgeEngine(Engine):
                     self._shard = qe.EdgeShard.load(str(self.path))
         return self._shard
 
-    def ensure(self, dim: int, indexes: Mapping[str, IndexKind]) -> None:
+    def ensure(self, dim: int, indexes: Mapping[str, IndexKind], vector: str = DENSE) -> None:
         with self._guard("ensure_collection", exclusive=True):
             if self._closed:
                 raise StoreUnavailable(f"EdgeStore at {self.path} is closed")
-            if self._shard is not None and self._dim != dim:
+            if self._shard is not None and (self._dim != dim or self._vector != vector):
                 # Opened lazily (or for another dim): reopen with the config so the engine checks it.
                 self._shard.close()
                 self._shard = None
             if self._shard is None:
                 if self._has_data():
-                    self._shard = qe.EdgeShard.load(str(self.path), _config(dim))
+                    # The other generations on disk are part of the layout: the engine refuses a config
+                    # without them (it compares every vector storage).
+                    others = {k: v for k, v in self._disk_vectors().items() if k != vector}
+                    self._shard = qe.EdgeShard.load(str(self.path), _config(dim, vector, others))
                 else:
                     self.path.mkdir(parents=True, exist_ok=True)
-                    self._shard = qe.EdgeShard.create(str(self.path), _config(dim))
-            self._dim = dim
+                    self._shard = qe.EdgeShard.create(str(self.path), _config(dim, vector))
+            self._dim, self._vector = dim, vector
             present = set(self._shard.info().payload_schema)
             for name, kind in indexes.items():
                 if name not in present:
@@ -178,6 +189,57 @@ class EdgeEngine(Engine):
                 finally:
                     shard.close()
 
+    def _disk_vectors(self) -> dict[str, int]:
+        """The dense vectors (name -> dim) of the shard's layout, from the config it keeps beside its data
+        (`edge_config.json`, rewritten by the shard when a vector is created or deleted): Edge reports
+        no layout through its API."""
+        try:
+            config = json.loads((self.path / "edge_config.json").read_text())
+            return {str(k): int(v["size"]) for k, v in (config.get("vectors") or {}).items()}
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise StoreError(f"qdrant-edge: cannot read the layout at {self.path}: {e}") from e
+
+    def dense_vectors(self) -> dict[str, int]:
+        with self._guard("layout"):
+            return self._disk_vectors() if self._has_data() else {}
+
+    def add_dense(self, name: str, dim: int) -> None:
+        with self._guard("add_dense"):
+            shard = self._open()
+            have = self._disk_vectors().get(name)
+            if have is None:
+                shard.update(qe.UpdateOperation.create_dense_vector(name, dim, qe.Distance.Cosine, _MAXSIM))
+            elif have != dim:
+                raise StoreError(f"qdrant-edge: vector {name!r} exists with dim {have}, asked for {dim}")
+
+    def drop_dense(self, name: str) -> None:
+        with self._guard("drop_dense"):
+            shard = self._open()
+            if name in self._disk_vectors():
+                shard.update(qe.UpdateOperation.delete_vector_name(name))
+
+    def set_vectors(self, name: str, rows: Mapping[str, list[list[float]]], fields: dict[str, Any]) -> int:
+        """The named vector of each point and `fields` merged into its payload; a point deleted meanwhile
+        is skipped (the shard says "No point with id")."""
+        written = 0
+        with self._guard("set_vectors"):
+            shard = self._open()
+            for pid, vec in rows.items():
+                uid = _point_id(pid)
+                try:
+                    shard.update(qe.UpdateOperation.update_vectors([qe.PointVectors(uid, {name: vec})]))
+                    shard.update(qe.UpdateOperation.set_payload([uid], fields))
+                    written += 1
+                except Exception as e:  # not BaseException: a Rust panic still goes to _guard
+                    if "No point with id" not in str(e):
+                        raise
+        return written
+
+    def _with_vector(self, with_dense: bool, using: str | None = None) -> list[str] | bool:
+        return [using or self.dense] if with_dense else False
+
     def optimize(self) -> bool:
         with self._guard("optimize"):  # safe beside data calls, but it holds the GIL throughout (see above)
             return bool(self._open().optimize())
@@ -194,7 +256,7 @@ class EdgeEngine(Engine):
             for p in points:
                 vectors: dict[str, Any] = {SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))}
                 if p.dense is not None:
-                    vectors[DENSE] = p.dense
+                    vectors[p.vector] = p.dense
                 edge_points.append(qe.Point(_point_id(p.point_id), vectors, p.payload))
             self._open().update(qe.UpdateOperation.upsert_points(edge_points))
 
@@ -203,11 +265,11 @@ class EdgeEngine(Engine):
         with self._guard("set_payload"):
             self._open().update(qe.UpdateOperation.set_payload([pid], fields))
 
-    def set_dense(self, point_id: str, rows: list[list[float]], fields: dict[str, Any]) -> None:
+    def set_dense(self, point_id: str, rows: list[list[float]], fields: dict[str, Any], vector: str = DENSE) -> None:
         pid = _point_id(point_id)
         with self._guard("set_dense"):
             shard = self._open()
-            shard.update(qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {DENSE: rows})]))
+            shard.update(qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {vector: rows})]))
             shard.update(qe.UpdateOperation.set_payload([pid], fields))
 
     def delete(self, point_ids: list[str]) -> None:
@@ -242,7 +304,7 @@ class EdgeEngine(Engine):
     ) -> Sequence[Record]:
         ids: list[Any] = [_point_id(p) for p in point_ids]
         with self._guard("retrieve"):
-            return self._open().retrieve(ids, _with_payload(fields), _with_vector(with_dense))
+            return self._open().retrieve(ids, _with_payload(fields), self._with_vector(with_dense))
 
     def scroll(
         self,
@@ -262,7 +324,7 @@ class EdgeEngine(Engine):
             limit=limit,
             filter=Lowering(self)(flt) if flt is not None else None,
             with_payload=_with_payload(fields),
-            with_vector=_with_vector(with_dense),
+            with_vector=self._with_vector(with_dense),
             order_by=order,
         )
         with self._guard("scroll"):
@@ -287,7 +349,7 @@ class EdgeEngine(Engine):
             query=lower(query.score),
             filter=lower(query.filter),
             with_payload=_with_payload(query.fields),
-            with_vector=_with_vector(query.with_dense),
+            with_vector=self._with_vector(query.with_dense, query.using),
         )
 
     def query(self, query: Query) -> Sequence[ScoredRecord]:
@@ -319,8 +381,8 @@ class EdgeEngine(Engine):
     ) -> qe.FieldCondition:
         return qe.FieldCondition(key, range=qe.RangeDateTime(gte=gte, gt=gt, lte=lte, lt=lt))
 
-    def has_dense(self) -> qe.HasVectorCondition:
-        return qe.HasVectorCondition(DENSE)  # qdrant-edge cannot match booleans (see store_query.HasDense)
+    def has_dense(self, using: str = DENSE) -> qe.HasVectorCondition:
+        return qe.HasVectorCondition(using)  # qdrant-edge cannot match booleans (see store_query.HasDense)
 
     def filter(self, must: list[Any] | None, should: list[Any] | None, must_not: list[Any] | None) -> qe.Filter:
         return qe.Filter(must=must, should=should, must_not=must_not)
@@ -328,8 +390,8 @@ class EdgeEngine(Engine):
     def sparse_vector(self, indices: list[int], values: list[float]) -> qe.SparseVector:
         return qe.SparseVector(indices, values)
 
-    def dense_leg(self, vector: list[float], flt: Any, limit: int) -> qe.Prefetch:
-        return qe.Prefetch(limit=limit, query=qe.Query.Nearest([vector], using=DENSE), filter=flt)
+    def dense_leg(self, vector: list[float], flt: Any, limit: int, using: str = DENSE) -> qe.Prefetch:
+        return qe.Prefetch(limit=limit, query=qe.Query.Nearest([vector], using=using), filter=flt)
 
     def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None) -> qe.Prefetch:
         return qe.Prefetch(

@@ -70,8 +70,7 @@ def _dt(text: str | None) -> datetime | None:
 _RAW_SCORE = m.FormulaQuery(formula="$score")  # the prefetch's score as it is
 
 
-def _with_vectors(with_dense: bool) -> list[str] | bool:
-    return [DENSE] if with_dense else False
+_MAXSIM = m.MultiVectorConfig(comparator=m.MultiVectorComparator.MAX_SIM)
 
 
 def _with_payload(fields: Sequence[str] | None) -> list[str] | bool:
@@ -136,18 +135,14 @@ class ClientEngine(Engine):
                     raise StoreUnavailable(f"qdrant {op} at {self._where}: {e}") from e
                 raise StoreError(f"qdrant {op}: {e}") from e
 
-    def ensure(self, dim: int, indexes: Mapping[str, IndexKind]) -> None:
+    def ensure(self, dim: int, indexes: Mapping[str, IndexKind], vector: str = DENSE) -> None:
         with self._guard("ensure_collection"):
             if not self.client.collection_exists(self.collection):
                 try:
                     self.client.create_collection(
                         self.collection,
                         vectors_config={
-                            DENSE: m.VectorParams(
-                                size=dim,
-                                distance=m.Distance.COSINE,
-                                multivector_config=m.MultiVectorConfig(comparator=m.MultiVectorComparator.MAX_SIM),
-                            )
+                            vector: m.VectorParams(size=dim, distance=m.Distance.COSINE, multivector_config=_MAXSIM)
                         },
                         sparse_vectors_config={SPARSE: m.SparseVectorParams(modifier=m.Modifier.IDF)},
                         # Multitenancy recipe: every vector query is filtered by workspace, so build
@@ -157,7 +152,7 @@ class ClientEngine(Engine):
                 except UnexpectedResponse as e:  # created by another process meanwhile
                     if e.status_code != 409 and not self.client.collection_exists(self.collection):
                         raise
-            self._check_layout(dim)
+            self._check_layout(dim, vector)
             with warnings.catch_warnings():
                 # Local mode: "Payload indexes have no effect in the local Qdrant" (it scans).
                 warnings.simplefilter("ignore", UserWarning)
@@ -168,17 +163,70 @@ class ClientEngine(Engine):
                             self.collection, name, field_schema=_index_schema(kind), wait=True
                         )
 
-    def _check_layout(self, dim: int) -> None:
+    def _check_layout(self, dim: int, vector: str) -> None:
         params = self.client.get_collection(self.collection).config.params
         vectors = params.vectors if isinstance(params.vectors, dict) else {}
-        dense = vectors.get(DENSE)
+        dense = vectors.get(vector)
         if dense is None or dense.multivector_config is None:
-            raise StoreError(f"collection {self.collection!r} has no multivector {DENSE!r}")
+            raise StoreError(f"collection {self.collection!r} has no multivector {vector!r}")
         if dense.size != dim:
             raise StoreError(f"collection {self.collection!r} holds dim {dense.size} vectors, asked for {dim}")
         sparse = (params.sparse_vectors or {}).get(SPARSE)
         if sparse is None or sparse.modifier != m.Modifier.IDF:
             raise StoreError(f"collection {self.collection!r} has no IDF sparse vector {SPARSE!r}")
+
+    def _layout(self) -> dict[str, int]:
+        params = self.client.get_collection(self.collection).config.params
+        vectors = params.vectors if isinstance(params.vectors, dict) else {}
+        return {str(name): int(v.size) for name, v in vectors.items()}
+
+    def dense_vectors(self) -> dict[str, int]:
+        with self._guard("layout"):
+            return self._layout() if self.client.collection_exists(self.collection) else {}
+
+    def add_dense(self, name: str, dim: int) -> None:
+        with self._guard("add_dense"):
+            have = self._layout().get(name)
+            if have is None:
+                dense = m.DenseVectorConfig(size=dim, distance=m.Distance.COSINE, multivector_config=_MAXSIM)
+                config = m.DenseVectorNameConfig(dense=dense)
+                self.client.create_vector_name(self.collection, name, config, wait=True)
+            elif have != dim:
+                raise StoreError(f"collection {self.collection!r}: vector {name!r} has dim {have}, asked for {dim}")
+
+    def drop_dense(self, name: str) -> None:
+        with self._guard("drop_dense"):
+            if name in self._layout():
+                self.client.delete_vector_name(self.collection, name, wait=True)
+
+    def set_vectors(self, name: str, rows: Mapping[str, list[list[float]]], fields: dict[str, Any]) -> int:
+        """Two batch requests for the points that exist (their vectors, then `fields`); a point deleted
+        between the check and the batch fails it, which is then applied point by point."""
+        if not rows:
+            return 0
+        with self._guard("set_vectors"):
+            found = self.client.retrieve(self.collection, list(rows), with_payload=False, with_vectors=False)
+            present = [pid for pid in rows if pid in {str(r.id) for r in found}]
+            if not present:
+                return 0
+            try:
+                points = [m.PointVectors(id=pid, vector={name: rows[pid]}) for pid in present]
+                self.client.update_vectors(self.collection, points=points, wait=True)
+                self.client.set_payload(self.collection, payload=fields, points=list(present), wait=True)
+                return len(present)
+            except (UnexpectedResponse, KeyError):
+                written = 0
+                for pid in present:
+                    if self.client.retrieve(self.collection, [pid], with_payload=False, with_vectors=False):
+                        self.client.update_vectors(
+                            self.collection, points=[m.PointVectors(id=pid, vector={name: rows[pid]})], wait=True
+                        )
+                        self.client.set_payload(self.collection, payload=fields, points=[pid], wait=True)
+                        written += 1
+                return written
+
+    def _with_vectors(self, with_dense: bool, using: str | None = None) -> list[str] | bool:
+        return [using or self.dense] if with_dense else False
 
     def flush(self) -> None:
         """Writes are acknowledged after the server applied them (wait=True); nothing is buffered here."""
@@ -211,7 +259,7 @@ class ClientEngine(Engine):
         for p in points:
             vectors: dict[str, Any] = {SPARSE: self.sparse_vector(list(p.sparse.indices), list(p.sparse.values))}
             if p.dense is not None:
-                vectors[DENSE] = p.dense
+                vectors[p.vector] = p.dense
             structs.append(m.PointStruct(id=p.point_id, vector=vectors, payload=p.payload))
         with self._guard("upsert"):
             self.client.upsert(self.collection, points=structs, wait=True)
@@ -254,11 +302,11 @@ class ClientEngine(Engine):
                         written += 1
                 return written
 
-    def set_dense(self, point_id: str, rows: list[list[float]], fields: dict[str, Any]) -> None:
+    def set_dense(self, point_id: str, rows: list[list[float]], fields: dict[str, Any], vector: str = DENSE) -> None:
         with self._guard("set_dense"):
             self._require(point_id)
             self.client.update_vectors(
-                self.collection, points=[m.PointVectors(id=point_id, vector={DENSE: rows})], wait=True
+                self.collection, points=[m.PointVectors(id=point_id, vector={vector: rows})], wait=True
             )
             self.client.set_payload(self.collection, payload=fields, points=[point_id], wait=True)
 
@@ -269,7 +317,10 @@ class ClientEngine(Engine):
     ) -> Sequence[Record]:
         with self._guard("retrieve"):
             return self.client.retrieve(
-                self.collection, point_ids, with_payload=_with_payload(fields), with_vectors=_with_vectors(with_dense)
+                self.collection,
+                point_ids,
+                with_payload=_with_payload(fields),
+                with_vectors=self._with_vectors(with_dense),
             )
 
     def scroll(
@@ -293,7 +344,7 @@ class ClientEngine(Engine):
                 limit=limit,
                 offset=offset if order_by is None else None,
                 with_payload=_with_payload(fields),
-                with_vectors=_with_vectors(with_dense),
+                with_vectors=self._with_vectors(with_dense),
                 order_by=order,
             )
         return records, next_offset if order_by is None else None
@@ -320,7 +371,7 @@ class ClientEngine(Engine):
                 query_filter=flt,
                 limit=query.limit,
                 with_payload=_with_payload(query.fields),
-                with_vectors=_with_vectors(query.with_dense),
+                with_vectors=self._with_vectors(query.with_dense, query.using),
             ).points
 
     def query_batch(self, queries: Sequence[Query]) -> list[Sequence[ScoredRecord]]:
@@ -337,7 +388,7 @@ class ClientEngine(Engine):
                     filter=lower(q.filter),
                     limit=q.limit,
                     with_payload=_with_payload(q.fields),
-                    with_vector=_with_vectors(q.with_dense),
+                    with_vector=self._with_vectors(q.with_dense, q.using),
                 )
             )
         with self._guard("query_batch"):
@@ -359,8 +410,8 @@ class ClientEngine(Engine):
     ) -> m.FieldCondition:
         return m.FieldCondition(key=key, range=m.DatetimeRange(gte=_dt(gte), gt=_dt(gt), lte=_dt(lte), lt=_dt(lt)))
 
-    def has_dense(self) -> m.HasVectorCondition:
-        return m.HasVectorCondition(has_vector=DENSE)
+    def has_dense(self, using: str = DENSE) -> m.HasVectorCondition:
+        return m.HasVectorCondition(has_vector=using)
 
     def filter(self, must: list[Any] | None, should: list[Any] | None, must_not: list[Any] | None) -> m.Filter:
         return m.Filter(must=must, should=should, must_not=must_not)
@@ -368,9 +419,9 @@ class ClientEngine(Engine):
     def sparse_vector(self, indices: list[int], values: list[float]) -> m.SparseVector:
         return m.SparseVector(indices=indices, values=values)
 
-    def dense_leg(self, vector: list[float], flt: Any, limit: int) -> m.Prefetch:
+    def dense_leg(self, vector: list[float], flt: Any, limit: int, using: str = DENSE) -> m.Prefetch:
         # A one-row multivector: max-sim against it is the best chunk's cosine.
-        return m.Prefetch(query=[vector], using=DENSE, filter=flt, limit=limit)
+        return m.Prefetch(query=[vector], using=using, filter=flt, limit=limit)
 
     def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None) -> m.Prefetch:
         return m.Prefetch(

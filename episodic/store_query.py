@@ -10,6 +10,8 @@ model, so one small tree describes any query:
 The rules themselves live here, once: who may see what (`scope_filter`), the hybrid legs of a `Fusion`
 (`hybrid_prefetch`), BM25's IDF over the request's workspace (`SparseLeg.idf`), and the importance
 multiplier with its neutral default (`TimesImportance`).
+
+Size: a little over 400 lines: the whole query vocabulary, its rules and its lowering stay in one place.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from episodic.ports import Fusion, RecallFilter, ScopeFilter, Selection, SparseVec
+from episodic.ports import DENSE, Fusion, RecallFilter, ScopeFilter, Selection, SparseVec
 
 # A point without `importance_score` (never written by the indexer, but possible in hand-made data)
 # ranks as an info-level routine memory (SPEC §10 base table), not as the most important one.
@@ -69,7 +71,9 @@ class HasDense:
 
     Not `has_dense == true` on the payload: qdrant-edge-py turns MatchValue(True) into the integer 1,
     which never matches a JSON boolean, so a bool match cannot be expressed there. The vector itself is
-    the truth anyway, so both engines ask for the vector."""
+    the truth anyway, so both engines ask for the vector. `using`: which named dense vector (generation)."""
+
+    using: str = DENSE
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,19 +119,22 @@ DENSIFY_FIELDS: tuple[str, ...] = ("entry_id", "workspace_id", "summary", "index
 DENSIFY_FAILURES = "densify_failures"  # payload: how many times embedding this memory failed
 
 
-def missing_dense_filter(quarantine_after: int | None) -> Filter:
-    """Memories without their dense vector, except those quarantined (`quarantine_after` failures or more)."""
+def missing_dense_filter(quarantine_after: int | None, using: str = DENSE, failures: str = DENSIFY_FAILURES) -> Filter:
+    """Memories without their dense vector `using`, except those quarantined (`quarantine_after` failures or
+    more, counted in the payload field `failures`)."""
     if quarantine_after is None:
-        return Filter(must_not=(HasDense(),))
-    return Filter(must_not=(HasDense(), AtLeast(DENSIFY_FAILURES, float(quarantine_after))))
+        return Filter(must_not=(HasDense(using),))
+    return Filter(must_not=(HasDense(using), AtLeast(failures, float(quarantine_after))))
 
 
-def quarantined_filter(workspace_id: str | None, quarantine_after: int) -> Filter:
-    """Memories still without their dense vector after `quarantine_after` failed attempts."""
-    must: tuple[Condition, ...] = (AtLeast(DENSIFY_FAILURES, float(quarantine_after)),)
+def quarantined_filter(
+    workspace_id: str | None, quarantine_after: int, using: str = DENSE, failures: str = DENSIFY_FAILURES
+) -> Filter:
+    """Memories still without their dense vector `using` after `quarantine_after` failed attempts."""
+    must: tuple[Condition, ...] = (AtLeast(failures, float(quarantine_after)),)
     if workspace_id is not None:
         must = (workspace(workspace_id), *must)
-    return Filter(must=must, must_not=(HasDense(),))
+    return Filter(must=must, must_not=(HasDense(using),))
 
 
 def narrowed(flt: Filter, filters: RecallFilter) -> Filter:
@@ -173,21 +180,21 @@ def before_time(ts: str) -> DatetimeRange:
     return DatetimeRange("ts", lt=ts)
 
 
-def nearest_filter(workspace_id: str, exclude_entry_ids: tuple[str, ...] = ()) -> Filter:
+def nearest_filter(workspace_id: str, exclude_entry_ids: tuple[str, ...] = (), using: str = DENSE) -> Filter:
     """Nearest neighbours of a memory: the workspace's memories with a dense vector, except `exclude_entry_ids`
     (the memory itself and its aliases)."""
     must_not: tuple[Condition, ...] = (MatchAny("entry_id", exclude_entry_ids),) if exclude_entry_ids else ()
-    return Filter(must=(workspace(workspace_id), HasDense()), must_not=must_not)
+    return Filter(must=(workspace(workspace_id), HasDense(using)), must_not=must_not)
 
 
-def count_filter(workspace_id: str | None, has_dense: bool | None) -> Filter | None:
+def count_filter(workspace_id: str | None, has_dense: bool | None, using: str = DENSE) -> Filter | None:
     """Optionally one workspace, optionally with / without the dense vector; None: every point."""
     must: tuple[Condition, ...] = () if workspace_id is None else (workspace(workspace_id),)
     must_not: tuple[Condition, ...] = ()
     if has_dense is True:
-        must = (*must, HasDense())
+        must = (*must, HasDense(using))
     elif has_dense is False:
-        must_not = (HasDense(),)
+        must_not = (HasDense(using),)
     return Filter(must=must, must_not=must_not) if must or must_not else None
 
 
@@ -196,11 +203,13 @@ def count_filter(workspace_id: str | None, has_dense: bool | None) -> Filter | N
 
 @dataclass(frozen=True, slots=True)
 class DenseLeg:
-    """Max-sim cosine of the stored chunk rows against one query row (the best chunk's cosine)."""
+    """Max-sim cosine of the stored chunk rows (of the named vector `using`) against one query row (the best
+    chunk's cosine)."""
 
     vector: list[float]
     filter: Filter
     limit: int
+    using: str = DENSE
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,10 +261,11 @@ class Query:
     with_dense: bool = False
     score: TimesImportance | RawScore = TimesImportance()
     fields: tuple[str, ...] | None = None  # payload fields to return; None: the whole payload
+    using: str | None = None  # whose dense rows `with_dense` returns; None: the engine's active vector
 
 
-def dense_leg(vector: list[float], flt: Filter, limit: int) -> DenseLeg:
-    return DenseLeg(list(map(float, vector)), flt, limit)
+def dense_leg(vector: list[float], flt: Filter, limit: int, using: str = DENSE) -> DenseLeg:
+    return DenseLeg(list(map(float, vector)), flt, limit, using)
 
 
 def sparse_leg(sparse: SparseVec, scope: ScopeFilter, flt: Filter, limit: int) -> SparseLeg:
@@ -264,11 +274,17 @@ def sparse_leg(sparse: SparseVec, scope: ScopeFilter, flt: Filter, limit: int) -
 
 
 def hybrid_prefetch(
-    vector: list[float], sparse: SparseVec, scope: ScopeFilter, flt: Filter, limit: int, fusion: Fusion
+    vector: list[float],
+    sparse: SparseVec,
+    scope: ScopeFilter,
+    flt: Filter,
+    limit: int,
+    fusion: Fusion,
+    using: str = DENSE,
 ) -> Fused:
     """The hybrid query's legs (see `Fusion`), each fetching `limit` candidates, fused with their weights.
     The dense leg is one value, also the inner of the BM25-re-scored leg (an engine lowers it once)."""
-    dense = dense_leg(vector, flt, limit)
+    dense = dense_leg(vector, flt, limit, using)
     lexical = sparse_leg(sparse, scope, flt, limit)
     legs: list[Prefetch] = []
     weights: list[float] = []
@@ -310,7 +326,7 @@ class Vocabulary(ABC):
     def datetime_range(self, key: str, gte: str | None, gt: str | None, lte: str | None, lt: str | None) -> Any: ...
 
     @abstractmethod
-    def has_dense(self) -> Any: ...
+    def has_dense(self, using: str = DENSE) -> Any: ...
 
     @abstractmethod
     def filter(self, must: list[Any] | None, should: list[Any] | None, must_not: list[Any] | None) -> Any: ...
@@ -319,7 +335,7 @@ class Vocabulary(ABC):
     def sparse_vector(self, indices: list[int], values: list[float]) -> Any: ...
 
     @abstractmethod
-    def dense_leg(self, vector: list[float], flt: Any, limit: int) -> Any: ...
+    def dense_leg(self, vector: list[float], flt: Any, limit: int, using: str = DENSE) -> Any: ...
 
     @abstractmethod
     def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None) -> Any: ...
@@ -376,6 +392,12 @@ def _sparse_leg(lo: Lowering, leg: SparseLeg) -> Any:
     return lo.vocab.sparse_leg(lo(leg.sparse), lo(leg.filter), leg.limit, lo(leg.idf), inner)
 
 
+def _dense_leg(lo: Lowering, leg: DenseLeg) -> Any:
+    if leg.using == DENSE:
+        return lo.vocab.dense_leg(leg.vector, lo(leg.filter), leg.limit)
+    return lo.vocab.dense_leg(leg.vector, lo(leg.filter), leg.limit, leg.using)
+
+
 def _fused(lo: Lowering, f: Fused) -> Any:
     legs = [lo(leg) for leg in f.legs]
     return lo.vocab.fused(legs, f.method, f.k, list(f.weights), lo(f.filter), f.limit)
@@ -388,8 +410,10 @@ _LOWER: dict[type, Callable[[Lowering, Any], Any]] = {
     MatchAny: lambda lo, n: lo.vocab.match_any(n.key, list(n.values)),
     AtLeast: lambda lo, n: lo.vocab.at_least(n.key, n.gte),
     DatetimeRange: lambda lo, n: lo.vocab.datetime_range(n.key, n.gte, n.gt, n.lte, n.lt),
-    HasDense: lambda lo, n: lo.vocab.has_dense(),
-    DenseLeg: lambda lo, n: lo.vocab.dense_leg(n.vector, lo(n.filter), n.limit),
+    # `using` only when it is not the first generation's vector: a vocabulary written before generations
+    # (one named dense vector) still lowers every query that does not name another one.
+    HasDense: lambda lo, n: lo.vocab.has_dense() if n.using == DENSE else lo.vocab.has_dense(n.using),
+    DenseLeg: _dense_leg,
     SparseLeg: _sparse_leg,
     Fused: _fused,
     SparseVec: lambda lo, n: lo.vocab.sparse_vector(list(n.indices), list(n.values)),

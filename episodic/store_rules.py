@@ -124,11 +124,17 @@ def float_rows(rows: Sequence[Sequence[float]]) -> list[list[float]]:
     return [list(map(float, row)) for row in rows]
 
 
-def dense_rows(vectors: object) -> list[list[float]] | None:
-    """The dense chunk rows out of an engine's named-vector dict, if it has them."""
+def model_field(vector: str) -> str:
+    """The payload field that records which model made a memory's named dense vector `vector` (an embedding
+    generation, episodic.generations): `model` for the first one, `model@<vector>` for the others."""
+    return "model" if vector == DENSE else f"model@{vector}"
+
+
+def dense_rows(vectors: object, using: str = DENSE) -> list[list[float]] | None:
+    """The dense chunk rows (of the named vector `using`) out of an engine's named-vector dict, if it has them."""
     if not isinstance(vectors, dict):
         return None
-    rows = vectors.get(DENSE)
+    rows = vectors.get(using)
     if rows is None:
         return None
     return [[float(x) for x in row] for row in rows]
@@ -144,4 +150,4 @@ def stored_payload(point: MemoryPoint) -> dict[str, object]:
 def stored_point(point: MemoryPoint) -> MemoryPoint:
     """The point as an engine writes it: payload as stored, dense rows as float lists."""
     dense = float_rows(point.dense) if point.dense is not None else None
-    return MemoryPoint(point.point_id, point.sparse, stored_payload(point), dense)
+    return MemoryPoint(point.point_id, point.sparse, stored_payload(point), dense, point.vector)

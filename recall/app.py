@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from episodic.auth import AuthError, is_loopback, load_tokens
 from episodic.errors import EpisodicError
+from episodic.generations import ModelSwitch
 from episodic.health_job import HealthJob
 from episodic.metrics import Metrics
 from episodic.ports import Embedder, MemoryStore, StateStore
@@ -167,13 +168,14 @@ def create_app(
     produce: Produce | None = None,
     health: HealthJob | None = None,
     insecure: bool = False,
+    switch: ModelSwitch | None = None,
 ) -> FastAPI:
     """The recall service. Raises AuthConfigError for a bad tokens file, InsecureBind (see module doc)."""
     tokens = load_tokens(settings.tokens_file)
     check_bind(settings.http_host, tokens_configured=tokens is not None, insecure=insecure)
     if tokens is None:
         log.info("recall service: no tokens file, open to every caller that can reach %s", settings.http_host)
-    engine = RecallEngine.from_settings(settings, store=store, embedder=embedder, bm25=bm25)
+    engine = RecallEngine.from_settings(settings, store=store, embedder=embedder, bm25=bm25, switch=switch)
     if clock is not None:  # a controllable clock (tests): ages and memory.referenced `at`
         engine.clock = clock
 

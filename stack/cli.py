@@ -1,5 +1,5 @@
-"""The `episodic` command: up, produce, recall, forget, show, ls, doctor, mcp, and `run ROLE` (one role per
-process, distributed mode) with its older per-role names.
+"""The `episodic` command: up, produce, recall, forget, show, ls, doctor, reindex, mcp, and `run ROLE` (one
+role per process, distributed mode) with its older per-role names.
 
 `python -m stack.cli COMMAND ...` (or `python -m stack ...`) is the same command without the console script.
 """
@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ls": ("stack.commands.memory:ls_main", "list a workspace's memories, newest first"),
     "doctor": ("stack.commands.doctor:main", "check broker, topics, store, embedder, lag and auth"),
     "run": ("stack.commands.run:main", "run one role (gate, embedder, http/recall, linker, ...) in this process"),
+    "reindex": ("stack.commands.reindex:main", "re-embed the store with another model, then switch recall to it"),
     "gate": ("stack.commands.gate:main", "run only the gate, with its topic options (distributed mode)"),
     "embedder": ("stack.commands.run:embedder_main", "= run embedder: the embedding consumer alone"),
     "serve": ("stack.commands.run:serve_main", "= run http: the recall HTTP service alone"),

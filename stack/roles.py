@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from consumers.embedding import EmbeddingConsumer
     from episodic.decay import DecayJob
+    from episodic.generations import ModelSwitch
     from episodic.health_job import HealthJob
     from episodic.ports import Embedder, MemoryStore, StateStore
     from episodic.sparse import Bm25Encoder
@@ -76,6 +77,7 @@ class Resources:
     store: MemoryStore | None = None  # opened when a role in this process `needs_store`
     state: StateStore | None = None  # beside the store (episodic.ports.StateStore), opened with it
     embedder: Embedder | None = None  # None: sparse-only (no model, or EPISODIC_EMBED_MODEL=none)
+    switch: ModelSwitch | None = None  # the active embedding generation and its model (episodic.generations)
     bm25: Bm25Encoder | None = None
     clock: Callable[[], datetime] = utc_now  # what the stages call "now" (controllable in tests)
 
@@ -190,7 +192,12 @@ class EmbedderRole(Role):
         self._model = getattr(res.embedder, "model_id", "none")
         self._mode = "vector" if res.embedder is not None else "sparse-only"
         indexer = Indexer(
-            store=store, embedder=res.embedder, bm25=bm25, clock=res.clock, alias_limit=res.settings.alias_limit
+            store=store,
+            embedder=res.embedder,
+            bm25=bm25,
+            clock=res.clock,
+            alias_limit=res.settings.alias_limit,
+            switch=res.switch,
         )
         self.consumer = EmbeddingConsumer(
             settings=res.settings,
@@ -268,6 +275,7 @@ class HttpRole(Role):
             nudges=nudges,
             health=health,
             insecure=res.insecure,
+            switch=res.switch,
         )
         config = uvicorn.Config(
             app, host=s.http_host, port=s.http_port, log_level="warning", access_log=False, lifespan="off"

@@ -39,9 +39,11 @@ from stack.roles import ALL_ROLES, ROLES, Resources, Role, utc_now
 if TYPE_CHECKING:
     from aiokafka import AIOKafkaProducer
 
+    from episodic.generations import ModelSwitch
     from episodic.ports import Embedder, MemoryStore, StateStore
     from episodic.sparse import Bm25Encoder
     from infra.broker import EmbeddedBroker
+    from stack.embedding import ReembedRunner
 
 log = logging.getLogger("episodic")
 
@@ -96,6 +98,8 @@ class Stack:
         self.store: MemoryStore | None = None
         self.state: StateStore | None = None  # beside the store: the agents' and the lifecycle's state
         self.embedder: Embedder | None = None
+        self.switch: ModelSwitch | None = None  # the active embedding generation (stack.embedding)
+        self.reembed: ReembedRunner | None = None
         self.bm25: Bm25Encoder | None = None
         self.status = KafkaStatus(settings.bootstrap)
         self.running: dict[str, Role] = {}  # name -> role, in start order
@@ -154,6 +158,7 @@ class Stack:
             store=self.store,
             state=self.state,
             embedder=self.embedder,
+            switch=self.switch,
             bm25=self.bm25,
             clock=self.clock,
         )
@@ -192,14 +197,16 @@ class Stack:
     async def _open_store_and_model(self) -> None:
         from episodic.embedder import load_embedder
         from episodic.sparse import Bm25Encoder
+        from episodic.store import QdrantStore
+        from stack.embedding import ReembedRunner, open_switch
         from stack.stores import open_state, open_store
 
         s = self.settings
         embedder = None
+        # Ingestion batches get every core only when the document embedder has the process to itself.
+        shared = not (len(self._kinds) == 1 and self._kinds[0].embeds_documents)
+        queries = any(kind.answers_queries for kind in self._kinds)
         if any(kind.embeds_documents or kind.answers_queries for kind in self._kinds):
-            # Ingestion batches get every core only when the document embedder has the process to itself.
-            shared = not (len(self._kinds) == 1 and self._kinds[0].embeds_documents)
-            queries = any(kind.answers_queries for kind in self._kinds)
             embedder = await asyncio.to_thread(lambda: load_embedder(s, shared_process=shared, queries=queries))
             self.metrics.sparse_only.set(0 if embedder is not None else 1)
         else:  # the agents read stored vectors only (an existing collection keeps its own size)
@@ -207,8 +214,28 @@ class Stack:
         self.embedder = embedder
         dim = embedder.dim if embedder is not None else DEFAULT_DIM
         self.store = store = await asyncio.to_thread(open_store, s, dim=dim)
-        self.state = await asyncio.to_thread(open_state, store)
+        self.state = state = await asyncio.to_thread(open_state, store)
         self.bm25 = Bm25Encoder()
+        if isinstance(store, QdrantStore):
+            switch = await asyncio.to_thread(
+                lambda: open_switch(
+                    s,
+                    store=store,
+                    state=state,
+                    embedder=embedder,
+                    metrics=self.metrics,
+                    shared_process=shared,
+                    queries=queries,
+                )
+            )
+            self.switch = switch
+            # The pass runs where documents are embedded with the new model (`up`, or the embedder role).
+            documents = any(k.embeds_documents for k in self._kinds)
+            if embedder is not None and documents and ReembedRunner.wanted(switch, embedder):
+                self.reembed = ReembedRunner(
+                    store=store, state=state, embedder=embedder, switch=switch, metrics=self.metrics
+                )
+                self.reembed.start()
 
     def _start_metrics_server(self) -> None:
         """Roles without the recall service still serve /metrics and /healthz on the HTTP port."""
@@ -249,6 +276,11 @@ class Stack:
     async def _watch(self) -> None:
         while not self._stop.is_set():
             ok = await asyncio.to_thread(bootstrap_reachable, self.settings.bootstrap)
+            if self.switch is not None:  # roles that never embed (the linker) follow a model switch too
+                try:
+                    await asyncio.to_thread(self.switch.refresh)
+                except EpisodicError as e:
+                    log.warning("embedding: cannot follow the active generation (retried): %s", e)
             for name, role in self.running.items():
                 reason = role.crash()
                 if reason is not None:
@@ -291,6 +323,8 @@ class Stack:
     # -- stop ------------------------------------------------------------------------------------------
     async def stop(self) -> None:
         self._stop.set()
+        if self.reembed is not None:  # its page in flight finishes and its cursor is saved; the next start resumes
+            await asyncio.to_thread(self.reembed.stop)
         log.info("draining: stop taking journal records, finish the batch in flight, commit")
         for name in sorted(self.running, key=lambda n: self.running[n].drain_rank):
             try:

@@ -9,7 +9,7 @@ when it returns. The choice lives here, in the composition root, so that the sha
 from __future__ import annotations
 
 from episodic.client_options import qdrant_options
-from episodic.ports import MemoryStore, StateStore
+from episodic.ports import DENSE, MemoryStore, StateStore
 from episodic.settings import Settings
 from episodic.state import QdrantStateStore
 from episodic.store import QdrantStore
@@ -35,11 +35,22 @@ def open_store(settings: Settings, *, dim: int) -> MemoryStore:
             prefetch_limit=settings.prefetch_limit,
         )
     try:
-        store.ensure_collection(dim)
+        ensure_existing(store, dim)
     except BaseException:
         store.close()
         raise
     return store
+
+
+def ensure_existing(store: MemoryStore, dim: int) -> None:
+    """A new collection for `dim`; an existing one with the layout it has (its vectors may be another model's,
+    or several models' during a re-embed: `stack.embedding.open_switch` then picks the active one)."""
+    layout = store.dense_layout() if isinstance(store, QdrantStore) else {}
+    if not layout or not isinstance(store, QdrantStore):
+        store.ensure_collection(dim)
+        return
+    vector = DENSE if DENSE in layout else sorted(layout)[0]
+    store.ensure_collection(layout[vector], vector=vector)
 
 
 def open_state(store: MemoryStore) -> StateStore:

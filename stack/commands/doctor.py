@@ -117,6 +117,35 @@ def _lag_from_metrics(text: str) -> dict[str, float]:
     return lags
 
 
+def check_embedding(text: str) -> Check:
+    """The active embedding generation and a re-embed's progress, from the service's /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    gens: dict[str, dict[str, str]] = {}
+    ratio, remaining = 1.0, 0.0
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            if sample.name == "episodic_embedding_generation_info" and sample.value == 1:
+                gens[sample.labels.get("state", "?")] = sample.labels
+            elif sample.name == "episodic_reembed_progress_ratio":
+                ratio = sample.value
+            elif sample.name == "episodic_reembed_remaining_points":
+                remaining = sample.value
+    active, pending = gens.get("active"), gens.get("pending")
+    if active is None:
+        return Check("embedding", "OK", "no embedding generation reported (sparse-only, or an older service)")
+    now = f"recall ranks with {active.get('model')} (vector {active.get('vector')})"
+    if pending is None:
+        return Check("embedding", "OK", now)
+    return Check(
+        "embedding",
+        "WARN",
+        f"{now}; re-embedding to {pending.get('model')}: {ratio:.0%} done, {int(remaining)} memories to go",
+        "nothing to do: recall switches to the new model by itself when the pass is done "
+        "(a process with the new EPISODIC_EMBED_MODEL must be running the embedder role)",
+    )
+
+
 def check_service(
     settings: Settings,
     url: str,
@@ -199,6 +228,7 @@ def check_service(
                 "buffer, see episodic_referenced_dropped_total)",
             )
         )
+    out.append(check_embedding(metrics_text))
     # lag
     lags = _lag_from_metrics(metrics_text)
     if not lags:

@@ -18,7 +18,7 @@ from typing import Any, cast
 import pytest
 
 from episodic.identity import point_id
-from episodic.ports import MemoryPoint, MemoryStore, StateStore
+from episodic.ports import DENSE, MemoryPoint, MemoryStore, StateStore
 from episodic.sparse import Bm25Encoder
 from episodic.state import QdrantStateStore
 from episodic.store import QdrantStore
@@ -45,7 +45,7 @@ def mix(*parts: tuple[int, float]) -> list[float]:
     return [x / n for x in v]
 
 
-def make_store(backend: str, tmp_path: Path, *, dim: int = DIM) -> MemoryStore:
+def make_store(backend: str, tmp_path: Path, *, dim: int = DIM, vector: str = DENSE) -> MemoryStore:
     if backend == "edge":
         from episodic.store_edge import EdgeStore
 
@@ -60,7 +60,14 @@ def make_store(backend: str, tmp_path: Path, *, dim: int = DIM) -> MemoryStore:
         store = QdrantServerStore(path=tmp_path / "qlocal", collection="memories", prefetch_limit=50)
     else:  # pragma: no cover
         raise ValueError(backend)
-    store.ensure_collection(dim)
+    assert isinstance(store, QdrantStore)
+    store.ensure_collection(dim, vector=vector)
+    return store
+
+
+def as_qdrant(store: MemoryStore) -> QdrantStore:
+    """The store under test as the QdrantStore it is (for what the MemoryStore port does not offer)."""
+    assert isinstance(store, QdrantStore)
     return store
 
 

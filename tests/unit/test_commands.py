@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_every_command_resolves_to_a_function() -> None:
     assert set(COMMANDS) == {
         *("up", "produce", "recall", "forget", "show", "ls", "doctor", "run", "gate", "embedder", "serve", "mcp"),
-        *("linker", "importance", "health", "health-agent", "nudge-agent"),
+        *("linker", "importance", "health", "health-agent", "nudge-agent", "reindex"),
     }
     for name in COMMANDS:
         assert callable(resolve(name)), name

@@ -43,6 +43,33 @@ def test_lag_above_the_threshold_is_a_warning() -> None:
     assert lag.level == "WARN" and "episodic-embedder=5000" in lag.message
 
 
+def test_a_reembed_in_progress_is_shown_with_its_progress() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from episodic.metrics import Metrics
+
+    stats = {"indexed": 1, "dense": 1, "sparse_only": 0, "quarantined": 0}
+    m = Metrics(CollectorRegistry())
+    m.observe_generations({"active": {"model": "all-MiniLM-L6-v2", "vector": "dense", "dim": 384}, "pending": None})
+    steady = by_name(
+        check_service(Settings(), "http://svc", None, transport=service(stats, generate_latest(m.registry).decode()))
+    )
+    assert steady["embedding"].level == "OK" and "all-MiniLM-L6-v2 (vector dense)" in steady["embedding"].message
+    m.observe_generations(
+        {
+            "active": {"model": "all-MiniLM-L6-v2", "vector": "dense", "dim": 384},
+            "pending": {"model": "/models/new", "vector": "dense_1", "dim": 256},
+        }
+    )
+    m.reembed_ratio.set(0.25)
+    m.reembed_remaining.set(300)
+    text = generate_latest(m.registry).decode()
+    moving = by_name(check_service(Settings(), "http://svc", None, transport=service(stats, text)))["embedding"]
+    assert moving.level == "WARN" and "re-embedding to /models/new: 25% done, 300 memories to go" in moving.message
+    old = by_name(check_service(Settings(), "http://svc", None, transport=service(stats)))["embedding"]
+    assert old.level == "OK" and "no embedding generation reported" in old.message
+
+
 def test_the_client_commands_read_url_and_token_from_settings(monkeypatch: Any) -> None:
     monkeypatch.setenv("EPISODIC_RECALL_URL", "http://recall.example:9000/")
     monkeypatch.setenv("EPISODIC_TOKEN", "s3cret")

@@ -1,0 +1,252 @@
+"""Embedding generations: which model's vectors recall ranks with, and the switch to another model.
+
+A generation is one model's dense vectors: a named dense vector of the memories' collection (`dense` for
+the first, `dense_1`, `dense_2`, ... after), the model that makes them and their dim. Every memory records
+the model of each of its vectors in its payload (`model_field`: `model` for `dense`, `model@<vector>`
+for the others).
+
+One document in the state store (kind `embedding`, key `generations`) says which generation is active
+and which one is being filled (`pending`, with the re-embed pass's cursor and counts; see
+`episodic.reembed`). Every process reads it through a `ModelSwitch`: the active generation and the
+embedder of its model, refreshed from the document every `poll_s`, so a switch made by one process
+reaches the others within that time. Queries name the vector their query was embedded for
+(`MemoryStore.query_hybrid(..., using=)`), so a switch between embedding a query and running it cannot
+rank one model's query against another model's vectors.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from episodic.errors import StoreError
+from episodic.ports import DENSE, Embedder, StateStore
+from episodic.settings import DEFAULT_MODEL
+from episodic.store import QdrantStore
+from episodic.store_rules import model_field
+
+log = logging.getLogger(__name__)
+
+KIND = "embedding"
+KEY = "generations"
+POLL_S = 2.0  # how often a process reads the document (a switch reaches every process within this)
+UNKNOWN_MODEL = "unknown"
+
+
+def model_key(name: str) -> str:
+    """A model name compared with another: the bundled model's aliases are one model."""
+    n = name.strip()
+    if n.lower() in (DEFAULT_MODEL.lower(), f"sentence-transformers/{DEFAULT_MODEL}".lower()):
+        return DEFAULT_MODEL.lower()
+    return n
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    vector: str
+    model: str
+    dim: int
+
+    def made_by(self, embedder: Embedder) -> bool:
+        return model_key(self.model) == model_key(embedder.model_id) and self.dim == embedder.dim
+
+    def as_doc(self) -> dict[str, Any]:
+        return {"vector": self.vector, "model": self.model, "dim": self.dim}
+
+    @classmethod
+    def of(cls, doc: dict[str, Any]) -> Generation:
+        try:
+            return cls(str(doc["vector"]), str(doc["model"]), int(doc["dim"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise StoreError(f"state {KIND}/{KEY}: malformed generation {doc!r}") from e
+
+
+def read(state: StateStore) -> dict[str, Any] | None:
+    return state.get(KIND, KEY)
+
+
+def write(state: StateStore, doc: dict[str, Any]) -> None:
+    state.put(KIND, KEY, doc)
+    flush = getattr(state, "flush", None)  # the Qdrant state store: make the switch durable now
+    if flush is not None:
+        flush()
+
+
+def next_vector(layout: dict[str, int], doc: dict[str, Any] | None) -> str:
+    """A vector name no generation has used: `dense_<n>` after the highest one seen."""
+    names = set(layout)
+    for key in ("active", "pending"):
+        if doc and isinstance(doc.get(key), dict):
+            names.add(str(doc[key].get("vector")))
+    names.update(str(r.get("vector")) for r in (doc or {}).get("retired") or [] if isinstance(r, dict))
+    n = 1 + max((int(v.rsplit("_", 1)[1]) for v in names if v.rsplit("_", 1)[-1].isdigit()), default=0)
+    return f"{DENSE}_{n}"
+
+
+def adopt(store: QdrantStore, state: StateStore, configured: Embedder | None) -> dict[str, Any]:
+    """The document, created for a store that has none (new, or written before generations): its one dense
+    vector is the active generation, made by the model its memories record (else the configured one)."""
+    doc = read(state)
+    if doc is not None:
+        return doc
+    layout = store.dense_layout()
+    vector = DENSE if DENSE in layout else sorted(layout)[0]
+    model = _recorded_model(store, vector) or (configured.model_id if configured is not None else UNKNOWN_MODEL)
+    doc = {"active": Generation(vector, model, layout[vector]).as_doc(), "pending": None, "retired": []}
+    write(state, doc)
+    return doc
+
+
+def _recorded_model(store: QdrantStore, vector: str) -> str | None:
+    field = model_field(vector)
+    page, _ = store.scroll_page(None, 64, fields=(field,))
+    for _, payload in page:
+        if isinstance(payload.get(field), str):
+            return str(payload[field])
+    return None
+
+
+def plan(store: QdrantStore, state: StateStore, configured: Embedder | None, *, wall: Callable[[], float]) -> dict:
+    """Reconcile the document with the configured model: nothing to do when the active generation is the
+    configured model's (a pending one for another model is abandoned); resume the pending one when it is
+    the configured model's; else start a new pending generation (a new named vector) for it. Sparse-only
+    (no model) changes nothing. Returns the document as saved."""
+    doc = adopt(store, state, configured)
+    if configured is None:
+        return doc
+    active = Generation.of(doc["active"])
+    pending = Generation.of(doc["pending"]) if doc.get("pending") else None
+    if active.made_by(configured) or (pending is not None and pending.made_by(configured)):
+        if active.made_by(configured) and pending is not None:
+            log.info("embedding: %s is active again; abandoning the re-embed to %s", active.model, pending.model)
+            doc = {**doc, "pending": None, "retired": [*doc.get("retired", []), _retired(pending, wall())]}
+            write(state, doc)
+        return doc
+    if pending is not None:
+        log.info("embedding: re-embed to %s replaced by one to %s", pending.model, configured.model_id)
+        doc = {**doc, "retired": [*doc.get("retired", []), _retired(pending, wall())]}
+    vector = next_vector(store.dense_layout(), doc)
+    store.add_dense_vector(vector, configured.dim)
+    gen = Generation(vector, configured.model_id, configured.dim)
+    doc = {**doc, "pending": {**gen.as_doc(), **fresh_progress(wall())}}
+    write(state, doc)
+    log.info("embedding: re-embedding the store from %s to %s (vector %s)", active.model, gen.model, vector)
+    return doc
+
+
+def fresh_progress(now: float) -> dict[str, Any]:
+    return {"cursor": None, "done": 0, "failed": 0, "sweeps": 0, "started_at": now, "holder": None, "lease_until": 0}
+
+
+def _retired(gen: Generation, now: float) -> dict[str, Any]:
+    return {"vector": gen.vector, "model": gen.model, "at": now}
+
+
+Loader = Callable[[str], Embedder | None]
+
+
+class ModelSwitch:
+    """This process's view of the active generation, and the embedder of its model.
+
+    `current()` is what recall and ingestion call: the active generation and its embedder (None while that
+    model is not loaded here, or cannot be: then recall answers from BM25 and ingestion writes sparse-only,
+    the densify backfill adding the vectors later). It reads the state document at most every `poll_s`;
+    when the active generation changed, the store is switched to its vector at once and the model is loaded
+    (in the background, by `loader`) if this process does not have it."""
+
+    def __init__(
+        self,
+        *,
+        store: QdrantStore,
+        state: StateStore,
+        embedders: list[Embedder] | None = None,
+        loader: Loader | None = None,
+        poll_s: float = POLL_S,
+        monotonic: Callable[[], float] = time.monotonic,
+        on_change: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.on_change = on_change
+        self.state = state
+        self.loader = loader
+        self.poll_s = poll_s
+        self.monotonic = monotonic
+        self._embedders: dict[str, Embedder] = {model_key(e.model_id): e for e in embedders or []}
+        self._loading: set[str] = set()
+        self._lock = threading.Lock()
+        self._doc: dict[str, Any] = {}
+        self._active: Generation | None = None
+        self._read_at = float("-inf")
+        self.refresh(force=True)
+
+    @property
+    def doc(self) -> dict[str, Any]:
+        return self._doc
+
+    def add(self, embedder: Embedder) -> None:
+        self._embedders[model_key(embedder.model_id)] = embedder
+
+    def embedder_for(self, model: str) -> Embedder | None:
+        return self._embedders.get(model_key(model))
+
+    def refresh(self, *, force: bool = False) -> None:
+        now = self.monotonic()
+        if not force and now - self._read_at < self.poll_s:
+            return
+        with self._lock:
+            if not force and now - self._read_at < self.poll_s:
+                return
+            self._read_at = now
+            try:
+                doc = read(self.state)
+            except StoreError as e:  # keep serving the generation we know
+                log.warning("embedding: cannot read the generations document (%s); keeping %s", e, self._active)
+                return
+            if doc is None:
+                return
+            changed = doc != self._doc
+            self._doc = doc
+            active = Generation.of(doc["active"])
+            if active != self._active:
+                self.store.use_dense_vector(active.vector)
+                if self._active is not None:
+                    log.info("embedding: switched to %s (vector %s)", active.model, active.vector)
+                self._active = active
+        if changed and self.on_change is not None:
+            self.on_change(doc)
+        self._ensure_loaded(active.model)
+
+    def _ensure_loaded(self, model: str) -> None:
+        key = model_key(model)
+        if key in self._embedders or key in self._loading or self.loader is None or model == UNKNOWN_MODEL:
+            return
+        self._loading.add(key)
+        loader = self.loader
+
+        def load() -> None:
+            try:
+                embedder = loader(model)
+            except Exception as e:
+                log.warning("embedding: cannot load %s here (%s); recall uses BM25 until it can", model, e)
+                return
+            if embedder is not None:
+                self.add(embedder)
+
+        threading.Thread(target=load, name=f"load-{key[-24:]}", daemon=True).start()
+
+    def current(self) -> tuple[Generation, Embedder | None]:
+        """The active generation and the embedder of its model (None: not loaded here)."""
+        self.refresh()
+        active = self._active
+        if active is None:  # pragma: no cover - refresh(force=True) at construction sets it or raised
+            raise StoreError("no active embedding generation")
+        return active, self.embedder_for(active.model)
+
+    def pending(self) -> Generation | None:
+        self.refresh()
+        pending = self._doc.get("pending")
+        return Generation.of(pending) if pending else None

@@ -1,0 +1,126 @@
+"""The embedding generations wired from the settings: the process's `ModelSwitch`, and the re-embed pass
+run in the background when the configured model is not the store's active one (episodic.generations,
+episodic.reembed).
+
+`open_switch` reconciles the store with `EPISODIC_EMBED_MODEL` (starting or resuming a re-embed when they
+differ) and loads the active generation's model too when it is not the configured one, so that recall keeps
+its dense leg with the old vectors until the switch (when the old model cannot be loaded here, recall
+answers from BM25 meanwhile). `ReembedRunner` runs the pass on a thread of its own, with its progress
+in the metrics, and stops with the stack (its cursor is saved: the next start resumes it).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from episodic.generations import Generation, Loader, ModelSwitch, plan
+from episodic.metrics import Metrics
+from episodic.ports import Embedder, StateStore
+from episodic.reembed import Progress, Reembedder
+from episodic.settings import Settings
+from episodic.store import QdrantStore
+
+log = logging.getLogger(__name__)
+
+STOP_S = 30.0  # a page in flight (one model call and its write) when the stack stops
+
+
+def model_loader(settings: Settings, *, shared_process: bool, queries: bool) -> Loader:
+    """Loads another model than the configured one, with the same settings (None when it cannot)."""
+    from episodic.embedder import load_embedder
+
+    def load(name: str) -> Embedder | None:
+        return load_embedder(
+            settings.model_copy(update={"embed_model": name}), shared_process=shared_process, queries=queries
+        )
+
+    return load
+
+
+def open_switch(
+    settings: Settings,
+    *,
+    store: QdrantStore,
+    state: StateStore,
+    embedder: Embedder | None,
+    metrics: Metrics,
+    shared_process: bool,
+    queries: bool,
+) -> ModelSwitch:
+    doc = plan(store, state, embedder, wall=time.time)
+    # Sparse-only (EPISODIC_EMBED_MODEL=none, or the model would not load) stays so: no other model is loaded.
+    loader = model_loader(settings, shared_process=shared_process, queries=queries) if embedder is not None else None
+    embedders = [embedder] if embedder is not None else []
+    active = Generation.of(doc["active"])
+    if loader is not None and embedder is not None and not active.made_by(embedder):
+        old = loader(active.model)  # now, not lazily: recall keeps its dense leg from the first request
+        if old is not None and old.dim == active.dim:
+            embedders.append(old)
+        else:
+            log.warning(
+                "embedding: %s cannot be loaded here; recall uses BM25 until the re-embed is done", active.model
+            )
+    switch = ModelSwitch(
+        store=store, state=state, embedders=embedders, loader=loader, on_change=metrics.observe_generations
+    )
+    metrics.observe_generations(switch.doc)
+    return switch
+
+
+class ReembedRunner:
+    """The re-embed pass on a thread of its own (the model call holds a core for seconds; the event loop
+    must not wait on it)."""
+
+    def __init__(
+        self, *, store: QdrantStore, state: StateStore, embedder: Embedder, switch: ModelSwitch, metrics: Metrics
+    ) -> None:
+        self.metrics = metrics
+        self.switch = switch
+        self._seen = (0, 0)
+        self._stop = threading.Event()
+        self.reembedder = Reembedder(
+            store=store, state=state, embedder=embedder, on_progress=self._progress, on_switch=self._switched
+        )
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def wanted(cls, switch: ModelSwitch, embedder: Embedder | None) -> bool:
+        """Whether this process should run the pass: a generation is pending, made by its model (or an old
+        vector still waits to be dropped, left by a process that stopped before its grace was over)."""
+        pending = switch.pending()
+        if embedder is None:
+            return False
+        return (pending is not None and pending.made_by(embedder)) or (
+            pending is None and bool(switch.doc.get("retired"))
+        )
+
+    def _progress(self, p: Progress) -> None:
+        done, failed = self._seen
+        if p.done >= done:  # counts of this run (a resumed run starts from the saved counts)
+            self.metrics.reembed_points.labels(outcome="embedded").inc(p.done - done)
+        if p.failed >= failed:
+            self.metrics.reembed_points.labels(outcome="failed").inc(p.failed - failed)
+        self._seen = (p.done, p.failed)
+        self.metrics.reembed_ratio.set(p.ratio)
+        self.metrics.reembed_remaining.set(p.remaining)
+
+    def _switched(self, gen: Generation) -> None:
+        self.metrics.reembed_switches.inc()
+        self.switch.refresh(force=True)  # this process moves at once; the others within their poll
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="reembed", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.reembedder.run(self._stop)
+        except Exception:
+            log.exception("re-embed: the pass stopped on an error; the next start resumes it")
+
+    def stop(self, timeout: float = STOP_S) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)

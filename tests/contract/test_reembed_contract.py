@@ -1,0 +1,117 @@
+"""The re-embed pass and the model switch on every backend (real engines; two tiny deterministic "models"
+of different dims stand in for sentence-transformers: the integration test runs the real ones)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from episodic.generations import ModelSwitch, next_vector, plan, read
+from episodic.identity import point_id
+from episodic.ports import DENSE, MemoryStore, ScopeFilter, StateStore
+from episodic.reembed import FAILURES, Progress, Reembedder
+from tests.contract.conftest import DIM, MakePoint
+from tests.contract.conftest import as_qdrant as q
+
+OWN = ScopeFilter(workspace_id="ws-a", agent_id="agent-1", crew_id="crew-1", scope="own")
+
+
+class Hashed:
+    """A deterministic embedder: a text's words hashed into `dim` buckets (unit norm). `fail_on`: texts it
+    raises on."""
+
+    def __init__(self, model_id: str, dim: int, fail_on: frozenset[str] = frozenset()) -> None:
+        self.model_id, self.dim, self.fail_on = model_id, dim, fail_on
+        self.calls = 0
+
+    def _vec(self, text: str) -> np.ndarray:
+        if text in self.fail_on:
+            raise RuntimeError(f"cannot embed {text!r}")
+        v = np.zeros(self.dim, dtype=np.float32)
+        for w in text.split():
+            v[int(hashlib.sha1(w.encode()).hexdigest(), 16) % self.dim] += 1.0
+        v[0] += 0.01  # never all zero
+        return v / np.linalg.norm(v)
+
+    def embed_documents(self, texts: list[str]) -> list[np.ndarray]:
+        self.calls += 1
+        return [self._vec(t).reshape(1, -1) for t in texts]
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._vec(text)
+
+
+def test_the_pass_fills_the_new_vector_then_switches_every_switch(
+    store: MemoryStore, state: StateStore, mk: MakePoint
+) -> None:
+    s = q(store)
+    a, b = Hashed("model-a", DIM), Hashed("model-b", 5, fail_on=frozenset({"poison text"}))
+    texts = [f"memory number {i} about topic {i % 3}" for i in range(30)] + ["poison text"]
+    s.upsert([mk(f"e{i}", t, a.embed_documents([t])[0].tolist(), model="model-a") for i, t in enumerate(texts)])
+    assert plan(s, state, a, wall=lambda: 0.0)["pending"] is None  # the store's own model: nothing to do
+
+    doc = plan(s, state, b, wall=lambda: 0.0)
+    assert doc["active"] == {"vector": DENSE, "model": "model-a", "dim": DIM}
+    assert doc["pending"]["vector"] == "dense_1" and doc["pending"]["dim"] == 5
+    assert plan(s, state, b, wall=lambda: 0.0)["pending"]["vector"] == "dense_1"  # a restart resumes it
+    other = ModelSwitch(store=s, state=state, embedders=[a], poll_s=0.0)  # another process, on model A
+    assert other.current() == (other.current()[0], a) and other.current()[0].vector == DENSE
+
+    seen: list[Progress] = []
+    now = [100.0]
+    first = Reembedder(store=s, state=state, embedder=b, page_size=8, quarantine_after=2, wall=lambda: now[0])
+    assert first.step()
+    # A second holder waits while the lease is live, and takes over once it is released.
+    second = Reembedder(
+        store=s, state=state, embedder=b, page_size=8, quarantine_after=2, wall=lambda: now[0], on_progress=seen.append
+    )
+    with pytest.raises(Exception, match="running in"):
+        second.step()
+    first.release()
+    while second.step():
+        pass
+    assert seen and seen[-1].switched and seen[-1].ratio == 1.0
+    assert [p.remaining for p in seen[:-1]] == sorted((p.remaining for p in seen[:-1]), reverse=True)
+
+    doc = read(state)
+    assert doc is not None and doc["active"]["vector"] == "dense_1" and doc["pending"] is None
+    assert s.vector == "dense_1"
+    # The text model B fails on was counted and left out, not retried forever; it still has model A's vector.
+    poison = point_id("ws-a", "e30")
+    assert s.retrieve([poison])[poison][FAILURES] == 1 and s.fetch([poison], with_dense=True)[poison].dense is None
+    assert s.count_without_vector("dense_1", failures=FAILURES) == 1
+    # The other process moves on its next poll: query vector and ranking are model B's.
+    gen, model = other.current()
+    assert gen.vector == "dense_1" and model is None  # model B is not loaded there (no loader): BM25 meanwhile
+    other.add(b)
+    assert other.current()[1] is b
+    hits = s.query_dense(b.embed_query(texts[4]).tolist(), OWN, 1)
+    assert hits[0].payload["entry_id"] == "e4" and hits[0].payload["model@dense_1"] == "model-b"
+
+    # Retired after its grace: not before.
+    assert second.retire() == [] and DENSE in s.dense_layout()
+    now[0] += 60
+    assert second.retire() == [DENSE] and s.dense_layout() == {"dense_1": 5}
+    assert read(state)["retired"] == []  # type: ignore[index]
+    assert next_vector(s.dense_layout(), read(state)) == "dense_2"
+
+
+def test_changing_the_model_again_mid_pass_abandons_the_first_target(
+    store: MemoryStore, state: StateStore, mk: MakePoint
+) -> None:
+    s = q(store)
+    a, b, c = Hashed("model-a", DIM), Hashed("model-b", 5), Hashed("model-c", 6)
+    s.upsert([mk(f"e{i}", f"text {i}", a.embed_documents([f"text {i}"])[0].tolist()) for i in range(10)])
+    plan(s, state, a, wall=lambda: 0.0)
+    plan(s, state, b, wall=lambda: 0.0)
+    Reembedder(store=s, state=state, embedder=b, page_size=4).step()
+    doc = plan(s, state, c, wall=lambda: 0.0)  # started again with yet another model
+    assert doc["pending"]["vector"] == "dense_2" and doc["pending"]["model"] == "model-c"
+    assert [r["vector"] for r in doc["retired"]] == ["dense_1"]
+    assert not Reembedder(store=s, state=state, embedder=b).step()  # B's pass has nothing to do any more
+    doc = plan(s, state, a, wall=lambda: 0.0)  # back to the active model: nothing pending
+    assert doc["pending"] is None and doc["active"]["model"] == "model-a"
+    r = Reembedder(store=s, state=state, embedder=a, retire_after_s=0.0)
+    assert sorted(r.retire()) == ["dense_1", "dense_2"] and s.dense_layout() == {DENSE: DIM}
