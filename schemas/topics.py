@@ -5,6 +5,7 @@ from __future__ import annotations
 JOURNAL_ENTRIES = "journal.entries"
 JOURNAL_EMBEDDABLE = "journal.embeddable"
 JOURNAL_DLQ = "journal.dlq"
+JOURNAL_DLQ_REPLAYS = "journal.dlq.replays"  # the dead letters `episodic dlq replay` sent back
 MEMORY_INDEXED = "memory.indexed"
 MEMORY_REFERENCED = "memory.referenced"
 MEMORY_NUDGES = "memory.nudges"
@@ -16,6 +17,7 @@ ALL_TOPICS: tuple[str, ...] = (
     JOURNAL_ENTRIES,
     JOURNAL_EMBEDDABLE,
     JOURNAL_DLQ,
+    JOURNAL_DLQ_REPLAYS,
     MEMORY_INDEXED,
     MEMORY_REFERENCED,
     MEMORY_NUDGES,

@@ -1,5 +1,5 @@
-"""The `episodic` command: up, produce, recall, forget, show, ls, doctor, mcp, and the single-stage roles for
-distributed mode.
+"""The `episodic` command: up, produce, recall, forget, show, ls, dlq, doctor, mcp, and the single-stage
+roles for distributed mode.
 
 `python -m stack.cli COMMAND ...` (or `python -m stack ...`) is the same command without the console script.
 """
@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "forget": ("stack.commands.memory:forget_main", "forget memories: entry ids, an agent's, a run's, a workspace"),
     "show": ("stack.commands.memory:show_main", "one memory with its counters, aliases and relations"),
     "ls": ("stack.commands.memory:ls_main", "list a workspace's memories, newest first"),
+    "dlq": ("stack.commands.dlq:main", "dead letters: `dlq ls` lists them, `dlq replay` sends them back"),
     "doctor": ("stack.commands.doctor:main", "check broker, topics, store, embedder, lag and auth"),
     "gate": ("stack.commands.gate:main", "run only the gate (distributed mode)"),
     "embedder": ("stack.commands.up:embedder_main", "run only the embedding consumer (distributed mode)"),
