@@ -1,5 +1,5 @@
-"""The `episodic` command: up, produce, recall, forget, show, ls, dlq, doctor, mcp, and the single-stage
-roles for distributed mode.
+"""The `episodic` command: up, produce, recall, forget, show, ls, dlq, export, import, doctor, mcp, and the
+single-stage roles for distributed mode.
 
 `python -m stack.cli COMMAND ...` (or `python -m stack ...`) is the same command without the console script.
 """
@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "show": ("stack.commands.memory:show_main", "one memory with its counters, aliases and relations"),
     "ls": ("stack.commands.memory:ls_main", "list a workspace's memories, newest first"),
     "dlq": ("stack.commands.dlq:main", "dead letters: `dlq ls` lists them, `dlq replay` sends them back"),
+    "export": ("stack.commands.portable:export_main", "write a workspace's memories to a JSON-lines file"),
+    "import": ("stack.commands.portable:import_main", "load an exported JSON-lines file into the store"),
     "doctor": ("stack.commands.doctor:main", "check broker, topics, store, embedder, lag and auth"),
     "gate": ("stack.commands.gate:main", "run only the gate (distributed mode)"),
     "embedder": ("stack.commands.up:embedder_main", "run only the embedding consumer (distributed mode)"),
