@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from episodic.errors import StoreError
+from episodic.errors import StoreError, StoreUnavailable
 from episodic.portable import BadExport, Importer, ImportFailed, check_export, export_workspace, read_export
 from episodic.settings import Settings
 
@@ -39,9 +39,9 @@ def opened(settings: Settings) -> Iterator[tuple[Any, Any, Any]]:
     dim = embedder.dim if embedder is not None else DEFAULT_DIM
     try:
         store = open_store(settings, dim=dim)
-    except StoreError as e:
+    except (StoreError, StoreUnavailable) as e:
         hint = "" if settings.qdrant_url else " (Qdrant Edge is single-process: stop `episodic up` first)"
-        raise StoreError(f"cannot open the store{hint}: {e}") from e
+        raise StoreUnavailable(f"cannot open the store{hint}: {e}") from e
     try:
         state = open_state(store)
         try:
@@ -64,7 +64,7 @@ def export_main(argv: list[str]) -> int:
                 n = _write(export_workspace(store, args.workspace), sys.stdout.buffer)
             else:
                 n = _write_file(export_workspace(store, args.workspace), args.out)
-    except (StoreError, OSError) as e:
+    except (StoreError, StoreUnavailable, OSError) as e:
         print(f"episodic export: {e}", file=sys.stderr)
         return 1
     print(f"exported {n} memories of {args.workspace}" + (f" to {args.out}" if args.out else ""), file=sys.stderr)
@@ -122,7 +122,7 @@ def import_main(argv: list[str]) -> int:
             importer = Importer(store=store, state=state, embedder=embedder, bm25=Bm25Encoder())
             report = importer.run(read_export(_lines(args.file)))
             store.flush()
-    except (StoreError, ImportFailed, OSError) as e:
+    except (StoreError, StoreUnavailable, ImportFailed, OSError) as e:
         print(f"episodic import: {e}", file=sys.stderr)
         return 1
     print(

@@ -202,3 +202,40 @@ def test_a_bad_file_names_every_bad_line_and_writes_nothing(pair: Any, embedder:
     assert "line 3: memory.reference_count" in text and "line 5: severity" in text and "line 11" in text
     assert e.value.total_bad == 3 and "nothing imported" in text
     assert target.count(WS) == 0
+
+
+@pytest.mark.slow  # three model loads: the commands load the configured model as `episodic up` does
+def test_the_cli_exports_to_a_file_and_imports_it_into_another_data_dir(
+    tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from episodic.settings import Settings
+    from stack.cli import main
+    from stack.stores import open_store
+
+    source_dir, target_dir, out = tmp_path / "a", tmp_path / "b", tmp_path / "acme.jsonl"
+    monkeypatch.setenv("EPISODIC_DATA_DIR", str(source_dir))
+    store = open_store(Settings(), dim=embedder.dim)
+    fill(store, embedder)
+    want = answers(store, embedder)
+    # the embedded store is single-process: a running stack (here: this open store) keeps export out, clearly
+    assert main(["export", "--workspace", WS, "--out", str(out)]) == 1
+    assert "stop `episodic up` first" in capsys.readouterr().err and not out.exists()
+    store.close()
+    assert main(["export", "--workspace", WS, "--out", str(out)]) == 0
+    assert "exported 9 memories" in capsys.readouterr().err and len(out.read_bytes().splitlines()) == 9
+
+    monkeypatch.setenv("EPISODIC_DATA_DIR", str(target_dir))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(out.read_bytes() + b'{"id": "x"}\n')
+    assert main(["import", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "line 10: workspace_id" in err and "nothing imported" in err
+    assert main(["import", str(out), "--check"]) == 0
+    assert main(["import", str(out)]) == 0
+    assert "imported 9 of 9 memories into acme (0 replaced; vectors: 9 carried over" in capsys.readouterr().out
+    target = open_store(Settings(), dim=embedder.dim)
+    try:
+        assert target.count(WS) == 9
+        same(answers(target, embedder), want)
+    finally:
+        target.close()
