@@ -25,6 +25,7 @@ comes back.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from collections import Counter
@@ -70,6 +71,8 @@ class Letter:
     record: DlqRecord | None
     problem: str | None = None
     mark: ReplayMark | None = None  # set when the ledger says it was replayed
+    entry_id: str | None = None  # the `id` and `workspace_id` of the original bytes, when they name them
+    workspace_id: str | None = None
 
     @property
     def id(self) -> str:
@@ -78,21 +81,6 @@ class Letter:
     @property
     def at(self) -> datetime | None:
         return datetime.fromtimestamp(self.timestamp_ms / 1000, UTC) if self.timestamp_ms else None
-
-    @property
-    def entry(self) -> dict[str, Any]:
-        """The original bytes as a JSON object, when they are one ({} otherwise)."""
-        if self.record is None or self.record.raw_text is None:
-            return {}
-        try:
-            obj = json.loads(self.record.raw_text)
-        except ValueError:
-            return {}
-        return obj if isinstance(obj, dict) else {}
-
-    def field(self, name: str) -> str | None:
-        value = self.entry.get(name)
-        return value if isinstance(value, str) and value else None
 
     def why_not_replayable(self) -> str | None:
         """Why these bytes cannot go back to journal.entries at all (None: they can)."""
@@ -124,8 +112,8 @@ class Letter:
             "source": {"topic": rec.source.topic, "partition": rec.source.partition, "offset": rec.source.offset}
             if rec
             else None,
-            "workspace_id": self.field("workspace_id"),
-            "entry_id": self.field("id"),
+            "workspace_id": self.workspace_id,
+            "entry_id": self.entry_id,
             "replays": rec.replays if rec else 0,
             "history": [{"reason": h.reason, "error": h.error} for h in rec.history] if rec else [],
             "raw_text": rec.raw_text if rec else None,
@@ -135,9 +123,25 @@ class Letter:
 def letter_of(partition: int, offset: int, timestamp_ms: int | None, key: bytes | None, value: bytes | None) -> Letter:
     """Decode one journal.dlq record; never raises (garbage becomes a Letter with a `problem`)."""
     try:
-        return Letter(partition, offset, timestamp_ms, key, DlqRecord.from_json(value or b""))
+        record = DlqRecord.from_json(value or b"")
     except InvalidRecord as e:
         return Letter(partition, offset, timestamp_ms, key, None, problem=str(e)[:300])
+    entry = _object(record.raw_text)
+    return Letter(partition, offset, timestamp_ms, key, record, entry_id=_text(entry.get("id")),
+                  workspace_id=_text(entry.get("workspace_id")))  # fmt: skip
+
+
+def _object(text: str | None) -> dict[str, Any]:
+    """The original bytes as a JSON object, when they are one ({} otherwise)."""
+    try:
+        obj = json.loads(text) if text is not None else None
+    except (ValueError, RecursionError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 # -- selecting ----------------------------------------------------------------------------------------------
@@ -192,9 +196,9 @@ class Selector:
             return False
         if self.since is not None and (letter.at is None or letter.at < self.since):
             return False
-        if self.entry_ids and letter.field("id") not in self.entry_ids:
+        if self.entry_ids and letter.entry_id not in self.entry_ids:
             return False
-        return self.workspace_id is None or letter.field("workspace_id") == self.workspace_id
+        return self.workspace_id is None or letter.workspace_id == self.workspace_id
 
 
 def skip_reason(letter: Letter, *, max_replays: int, force: bool) -> str | None:
@@ -230,8 +234,7 @@ def replay_history(letter: Letter, *, topic: str, now: datetime) -> ReplayHistor
 def replay_key(letter: Letter) -> bytes | None:
     """The journal's key: the entry's workspace, else the dead letter's own key (the original one, from the
     gate), else none."""
-    workspace = letter.field("workspace_id")
-    return workspace.encode() if workspace is not None else letter.key
+    return letter.workspace_id.encode() if letter.workspace_id is not None else letter.key
 
 
 # -- reading ------------------------------------------------------------------------------------------------
@@ -256,11 +259,7 @@ async def letters(bootstrap: str, topics: DlqTopics = DlqTopics()) -> AsyncItera
     async for rec in read_to(bootstrap, topics.dlq, ends):
         letter = letter_of(rec.partition, rec.offset, rec.timestamp, rec.key, rec.value)
         mark = marks.get((rec.partition, rec.offset))
-        yield letter if mark is None else _marked(letter, mark)
-
-
-def _marked(letter: Letter, mark: ReplayMark) -> Letter:
-    return Letter(letter.partition, letter.offset, letter.timestamp_ms, letter.key, letter.record, letter.problem, mark)
+        yield letter if mark is None else dataclasses.replace(letter, mark=mark)
 
 
 # -- replaying ----------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -44,7 +45,7 @@ def test_garbage_on_the_dlq_topic_is_a_letter_with_a_problem_never_an_error() ->
         got = letter_of(0, 1, None, None, value)
         assert got.record is None and got.problem
         assert got.why_not_replayable() == "not a dead-letter record"
-        assert got.view()["status"] == "unreplayable" and got.entry == {}
+        assert got.view()["status"] == "unreplayable" and got.entry_id is None
 
 
 def test_what_is_never_replayed() -> None:
@@ -62,7 +63,7 @@ def test_what_is_never_replayed() -> None:
 def test_the_ledger_and_the_limit_skip_unless_forced() -> None:
     mark = ReplayMark(dead_letter=DlqSource("journal.dlq", 0, 7), replayed_to=DlqSource("journal.entries", 0, 9),
                       replays=1, replayed_at=NOW)  # fmt: skip
-    marked = Letter(0, 7, None, None, letter().record, None, mark)
+    marked = dataclasses.replace(letter(), mark=mark)
     assert skip_reason(marked, max_replays=3, force=False) == "replayed already (--force to replay it again)"
     assert skip_reason(marked, max_replays=3, force=True) is None
     worn = letter(replays=3, history=[])
