@@ -32,7 +32,7 @@ from episodic.gating import METRIC_TYPE_LABELS, DeadLetter, Forward, route, type
 from episodic.metrics import Metrics
 from episodic.policy import DECISIONS
 from schemas import topics as T
-from schemas.events import DlqRecord, ReplayHistory
+from schemas.events import DlqRecord, InvalidRecord, ReplayHistory
 from streams.internals import producer_of
 from streams.transport import BatchConsumer, RecordBatch
 
@@ -75,7 +75,6 @@ def init_gate_metrics(metrics: Metrics) -> None:
 
 
 Headers = tuple[tuple[str, bytes], ...]
-NO_HEADERS: Headers = ()
 Send = tuple[str, bytes | None, bytes, Headers]  # topic, key, value, headers (a replayed record's history)
 SendFn = Callable[[str, bytes | None, bytes, Headers], Awaitable[Awaitable[Any]]]
 # publish(records) -> one future per record (None where it could not even be queued)
@@ -208,18 +207,26 @@ def process(
     embeddable, dlq = topics.embeddable, topics.dlq
     for rec in records:
         routed = route(rec.value, topic=rec.topic, partition=rec.partition, offset=rec.offset, now=now)
-        replay = ReplayHistory.of_headers(rec.headers) if rec.headers else None
+        headers = getattr(rec, "headers", None)
+        replay = ReplayHistory.of_headers(headers) if headers else None
         if isinstance(routed, Forward):
-            sends.append((embeddable, routed.key, routed.value, (replay.header(),) if replay else NO_HEADERS))
+            sends.append((embeddable, routed.key, routed.value, (replay.header(),) if replay else ()))
             consumed[(type_label(routed.entry_type), routed.decision)] += 1
         elif isinstance(routed, DeadLetter):
-            value = routed.value if replay is None else DlqRecord.from_json(routed.value).with_replay(replay).to_json()
-            sends.append((dlq, rec.key, value, NO_HEADERS))
+            sends.append((dlq, rec.key, routed.value if replay is None else _with_history(routed.value, replay), ()))
             consumed[(INVALID_TYPE_LABEL, DEAD_LETTER_DECISION)] += 1
             dead[routed.reason] += 1
         else:
             consumed[(type_label(routed.entry_type), routed.decision)] += 1
     return sends, consumed, dead
+
+
+def _with_history(value: bytes, replay: ReplayHistory) -> bytes:
+    """A dead letter of the gate's with the replay history of the record it holds."""
+    try:
+        return DlqRecord.from_json(value).with_replay(replay).to_json()
+    except InvalidRecord:  # pragma: no cover - route() writes DlqRecords only; never lose the dead letter
+        return value
 
 
 InFlight = tuple["asyncio.Task[None] | None", RecordBatch, Any, Counter[tuple[str, str]], Counter[str]]
