@@ -10,12 +10,10 @@ from __future__ import annotations
 from aiokafka import ConsumerRecord
 
 from episodic.indexer import BatchResult
-from schemas.events import DlqRecord
+from schemas.events import BAD_CONTROL, BAD_EMBEDDABLE, FORGET_FAILED, STORE_REJECTED, DlqRecord, ReplayHistory
 
-BAD_EMBEDDABLE = "bad_embeddable"  # a record on journal.embeddable that does not decode
-BAD_CONTROL = "bad_control"  # a control record (a forget) that does not decode, or that this consumer cannot apply
-STORE_REJECTED = "store_rejected"  # a record the store (or the indexer) refuses, alone
-FORGET_FAILED = "forget_failed"  # a forget the store refuses to apply (its status says failed, with the error)
+# The reasons live in schemas (the replay tool reads them too); the consumer's modules name them from here.
+__all__ = ["BAD_CONTROL", "BAD_EMBEDDABLE", "FORGET_FAILED", "STORE_REJECTED", "Abandoned", "dead_letter", "merged"]
 
 
 class Abandoned(Exception):
@@ -37,6 +35,7 @@ def merged(a: BatchResult, b: BatchResult) -> BatchResult:
 
 
 def dead_letter(reason: str, error: BaseException | str, msg: ConsumerRecord[bytes, bytes]) -> DlqRecord:
+    """The dead letter of `msg`, with the replay history its headers carry (a replayed record failing again)."""
     text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     return DlqRecord.build(
         reason=reason,
@@ -45,4 +44,4 @@ def dead_letter(reason: str, error: BaseException | str, msg: ConsumerRecord[byt
         topic=msg.topic,
         partition=msg.partition,
         offset=msg.offset,
-    )
+    ).with_replay(ReplayHistory.of_headers(msg.headers))

@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -219,17 +219,104 @@ class LagProbe:
         for tp in tps:
             committed[tp] = await consumer.committed(tp)
             consumer.seek(tp, committed[tp] or 0)
-        since = int(1000 * time.time())
-        deadline = time.monotonic() + LAG_FETCH_WAIT_S
-        fresh: set[Any] = set()
-        while time.monotonic() < deadline:
-            await consumer.getmany(timeout_ms=100, max_records=len(tps))
-            fresh = {tp for tp in tps if (consumer.last_poll_timestamp(tp) or 0) >= since}
-            if fresh == tps:
-                break
-        if fresh != tps:
-            return None
-        return group_lag({tp: consumer.highwater(tp) for tp in tps}, committed)
+        highwater = await fresh_highwaters(consumer, tps)
+        return None if highwater is None else group_lag(dict(highwater), committed)
+
+
+async def fresh_highwaters(consumer: Any, tps: set[Any], *, wait_s: float = LAG_FETCH_WAIT_S) -> dict[Any, int] | None:
+    """The high watermark of every partition in `tps` as fetch responses newer than this call carry it (the
+    consumer is assigned `tps` and positioned; it fetches, at most a record per partition per round, and
+    the records are dropped). None when a partition got no fresh fetch response within `wait_s` seconds."""
+    since = int(1000 * time.time())
+    deadline = time.monotonic() + wait_s
+    fresh: set[Any] = set()
+    while time.monotonic() < deadline:
+        await consumer.getmany(timeout_ms=100, max_records=len(tps))
+        fresh = {tp for tp in tps if (consumer.last_poll_timestamp(tp) or 0) >= since}
+        if fresh == tps:
+            break
+    if fresh != tps:
+        return None
+    return {tp: int(consumer.highwater(tp) or 0) for tp in tps}
+
+
+# -- reading a topic to the end it had ------------------------------------------------------------------
+
+
+async def topic_ends(bootstrap: str, topic: str, *, wait_s: float = 10.0) -> dict[int, int]:
+    """partition -> the offset after its last record now (the fetch high watermark, SPEC §10: not ListOffsets,
+    which the embedded broker misreports). {} when the topic does not exist. BrokerUnavailable when the broker
+    cannot be reached or a partition does not answer within `wait_s`."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    probe = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=50,
+        max_partition_fetch_bytes=1,  # the high watermark is the point, not the records
+        request_timeout_ms=10_000,
+    )
+    try:
+        await probe.start()
+    except KafkaError as e:
+        raise BrokerUnavailable(f"cannot reach Kafka at {bootstrap}: {e}") from e
+    try:
+        await probe.topics()
+        tps = {TopicPartition(topic, p) for p in probe.partitions_for_topic(topic) or ()}
+        if not tps:
+            return {}
+        probe.assign(sorted(tps))
+        for tp in tps:
+            probe.seek(tp, 0)
+        ends = await fresh_highwaters(probe, tps, wait_s=wait_s)
+        if ends is None:
+            raise BrokerUnavailable(f"{topic}: no fetch answer from every partition within {wait_s:g}s")
+        return {tp.partition: hw for tp, hw in ends.items()}
+    finally:
+        with contextlib.suppress(Exception):
+            await probe.stop()
+
+
+async def read_to(bootstrap: str, topic: str, ends: dict[int, int], *, stall_s: float = 30.0) -> AsyncIterator[Any]:
+    """Every record of `topic` before `ends` (partition -> offset, `topic_ends`), partition by partition in
+    offset order; records written after `ends` are not read. BrokerUnavailable when no record arrives for
+    `stall_s` seconds while some are still to be read."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    todo = {TopicPartition(topic, p): end for p, end in ends.items() if end > 0}
+    if not todo:
+        return
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=50
+    )
+    try:
+        await consumer.start()
+    except KafkaError as e:
+        raise BrokerUnavailable(f"cannot reach Kafka at {bootstrap}: {e}") from e
+    try:
+        consumer.assign(sorted(todo))
+        for tp in todo:
+            consumer.seek(tp, 0)
+        last = time.monotonic()
+        while todo:
+            batch = await consumer.getmany(*todo, timeout_ms=200)
+            for tp, records in sorted(batch.items()):
+                if tp not in todo:
+                    continue
+                for rec in records:
+                    if rec.offset < todo[tp]:
+                        yield rec
+                        last = time.monotonic()
+            for tp in list(todo):
+                if await consumer.position(tp) >= todo[tp]:
+                    consumer.pause(tp)
+                    del todo[tp]
+            if todo and time.monotonic() - last > stall_s:
+                raise BrokerUnavailable(f"{topic}: nothing read for {stall_s:g}s before the end seen at the start")
+    finally:
+        with contextlib.suppress(Exception):
+            await consumer.stop()
 
 
 def group_lag_probe(

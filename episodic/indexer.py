@@ -111,6 +111,9 @@ def _payload(rec: EmbeddableRecord, *, indexed_at: str, model: str | None, key: 
     }
 
 
+memory_payload = _payload  # the payload of a new memory (also what `episodic import` writes, counters aside)
+
+
 def _keep(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """A new version of a memory keeps the old one's counters and edges (and adds its own edges)."""
     for f in COUNTER_FIELDS:

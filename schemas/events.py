@@ -90,14 +90,80 @@ class DlqSource(msgspec.Struct, frozen=True):
     offset: int
 
 
-class DlqRecord(_Json, msgspec.Struct, frozen=True):
-    """`journal.dlq`: the original bytes, the reason and where they came from."""
+# Dead-letter reasons of the embedding consumer (the gate's are schemas.journal.DLQ_REASONS and gate_error).
+BAD_EMBEDDABLE = "bad_embeddable"  # a record on journal.embeddable that does not decode
+BAD_CONTROL = "bad_control"  # a control record (a forget) that does not decode, or that the consumer cannot apply
+STORE_REJECTED = "store_rejected"  # a record the store (or the indexer) refuses, alone
+FORGET_FAILED = "forget_failed"  # a forget the store refuses to apply (its status says failed, with the error)
+CONTROL_REASONS = (BAD_CONTROL, FORGET_FAILED)  # dead letters that hold a forget, not a journal entry
+TRUNCATED_NOTE = "[raw value truncated to its first"  # in `error` when the gate kept only the head of the bytes
+
+# -- dead-letter replay (`episodic dlq replay`) --------------------------------------------------------------
+
+# A replayed record carries this header (a `ReplayHistory` as JSON) on journal.entries; the gate passes it on
+# to journal.embeddable, and whoever dead-letters the record again copies it into the new dead letter.
+REPLAY_HEADER = "episodic-replay"
+MAX_REPLAY_HISTORY = 10  # earlier failures kept with a record (the newest)
+HISTORY_ERROR_CHARS = 300  # of each earlier failure's error
+
+
+class DlqAttempt(msgspec.Struct, frozen=True):
+    """One earlier failure of a replayed record: its reason and error, where it was read when it failed, the
+    dead letter it was replayed from and when."""
+
+    reason: str
+    error: str
+    source: DlqSource
+    dead_letter: DlqSource
+    replayed_at: AwareDatetime
+
+
+class ReplayHistory(_Json, msgspec.Struct, frozen=True):
+    """The `episodic-replay` header: how many times the record was replayed (this time included) and its
+    earlier failures, oldest first."""
+
+    replays: Annotated[int, Meta(ge=1)]
+    history: list[DlqAttempt]
+
+    @classmethod
+    def of_headers(cls, headers: Any) -> ReplayHistory | None:
+        """The history in a record's headers, or None (no header, or one that does not decode: a record's
+        history is informative, a bad one must not fail the record)."""
+        for key, value in headers or ():
+            if key == REPLAY_HEADER:
+                try:
+                    return cls.from_json(bytes(value or b""))
+                except InvalidRecord:
+                    return None
+        return None
+
+    def header(self) -> tuple[str, bytes]:
+        return (REPLAY_HEADER, self.to_json())
+
+
+class DlqRecord(_Json, msgspec.Struct, frozen=True, omit_defaults=True):
+    """`journal.dlq`: the original bytes, the reason and where they came from. A record that failed again
+    after a replay also says how many times it was replayed and why it failed before (`history`, oldest
+    first); both are left out of records never replayed."""
 
     reason: str
     error: str
     source: DlqSource
     raw_b64: str
     raw_text: str | None
+    replays: int = 0
+    history: list[DlqAttempt] = msgspec.field(default_factory=list)
+
+    def with_replay(self, replay: ReplayHistory | None) -> DlqRecord:
+        """This dead letter with the replay history of the record it holds (unchanged without one)."""
+        if replay is None:
+            return self
+        return msgspec.structs.replace(self, replays=replay.replays, history=list(replay.history))
+
+    @property
+    def truncated(self) -> bool:
+        """True when the gate kept only the head of an oversized value: the bytes are not the original."""
+        return TRUNCATED_NOTE in self.error
 
     @classmethod
     def build(cls, *, reason: str, error: str, raw: bytes | None, topic: str, partition: int, offset: int) -> DlqRecord:
@@ -116,6 +182,17 @@ class DlqRecord(_Json, msgspec.Struct, frozen=True):
 
     def raw_bytes(self) -> bytes:
         return base64.b64decode(self.raw_b64)
+
+
+class ReplayMark(_Json, msgspec.Struct, frozen=True, kw_only=True):
+    """`journal.dlq.replays`, keyed `partition:offset` of the dead letter: it was replayed, where its bytes
+    went and when. `episodic dlq replay` does not replay a marked dead letter again unless forced."""
+
+    dead_letter: DlqSource
+    replayed_to: DlqSource
+    replays: int
+    replayed_at: AwareDatetime
+    forced: bool = False
 
 
 class IndexedEvent(_Json, msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):

@@ -5,6 +5,9 @@ from __future__ import annotations
 JOURNAL_ENTRIES = "journal.entries"
 JOURNAL_EMBEDDABLE = "journal.embeddable"
 JOURNAL_DLQ = "journal.dlq"
+# the dead letters `episodic dlq replay` sent back: created by it on first use (not in ALL_TOPICS, so that a
+# stack that never replayed anything is complete without it)
+JOURNAL_DLQ_REPLAYS = "journal.dlq.replays"
 MEMORY_INDEXED = "memory.indexed"
 MEMORY_REFERENCED = "memory.referenced"
 MEMORY_NUDGES = "memory.nudges"

@@ -32,6 +32,7 @@ from episodic.gating import METRIC_TYPE_LABELS, DeadLetter, Forward, route, type
 from episodic.metrics import Metrics
 from episodic.policy import DECISIONS
 from schemas import topics as T
+from schemas.events import DlqRecord, InvalidRecord, ReplayHistory
 from streams.internals import producer_of
 from streams.transport import BatchConsumer, RecordBatch
 
@@ -73,8 +74,9 @@ def init_gate_metrics(metrics: Metrics) -> None:
     metrics.entries_consumed.labels(entry_type=INVALID_TYPE_LABEL, decision=DEAD_LETTER_DECISION)
 
 
-Send = tuple[str, bytes | None, bytes]  # topic, key, value
-SendFn = Callable[[str, bytes | None, bytes], Awaitable[Awaitable[Any]]]
+Headers = tuple[tuple[str, bytes], ...]
+Send = tuple[str, bytes | None, bytes, Headers]  # topic, key, value, headers (a replayed record's history)
+SendFn = Callable[[str, bytes | None, bytes, Headers], Awaitable[Awaitable[Any]]]
 # publish(records) -> one future per record (None where it could not even be queued)
 PublishFn = Callable[[Sequence[Send]], Awaitable[list[Awaitable[Any] | None]]]
 
@@ -84,9 +86,9 @@ def record_publisher(send: SendFn) -> PublishFn:
 
     async def publish(records: Sequence[Send]) -> list[Awaitable[Any] | None]:
         futures: list[Awaitable[Any] | None] = []
-        for topic, key, value in records:
+        for topic, key, value, headers in records:
             try:
-                futures.append(await send(topic, key, value))
+                futures.append(await send(topic, key, value, headers))
             except asyncio.CancelledError:
                 raise
             except Exception as e:
@@ -95,6 +97,13 @@ def record_publisher(send: SendFn) -> PublishFn:
         return futures
 
     return publish
+
+
+_NO_HEADER_LIST: list[tuple[str, bytes]] = []  # aiokafka's batch builder takes a list (never changes it)
+
+
+def _listed(headers: Headers) -> list[tuple[str, bytes]]:
+    return list(headers) if headers else _NO_HEADER_LIST
 
 
 def batch_publisher(producer: Callable[[], Any]) -> PublishFn:
@@ -111,12 +120,12 @@ def batch_publisher(producer: Callable[[], Any]) -> PublishFn:
     async def publish(records: Sequence[Send]) -> list[Awaitable[Any] | None]:
         p = producer()
         partitions: dict[str, tuple[list[int], list[int]]] = {}
-        for topic in {t for t, _, _ in records}:
+        for topic in {rec[0] for rec in records}:
             every = sorted(await p.partitions_for(topic))  # waits for metadata when needed
             available = sorted(p.client.cluster.available_partitions_for_topic(topic) or every)
             partitions[topic] = (every, available)
         groups: dict[tuple[str, int], list[int]] = {}
-        for i, (topic, key, _) in enumerate(records):
+        for i, (topic, key, _, _) in enumerate(records):
             every, available = partitions[topic]
             part = partitioner(key, every, available)
             groups.setdefault((topic, part), []).append(i)
@@ -125,14 +134,14 @@ def batch_publisher(producer: Callable[[], Any]) -> PublishFn:
             builder = p.create_batch()
             members: list[int] = []
             for i in idx:
-                _, key, value = records[i]
-                if builder.append(key=key, value=value, timestamp=None) is None:
+                _, key, value, headers = records[i]
+                if builder.append(key=key, value=value, timestamp=None, headers=_listed(headers)) is None:
                     if members:  # full: send it and start the next one
                         fut = await p.send_batch(builder, topic, partition=part)
                         for j in members:
                             futures[j] = fut
                         builder, members = p.create_batch(), []
-                    if builder.append(key=key, value=value, timestamp=None) is None:
+                    if builder.append(key=key, value=value, timestamp=None, headers=_listed(headers)) is None:
                         log.warning("gate: a record for %s does not fit a produce batch", topic)
                         continue  # stays None: counted as failed
                 members.append(i)
@@ -187,24 +196,37 @@ async def deliver(publish: PublishFn, records: Sequence[Send], *, metrics: Metri
 def process(
     records: Sequence[Any], *, topics: GateTopics, now: datetime
 ) -> tuple[list[Send], Counter[tuple[str, str]], Counter[str]]:
-    """Route one batch of raw records (anything with `.topic .partition .offset .key .value`): the records
-    to send, consumed counts by (type label, decision), DLQ counts."""
+    """Route one batch of raw records (anything with `.topic .partition .offset .key .value .headers`): the
+    records to send, consumed counts by (type label, decision), DLQ counts.
+
+    A replayed record (`episodic dlq replay`: header `episodic-replay`) keeps its history: forwarded, the
+    header goes with it to journal.embeddable; dead-lettered again, the new dead letter carries it."""
     sends: list[Send] = []
     consumed: Counter[tuple[str, str]] = Counter()
     dead: Counter[str] = Counter()
     embeddable, dlq = topics.embeddable, topics.dlq
     for rec in records:
         routed = route(rec.value, topic=rec.topic, partition=rec.partition, offset=rec.offset, now=now)
+        headers = getattr(rec, "headers", None)
+        replay = ReplayHistory.of_headers(headers) if headers else None
         if isinstance(routed, Forward):
-            sends.append((embeddable, routed.key, routed.value))
+            sends.append((embeddable, routed.key, routed.value, (replay.header(),) if replay else ()))
             consumed[(type_label(routed.entry_type), routed.decision)] += 1
         elif isinstance(routed, DeadLetter):
-            sends.append((dlq, rec.key, routed.value))
+            sends.append((dlq, rec.key, routed.value if replay is None else _with_history(routed.value, replay), ()))
             consumed[(INVALID_TYPE_LABEL, DEAD_LETTER_DECISION)] += 1
             dead[routed.reason] += 1
         else:
             consumed[(type_label(routed.entry_type), routed.decision)] += 1
     return sends, consumed, dead
+
+
+def _with_history(value: bytes, replay: ReplayHistory) -> bytes:
+    """A dead letter of the gate's with the replay history of the record it holds."""
+    try:
+        return DlqRecord.from_json(value).with_replay(replay).to_json()
+    except InvalidRecord:  # pragma: no cover - route() writes DlqRecords only; never lose the dead letter
+        return value
 
 
 InFlight = tuple["asyncio.Task[None] | None", RecordBatch, Any, Counter[tuple[str, str]], Counter[str]]

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_every_command_resolves_to_a_function() -> None:
     assert set(COMMANDS) == {
         *("up", "produce", "recall", "forget", "show", "ls", "doctor", "run", "gate", "embedder", "serve", "mcp"),
-        *("linker", "importance", "health", "health-agent", "nudge-agent", "reindex"),
+        *("linker", "importance", "health", "health-agent", "nudge-agent", "reindex", "dlq", "export", "import"),
     }
     for name in COMMANDS:
         assert callable(resolve(name)), name
@@ -137,3 +137,31 @@ def test_run_refuses_without_a_shared_kafka(
     monkeypatch.delenv("EPISODIC_TOKENS_FILE", raising=False)
     assert main(argv) == 2
     assert "runs one role against a shared Kafka: set EPISODIC_KAFKA_BOOTSTRAP" in capsys.readouterr().err
+
+
+def test_dlq_needs_a_subcommand_and_replay_a_selection(capsys: pytest.CaptureFixture[str]) -> None:
+    from stack.commands.dlq import main as dlq
+
+    assert dlq([]) == 2 and dlq(["nope"]) == 2 and dlq(["--help"]) == 0
+    assert "episodic dlq {ls,replay}" in capsys.readouterr().err
+    for bad, why in [
+        (["replay"], "or --all for every one"),
+        (["replay", "--since", "yesterday"], "since: 'yesterday'"),
+        (["replay", "--id", "e1"], "partition:offset"),
+        (["replay", "--all", "--max-replays", "0"], "--max-replays must be at least 1"),
+    ]:
+        with pytest.raises(SystemExit) as e:
+            dlq(bad)
+        assert e.value.code == 2 and why in capsys.readouterr().err, bad
+
+
+def test_import_checks_the_file_before_opening_any_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from stack.commands.portable import import_main
+
+    assert import_main([str(tmp_path / "missing.jsonl")]) == 2
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "e1", "workspace_id": "w", "agent_id": "a", "ts": "2026-11-23T00:00:00Z",'
+                   ' "entry_type": "t", "severity": "info", "summary": "s"}\n\nnot json\n')  # fmt: skip
+    assert import_main([str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "2 bad line(s), nothing imported" in err and "line 1: memory" in err and "line 3:" in err

@@ -1,0 +1,241 @@
+"""Export and import (issue 10 item 6) on the real stores and the real model.
+
+- A round trip (export, import into an empty store of the other engine) gives the same recall answers:
+  the same hits in the same order with the same scores, dense, hybrid and sparse, with the walk too; every
+  memory comes back with its importance, counters, aliases and relations, and the vectors carried over.
+- Another model id: the texts are embedded again. The target's forgets hold: a forgotten memory is left
+  out, with its aliases and the edges to it.
+- A bad file: every bad line named with its field, nothing written. The CLI: export to a file, import it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from episodic.forget import TOMBSTONE, tombstone_key
+from episodic.identity import point_id
+from episodic.indexer import Indexer
+from episodic.memories import memory_detail
+from episodic.portable import BadExport, Importer, check_export, export_workspace, read_export
+from episodic.ports import MemoryStore, Relation, Selection, StateStore
+from episodic.recall import RecallEngine
+from episodic.sparse import Bm25Encoder
+from schemas.api import RecallRequest
+from schemas.events import EmbeddableRecord
+from stack.stores import open_state
+from tests.tmpfs import fast_tmp_dir
+
+pytestmark = [pytest.mark.integration]
+
+WS = "acme"
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+TEXTS = [
+    ("m01", "peer.escalation", "error", "checkout ran out of memory during the holiday traffic spike"),
+    ("m02", "summary.generated", "info", "the billing deploy needs a canary before it reaches every region"),
+    ("m03", "summary.generated", "info", "the payments queue overflowed while the ledger migration held locks"),
+    ("m04", "eval.regression_detected", "warn", "answer quality dropped after the retriever switched models"),
+    ("m05", "summary.generated", "info", "restarting the cache cluster cleared the stale session tokens"),
+    ("m06", "summary.generated", "info", "the billing deploy needs a canary before it reaches every region"),  # dup
+    ("m07", "approval.denied", "warn", "the database schema change was denied without a rollback plan"),
+    ("m08", "summary.generated", "info", "memory limits on checkout pods were raised to four gigabytes"),
+    ("m09", "summary.generated", "info", "the canary for billing caught a currency rounding bug"),
+]
+QUERIES = ["checkout out of memory", "billing canary deploy", "ledger migration locks", "schema change rollback"]
+
+
+def record(i: str, entry_type: str, severity: str, summary: str, **extra: Any) -> EmbeddableRecord:
+    return EmbeddableRecord.from_dict(
+        {"id": i, "workspace_id": WS, "agent_id": "planner", "crew_id": "platform", "run_id": "r1",
+         "ts": (NOW - timedelta(hours=int(i[1:]))).isoformat(), "entry_type": entry_type, "severity": severity,
+         "summary": summary, "payload": {"n": i}, "base_importance": 0.7, "accepted_at": NOW, **extra}
+    )  # fmt: skip
+
+
+def stores(root: Path) -> Iterator[tuple[MemoryStore, StateStore]]:
+    """An Edge store and a qdrant-client local store (384 dims), each with its state store."""
+    from episodic.store_edge import EdgeStore
+    from episodic.store_qdrant import QdrantServerStore
+
+    made: list[MemoryStore] = [EdgeStore(root / "edge"), QdrantServerStore(path=root / "qlocal", collection="m")]
+    for s in made:
+        s.ensure_collection(384)
+        yield s, open_state(s)
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[list[tuple[MemoryStore, StateStore]]]:
+    with fast_tmp_dir(tmp_path) as d:
+        opened = list(stores(d))
+        try:
+            yield opened
+        finally:
+            for s, st in opened:
+                st.close()
+                s.close()
+
+
+def fill(store: MemoryStore, embedder: Any) -> None:
+    """Memories with a duplicate (alias), a consolidated rule (supports edges), similar edges and counters."""
+    indexer = Indexer(store=store, embedder=embedder, bm25=Bm25Encoder(), clock=lambda: NOW)
+    indexer.index_batch([record(*t) for t in TEXTS])
+    rule = record(
+        "m10", "memory.consolidated", "info", "always canary billing deploys", refs={"supports": ["m02", "m09"]}
+    )
+    indexer.index_batch([rule])
+    store.add_relations(
+        [Relation(src="m08", dst="m01", relation="similar", weight=0.83, created_at="t", workspace_id=WS)]
+    )
+    store.set_payload(point_id(WS, "m03"), {"reference_count": 4, "last_referenced_at": "2026-11-22T10:00:00Z",
+                                            "importance_score": 0.93, "linked_at": "2026-11-22T09:00:00Z"})  # fmt: skip
+
+
+def answers(store: MemoryStore, embedder: Any) -> list[list[tuple[Any, ...]]]:
+    engine = RecallEngine(store=store, embedder=embedder, bm25=Bm25Encoder(), clock=lambda: NOW)
+    out = []
+    for q in QUERIES:
+        for mode in ("dense", "hybrid", "sparse"):
+            for walk in (0, 1):
+                req = RecallRequest(workspace_id=WS, agent_id="planner", query=q, k=6, mode=mode, walk_depth=walk)
+                hits = engine.recall(req).hits
+                out.append([(h.entry_id, round(h.score, 5), h.via, tuple(h.aliases), h.occurrences) for h in hits])
+    return out
+
+
+def details(store: MemoryStore, state: StateStore) -> dict[str, Any]:
+    ids = [t[0] for t in TEXTS if t[0] != "m06"] + ["m10"]
+    return {i: memory_detail(store, state, WS, i) for i in ids}
+
+
+def same(got: list[list[tuple[Any, ...]]], want: list[list[tuple[Any, ...]]]) -> None:
+    """The same hits in the same order (ids, via, aliases, occurrences), scores equal to 1e-4 (two engines)."""
+    assert [[(h[0], *h[2:]) for h in hits] for hits in got] == [[(h[0], *h[2:]) for h in hits] for hits in want]
+    assert [h[1] for hits in got for h in hits] == pytest.approx([h[1] for hits in want for h in hits], abs=1e-4)
+
+
+def test_a_round_trip_gives_the_same_recall_and_the_same_memories(pair: Any, embedder: Any) -> None:
+    (edge, edge_state), _ = pair
+    fill(edge, embedder)
+    want, want_details = answers(edge, embedder), details(edge, edge_state)
+    assert all(want) and any(h[2] != "direct" for hits in want for h in hits)  # the walk follows edges
+    # Edge -> qdrant-client, then that import exported again -> the Edge store emptied
+    for (source, _), (target, target_state) in (pair, pair[::-1]):
+        lines = list(export_workspace(source, WS))
+        target.delete([pid for pid, _ in target.select(Selection(workspace_id=WS))])
+        assert len(lines) == 9 and check_export(lines) == 9 and target.count(WS) == 0
+        first = json.loads(lines[0])
+        assert first["id"] == "m01" and first["memory"]["model"] == embedder.model_id
+        report = Importer(store=target, state=target_state, embedder=embedder, bm25=Bm25Encoder()).run(
+            read_export(lines)
+        )
+        assert (report.written, report.vectors_kept, report.embedded, report.replaced) == (9, 9, 0, 0)
+        same(answers(target, embedder), want)
+        assert details(target, target_state) == want_details
+        got = memory_detail(target, target_state, WS, "m06")  # the alias resolves to its memory
+        assert got is not None and got["entry_id"] == "m02" and got["occurrences"] == 2
+        m03 = target.retrieve([point_id(WS, "m03")])[point_id(WS, "m03")]
+        assert (m03["reference_count"], m03["importance_score"], m03["linked_at"]) == (4, 0.93, "2026-11-22T09:00:00Z")
+    # importing the same file again changes nothing
+    again = Importer(store=target, state=target_state, embedder=embedder, bm25=Bm25Encoder()).run(read_export(lines))
+    assert (again.written, again.replaced) == (9, 9) and target.count(WS) == 9
+    same(answers(target, embedder), want)
+
+
+class Renamed:
+    """The real model under another id: the import must embed the texts again."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.model_id = "another-model"
+        self.dim = inner.dim
+        self.calls = 0
+
+    def embed_documents(self, texts: list[str]) -> Any:
+        self.calls += 1
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> Any:
+        return self.inner.embed_query(text)
+
+
+def test_another_model_embeds_again_and_the_target_forgets_hold(pair: Any, embedder: Any) -> None:
+    (source, _), (target, target_state) = pair
+    fill(source, embedder)
+    lines = list(export_workspace(source, WS))
+    tomb = {"workspace_id": WS, "forget_id": "f1", "at": "2026-11-23T00:00:00Z"}
+    target_state.put_many(TOMBSTONE, {tombstone_key(WS, i): {**tomb, "entry_id": i} for i in ("m01", "m06")})
+    other = Renamed(embedder)
+    report = Importer(store=target, state=target_state, embedder=other, bm25=Bm25Encoder()).run(read_export(lines))
+    assert report.forgotten == [f"{WS}/m01"] and report.aliases_dropped == 1
+    assert (report.written, report.embedded, report.vectors_kept) == (8, 8, 0) and other.calls >= 1
+    assert target.retrieve([point_id(WS, "m01")]) == {}
+    m08 = target.retrieve([point_id(WS, "m08")])[point_id(WS, "m08")]
+    assert m08["relations"] == [] and m08["links"] == [] and m08["model"] == "another-model"
+    m02 = target.retrieve([point_id(WS, "m02")])[point_id(WS, "m02")]
+    assert m02["aliases"] == [] and m02["occurrences"] == 2
+    hits = RecallEngine(store=target, embedder=other, bm25=Bm25Encoder(), clock=lambda: NOW).recall(
+        RecallRequest(workspace_id=WS, agent_id="planner", query="billing canary deploy", k=3, mode="dense")
+    )
+    assert hits.hits and hits.hits[0].entry_id in {"m02", "m09", "m10"}
+
+
+def test_a_bad_file_names_every_bad_line_and_writes_nothing(pair: Any, embedder: Any) -> None:
+    (source, _), (target, target_state) = pair
+    fill(source, embedder)
+    lines = list(export_workspace(source, WS))
+    broken = json.loads(lines[2])
+    broken["memory"]["reference_count"] = "many"
+    lines[2] = json.dumps(broken).encode()
+    bad_severity = json.loads(lines[4])
+    bad_severity["severity"] = "fatal"
+    lines[4] = json.dumps(bad_severity).encode()
+    lines.insert(6, b"")  # blank lines are fine
+    lines.append(b"{not json")
+    with pytest.raises(BadExport) as e:
+        Importer(store=target, state=target_state, embedder=embedder, bm25=Bm25Encoder()).run(read_export(lines))
+    text = str(e.value)
+    assert "line 3: memory.reference_count" in text and "line 5: severity" in text and "line 11" in text
+    assert e.value.total_bad == 3 and "nothing imported" in text
+    assert target.count(WS) == 0
+
+
+@pytest.mark.slow  # three model loads: the commands load the configured model as `episodic up` does
+def test_the_cli_exports_to_a_file_and_imports_it_into_another_data_dir(
+    tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from episodic.settings import Settings
+    from stack.cli import main
+    from stack.stores import open_store
+
+    source_dir, target_dir, out = tmp_path / "a", tmp_path / "b", tmp_path / "acme.jsonl"
+    monkeypatch.setenv("EPISODIC_DATA_DIR", str(source_dir))
+    store = open_store(Settings(), dim=embedder.dim)
+    fill(store, embedder)
+    want = answers(store, embedder)
+    # the embedded store is single-process: a running stack (here: this open store) keeps export out, clearly
+    assert main(["export", "--workspace", WS, "--out", str(out)]) == 1
+    assert "stop `episodic up` first" in capsys.readouterr().err and not out.exists()
+    store.close()
+    assert main(["export", "--workspace", WS, "--out", str(out)]) == 0
+    assert "exported 9 memories" in capsys.readouterr().err and len(out.read_bytes().splitlines()) == 9
+
+    monkeypatch.setenv("EPISODIC_DATA_DIR", str(target_dir))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(out.read_bytes() + b'{"id": "x"}\n')
+    assert main(["import", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "line 10: workspace_id" in err and "nothing imported" in err
+    assert main(["import", str(out), "--check"]) == 0
+    assert main(["import", str(out)]) == 0
+    assert "imported 9 of 9 memories into acme (0 replaced; vectors: 9 carried over" in capsys.readouterr().out
+    target = open_store(Settings(), dim=embedder.dim)
+    try:
+        assert target.count(WS) == 9
+        same(answers(target, embedder), want)
+    finally:
+        target.close()
