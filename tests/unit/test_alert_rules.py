@@ -68,7 +68,9 @@ def test_the_alert_rule_unit_tests_pass() -> None:
 def test_a_wrong_expectation_fails(tmp_path: Path) -> None:
     """The harness can fail: the same tests against rules with a raised threshold do not pass."""
     (tmp_path / "tests").mkdir()
-    (tmp_path / "alerts.yml").write_text(RULES.read_text().replace("episodic_consumer_lag_records) > 1000", "episodic_consumer_lag_records) > 100000"))
+    (tmp_path / "alerts.yml").write_text(
+        RULES.read_text().replace("episodic_consumer_lag_records) > 1000", "episodic_consumer_lag_records) > 100000")
+    )
     (tmp_path / "tests" / "alerts_test.yml").write_text(RULE_TESTS.read_text())
     out = _run("test", "rules", str(tmp_path / "tests" / "alerts_test.yml"))
     assert out.returncode != 0
