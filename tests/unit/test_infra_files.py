@@ -186,3 +186,40 @@ def test_compose_runs_each_role_against_kafka_and_qdrant() -> None:
     assert tuple(int(x) for x in tag[1:].split(".")) >= (1, 19, 0), image
     prov = yaml.safe_load((INFRA / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text())
     assert prov["datasources"][0]["uid"] == "prometheus"
+
+
+# What an operator must find on the dashboard (issue 13): a pattern every one of these needs in some query.
+REQUIRED_PANELS = {
+    "ingest rate by decision": r"sum by \(decision\) \(rate\(episodic_gate_entries_total",
+    "dead letters by reason": r"sum by \(reason\) \(rate\(episodic_dead_lettered_total",
+    "embedding throughput": r"rate\(episodic_embed_batch_size_sum",
+    "embedding batch size": r"histogram_quantile\(0\.99, sum by \(le\) \(rate\(episodic_embed_batch_size_bucket",
+    "index lag p50": r"histogram_quantile\(0\.5, sum by \(le\) \(rate\(episodic_index_lag_seconds_bucket",
+    "index lag p99": r"histogram_quantile\(0\.99, sum by \(le\) \(rate\(episodic_index_lag_seconds_bucket",
+    "recall latency by mode": r"histogram_quantile\(0\.99, sum by \(le, mode\) \(rate\(episodic_recall_duration",
+    "sparse-only state": r"max\(episodic_sparse_only",
+    "maintenance agents' lag": r"sum by \(agent, le\) \(rate\(episodic_agent_lag_seconds_bucket",
+    "consumer lag by group": r"max by \(group\) \(episodic_consumer_lag_records",
+}
+
+
+def test_the_dashboard_has_the_panels_operators_need() -> None:
+    exprs = [e for _, e in _dashboard_exprs()]
+    missing = [what for what, pattern in REQUIRED_PANELS.items() if not any(re.search(pattern, e) for e in exprs)]
+    assert not missing, f"no panel for: {missing}"
+
+
+def test_every_panel_has_a_unique_place_and_its_targets_unique_ref_ids() -> None:
+    dash = _dashboard()
+    cells: dict[tuple[int, int], str] = {}
+    for p in dash["panels"]:
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
+        for y in range(g["y"], g["y"] + g["h"]):
+            for x in range(g["x"], g["x"] + g["w"]):
+                assert (x, y) not in cells, f"{p['title']!r} overlaps {cells[(x, y)]!r}"
+                cells[(x, y)] = p["title"]
+        refs = [t["refId"] for t in p.get("targets", [])]
+        assert len(refs) == len(set(refs)), p["title"]
+        for t in p.get("targets", []):
+            assert t["datasource"]["uid"] == "${datasource}", p["title"]
