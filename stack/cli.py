@@ -19,7 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "forget": ("stack.commands.memory:forget_main", "forget memories: entry ids, an agent's, a run's, a workspace"),
     "show": ("stack.commands.memory:show_main", "one memory with its counters, aliases and relations"),
     "ls": ("stack.commands.memory:ls_main", "list a workspace's memories, newest first"),
-    "doctor": ("stack.commands.doctor:main", "check broker, topics, store, embedder, lag and auth"),
+    "doctor": ("stack.commands.doctor:main", "check broker, topics, every role, store, embedder, lag, decay and auth"),
     "gate": ("stack.commands.gate:main", "run only the gate (distributed mode)"),
     "embedder": ("stack.commands.up:embedder_main", "run only the embedding consumer (distributed mode)"),
     "serve": ("stack.commands.serve:main", "run only the recall HTTP service (distributed mode)"),
