@@ -223,3 +223,29 @@ def test_every_panel_has_a_unique_place_and_its_targets_unique_ref_ids() -> None
         assert len(refs) == len(set(refs)), p["title"]
         for t in p.get("targets", []):
             assert t["datasource"]["uid"] == "${datasource}", p["title"]
+
+
+def _expand_braces(text: str) -> str:
+    """`EPISODIC_RRF_{DENSE,SPARSE}_WEIGHT` -> `EPISODIC_RRF_DENSE_WEIGHT EPISODIC_RRF_SPARSE_WEIGHT`."""
+    pattern = re.compile(r"([A-Z0-9_]*)\{([A-Z0-9_,]+)\}([A-Z0-9_]*)")
+    while m := pattern.search(text):
+        text = text[: m.start()] + " ".join(m[1] + x + m[3] for x in m[2].split(",")) + text[m.end() :]
+    return text
+
+
+def test_the_readme_configuration_reference_names_every_setting() -> None:
+    from episodic.settings import Settings
+
+    readme = (INFRA.parent / "README.md").read_text()
+    section = readme[readme.index("## Configuration") : readme.index("\n## ", readme.index("## Configuration") + 5)]
+    named = set(re.findall(r"EPISODIC_[A-Z0-9_]+", _expand_braces(section)))
+    missing = sorted(f"EPISODIC_{f.upper()}" for f in Settings.model_fields if f"EPISODIC_{f.upper()}" not in named)
+    assert not missing, f"settings missing from the README's Configuration table: {missing}"
+    assert _expand_braces("`EPISODIC_A_{B,C}_D`") == "`EPISODIC_A_B_D EPISODIC_A_C_D`"
+
+
+def test_the_readme_operations_section_covers_running_it() -> None:
+    readme = (INFRA.parent / "README.md").read_text()
+    ops = readme[readme.index("## Operations") :]
+    for heading in ("### Deployment", "### Sizing", "### Upgrade", "### Backup and restore of the store"):
+        assert heading in ops, heading
