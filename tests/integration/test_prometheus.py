@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -22,9 +20,10 @@ import httpx
 import pytest
 import yaml
 
-from infra.broker import EmbeddedBroker, free_port
+from infra.broker import free_port
 from tests.e2e.conftest import poll, produce_lines, running_stack, stack_settings
 from tests.e2e.journal import build
+from tests.prom_tools import require_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -43,12 +42,7 @@ MUST_BE_POSITIVE = (
 
 
 def _prometheus_binary() -> str:
-    path = shutil.which("prometheus")
-    if path is None:
-        if os.environ.get("EPISODIC_REQUIRE_PROMETHEUS") == "1":
-            pytest.fail("prometheus not found, and EPISODIC_REQUIRE_PROMETHEUS=1: install Debian's `prometheus`")
-        pytest.skip("prometheus not found: install Debian's `prometheus` package (apt-get install prometheus)")
-    return path
+    return require_binary("prometheus")
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
@@ -65,16 +59,6 @@ def dashboard_queries() -> list[tuple[str, str]]:
             metric = var["query"]["query"].removeprefix("label_values(").split(",")[0]
             out.append((f"variable {var['name']}", metric))
     return out
-
-
-@pytest.fixture
-def broker() -> Iterator[str]:
-    b = EmbeddedBroker(port=free_port())
-    b.start()
-    try:
-        yield b.bootstrap
-    finally:
-        b.stop()
 
 
 @asynccontextmanager
@@ -142,8 +126,9 @@ def _values(result: list[dict[str, Any]]) -> list[float]:
 
 
 async def test_prometheus_scrapes_the_stack_loads_the_rules_and_answers_every_dashboard_query(
-    broker: str, tmp_path: Path
+    fresh_broker: str, tmp_path: Path
 ) -> None:
+    broker = fresh_broker
     _prometheus_binary()
     exp = build(n_valid=120)
     settings = stack_settings(broker, tmp_path / "stack", visible_budget_ms=0)

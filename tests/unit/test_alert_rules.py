@@ -7,13 +7,12 @@ and say so, except under EPISODIC_REQUIRE_PROMETHEUS=1 (set by .ci/run), where a
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
+
+from tests.prom_tools import require_binary
 
 INFRA = Path(__file__).resolve().parents[2] / "infra"
 RULES = INFRA / "alerts.yml"
@@ -21,12 +20,7 @@ RULE_TESTS = INFRA / "tests" / "alerts_test.yml"
 
 
 def _promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        if os.environ.get("EPISODIC_REQUIRE_PROMETHEUS") == "1":
-            pytest.fail("promtool not found, and EPISODIC_REQUIRE_PROMETHEUS=1: install Debian's `prometheus`")
-        pytest.skip("promtool not found: install Debian's `prometheus` package (apt-get install prometheus)")
-    return path
+    return require_binary("promtool")
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
