@@ -26,10 +26,19 @@ BENCHES: dict[str, str] = {
     "recall": "bench.bench_recall_latency",
     "decay": "bench.bench_decay",
     "linker": "bench.bench_linker",
+    "health": "bench.bench_health",
 }
 # Other benchmarks in the repo (owned elsewhere) that follow the same --quick convention; run if present.
 OPTIONAL: dict[str, str] = {"gate": "bench.bench_gate"}
-TIMEOUT_S = {"embed": 3600, "freshness": 1200, "recall": 5400, "gate": 1800, "decay": 1800, "linker": 1800}
+TIMEOUT_S = {
+    "embed": 3600,
+    "freshness": 1200,
+    "recall": 5400,
+    "gate": 1800,
+    "decay": 1800,
+    "linker": 1800,
+    "health": 1200,
+}
 
 
 def _available(module: str) -> bool:

@@ -53,7 +53,7 @@ from episodic.indexer import Indexer
 from episodic.metrics import Metrics
 from episodic.settings import Settings
 from schemas import topics
-from schemas.events import CONTROL_HEADER, FORGET, DlqRecord, EmbeddableRecord, ForgetRecord, InvalidRecord
+from schemas.events import FORGET, DlqRecord, EmbeddableRecord, ForgetRecord, InvalidRecord, control_of
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +63,6 @@ PRIOR_SECONDS_PER_CHAR = 2e-4  # about 30 one-line summaries a second on one cor
 R = TypeVar("R")
 
 Send = tuple[str, bytes | None, bytes]
-
-
-def _control(msg: ConsumerRecord[bytes, bytes]) -> bytes | None:
-    """The value of the record's control header (a forget), or None for a journal entry."""
-    return next((bytes(v or b"") for k, v in msg.headers or () if k == CONTROL_HEADER), None)
 
 
 class EmbedSpeed:
@@ -236,7 +231,7 @@ class EmbeddingConsumer:
         forgets: list[Forget] = []
         dead: list[DlqRecord] = []
         for msg in batch:
-            control = _control(msg)
+            control = control_of(msg.headers)
             try:
                 if control is not None:
                     forgets.append((self._forget_record(control, msg), msg))

@@ -249,9 +249,16 @@ class MemoryClient(_Base):
     def stats(self, workspace_id: str | None = None, *, all_workspaces: bool = False) -> StatsResponse:
         return self._send(self.calls.stats(workspace_id, all_workspaces))
 
-    def health(self, workspace_id: str | None = None, crew_id: str | None = None) -> dict[str, Any]:
-        """The latest memory-health snapshot; `NotFound` when none has been stored yet."""
-        return self._send(self.calls.health(workspace_id, crew_id))
+    def health(
+        self, workspace_id: str | None = None, crew_id: str | None = None, *, days: int | None = None
+    ) -> dict[str, Any]:
+        """`GET /v1/memory/health`: the latest stored snapshot (with `days`, its daily history too); `NotFound`
+        when none has been stored yet."""
+        return self._send(self.calls.health(workspace_id, crew_id, days))
+
+    def run_health(self, workspace_id: str | None = None) -> dict[str, Any]:
+        """`POST /v1/admin/run/health`: compute and store snapshots now (an admin token when auth is on)."""
+        return self._send(self.calls.run_health(workspace_id))
 
     def whoami(self) -> WhoAmI:
         return self._send(self.calls.whoami())
@@ -390,8 +397,13 @@ class AsyncMemoryClient(_Base):
     async def stats(self, workspace_id: str | None = None, *, all_workspaces: bool = False) -> StatsResponse:
         return await self._send(self.calls.stats(workspace_id, all_workspaces))
 
-    async def health(self, workspace_id: str | None = None, crew_id: str | None = None) -> dict[str, Any]:
-        return await self._send(self.calls.health(workspace_id, crew_id))
+    async def health(
+        self, workspace_id: str | None = None, crew_id: str | None = None, *, days: int | None = None
+    ) -> dict[str, Any]:
+        return await self._send(self.calls.health(workspace_id, crew_id, days))
+
+    async def run_health(self, workspace_id: str | None = None) -> dict[str, Any]:
+        return await self._send(self.calls.run_health(workspace_id))
 
     async def whoami(self) -> WhoAmI:
         return await self._send(self.calls.whoami())

@@ -236,11 +236,19 @@ class Calls:
         params = {} if all_workspaces else {"workspace_id": self.identity.workspace(workspace_id)}
         return Call("GET", "/v1/memory/stats", model(StatsResponse), params=params)
 
-    def health(self, workspace_id: str | None, crew_id: str | None) -> Call[dict[str, Any]]:
-        params = {"workspace_id": self.identity.workspace(workspace_id)}
+    def health(self, workspace_id: str | None, crew_id: str | None, days: int | None = None) -> Call[dict[str, Any]]:
+        """`GET /v1/memory/health`: the latest stored snapshot (with `days`, its daily history too)."""
+        params: dict[str, Any] = {"workspace_id": self.identity.workspace(workspace_id)}
         if crew_id is not None:
             params["crew_id"] = crew_id
+        if days is not None:
+            params["days"] = days
         return Call("GET", "/v1/memory/health", as_dict, params=params)
+
+    def run_health(self, workspace_id: str | None) -> Call[dict[str, Any]]:
+        """`POST /v1/admin/run/health`: compute, store and publish snapshots now (of one workspace, or all)."""
+        params = {} if workspace_id is None else {"workspace_id": workspace_id}
+        return Call("POST", "/v1/admin/run/health", as_dict, params=params)
 
     def whoami(self) -> Call[WhoAmI]:
         return Call("GET", "/v1/whoami", model(WhoAmI))

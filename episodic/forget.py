@@ -26,6 +26,8 @@ own edges go with them), then deletes them; the memories' reference counts and i
 points, so they go too, and counts and health computed from the store no longer see them. The outcome is
 recorded in a status document (kind `forget`, key the forget id) that the recall service reads back.
 Re-applying an applied forget (re-delivery) changes nothing; a crash half-way is re-applied in full.
+
+Size: just over 400 lines, the forget's three parts (apply, admit, the rules both read) kept together.
 """
 
 from __future__ import annotations
@@ -157,11 +159,14 @@ def _supersedes(new: dict[str, Any], old: dict[str, Any]) -> bool:
     return bool(old["partition"] == new["partition"] and new["offset"] is not None and new["offset"] >= old["offset"])
 
 
+def selects(rule: dict[str, Any], agent_id: str | None, run_id: str | None) -> bool:
+    """Whether a rule's selection (agent, run; none: the whole workspace) takes an entry of this agent, run."""
+    return rule.get("agent_id") in (None, agent_id) and rule.get("run_id") in (None, run_id)
+
+
 def covers(rule: dict[str, Any], record: EmbeddableRecord, position: Position | None) -> bool:
     """True when `rule` keeps `record` out (see the module doc for what counts as before the forget)."""
-    if rule.get("agent_id") is not None and record.agent_id != rule["agent_id"]:
-        return False
-    if rule.get("run_id") is not None and record.run_id != rule["run_id"]:
+    if not selects(rule, record.agent_id, record.run_id):
         return False
     before = parse_iso(rule["before"])
     if record.ts_datetime <= before or record.accepted_at <= before:

@@ -5,11 +5,13 @@ Counters end in `_total`, durations in `_seconds`; label values are initialised 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import Any, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from episodic.health import BANDS, METRICS, gauge_workspaces
 from episodic.policy import DECISIONS
 from schemas.events import IndexMode
 from schemas.journal import DLQ_REASONS
@@ -39,6 +41,22 @@ DEAD_LETTER_REASONS: tuple[str, ...] = (*DLQ_REASONS, GATE_ERROR_REASON, *CONSUM
 # the lag monitors.
 ERROR_STAGES = ("decode", "embed", "store", "publish", "commit", "broker", "densify", "lag")
 JOURNAL_HTTP_OUTCOMES = ("accepted", "invalid", "forbidden", "unavailable")
+# (agent, topic) pairs whose records a maintenance agent decodes: malformed ones are counted and skipped
+AGENT_INPUTS = (
+    ("linker", "memory.indexed"),
+    ("importance", "memory.referenced"),
+    ("nudge", "journal.entries"),
+    ("health", "journal.embeddable"),
+    ("health", "memory.referenced"),
+)
+# where each agent counts its retried failures (streams.agents.retrying)
+AGENT_STAGES: dict[str, tuple[str, ...]] = {
+    "linker": ("apply",),
+    "importance": ("apply",),
+    "nudge": ("store", "publish", "schedule"),
+    "health": ("store", "schedule"),
+}
+SNAPSHOT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
 class Metrics:
@@ -173,6 +191,7 @@ class Metrics:
         for reason in ("missing", "invalid", "forbidden"):
             self.auth_failures.labels(reason=reason)
         self._maintenance(r)
+        self._init_agents(r)
 
     def observe_forgets(self, outcomes: Iterable[Any], left_out: int) -> None:
         """Forgets applied (`episodic.forget.ForgetOutcome`; re-deliveries not counted) and records left out."""
@@ -189,15 +208,21 @@ class Metrics:
             registry=r,
         )  # fmt: skip
         self.agent_malformed = Counter(
-            "episodic_agent_malformed_total", "Records an agent could not decode (logged and skipped)", ["agent"],
-            registry=r,
+            "episodic_agent_malformed_total", "Records an agent could not decode (logged and skipped), by topic",
+            ["agent", "topic"], registry=r,
         )  # fmt: skip
+        for agent, topic in AGENT_INPUTS:
+            self.agent_malformed.labels(agent=agent, topic=topic)
         self.agent_errors = Counter(
             "episodic_agent_errors_total",
-            "Failed attempts to apply a batch (retried; skipped after the last try unless the store is down)",
-            ["agent"],
+            "Failed attempts in a maintenance agent, by stage (retried; the linker's and importance agent's "
+            "batch is skipped after the last try unless the store is down)",
+            ["agent", "stage"],
             registry=r,
         )
+        for agent, stages in AGENT_STAGES.items():
+            for stage in stages:
+                self.agent_errors.labels(agent=agent, stage=stage)
         self.agent_lag = Histogram(
             "episodic_agent_lag_seconds",
             "From an event's production to its handling by the agent",
@@ -205,10 +230,9 @@ class Metrics:
             buckets=LAG_BUCKETS,
             registry=r,
         )
-        for agent, outcomes in AGENT_OUTCOMES.items():
-            self.agent_malformed.labels(agent=agent)
-            self.agent_errors.labels(agent=agent)
+        for agent in AGENT_STAGES:
             self.agent_lag.labels(agent=agent)
+        for agent, outcomes in AGENT_OUTCOMES.items():
             for outcome in outcomes:
                 self.agent_events.labels(agent=agent, outcome=outcome)
         self.similar_edges = Counter("episodic_similar_edges_total", "similar edges written by the linker", registry=r)
@@ -233,3 +257,89 @@ class Metrics:
         self.decay_last_success = Gauge(
             "episodic_decay_last_success_timestamp_seconds", "When the last decay run finished (Unix time)", registry=r
         )
+
+    def _init_agents(self, r: CollectorRegistry) -> None:
+        """The nudge and health agents (their shared agent metrics are in `_maintenance`)."""
+        self.nudge_entries = Counter(
+            "episodic_nudge_entries_total",
+            "Journal entries seen by the nudge agent: counted for a run, replays (already counted), without run_id",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in ("counted", "replayed", "no_run"):
+            self.nudge_entries.labels(outcome=outcome)
+        self.nudges = Counter("episodic_nudges_total", "Nudges published on memory.nudges", registry=r)
+        self.nudge_runs = Gauge("episodic_nudge_runs", "Runs whose counters the nudge agent keeps", registry=r)
+        self.nudge_forgotten = Counter(
+            "episodic_nudge_runs_forgotten_total", "Run counters dropped after the run was idle", registry=r
+        )
+        self.health_inputs = Counter(
+            "episodic_health_inputs_total",
+            "Records folded by the health agent: accepted entries (ledger), recall events, replayed recall events",
+            ["input"],
+            registry=r,
+        )
+        for name in ("accepted", "recalls", "recalls_replayed"):
+            self.health_inputs.labels(input=name)
+        self.health_snapshots = Counter(
+            "episodic_health_snapshots_total", "Health snapshots stored, by trigger", ["trigger"], registry=r
+        )
+        for trigger in ("schedule", "admin"):
+            self.health_snapshots.labels(trigger=trigger)
+        self.health_duration = Histogram(
+            "episodic_health_snapshot_duration_seconds",
+            "Time to snapshot one workspace (gather + every scope)",
+            buckets=SNAPSHOT_BUCKETS,
+            registry=r,
+        )
+        self.health_score = Gauge(
+            "episodic_memory_health_score",
+            "Latest health score (0-100) of the workspaces with the lowest scores (at most "
+            "EPISODIC_HEALTH_GAUGE_WORKSPACES of them; episodic_memory_health_workspaces counts them all)",
+            ["workspace_id"],
+            registry=r,
+        )
+        self.health_metric = Gauge(
+            "episodic_memory_health_metric",
+            "Latest health metrics (0-100) of the same workspaces; a metric that could not be measured is absent",
+            ["workspace_id", "metric"],
+            registry=r,
+        )
+        self.health_workspaces = Gauge(
+            "episodic_memory_health_workspaces", "Workspaces by the band of their latest snapshot", ["band"], registry=r
+        )
+        for b in BANDS:
+            self.health_workspaces.labels(band=b).set(0)
+        self._health_latest: dict[str, tuple[float, str, dict[str, Any]]] = {}
+        self._health_labelled: set[str] = set()
+
+    def set_health(self, snapshots: Iterable[Any], limit: int) -> None:
+        """Fold workspace snapshots (`schemas.events.HealthSnapshot`) into the gauges: the band counts over
+        every workspace; score and metrics labelled for the `limit` lowest scores only, so that the label set
+        stays bounded however many workspaces there are. Crew snapshots are not exported."""
+        for snap in snapshots:
+            if snap.crew_id is None:
+                values = {m: getattr(snap.metrics, m) for m in METRICS}
+                self._health_latest[snap.workspace_id] = (float(snap.score), str(snap.band), values)
+        labelled = set(gauge_workspaces({ws: v[0] for ws, v in self._health_latest.items()}, limit))
+        for ws in self._health_labelled - labelled:
+            _drop(self.health_score, ws)
+            for m in METRICS:
+                _drop(self.health_metric, ws, m)
+        for ws in labelled:
+            score, _band, values = self._health_latest[ws]
+            self.health_score.labels(workspace_id=ws).set(score)
+            for m in METRICS:
+                if values.get(m) is None:
+                    _drop(self.health_metric, ws, m)
+                else:
+                    self.health_metric.labels(workspace_id=ws, metric=m).set(float(values[m]))
+        self._health_labelled = labelled
+        for b in BANDS:
+            self.health_workspaces.labels(band=b).set(sum(1 for v in self._health_latest.values() if v[1] == b))
+
+
+def _drop(gauge: Gauge, *labels: str) -> None:
+    """Remove a labelled child if it exists."""
+    with contextlib.suppress(KeyError):
+        gauge.remove(*labels)

@@ -275,6 +275,14 @@ class MemoryStore(ABC):
         failed attempts to embed them: the backfill no longer tries them."""
 
     @abstractmethod
+    def workspaces(self, limit: int = 1_000_000) -> dict[str, int]:
+        """Every workspace that has memories, with its number of memories (at most `limit` workspaces)."""
+
+    @abstractmethod
+    def scan_workspace(self, workspace_id: str, *, with_dense: bool = False) -> Iterator[StoredHit]:
+        """Every memory of the workspace (score 0), in pages, with its dense rows when `with_dense`."""
+
+    @abstractmethod
     def query_dense(
         self, vector: list[float], scope: ScopeFilter, limit: int, *, with_dense: bool = False
     ) -> list[StoredHit]: ...

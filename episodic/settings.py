@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -166,6 +166,43 @@ class Settings(BaseSettings):
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"
         return f"http://{host}:{self.http_port}"
+
+    # Health agent (SPEC §8; definitions in episodic/health.py and the README)
+    health_daily_at: str = Field(
+        default="03:00",
+        pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$",
+        description="UTC time (HH:MM) of the daily snapshot of every workspace and crew",
+    )
+    health_tick_s: float = Field(default=30.0, gt=0, le=3600, description="how often the scheduler looks at the clock")
+    health_freshness_half_life_days: float = Field(
+        default=60.0, gt=0, description="freshness = 100 x 0.5^(median age in days / this)"
+    )
+    health_coherence_sample: int = Field(
+        default=512, ge=1, le=100_000, description="memories whose nearest neighbour is searched (stable sample)"
+    )
+    health_coherence_floor: float = Field(default=0.30, ge=-1.0, lt=1.0, description="mean top-1 cosine that maps to 0")
+    health_coherence_ceiling: float = Field(default=0.80, gt=-1.0, le=1.0, description="... and to 100")
+    health_efficiency_window_days: int = Field(default=7, ge=1, le=90, description="recalls counted by efficiency")
+    health_efficiency_floor: float = Field(default=0.20, ge=-1.0, lt=1.0, description="mean hit cosine that maps to 0")
+    health_efficiency_ceiling: float = Field(default=0.70, gt=-1.0, le=1.0, description="... and to 100")
+    health_history_days: int = Field(default=400, ge=1, le=3650, description="daily snapshots kept per scope")
+    health_gauge_workspaces: int = Field(
+        default=50, ge=0, le=10_000, description="workspaces labelled in the health gauges (the lowest scores)"
+    )
+
+    # Nudge agent (SPEC §8, §10 "Nudge")
+    nudge_threshold: int = Field(default=60, ge=1, description="entries of a run since its last memory.updated")
+    nudge_run_idle_s: float = Field(
+        default=86_400.0, gt=0, description="a run with no entry for this long is forgotten (its counter dropped)"
+    )
+
+    @model_validator(mode="after")
+    def _bounds_in_order(self) -> Settings:
+        for name in ("coherence", "efficiency"):
+            lo, hi = getattr(self, f"health_{name}_floor"), getattr(self, f"health_{name}_ceiling")
+            if hi <= lo:
+                raise ValueError(f"health_{name}_ceiling ({hi}) must be above health_{name}_floor ({lo})")
+        return self
 
     @property
     def embedded_broker(self) -> bool:

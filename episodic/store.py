@@ -75,6 +75,7 @@ from episodic.store_rules import (
 DEFAULT_PREFETCH = 100
 
 SCROLL_PAGE = 256
+WORKSPACES_LIMIT = 1_000_000
 
 
 class Record(Protocol):
@@ -163,6 +164,11 @@ class Engine(Vocabulary):
     @abstractmethod
     def count(self, flt: Filter | None) -> int:
         """The exact number of points that match."""
+
+    @abstractmethod
+    def facet(self, key: str, flt: Filter | None, limit: int) -> dict[str, int]:
+        """The values of the keyword-indexed field `key` among the points that match, with their exact counts
+        (at most `limit` values)."""
 
     @abstractmethod
     def query(self, query: Query) -> Sequence[ScoredRecord]:
@@ -364,6 +370,13 @@ class QdrantStore(MemoryStore):
 
     def count_quarantined(self, workspace_id: str | None, quarantine_after: int) -> int:
         return self.engine.count(quarantined_filter(workspace_id, quarantine_after))
+
+    def workspaces(self, limit: int = WORKSPACES_LIMIT) -> dict[str, int]:
+        return self.engine.facet("workspace_id", None, limit)
+
+    def scan_workspace(self, workspace_id: str, *, with_dense: bool = False) -> Iterator[StoredHit]:
+        for r in self._scroll(in_workspace(workspace_id), with_dense=with_dense):
+            yield _hit(r, 0.0, with_dense)
 
     # -- relations: stored on the source memory (payload `relations` + keyword array `links`) ------------
 

@@ -274,6 +274,11 @@ class EdgeEngine(Engine):
         with self._guard("count"):
             return int(self._open().count(request))
 
+    def facet(self, key: str, flt: Filter | None, limit: int) -> dict[str, int]:
+        request = qe.FacetRequest(key, limit=limit, exact=True, filter=Lowering(self)(flt) if flt is not None else None)
+        with self._guard("facet"):
+            return {str(h.value): int(h.count) for h in self._open().facet(request).hits}
+
     def _request(self, query: Query) -> qe.QueryRequest:
         lower = Lowering(self)
         return qe.QueryRequest(

@@ -300,6 +300,12 @@ class ClientEngine(Engine):
         with self._guard("count"):
             return int(self.client.count(self.collection, count_filter=lowered, exact=True).count)
 
+    def facet(self, key: str, flt: Filter | None, limit: int) -> dict[str, int]:
+        lowered = Lowering(self)(flt) if flt is not None else None
+        with self._guard("facet"):
+            hits = self.client.facet(self.collection, key, facet_filter=lowered, limit=limit, exact=True).hits
+        return {str(h.value): int(h.count) for h in hits}
+
     def query(self, query: Query) -> Sequence[ScoredRecord]:
         lower = Lowering(self)
         prefetch, score, flt = lower(query.prefetch), lower(query.score), lower(query.filter)

@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from episodic.auth import AuthError, is_loopback, load_tokens
 from episodic.errors import EpisodicError
+from episodic.health_job import HealthJob
 from episodic.metrics import Metrics
 from episodic.ports import Embedder, MemoryStore, StateStore
 from episodic.recall import RecallEngine
@@ -40,6 +41,7 @@ from episodic.sparse import Bm25Encoder
 from recall import journal, memories, whoami
 from recall.admin import router as admin_router
 from recall.deps import ForgetSink, Job, NudgeLookup, Produce, Publish, Services, Status
+from recall.health import router as health_router
 from recall.routes import router
 
 log = logging.getLogger(__name__)
@@ -163,6 +165,7 @@ def create_app(
     jobs: Mapping[str, Job] | None = None,
     clock: Callable[[], datetime] | None = None,
     produce: Produce | None = None,
+    health: HealthJob | None = None,
     insecure: bool = False,
 ) -> FastAPI:
     """The recall service. Raises AuthConfigError for a bad tokens file, InsecureBind (see module doc)."""
@@ -196,6 +199,7 @@ def create_app(
         forget_sink=forget_sink,
         jobs=dict(jobs or {}),
         produce=produce,
+        health=health,
     )
 
     async def auth_error(request: Request, exc: Exception) -> JSONResponse:
@@ -225,6 +229,7 @@ def create_app(
     app.include_router(admin_router)
     app.include_router(journal.router)
     app.include_router(whoami.router)
+    app.include_router(health_router)
     app.include_router(memories.router)  # after /v1/memory/stats and /health: it takes any other id below
     app.add_middleware(BodyLimit)
     return app

@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 
 from episodic.auth import OPEN, AuthError, Principal, TokenTable
+from episodic.health_job import HealthJob
 from episodic.metrics import Metrics
 from episodic.ports import MemoryStore, StateStore
 from episodic.recall import RecallEngine
@@ -45,6 +46,7 @@ class Services:
     forget_sink: ForgetSink | None = None  # forgets answer 503 without it
     jobs: Mapping[str, Job] = field(default_factory=dict)  # name -> job, for /v1/admin/run/{name}
     produce: Produce | None = None  # POST /v1/journal answers 503 without it
+    health: HealthJob | None = None  # the stored health snapshots (None: no state store in this process)
 
 
 def get_services(request: Request) -> Services:

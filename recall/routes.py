@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Response
-from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-from episodic.auth import Principal, authorize, authorize_crew, authorize_recall
+from episodic.auth import Principal, authorize, authorize_recall
 from episodic.recall import RecallHit, RecallResult
 from episodic.render import render
 from recall.deps import Services, current_principal, get_services
@@ -167,27 +166,6 @@ async def memory_stats(
         return StatsResponse(indexed=total, dense=dense, sparse_only=max(0, total - dense), quarantined=quarantined)
 
     return await run_in_threadpool(counts)
-
-
-@router.get(
-    "/v1/memory/health",
-    responses={**ERRORS, 404: {"model": ErrorResponse, "description": "no snapshot yet"}},
-    summary="The latest stored memory-health snapshot",
-    tags=["memory"],
-)
-async def memory_health(
-    workspace_id: str = Query(min_length=1, max_length=MAX_ID_LEN),
-    crew_id: str | None = Query(default=None, min_length=1, max_length=MAX_ID_LEN),
-    principal: Principal = Depends(current_principal),
-    services: Services = Depends(get_services),
-) -> JSONResponse:
-    authorize(principal, workspace_id)
-    authorize_crew(principal, crew_id)
-    msg = (
-        "no memory-health snapshot: the daily health agent (SPEC §8) is not part of this build yet, "
-        "so no snapshot has been stored"
-    )
-    return JSONResponse(status_code=404, content={"error": msg, "detail": msg})
 
 
 @router.get("/healthz", response_model=HealthzResponse, tags=["ops"], summary="Liveness and mode (no auth)")

@@ -225,6 +225,65 @@ class HealthzResponse(BaseModel):
     kafka_bootstrap: str | None
 
 
+MAX_HEALTH_DAYS = 366
+
+
+class HealthMetricsModel(BaseModel):
+    """0–100 each; null when there was nothing to measure (definitions: README "Memory health")."""
+
+    freshness: float | None = Field(description="100 × 0.5^(median age in days / half-life)")
+    coverage: float | None = Field(description="accepted embeddable entries whose memory has a dense vector, %")
+    coherence: float | None = Field(description="mean top-1 neighbour cosine of a sample, mapped to 0–100")
+    efficiency: float | None = Field(description="mean query–memory cosine of recent recall hits, mapped to 0–100")
+    reachability: float | None = Field(description="memories with at least one relation, either direction, %")
+
+
+class HealthInputsModel(BaseModel):
+    memories: int
+    dense: int
+    accepted: int
+    covered: int
+    reachable: int
+    median_age_days: float | None
+    coherence_sample: int
+    mean_top1_cosine: float | None
+    recall_hits: int
+    mean_recall_cosine: float | None
+    efficiency_window_days: int
+
+
+class HealthSnapshotModel(BaseModel):
+    """One stored daily snapshot of a workspace (`crew_id` null) or of one of its crews."""
+
+    workspace_id: str
+    crew_id: str | None
+    date: str = Field(description="YYYY-MM-DD, UTC")
+    computed_at: str = Field(description="RFC 3339")
+    trigger: Literal["schedule", "admin"]
+    score: float = Field(description="weighted 25/25/20/15/15 over the measured metrics")
+    band: Literal["red", "yellow", "green"] = Field(description="red < 50, yellow 50–75, green ≥ 75")
+    metrics: HealthMetricsModel
+    inputs: HealthInputsModel
+    duration_seconds: float
+
+
+class HealthResponse(HealthSnapshotModel):
+    """`GET /v1/memory/health`: the latest stored snapshot, and with `days=` the daily history."""
+
+    history: list[HealthSnapshotModel] | None = Field(
+        default=None, description="with days=N: the stored snapshots of the last N days (today included), oldest first"
+    )
+
+
+class HealthRunResponse(BaseModel):
+    """`POST /v1/admin/run/health`: what the run computed (and stored, and published)."""
+
+    workspaces: int = Field(description="workspaces snapshotted")
+    failed: list[str] = Field(description="workspaces whose snapshot failed (store errors; see the log)")
+    duration_seconds: float
+    snapshots: list[HealthSnapshotModel]
+
+
 class ErrorResponse(BaseModel):
     """Every 4xx/503 body carries `error`, a one-line message that names the field when there is one."""
 

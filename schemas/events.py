@@ -8,6 +8,7 @@ by the embedding consumer for every record, so it is the journal entry's own def
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 
@@ -163,6 +164,11 @@ FORGET = b"forget"
 MAX_FORGET_IDS = 1000  # entry ids in one forget
 
 
+def control_of(headers: Sequence[tuple[str, bytes | None]] | None) -> bytes | None:
+    """The value of a record's control header (b"forget"), or None for a journal entry."""
+    return next((bytes(v or b"") for k, v in headers or () if k == CONTROL_HEADER), None)
+
+
 class ForgetSelector(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """What a forget removes from its workspace: one of `entry_ids`, `run_id`, `agent_id` or `all`. An
     `agent_id` given with `entry_ids` or `run_id` narrows them to that agent's memories (each given condition
@@ -251,3 +257,63 @@ class ArchivedRecord(_Json, msgspec.Struct, frozen=True, kw_only=True):
     occurrences: int = 1
     relations: list[dict[str, Any]] = msgspec.field(default_factory=list)
     archived_at: AwareDatetime
+
+
+class NudgeEvent(_Json, msgspec.Struct, frozen=True):
+    """`memory.nudges`: a run wrote `count` journal entries since its last `memory.updated` (SPEC §10 "Nudge").
+
+    `nudge_id` is derived from the run and its counting window, so the same decision always carries the same
+    id: exactly one id per run per window (a consumer may rely on it as an idempotency key)."""
+
+    workspace_id: str
+    agent_id: str
+    run_id: str
+    count: int
+    text: str
+    at: AwareDatetime
+    nudge_id: str
+
+
+HealthBand = Literal["red", "yellow", "green"]
+HealthTrigger = Literal["schedule", "admin"]
+
+
+class HealthMetrics(msgspec.Struct, frozen=True):
+    """The five metrics, 0–100 each; null when there was nothing to measure (see episodic/health.py)."""
+
+    freshness: float | None
+    coverage: float | None
+    coherence: float | None
+    efficiency: float | None
+    reachability: float | None
+
+
+class HealthInputs(msgspec.Struct, frozen=True):
+    """What the metrics were computed from."""
+
+    memories: int  # memories in the scope
+    dense: int  # ... with a dense vector
+    accepted: int  # distinct embeddable entry ids accepted by the gate (ledger ∪ the ids memories hold)
+    covered: int  # ... held by a memory with a dense vector
+    reachable: int  # memories with at least one relation, either direction
+    median_age_days: float | None
+    coherence_sample: int  # memories whose nearest neighbour was searched
+    mean_top1_cosine: float | None
+    recall_hits: int  # hits with a cosine in the efficiency window
+    mean_recall_cosine: float | None
+    efficiency_window_days: int
+
+
+class HealthSnapshot(_Json, msgspec.Struct, frozen=True):
+    """`memory.health`: one scope's daily snapshot (a workspace, or one crew of it when `crew_id` is set)."""
+
+    workspace_id: str
+    crew_id: str | None
+    date: str  # YYYY-MM-DD, UTC
+    computed_at: AwareDatetime
+    trigger: HealthTrigger
+    score: float
+    band: HealthBand
+    metrics: HealthMetrics
+    inputs: HealthInputs
+    duration_seconds: float

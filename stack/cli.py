@@ -29,6 +29,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run only the importance agent and the nightly decay (distributed mode)",
     ),
     "mcp": ("stack.commands.mcp:main", "serve the memory as MCP tools (stdio or streamable HTTP)"),
+    "health": ("stack.commands.health:main", "print a workspace's memory-health snapshot and its last days"),
+    "health-agent": ("stack.commands.up:health_main", "run only the health agent (distributed mode)"),
+    "nudge-agent": ("stack.commands.up:nudge_main", "run only the nudge agent (distributed mode)"),
 }
 
 

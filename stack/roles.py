@@ -38,9 +38,10 @@ if TYPE_CHECKING:
 
     from consumers.embedding import EmbeddingConsumer
     from episodic.decay import DecayJob
+    from episodic.health_job import HealthJob
     from episodic.ports import Embedder, MemoryStore, StateStore
     from episodic.sparse import Bm25Encoder
-    from schemas.events import ForgetRecord
+    from schemas.events import ForgetRecord, NudgeEvent
     from streams.agents import AgentRunner
     from streams.runner import GateRunner
 
@@ -249,6 +250,7 @@ class HttpRole(Role):
             connect=res.kafka_connect,
         )
         self.publisher.start()
+        health, nudges = _state_hooks(res)
         app = create_app(
             settings=s,
             store=store,
@@ -262,6 +264,8 @@ class HttpRole(Role):
             metrics=res.metrics,
             jobs=admin_jobs(res, self.publisher.connected),
             clock=res.clock,
+            nudges=nudges,
+            health=health,
             insecure=res.insecure,
         )
         config = uvicorn.Config(
@@ -331,6 +335,22 @@ def admin_jobs(res: Resources, kafka: Callable[[], Awaitable[Any]]) -> dict[str,
     return {"decay": lambda: job.run().as_dict()}
 
 
+def _state_hooks(res: Resources) -> tuple[HealthJob | None, Callable[[str, str | None, str], str | None] | None]:
+    """The recall service's views of the state store: the health snapshots and the pending nudges."""
+    if res.store is None or res.state is None:
+        return None, None
+    from episodic.health_job import HealthConfig, HealthJob
+    from episodic.nudge import take_pending_nudge
+
+    state = res.state
+    health = HealthJob(res.store, state, HealthConfig.from_settings(res.settings), clock=res.clock)
+
+    def nudges(workspace_id: str, agent_id: str | None, run_id: str) -> str | None:
+        return take_pending_nudge(state, workspace_id, agent_id, run_id)
+
+    return health, nudges
+
+
 class AgentRole(Role):
     """A maintenance agent (`streams.agents.AgentRunner`): crashes when its Faust app does."""
 
@@ -338,7 +358,7 @@ class AgentRole(Role):
     needs_store = True
 
     def __init__(self) -> None:
-        self.runner: AgentRunner[Any] | None = None
+        self.runner: AgentRunner | None = None
         self._line = ""
 
     async def _stop_runner(self) -> None:
@@ -439,9 +459,117 @@ class ImportanceRole(AgentRole):
         await self._stop_runner()
 
 
+class HealthRole(AgentRole):
+    """journal.embeddable + memory.referenced -> the health inputs; daily snapshots -> the state store,
+    memory.health and the gauges (the health agent in `streams/health.py`). Reads stored vectors only: no
+    model. Drained after the recall service, which publishes memory.referenced."""
+
+    name = "health"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.publisher: Publisher | None = None
+
+    async def start(self, res: Resources) -> None:
+        from episodic.health_inputs import Ledger, RecallTally
+        from episodic.health_job import HealthConfig, HealthJob, announce
+        from streams.agents import AgentRunner
+        from streams.health import HealthTopics, install_health
+
+        store, state = res.need_state(self.name)
+        s = res.settings
+        job = HealthJob(store, state, HealthConfig.from_settings(s), clock=res.clock)
+        res.metrics.set_health(await asyncio.to_thread(job.latest_of_workspaces), s.health_gauge_workspaces)
+        publisher = self.publisher = Publisher(
+            metrics=res.metrics,
+            limit=s.referenced_buffer,
+            loop=asyncio.get_running_loop(),
+            producer=res.need_producer(self.name),
+        )
+        publisher.start()
+
+        def on_snapshots(snaps: list[Any]) -> None:
+            announce(snaps, publish=publisher, metrics=res.metrics, gauge_workspaces=s.health_gauge_workspaces)
+
+        ledger, tally = Ledger(state), RecallTally(state, store)
+        topics = HealthTopics()
+        self.runner = AgentRunner(
+            s,
+            name=self.name,
+            topics=(topics.embeddable, topics.referenced),
+            create_topics=topics.all(),
+            metrics=res.metrics,
+            install=lambda app: install_health(
+                app,
+                ledger=ledger,
+                tally=tally,
+                job=job,
+                metrics=res.metrics,
+                on_snapshots=on_snapshots,
+                tick_s=s.health_tick_s,
+                topics=topics,
+            ),
+        )
+        await self.runner.start()
+        self._line = (
+            f"health agent: daily snapshots at {s.health_daily_at} UTC (EPISODIC_HEALTH_DAILY_AT), "
+            f"group {self.runner.app_id}"
+        )
+
+    async def drain(self) -> None:
+        await self._stop_runner()
+        if self.publisher is not None:  # the last snapshots' memory.health events
+            await self.publisher.close(PUBLISH_DRAIN_S)
+
+
+class NudgeRole(AgentRole):
+    """journal.entries -> per-run counters -> memory.nudges (the nudge agent in `streams/nudge.py`). Needs
+    the state store only: no model."""
+
+    name = "nudge"
+    drain_rank = 0  # takes journal input, like the gate
+
+    async def start(self, res: Resources) -> None:
+        from episodic.nudge import NudgeBook
+        from streams.agents import AgentRunner
+        from streams.nudge import NudgeTopics, install_nudge, recover
+
+        _store, state = res.need_state(self.name)
+        s = res.settings
+        topics = NudgeTopics()
+        book = NudgeBook(state, threshold=s.nudge_threshold, idle_s=s.nudge_run_idle_s)
+        producer = res.need_producer(self.name)
+
+        async def publish(event: NudgeEvent) -> None:
+            await (await producer.send(topics.nudges, key=event.workspace_id.encode(), value=event.to_json()))
+
+        await recover(book=book, bootstrap=s.bootstrap, topic=topics.nudges, publish=publish, metrics=res.metrics)
+        self.runner = AgentRunner(
+            s,
+            name=self.name,
+            topics=(topics.entries,),
+            create_topics=topics.all(),
+            metrics=res.metrics,
+            install=lambda app: install_nudge(
+                app,
+                book=book,
+                publish=publish,
+                metrics=res.metrics,
+                clock=res.clock,
+                sweep_every_s=max(0.5, min(3600.0, s.nudge_run_idle_s / 10)),
+                topics=topics,
+            ),
+        )
+        await self.runner.start()
+        self._line = (
+            f"nudge agent: a run is nudged once at {s.nudge_threshold} entries since its memory.updated; "
+            f"runs idle {s.nudge_run_idle_s:.0f}s are forgotten (group {self.runner.app_id})"
+        )
+
+
 # The role table: start order is this order (the consumer is ready before the gate forwards to it; the
 # recall service comes up last, when the stack can answer). `episodic up` runs them all.
 ROLES: dict[str, type[Role]] = {
-    role.name: role for role in (EmbedderRole, GateRole, LinkerRole, ImportanceRole, HttpRole)
+    role.name: role for role in (EmbedderRole, GateRole, LinkerRole, ImportanceRole, HealthRole, NudgeRole, HttpRole)
 }
-ALL_ROLES: tuple[str, ...] = ("gate", "embedder", "http", "linker", "importance")
+ALL_ROLES: tuple[str, ...] = ("gate", "embedder", "http", "linker", "importance", "health", "nudge")

@@ -191,12 +191,16 @@ class Stack:
         from stack.stores import open_state, open_store
 
         s = self.settings
-        # Ingestion batches get every core only when the document embedder has the process to itself.
-        shared = not (len(self._kinds) == 1 and self._kinds[0].embeds_documents)
-        queries = any(kind.answers_queries for kind in self._kinds)
-        embedder = await asyncio.to_thread(lambda: load_embedder(s, shared_process=shared, queries=queries))
+        embedder = None
+        if any(kind.embeds_documents or kind.answers_queries for kind in self._kinds):
+            # Ingestion batches get every core only when the document embedder has the process to itself.
+            shared = not (len(self._kinds) == 1 and self._kinds[0].embeds_documents)
+            queries = any(kind.answers_queries for kind in self._kinds)
+            embedder = await asyncio.to_thread(lambda: load_embedder(s, shared_process=shared, queries=queries))
+            self.metrics.sparse_only.set(0 if embedder is not None else 1)
+        else:  # the agents read stored vectors only (an existing collection keeps its own size)
+            log.info("no model loaded: roles %s embed nothing", ", ".join(self.roles))
         self.embedder = embedder
-        self.metrics.sparse_only.set(0 if embedder is not None else 1)
         dim = embedder.dim if embedder is not None else DEFAULT_DIM
         self.store = store = await asyncio.to_thread(open_store, s, dim=dim)
         self.state = await asyncio.to_thread(open_state, store)

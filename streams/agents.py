@@ -1,23 +1,26 @@
-"""Maintenance agents over whole fetched batches, and a runner for one such agent in its own Faust app.
+"""The common shape of the maintenance agents (linker, importance, health, nudge): batch agents, one retry
+loop, one runner.
 
-`install_batch_agent` declares a Faust agent on a topic registered with the batch transport
-(`streams.transport`): each event is one fetched partition batch (`RecordBatch`). The agent decodes every
-record (`decode`; a record that does not decode is logged, counted in `episodic_agent_malformed_total` and
-skipped), hands the batch to `handle` in a worker thread (the core's blocking store calls stay off the
-event loop), then marks the batch delivered and acks it, so its offsets are committed only after it was
-applied: at-least-once, and the core functions are idempotent.
-
-A batch that fails is retried with backoff: for as long as the store is unavailable (nothing is lost while
-it is down), and `MAX_ATTEMPTS` times for any other error; then it is logged, counted and skipped, so a
-poison batch never wedges the partition. The agent itself never dies of a bad record.
-
-Lag: `episodic_agent_lag_seconds{agent}` (an event's production to its handling, per event) and
-`episodic_consumer_lag_records{group}`: the group's records not committed yet, measured from fetch high
-watermarks by an `episodic.bus.LagProbe` beside the app (the same probe as the gate's and the embedding
-consumer's), every `EPISODIC_LAG_INTERVAL_S`, so it keeps rising while the agent is stuck on a batch.
-
-Each agent runs in a Faust app of its own (`AgentRunner`): its app id is its consumer group,
-`<consumer_group_prefix>-<name>`, so that it reads every partition at its own pace and scales on its own.
+- `batch_agent`: a Faust agent on a topic registered with the batch transport (`streams.transport`): each
+  event is one fetched partition batch (`RecordBatch`). It hands the batch to an async `handle`, then marks
+  it delivered and acks it, so its offsets are committed only after it was applied: at-least-once, and
+  every handler is idempotent on a re-delivered batch (replay marks or idempotent keys). Lag:
+  `episodic_agent_lag_seconds{agent}` (an event's production to its handling, per record).
+- `decode_batch`: the records of a batch decoded; a record that does not decode is logged, counted in
+  `episodic_agent_malformed_total{agent,topic}` and skipped (the agent never dies of a bad record).
+- `retrying`: a failure is counted in `episodic_agent_errors_total{agent,stage}` and retried with backoff;
+  the batch stays unacked meanwhile, which is the back-pressure. For as long as the store is unavailable
+  it is retried for ever (nothing is lost while it is down); with `attempts`, any other error gives up
+  after that many tries (the caller skips the batch, so a poison batch never wedges the partition).
+- `install_batch_agent`: the linker's and importance agent's shape: decode every record, apply the batch
+  with a blocking core function in a worker thread (store calls stay off the event loop), skip a batch
+  that still fails after `MAX_ATTEMPTS` (unless the store is down).
+- `AppHolder` / `AgentRunner`: a Faust app with the agents and timers an `install` function declares, in
+  the caller's event loop. Its app id is its consumer group, `<consumer_group_prefix>-<name>`, so that it
+  reads every partition at its own pace and scales on its own. Beside the app, an `episodic.bus.LagProbe`
+  per input topic measures the group's records not committed yet into
+  `episodic_consumer_lag_records{group}` (summed over its topics), every `EPISODIC_LAG_INTERVAL_S`, so it
+  keeps rising while the agent is stuck on a batch. The gate's runner shares `AppHolder`.
 """
 
 from __future__ import annotations
@@ -25,15 +28,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import faust
 from faust.types import StreamT
 
-from episodic.bus import ensure_topics, group_lag_probe
-from episodic.errors import StoreUnavailable
+from episodic.bus import LagProbe, ensure_topics
+from episodic.errors import EpisodicError, StoreUnavailable
 from episodic.metrics import Metrics
 from episodic.settings import Settings
 from schemas.events import InvalidRecord
@@ -49,6 +52,94 @@ MAX_BACKOFF_S = 30.0
 Decoded = tuple[Any, T]  # (the raw aiokafka record, its decoded value)
 
 
+async def retrying(
+    call: Callable[[], Awaitable[T]],
+    *,
+    metrics: Metrics,
+    agent: str,
+    stage: str,
+    errors: tuple[type[BaseException], ...] = (EpisodicError,),
+    attempts: int | None = None,
+    backoff_s: float = 0.2,
+) -> T:
+    """`await call()` until it succeeds; failures of the given types are logged, counted and retried. With
+    `attempts`, the last failure is raised after that many tries, unless it is `StoreUnavailable`."""
+    delay, tried = backoff_s, 0
+    while True:
+        try:
+            return await call()
+        except errors as e:
+            tried += 1
+            metrics.agent_errors.labels(agent=agent, stage=stage).inc()
+            if attempts is not None and tried >= attempts and not isinstance(e, StoreUnavailable):
+                raise
+            log.warning("%s agent: %s failed (%s); retrying in %.1fs", agent, stage, e, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_BACKOFF_S)
+
+
+def decode_batch(
+    records: Sequence[Any],
+    parse: Callable[[bytes | None], T],
+    *,
+    metrics: Metrics,
+    agent: str,
+    topic: str,
+    errors: tuple[type[Exception], ...] = (InvalidRecord,),
+) -> list[Decoded[T]]:
+    """(raw record, decoded) pairs; the records that raise one of `errors` are counted, logged and left out."""
+    out: list[Decoded[T]] = []
+    invalid, first = 0, ""
+    for rec in records:
+        try:
+            out.append((rec, parse(rec.value)))
+        except errors as e:
+            invalid += 1
+            first = first or f"{rec.partition}@{rec.offset}: {str(e).splitlines()[0][:300]}"
+    if invalid:
+        metrics.agent_malformed.labels(agent=agent, topic=topic).inc(invalid)
+        log.warning("%s agent: skipped %d malformed record(s) on %s (first at %s)", agent, invalid, topic, first)
+    return out
+
+
+def batch_agent(
+    app: faust.App,
+    topic: str,
+    *,
+    agent: str,
+    handle: Callable[[RecordBatch], Awaitable[Sequence[Any]]],
+    metrics: Metrics,
+    name: str | None = None,
+) -> Any:
+    """Declare a Faust agent (`name`, default `episodic.<agent>`) on `topic` that hands each fetched batch
+    to `handle`, then acks it. `handle` returns the records it applied (their lag is observed; malformed
+    ones it skipped are not). Needs an app from `streams.app.create_app` (the batch transport)."""
+    consumer = app.consumer
+    if not isinstance(consumer, BatchConsumer):
+        raise TypeError("a batch agent needs the batch transport: create the app with streams.app.create_app")
+    consumer.batch_topics.add(topic)
+    source = app.topic(topic, key_serializer="raw", value_serializer="raw")
+    lag = metrics.agent_lag.labels(agent=agent)
+
+    async def run(stream: StreamT) -> None:
+        manual: Any = stream.noack()  # type: ignore[attr-defined] # acked below, after the handler
+        async for batch in manual:
+            event = manual.current_event
+            if not isinstance(batch, RecordBatch):  # pragma: no cover - the transport delivers batches only
+                log.error("%s: unexpected value %r on %s; not acked", agent, type(batch), topic)
+                continue
+            applied = await handle(batch)
+            now = time.time()
+            for rec in applied:
+                if rec.timestamp is not None:
+                    lag.observe(max(0.0, now - rec.timestamp / 1000.0))
+            batch.mark_delivered()
+            if event is not None:
+                await manual.ack(event)
+
+    return app.agent(source, name=name or f"episodic.{agent}")(run)
+
+
 def install_batch_agent(
     app: faust.App,
     *,
@@ -59,133 +150,36 @@ def install_batch_agent(
     metrics: Metrics,
     backoff_s: float = 0.2,
 ) -> Any:
-    """Declare the agent on `app` (an EpisodicApp); returns it. `handle` runs in a thread."""
-    consumer = app.consumer
-    if not isinstance(consumer, BatchConsumer):
-        raise TypeError("a batch agent needs the batch transport: create the app with streams.app.create_app")
-    consumer.batch_topics.add(topic)
-    source = app.topic(topic, key_serializer="raw", value_serializer="raw")
+    """Declare an agent that decodes each batch and applies it with `handle` in a worker thread."""
 
-    def decoded(batch: RecordBatch) -> list[Decoded[T]]:
-        out: list[Decoded[T]] = []
-        for rec in batch.records:
-            try:
-                out.append((rec, decode(rec.value)))
-            except InvalidRecord as e:
-                metrics.agent_malformed.labels(agent=name).inc()
-                log.warning(
-                    "%s: skipped a malformed record at %s[%d]@%d: %s", name, topic, rec.partition, rec.offset, e
-                )
-        return out
-
-    async def apply(items: list[Decoded[T]]) -> None:
-        delay, attempt = backoff_s, 0
-        while True:
-            try:
-                await asyncio.to_thread(handle, items)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                attempt += 1
-                metrics.agent_errors.labels(agent=name).inc()
-                down = isinstance(e, StoreUnavailable)
-                if not down and attempt >= MAX_ATTEMPTS:
-                    log.error("%s: skipping a batch of %d after %d attempts: %r", name, len(items), attempt, e)
-                    return
-                log.warning("%s: batch failed (%s); retrying in %.1fs", name, e, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, MAX_BACKOFF_S)
-
-    async def agent(stream: StreamT) -> None:
-        manual: Any = stream.noack()  # type: ignore[attr-defined] # acked below, after the batch is applied
-        async for batch in manual:
-            event = manual.current_event
-            if not isinstance(batch, RecordBatch):  # pragma: no cover - the transport delivers batches only
-                log.error("%s: unexpected value %r on %s; not acked", name, type(batch), topic)
-                continue
-            items = decoded(batch)
-            if items:
-                await apply(items)
-                now = time.time()
-                for rec, _ in items:
-                    if rec.timestamp is not None:
-                        metrics.agent_lag.labels(agent=name).observe(max(0.0, now - rec.timestamp / 1000.0))
-            batch.mark_delivered()
-            if event is not None:
-                await manual.ack(event)
-
-    return app.agent(source, name=f"episodic.{name}")(agent)
-
-
-class AgentRunner(Generic[T]):
-    """One batch agent in a Faust app of its own, started and stopped inside the caller's event loop."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        name: str,
-        topic: str,
-        decode: Callable[[bytes | None], T],
-        handle: Callable[[list[Decoded[T]]], Any],
-        metrics: Metrics,
-        app_id: str | None = None,
-        create_topics: Sequence[str] | None = None,
-    ) -> None:
-        self.settings = settings
-        self.name = name
-        self.topic = topic
-        self.decode = decode
-        self.handle = handle
-        self.metrics = metrics
-        self.app_id = app_id or f"{settings.consumer_group_prefix}-{name}"
-        self.create_topics = tuple(create_topics) if create_topics is not None else (topic,)
-        self.app: faust.App | None = None
-        self._lag: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        if self.app is not None:
-            raise RuntimeError(f"{self.name} already started")
-        if self.create_topics:
-            await ensure_topics(
-                self.settings.bootstrap,
-                partitions=self.settings.topic_partitions,
-                replication=self.settings.topic_replication,
-                topics=self.create_topics,
-            )
-        app = create_app(self.settings, app_id=self.app_id)
-        Path(app.conf.datadir).mkdir(parents=True, exist_ok=True)
-        install_batch_agent(
-            app,
-            topic=self.topic,
-            name=self.name,
-            decode=self.decode,
-            handle=self.handle,
-            metrics=self.metrics,
-        )
-        self.app = app
-        await app.start()
-        group = self.app_id
-        probe = group_lag_probe(self.settings, self.metrics, group=group, topic=self.topic)
-        self._lag = asyncio.create_task(probe.run(), name=f"lag-{group}")
-        log.info("%s: %s (group %s, bootstrap %s)", self.name, self.topic, self.app_id, self.settings.bootstrap)
-
-    def assignment(self) -> set[Any]:
-        if self.app is None or not self.app.started:
-            return set()
+    async def apply(batch: RecordBatch) -> list[Any]:
+        items = decode_batch(batch.records, decode, metrics=metrics, agent=name, topic=topic)
+        if not items:
+            return []
         try:
-            return {tp for tp in self.app.consumer.assignment() if tp.topic == self.topic}
-        except Exception:
-            return set()
+            await retrying(
+                lambda: asyncio.to_thread(handle, items),
+                metrics=metrics,
+                agent=name,
+                stage="apply",
+                errors=(Exception,),
+                attempts=MAX_ATTEMPTS,
+                backoff_s=backoff_s,
+            )
+        except Exception as e:
+            log.error("%s: skipping a batch of %d after %d attempts: %r", name, len(items), MAX_ATTEMPTS, e)
+        return [rec for rec, _ in items]
 
-    async def wait_assigned(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not self.crashed:
-            if self.assignment():
-                return True
-            await asyncio.sleep(0.05)
-        return bool(self.assignment())
+    return batch_agent(app, topic, agent=name, handle=apply, metrics=metrics)
+
+
+class AppHolder:
+    """A Faust app started and stopped inside the caller's event loop: its crash state, the lag probes
+    beside it and its stop (shared by the gate's runner and the maintenance agents')."""
+
+    label = "app"
+    app: faust.App | None = None
+    _probes: list[asyncio.Task[None]]
 
     @property
     def crashed(self) -> bool:
@@ -195,17 +189,144 @@ class AgentRunner(Generic[T]):
     def crash_reason(self) -> BaseException | None:
         return self.app.crash_reason if self.app is not None else None
 
-    async def stop(self) -> None:
-        """Stop consuming; the batch being applied is not acked (it is read again), then leave the group."""
-        app, self.app = self.app, None
-        lag, self._lag = self._lag, None
-        if lag is not None:
-            lag.cancel()
-            await asyncio.gather(lag, return_exceptions=True)
-        if app is None:
-            return
+    def _probe_lag(self, settings: Settings, metrics: Metrics, group: str, topics: Sequence[str]) -> None:
+        """Start one lag probe per topic; the group's gauge is their sum."""
+        lags: dict[str, int] = {}
+
+        def reporter(topic: str) -> Callable[[int], None]:
+            def report(lag: int) -> None:
+                lags[topic] = lag
+                metrics.consumer_lag.labels(group=group).set(sum(lags.values()))
+
+            return report
+
+        self._probes = [
+            asyncio.create_task(
+                LagProbe(
+                    bootstrap=settings.bootstrap,
+                    group_id=group,
+                    topic=topic,
+                    report=reporter(topic),
+                    interval_s=settings.lag_interval_s,
+                    on_error=lambda e: metrics.consumer_errors.labels(stage="lag").inc(),
+                ).run(),
+                name=f"lag-{group}-{topic}",
+            )
+            for topic in topics
+        ]
+
+    async def _stop_probes(self) -> None:
+        probes, self._probes = getattr(self, "_probes", []), []
+        for task in probes:
+            task.cancel()
+        await asyncio.gather(*probes, return_exceptions=True)
+
+    input_topics: tuple[str, ...] = ()
+
+    def assignment(self) -> set[Any]:
+        """The partitions of the input topics this process holds now."""
+        if self.app is None or not self.app.started:
+            return set()
         try:
-            await app.stop()
-        except Exception as e:  # stopping must not fail the caller's shutdown
-            log.warning("%s: error while stopping: %r", self.name, e)
-        log.info("%s stopped", self.name)
+            return {tp for tp in self.app.consumer.assignment() if tp.topic in self.input_topics}
+        except Exception:
+            return set()
+
+    async def wait_assigned(self, timeout: float) -> bool:
+        """Wait until the group gave this process at least one input partition."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.crashed:
+            if self.assignment():
+                return True
+            await asyncio.sleep(0.05)
+        return bool(self.assignment())
+
+    async def _drain_app(self, app: faust.App) -> bool:
+        """Before the app stops: finish what is in flight; True when done. By default nothing: a batch
+        being applied is not acked, so it is read again."""
+        return True
+
+    async def stop(self) -> bool:
+        """Stop consuming (after `_drain_app`), then leave the group. True when the drain finished."""
+        await self._stop_probes()
+        app, self.app = self.app, None
+        if app is None:
+            return True
+        drained = False
+        try:
+            if app.started and not app.crashed:
+                drained = await self._drain_app(app)
+        finally:
+            try:
+                await app.stop()
+            except Exception as e:  # stopping must not fail the caller's shutdown
+                log.warning("%s: error while stopping: %r", self.label, e)
+        log.info("%s stopped%s", self.label, "" if drained else " (not drained)")
+        return drained
+
+
+class AgentRunner(AppHolder):
+    """One Faust app (group `<prefix>-<name>`) with the agents and timers `install(app)` declares on
+    `topics` (its input topics: their lag is probed); `create_topics` (default: `topics`) are created
+    first when missing."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        name: str,
+        topics: Sequence[str],
+        install: Callable[[faust.App], Any],
+        metrics: Metrics,
+        app_id: str | None = None,
+        create_topics: Sequence[str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.name = name
+        self.label = f"{name} agent"
+        self.topics = self.input_topics = tuple(topics)
+        self.install = install
+        self.metrics = metrics
+        self.app_id = app_id or f"{settings.consumer_group_prefix}-{name}"
+        self.create_topics = tuple(create_topics) if create_topics is not None else self.topics
+        self.app = None
+        self._probes = []
+
+    async def start(self) -> None:
+        if self.app is not None:
+            raise RuntimeError(f"{self.label} already started")
+        s = self.settings
+        if self.create_topics:
+            await ensure_topics(
+                s.bootstrap, partitions=s.topic_partitions, replication=s.topic_replication, topics=self.create_topics
+            )
+        app = create_app(s, app_id=self.app_id)
+        Path(app.conf.datadir).mkdir(parents=True, exist_ok=True)
+        self.install(app)
+        self.app = app
+        await app.start()
+        self._probe_lag(s, self.metrics, self.app_id, self.topics)
+        log.info("%s: %s (group %s, bootstrap %s)", self.label, ", ".join(self.topics), self.app_id, s.bootstrap)
+
+
+def batch_runner(
+    settings: Settings,
+    *,
+    name: str,
+    topic: str,
+    decode: Callable[[bytes | None], T],
+    handle: Callable[[list[Decoded[T]]], Any],
+    metrics: Metrics,
+    app_id: str | None = None,
+) -> AgentRunner:
+    """A runner of one `install_batch_agent` agent on `topic` (the linker's and importance agent's)."""
+    return AgentRunner(
+        settings,
+        name=name,
+        topics=(topic,),
+        install=lambda app: install_batch_agent(
+            app, topic=topic, name=name, decode=decode, handle=handle, metrics=metrics
+        ),
+        metrics=metrics,
+        app_id=app_id,
+    )

@@ -14,7 +14,7 @@ from episodic.metrics import AGENT_OUTCOMES, Metrics
 from episodic.settings import Settings
 from schemas import topics as T
 from schemas.events import ReferencedEvent
-from streams.agents import AgentRunner, Decoded
+from streams.agents import AgentRunner, Decoded, batch_runner
 
 NAME = "importance"
 
@@ -41,8 +41,8 @@ def importance_runner(
     metrics: Metrics,
     topic: str = T.MEMORY_REFERENCED,
     app_id: str | None = None,
-) -> AgentRunner[ReferencedEvent]:
-    return AgentRunner(
+) -> AgentRunner:
+    return batch_runner(
         settings,
         name=NAME,
         topic=topic,

@@ -14,7 +14,7 @@ from episodic.metrics import AGENT_OUTCOMES, Metrics
 from episodic.settings import Settings
 from schemas import topics as T
 from schemas.events import IndexedEvent
-from streams.agents import AgentRunner, Decoded
+from streams.agents import AgentRunner, Decoded, batch_runner
 
 NAME = "linker"
 
@@ -35,7 +35,7 @@ def handler(linker: Linker, metrics: Metrics) -> Any:
 
 def linker_runner(
     settings: Settings, *, linker: Linker, metrics: Metrics, topic: str = T.MEMORY_INDEXED, app_id: str | None = None
-) -> AgentRunner[IndexedEvent]:
-    return AgentRunner(
+) -> AgentRunner:
+    return batch_runner(
         settings, name=NAME, topic=topic, decode=decode, handle=handler(linker, metrics), metrics=metrics, app_id=app_id
     )

@@ -16,17 +16,15 @@ Scale-out: every `episodic gate` process with the same settings joins one consum
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from pathlib import Path
-from typing import Any
 
 import faust
 
-from episodic.bus import ensure_topics, group_lag_probe
+from episodic.bus import ensure_topics
 from episodic.metrics import Metrics
 from episodic.settings import Settings
+from streams.agents import AppHolder
 from streams.app import create_app
 from streams.gate import GateDrain, GateOptions, GateTopics, install_gate
 
@@ -35,7 +33,7 @@ log = logging.getLogger(__name__)
 DRAIN_TIMEOUT_S = 20.0  # the batches in flight: their delivery and the commit
 
 
-class GateRunner:
+class GateRunner(AppHolder):
     """Owns one Faust app with the gate agent, started and stopped inside the caller's event loop."""
 
     def __init__(
@@ -56,7 +54,10 @@ class GateRunner:
         self.create_topics = create_topics
         self.app: faust.App | None = None
         self._drain = GateDrain()
-        self._lag: asyncio.Task[None] | None = None
+        self._drain_timeout = DRAIN_TIMEOUT_S
+        self._probes = []
+        self.label = "gate"
+        self.input_topics = (topics.entries,)
 
     async def start(self, *, wait_assigned: float | None = None) -> None:
         """Start the gate in the running loop. With `wait_assigned`, also wait (seconds) for partitions."""
@@ -75,9 +76,7 @@ class GateRunner:
         install_gate(app, topics=self.topics, metrics=self.metrics, options=self.options, drain=self._drain)
         self.app = app
         await app.start()
-        group = str(app.conf.id)
-        probe = group_lag_probe(self.settings, self.metrics, group=group, topic=self.topics.entries)
-        self._lag = asyncio.create_task(probe.run(), name=f"lag-{group}")
+        self._probe_lag(self.settings, self.metrics, str(app.conf.id), self.input_topics)
         log.info(
             "gate: %s -> %s | %s (group %s, bootstrap %s)",
             self.topics.entries,
@@ -89,56 +88,15 @@ class GateRunner:
         if wait_assigned is not None:
             await self.wait_assigned(wait_assigned)
 
-    def assignment(self) -> set[Any]:
-        """The partitions of the journal topic this process holds now."""
-        if self.app is None or not self.app.started:
-            return set()
-        try:
-            return {tp for tp in self.app.consumer.assignment() if tp.topic == self.topics.entries}
-        except Exception:
-            return set()
-
-    async def wait_assigned(self, timeout: float) -> bool:
-        """Wait until the group gave this process at least one journal partition."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.assignment():
-                return True
-            if self.crashed:
-                return False
-            await asyncio.sleep(0.05)
-        return bool(self.assignment())
-
     @property
     def running(self) -> bool:
         return self.app is not None and self.app.started and not self.app.should_stop and not self.crashed
 
-    @property
-    def crashed(self) -> bool:
-        return self.app is not None and bool(self.app.crashed)
-
-    @property
-    def crash_reason(self) -> BaseException | None:
-        return self.app.crash_reason if self.app is not None else None
+    async def _drain_app(self, app: faust.App) -> bool:
+        return await self._drain.drain(app, self._drain_timeout)
 
     async def stop(self, drain_timeout: float = DRAIN_TIMEOUT_S) -> bool:
         """Stop routing, deliver and commit the batches in flight (within `drain_timeout`, logged when hit),
         then leave the group. True when the drain finished in time."""
-        app, self.app = self.app, None
-        lag, self._lag = self._lag, None
-        if lag is not None:
-            lag.cancel()
-            await asyncio.gather(lag, return_exceptions=True)
-        if app is None:
-            return True
-        drained = False
-        try:
-            if app.started and not app.crashed:
-                drained = await self._drain.drain(app, drain_timeout)
-        finally:
-            try:
-                await app.stop()
-            except Exception as e:  # stopping must not fail the caller's shutdown
-                log.warning("gate: error while stopping: %r", e)
-        log.info("gate stopped%s", "" if drained else " (not drained)")
-        return drained
+        self._drain_timeout = drain_timeout
+        return await super().stop()

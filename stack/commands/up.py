@@ -1,8 +1,8 @@
 """`episodic up`: the whole embedded stack in one process, and the single-stage roles.
 
-`episodic up` runs every role in the foreground; `episodic embedder`, `episodic linker` and
-`episodic importance` (and `episodic serve`, see `stack.commands.serve`) run one role against a shared
-Kafka. Both run a `stack.runtime.Stack`; Ctrl-C
+`episodic up` runs every role in the foreground; `episodic embedder`, `episodic linker`, `episodic
+importance`, `episodic health-agent` and `episodic nudge-agent` (and `episodic serve`, see
+`stack.commands.serve`) run one role against a shared Kafka. Each runs a `stack.runtime.Stack`; Ctrl-C
 (SIGINT) or SIGTERM drains it. Exit status: 0 after a clean stop, 2 when it cannot start, 3 when the
 broker dies, 4 when the gate crashes, 1 when a role fails.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from episodic.settings import Settings
-from stack.roles import ALL_ROLES, EmbedderRole, ImportanceRole, LinkerRole
+from stack.roles import ALL_ROLES, EmbedderRole, HealthRole, ImportanceRole, LinkerRole, NudgeRole
 from stack.runtime import run_stack, setup_logging
 
 log = logging.getLogger("episodic")
@@ -79,3 +79,13 @@ def linker_main(argv: list[str]) -> int:
 def importance_main(argv: list[str]) -> int:
     """`episodic importance`: the importance agent and the nightly decay alone (distributed mode)."""
     return run_role(ImportanceRole.name, argv)
+
+
+def health_main(argv: list[str]) -> int:
+    """`episodic health-agent`: the health agent alone (distributed mode; the store through a Qdrant server)."""
+    return run_role(HealthRole.name, argv)
+
+
+def nudge_main(argv: list[str]) -> int:
+    """`episodic nudge-agent`: the nudge agent alone (distributed mode; the state through a Qdrant server)."""
+    return run_role(NudgeRole.name, argv)

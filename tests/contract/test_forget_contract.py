@@ -229,3 +229,28 @@ def test_a_forget_narrowed_to_an_agent_touches_only_that_agents_memories(
     assert present(store, "ws-a", "r-mine", "r-theirs") == {"r-theirs"}
     on_its_way = [rec("late-mine", run="run-x"), rec("late-theirs", agent="agent-2", run="run-x")]
     assert [r.id for r in forgetter.admit(on_its_way)[0]] == ["late-theirs"]
+
+
+def test_the_health_ledger_does_not_count_what_a_forget_took_or_keeps_out(
+    store: MemoryStore, state: StateStore, ix: Indexer, forgetter: Forgetter
+) -> None:
+    from episodic.health_inputs import Ledger, accepted_ids
+
+    later = T + timedelta(hours=1)
+    indexed = [
+        rec("e1", "the checkout ran out of memory"),
+        rec("e2", "the deploy of the api failed"),
+        rec("other", "another agent's note", agent="agent-2", run="r2"),
+    ]
+    ix.index_batch(indexed)
+    ledger = Ledger(state)
+    ledger.record(indexed)
+    forgetter.apply(forget("f-id", entry_ids=["e1"]))
+    forgetter.apply(forget("f-run", run_id="r2", agent_id="agent-1"))
+    # on their way when the run was forgotten (the consumer keeps it out), and written after it (a new memory)
+    late, new = rec("r2-old", run="r2"), rec("r2-new", run="r2", ts=later, accepted=later)
+    kept, out = forgetter.admit([late, new])
+    assert [r.id for r in kept] == ["r2-new"] and [r.id for r in out] == ["r2-old"]
+    ledger.record([late, new])
+    # e1 was removed (tombstoned), r2-old is kept out; another agent's entry of the run was not selected
+    assert set(accepted_ids(state, "ws-a")) == {"e2", "other", "r2-new"}

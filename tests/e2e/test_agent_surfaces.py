@@ -47,6 +47,7 @@ TOKENS = {
     "a": ("token-for-workspace-a-0001", {"workspaces": ["ws-a"]}),
     "b": ("token-for-workspace-b-0001", {"workspaces": ["ws-b"]}),
     "planner": ("planner-bound-token-00001", {"workspaces": ["ws-a"], "agent_id": "planner", "crew_id": "platform"}),
+    "ops": ("ops-admin-token-000000001", {"admin": True}),
 }  # fmt: skip
 
 
@@ -183,6 +184,13 @@ async def test_mcp_over_stdio_remembers_and_recalls_as_its_token(surfaces: Surfa
         health = await call(session, "memory_health", {})
         assert not health.is_error and health.structured_content["available"] is False
         assert "snapshot" in health.structured_content["reason"]
+        with surfaces.client("ops") as ops:  # an admin takes today's snapshots now: the tool reads them
+            await asyncio.to_thread(ops.run_health, "ws-a")
+        health = await call(session, "memory_health", {})
+        assert not health.is_error and health.structured_content["available"] is True, health.content
+        snapshot = health.structured_content["snapshot"]
+        assert snapshot["workspace_id"] == "ws-a" and snapshot["crew_id"] == "platform"  # the token's crew
+        assert snapshot["trigger"] == "admin" and snapshot["inputs"]["memories"] >= 1
 
         # another agent's memory of the same workspace cannot be forgotten through this agent's server
         with surfaces.client("a", workspace_id="ws-a", agent_id="coder") as coder:

@@ -104,7 +104,7 @@ async def test_the_linker_agent_links_vector_events_and_survives_garbage(
         )
         rels = store.relations_of("ws-a", ["new"])
         assert [(r.src, r.dst, r.relation, round(r.weight, 3)) for r in rels] == [("new", "old", "similar", 1.0)]
-        assert sample(metrics, "episodic_agent_malformed_total", agent="linker") == len(GARBAGE)
+        assert sample(metrics, "episodic_agent_malformed_total", agent="linker", topic=topic) == len(GARBAGE)
         assert sample(metrics, "episodic_agent_events_total", agent="linker", outcome="linked") == 1
         assert sample(metrics, "episodic_agent_events_total", agent="linker", outcome="ignored") == 1
         assert sample(metrics, "episodic_similar_edges_total") == 1
@@ -158,7 +158,7 @@ async def test_the_importance_agent_counts_a_redelivered_event_once_and_survives
         assert got[point_id("ws-a", "m1")]["reference_count"] == 2  # ev-1 and the id-less event, once each
         assert got[point_id("ws-a", "m2")]["reference_count"] == 1
         assert got[point_id("ws-a", "m1")]["last_referenced_at"] is not None
-        assert sample(metrics, "episodic_agent_malformed_total", agent="importance") == len(GARBAGE)
+        assert sample(metrics, "episodic_agent_malformed_total", agent="importance", topic=topic) == len(GARBAGE)
         assert sample(metrics, "episodic_agent_events_total", agent="importance", outcome="applied") == 2
         assert sample(metrics, "episodic_references_total", outcome="counted") == 3
         assert not runner.crashed
@@ -207,7 +207,7 @@ async def test_an_agent_stuck_on_a_down_store_keeps_its_batch_and_its_lag_rises(
         ]  # fmt: skip
         await produce(broker, topic, events)
         await until(lambda: sample(metrics, "episodic_consumer_lag_records", group=group) >= 5, what="lag rising")
-        assert sample(metrics, "episodic_agent_errors_total", agent="importance") >= 1
+        assert sample(metrics, "episodic_agent_errors_total", agent="importance", stage="apply") >= 1
         down["on"] = False  # the store is back: the same batch is applied, nothing lost
         pid = point_id("ws-a", "m1")
         await until(lambda: store.retrieve([pid])[pid]["reference_count"] == 5, what="the batch applied")

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_every_command_resolves_to_a_function() -> None:
     assert set(COMMANDS) == {
         *("up", "produce", "recall", "forget", "show", "ls", "doctor", "gate", "embedder", "serve", "mcp"),
-        *("linker", "importance"),
+        *("linker", "importance", "health", "health-agent", "nudge-agent"),
     }
     for name in COMMANDS:
         assert callable(resolve(name)), name
@@ -52,11 +52,17 @@ def test_the_role_table() -> None:
     assert all(kind.name == name for name, kind in ROLES.items())
     assert all(issubclass(kind, Role) and not kind.__abstractmethods__ for kind in ROLES.values())
     # started downstream first (the consumer is ready before the gate forwards), HTTP last ...
-    assert list(ROLES) == ["embedder", "gate", "linker", "importance", "http"]
-    # ... drained upstream first: the gate stops taking records, the consumer finishes its batch, then HTTP,
-    # then the agents that consume what the consumer and HTTP publish
-    assert sorted(ROLES, key=lambda n: ROLES[n].drain_rank) == ["gate", "embedder", "http", "linker", "importance"]
-    assert {n for n, kind in ROLES.items() if kind.needs_store} == {"embedder", "http", "linker", "importance"}
+    assert list(ROLES) == ["embedder", "gate", "linker", "importance", "health", "nudge", "http"]
+    # ... drained upstream first: the stages reading journal.entries (the gate, the nudge agent), the consumer
+    # finishes its batch, then HTTP, then the agents that consume what the consumer and HTTP publish
+    assert sorted(ROLES, key=lambda n: ROLES[n].drain_rank) == [
+        "gate", "nudge", "embedder", "http", "linker", "importance", "health"
+    ]  # fmt: skip
+    assert {n for n, kind in ROLES.items() if kind.needs_store} == {
+        "embedder", "http", "linker", "importance", "health", "nudge"
+    }  # fmt: skip
+    # only the stages that embed (documents, queries) load the model
+    assert {n for n, kind in ROLES.items() if kind.embeds_documents or kind.answers_queries} == {"embedder", "http"}
     assert [n for n, kind in ROLES.items() if kind.serves_http] == ["http"]
     # only the recall service does without Kafka (it buffers memory.referenced): `serve` outlives Kafka
     assert [n for n, kind in ROLES.items() if not kind.needs_kafka] == ["http"]

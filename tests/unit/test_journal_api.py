@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from episodic.health_job import HealthConfig, HealthJob
 from episodic.metrics import Metrics
 from episodic.settings import Settings
 from episodic.sparse import Bm25Encoder
@@ -20,6 +21,7 @@ from recall.app import create_app
 from schemas.api import MAX_JOURNAL_BYTES, MAX_JOURNAL_ENTRIES
 from schemas.journal import parse_entry
 from tests.e2e.journal import build
+from tests.unit.test_nudge import MemoryState
 from tests.unit.test_recall_api import FakeEmbedder, FakeStore
 
 TOKENS = {
@@ -76,6 +78,7 @@ class Env:
             status=lambda: {"kafka": "ok", "kafka_bootstrap": "x:1"},
             metrics=self.metrics,
             produce=self.producer if producer else None,
+            health=HealthJob(self.store, MemoryState(), HealthConfig.from_settings(Settings())),  # type: ignore[arg-type]
         )
         self.client = TestClient(app)
 
@@ -273,4 +276,4 @@ def test_a_bound_token_asks_health_of_its_crew_only(env: Env) -> None:
     r = env.client.get("/v1/memory/health", params={"workspace_id": "ws-a", "crew_id": "other"}, headers=headers)
     assert r.status_code == 403 and r.json()["error"].startswith("crew_id:")
     r = env.client.get("/v1/memory/health", params={"workspace_id": "ws-a", "crew_id": "crew"}, headers=headers)
-    assert r.status_code == 404
+    assert r.status_code == 404 and "no memory-health snapshot for workspace 'ws-a', crew 'crew'" in r.json()["error"]

@@ -45,7 +45,7 @@ class Service:
                                         "nudge": "You have 72 new journal entries", "mode": "hybrid",
                                         "degraded": False}),
             "/v1/journal": None,
-            "/v1/memory/health": (404, {"error": "no memory-health snapshot: ... not part of this build yet"}),
+            "/v1/memory/health": (404, {"error": "no memory-health snapshot for workspace 'ws' yet: ..."}),
             "/v1/whoami": (200, WHO),
             "/v1/memory/forget": (200, FORGOTTEN),
         }  # fmt: skip

@@ -120,6 +120,12 @@ class FakeStore(MemoryStore):
             pts = [p for p in pts if (p.dense is not None) == has_dense]
         return len(pts)
 
+    def workspaces(self, limit: int = 1_000_000) -> dict[str, int]:
+        return {}
+
+    def scan_workspace(self, workspace_id: str, *, with_dense: bool = False) -> Any:
+        return iter(())
+
     def query_dense(self, vector: Any, scope: ScopeFilter, limit: int, *, with_dense: bool = False) -> Any:
         return self._q("dense", scope, limit)
 
@@ -410,8 +416,8 @@ def test_stats_health_healthz_metrics_openapi(env: Env) -> None:
     assert env.client.get("/v1/memory/stats").json()["quarantined"] == 1
     r = env.client.get("/v1/memory/stats", params={"workspace_id": ""})
     assert r.status_code == 422 and r.json()["error"].startswith("workspace_id: ")
-    r = env.client.get("/v1/memory/health", params={"workspace_id": "ws-a"})
-    assert r.status_code == 404 and "health" in r.json()["error"]
+    r = env.client.get("/v1/memory/health", params={"workspace_id": "ws-a"})  # no state store in this app
+    assert r.status_code == 503 and "health" in r.json()["error"]
     assert env.client.get("/v1/memory/health").json()["error"].startswith("workspace_id: ")
     assert env.client.get("/healthz").json() == {
         "status": "ok", "episodic": "vector", "kafka": "ok", "qdrant": "ok", "kafka_bootstrap": "127.0.0.1:9092",
