@@ -1,6 +1,7 @@
 """`episodic doctor`: the checks of each role and of the Qdrant server, as Kafka and the server see them.
 
-Every role that consumes a topic does so in its own consumer group (`<consumer_group_prefix>-<role>`), in
+Every role that consumes a topic (gate, embedder, linker, importance, health, nudge) does so in its own
+consumer group (`<consumer_group_prefix>-<role>`), in
 `episodic up` as in distributed mode, so the broker tells whether a role keeps up wherever it runs: the
 records its group has not committed yet (high watermark - committed offset). A group that never committed
 while its topic has records means that role is not running anywhere. The recall service (serve) is checked
@@ -54,6 +55,18 @@ ROLE_INPUTS: tuple[RoleInput, ...] = (
         MEMORY_REFERENCED,
         "start `episodic importance` (or `episodic up`)",
         "run more `episodic importance` processes (up to memory.referenced's partitions)",
+    ),
+    RoleInput(
+        "health",
+        JOURNAL_EMBEDDABLE,
+        "start `episodic health-agent` (or `episodic up`); one replica, its daily schedule is not leader-elected",
+        "check the store's latency and the agent's log (episodic_agent_errors_total{agent=\"health\"})",
+    ),
+    RoleInput(
+        "nudge",
+        JOURNAL_ENTRIES,
+        "start `episodic nudge-agent` (or `episodic up`)",
+        "check the state store's latency and the agent's log (episodic_agent_errors_total{agent=\"nudge\"})",
     ),
 )
 

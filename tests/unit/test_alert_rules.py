@@ -1,4 +1,4 @@
-"""The alert rules are proven by `promtool test rules` (infra/tests/alerts_test.yml), and every alert has a
+"""The alert rules are proven by `promtool test rules` (infra/tests/*_test.yml), and every alert has a
 case that fires it and one where it must stay quiet.
 
 promtool comes with Debian's `prometheus` package (.ci/run installs it). Where it is absent these tests skip
@@ -16,7 +16,7 @@ from tests.prom_tools import require_binary
 
 INFRA = Path(__file__).resolve().parents[2] / "infra"
 RULES = INFRA / "alerts.yml"
-RULE_TESTS = INFRA / "tests" / "alerts_test.yml"
+RULE_TESTS = sorted((INFRA / "tests").glob("*_test.yml"))
 
 
 def _promtool() -> str:
@@ -33,14 +33,16 @@ def _alerts() -> set[str]:
 
 
 def test_every_alert_has_a_case_that_fires_it_and_one_that_must_not() -> None:
-    doc = yaml.safe_load(RULE_TESTS.read_text())
-    assert doc["rule_files"] == ["../alerts.yml"]
+    assert len(RULE_TESTS) >= 2, RULE_TESTS
     fires: set[str] = set()
     quiet: set[str] = set()
-    for case in doc["tests"]:
-        assert case["name"] and case["input_series"], case
-        for check in case["alert_rule_test"]:
-            (fires if check["exp_alerts"] else quiet).add(check["alertname"])
+    for path in RULE_TESTS:
+        doc = yaml.safe_load(path.read_text())
+        assert doc["rule_files"] == ["../alerts.yml"], path
+        for case in doc["tests"]:
+            assert case["name"] and case["input_series"], case
+            for check in case["alert_rule_test"]:
+                (fires if check["exp_alerts"] else quiet).add(check["alertname"])
     alerts = _alerts()
     assert not (fires | quiet) - alerts, f"tests of alerts that do not exist: {sorted((fires | quiet) - alerts)}"
     assert not alerts - fires, f"no case fires {sorted(alerts - fires)}"
@@ -54,9 +56,9 @@ def test_the_rules_pass_promtool_check() -> None:
 
 
 def test_the_alert_rule_unit_tests_pass() -> None:
-    out = _run("test", "rules", str(RULE_TESTS))
+    out = _run("test", "rules", *map(str, RULE_TESTS))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS" in out.stdout
+    assert out.stdout.count("SUCCESS") == len(RULE_TESTS), out.stdout
 
 
 def test_a_wrong_expectation_fails(tmp_path: Path) -> None:
@@ -65,7 +67,7 @@ def test_a_wrong_expectation_fails(tmp_path: Path) -> None:
     (tmp_path / "alerts.yml").write_text(
         RULES.read_text().replace("episodic_consumer_lag_records) > 1000", "episodic_consumer_lag_records) > 100000")
     )
-    (tmp_path / "tests" / "alerts_test.yml").write_text(RULE_TESTS.read_text())
+    (tmp_path / "tests" / "alerts_test.yml").write_text((INFRA / "tests" / "alerts_test.yml").read_text())
     out = _run("test", "rules", str(tmp_path / "tests" / "alerts_test.yml"))
     assert out.returncode != 0
     assert "EpisodicConsumerLagHigh" in out.stdout + out.stderr

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 INFRA = Path(__file__).resolve().parents[2] / "infra"
-ROLES = ("gate", "embedder", "linker", "importance", "serve")
+ROLES = ("gate", "embedder", "linker", "importance", "health-agent", "nudge-agent", "serve")
 
 
 def _compose() -> dict[str, Any]:
@@ -63,6 +63,7 @@ def test_every_role_and_server_has_a_health_check_and_waits_for_its_dependencies
         assert check["test"][0] in ("CMD", "CMD-SHELL"), name
     for role in ROLES:
         svc = services[role]
+        assert svc["command"] == [role]
         assert svc["depends_on"] == {
             "kafka": {"condition": "service_healthy"},
             "qdrant": {"condition": "service_healthy"},

@@ -84,7 +84,7 @@ def test_check_roles_covers_every_consuming_role_and_survives_a_failing_probe() 
 
     checks = by_name(check_roles(Settings(consumer_group_prefix="p"), measure))
     assert {g for g, _ in seen} == {f"p-{r.role}" for r in ROLE_INPUTS}
-    assert {r.role for r in ROLE_INPUTS} >= {"gate", "embedder", "linker", "importance"}
+    assert {r.role for r in ROLE_INPUTS} == {"gate", "embedder", "linker", "importance", "health", "nudge"}
     assert checks["role-gate"].level == "OK"
     bad = checks["role-importance"]
     assert bad.level == "WARN" and "offset fetch refused" in bad.message and "episodic importance" in (bad.fix or "")

@@ -200,6 +200,11 @@ REQUIRED_PANELS = {
     "sparse-only state": r"max\(episodic_sparse_only",
     "maintenance agents' lag": r"sum by \(agent, le\) \(rate\(episodic_agent_lag_seconds_bucket",
     "consumer lag by group": r"max by \(group\) \(episodic_consumer_lag_records",
+    "health score by workspace": r"by \(workspace_id\) \(episodic_memory_health_score",
+    "health metrics by workspace": r"by \(workspace_id, metric\) \(episodic_memory_health_metric",
+    "workspaces by health band": r"by \(band\) \(episodic_memory_health_workspaces",
+    "health snapshots": r"episodic_health_snapshots_total",
+    "nudges": r"episodic_nudges_total",
 }
 
 
