@@ -2,7 +2,8 @@
 answers every query of the Grafana dashboard (infra/grafana/episodic.json) with data.
 
 The stack gets a mixed journal with garbage in it (so dead letters exist), recalls in every mode (so
-latencies by mode and memory.referenced exist) and a decay run; Prometheus scrapes it every second. Skips
+latencies by mode and memory.referenced exist), a decay run and a health snapshot of every workspace (the
+health gauges); Prometheus scrapes it every second. Skips
 with the reason where the binary is absent (fails instead under EPISODIC_REQUIRE_PROMETHEUS=1, as in CI).
 """
 
@@ -147,6 +148,10 @@ async def test_prometheus_scrapes_the_stack_loads_the_rules_and_answers_every_da
                 assert r.json()["hits"], r.text
             decay = await svc.post("/v1/admin/run/decay")
             assert decay.status_code == 200, decay.text
+            health = await svc.post("/v1/admin/run/health")  # the health gauges come from snapshots
+            assert health.status_code == 200, health.text
+            workspaces = health.json()["workspaces"]
+            assert workspaces == len({ws for ws, _ in exp.memories}), health.text
 
         # what the stack counted is what Prometheus has: the dead letters, by reason
         dlq = await poll(
@@ -162,6 +167,16 @@ async def test_prometheus_scrapes_the_stack_loads_the_rules_and_answers_every_da
             what="both agents' lag observed",
         )
         await poll(lambda: query(prom, "episodic_decay_last_success_timestamp_seconds > 0"), timeout=30, what="decay")
+        # the health gauges: a score for every workspace, the bands counting them all, the metrics by workspace
+        await poll(
+            lambda: query(prom, f"count(episodic_memory_health_score) == {workspaces}"), timeout=30, what="scores"
+        )
+        bands = _values(await query(prom, "sum(episodic_memory_health_workspaces)"))
+        assert bands == [float(workspaces)]
+        scores = _values(await query(prom, "episodic_memory_health_score"))
+        assert all(0 <= v <= 100 for v in scores), scores
+        by_metric = await query(prom, "count by (metric) (episodic_memory_health_metric)")
+        assert {s["metric"]["metric"] for s in by_metric} >= {"freshness", "coverage"}, by_metric
 
         # the recalls scraped (a 1 s scrape can time out while the loop embeds: wait for one that saw them)
         await poll(lambda: query(prom, "min(episodic_recall_duration_seconds_count) >= 3"), timeout=30, what="recalls")
