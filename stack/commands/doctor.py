@@ -1,5 +1,5 @@
 """`episodic doctor`: check a running stack: broker, topics, every role (from its consumer group, see
-doctor_roles), the Qdrant server, recall service and store, embedder, lag, decay, auth.
+doctor_roles), the Qdrant server, recall service and store, embedder, lag, decay, memory health, auth.
 
 The embedded store (Qdrant Edge) is single-process, so the store is checked through the running recall
 service (/healthz and /v1/memory/stats), never by opening it. Consumer lag is read from the service's
@@ -21,7 +21,7 @@ import httpx
 
 from episodic.settings import Settings
 from stack.commands.checks import LAG_WARN_RECORDS, Check, Level
-from stack.commands.doctor_roles import check_decay, check_qdrant_server, check_roles
+from stack.commands.doctor_roles import check_decay, check_health, check_qdrant_server, check_roles
 
 
 def check_broker(settings: Settings, list_topics: Callable[[str], set[str]] | None = None) -> list[Check]:
@@ -219,7 +219,9 @@ def check_service(
                 else None,
             )
         )
-    out.append(check_decay(_samples(metrics_text), time.time(), settings.decay_schedule))
+    samples = _samples(metrics_text)
+    out.append(check_decay(samples, time.time(), settings.decay_schedule))
+    out.append(check_health(samples))
     # auth as the service enforces it
     if settings.tokens_file is not None and anon.status_code == 200:
         out.append(

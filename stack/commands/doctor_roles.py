@@ -175,3 +175,22 @@ def check_decay(metrics: dict[str, float], now: float, schedule: str) -> Check:
     if last > 0:
         return Check("decay", "OK", f"last decay run finished {(now - last) / 3600:.1f} h ago (schedule {schedule})")
     return Check("decay", "OK", f"no decay run in this process yet (schedule {schedule}, UTC)")
+
+
+def check_health(metrics: dict[str, float]) -> Check:
+    """Memory health from the service's metrics (the health agent's gauges, in `episodic up`)."""
+    bands = {
+        b: int(metrics.get(f'episodic_memory_health_workspaces{{band="{b}"}}', 0)) for b in ("red", "yellow", "green")
+    }
+    snapshots = sum(v for k, v in metrics.items() if k.startswith("episodic_health_snapshots_total"))
+    if bands["red"]:
+        return Check(
+            "health",
+            "WARN",
+            f"{bands['red']} workspace(s) in the red memory-health band (score < 50)",
+            "`episodic health --workspace W` shows the weak metric: coverage (the embedder or the store), "
+            "freshness (old memories), reachability (the linker), coherence or efficiency (what agents store)",
+        )
+    if not sum(bands.values()):
+        return Check("health", "OK", f"no workspace snapshot in this process yet ({int(snapshots)} taken)")
+    return Check("health", "OK", f"workspaces by band: {bands['green']} green, {bands['yellow']} yellow, 0 red")

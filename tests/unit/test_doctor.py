@@ -9,7 +9,14 @@ import httpx
 from episodic.settings import Settings
 from stack.commands.checks import LAG_WARN_RECORDS
 from stack.commands.doctor import check_service
-from stack.commands.doctor_roles import ROLE_INPUTS, check_decay, check_qdrant_server, check_role, check_roles
+from stack.commands.doctor_roles import (
+    ROLE_INPUTS,
+    check_decay,
+    check_health,
+    check_qdrant_server,
+    check_role,
+    check_roles,
+)
 
 
 def service(stats: dict[str, Any], metrics: str = "") -> httpx.MockTransport:
@@ -124,3 +131,15 @@ def test_a_failed_decay_run_is_a_warning_with_the_fix() -> None:
     )
     ok = check_decay({"episodic_decay_last_success_timestamp_seconds": 1000.0}, 1000.0 + 7200, "30 3 * * *")
     assert ok.level == "OK" and "2.0 h ago" in ok.message
+
+
+def test_a_workspace_in_the_red_health_band_is_a_warning_with_the_fix() -> None:
+    stats = {"indexed": 1, "dense": 1, "sparse_only": 0, "quarantined": 0}
+    text = "".join(
+        f'episodic_memory_health_workspaces{{band="{b}"}} {n}.0\n' for b, n in (("red", 2), ("yellow", 1), ("green", 4))
+    )
+    health = by_name(check_service(Settings(), "http://svc", None, transport=service(stats, text)))["health"]
+    assert health.level == "WARN" and health.message.startswith("2 workspace(s) in the red")
+    assert "episodic health --workspace" in (health.fix or "")
+    fine = check_health({'episodic_memory_health_workspaces{band="green"}': 3.0})
+    assert fine.level == "OK" and "3 green" in fine.message
