@@ -7,6 +7,7 @@ rows. A benchmark that fails is reported (with its exit status) and the others s
     python -m bench.run_all --quick         # small sizes: a sanity check that everything runs
     python -m bench.run_all --only embed freshness
     python -m bench.run_all --only decay linker
+    python -m bench.run_all --only soak        # the 10-minute soak alone (or: python -m bench.bench_soak)
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ BENCHES: dict[str, str] = {
     "decay": "bench.bench_decay",
     "linker": "bench.bench_linker",
     "health": "bench.bench_health",
+    "soak": "bench.bench_soak",  # 10 minutes (--quick: 2)
 }
 # Other benchmarks in the repo (owned elsewhere) that follow the same --quick convention; run if present.
 OPTIONAL: dict[str, str] = {"gate": "bench.bench_gate"}
@@ -38,6 +40,7 @@ TIMEOUT_S = {
     "decay": 1800,
     "linker": 1800,
     "health": 1200,
+    "soak": 1800,
 }
 
 

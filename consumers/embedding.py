@@ -47,6 +47,7 @@ from consumers.batch import BatchApplier, Forget, Item, observe
 from consumers.densify import Densifier
 from consumers.poison import BAD_CONTROL, BAD_EMBEDDABLE, Abandoned, dead_letter
 from episodic.bus import dumps, group_lag_probe
+from episodic.client_options import kafka_options
 from episodic.errors import StoreUnavailable
 from episodic.forget import Forgetter
 from episodic.indexer import Indexer
@@ -159,6 +160,7 @@ class EmbeddingConsumer:
             heartbeat_interval_ms=max(500, s.session_timeout_ms // 10),
             fetch_max_wait_ms=50,
             isolation_level="read_uncommitted",
+            **kafka_options(s),
         )
         self._consumer = consumer
         await consumer.start()

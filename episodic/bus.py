@@ -7,13 +7,14 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from episodic.client_options import kafka_options
 from episodic.errors import BrokerUnavailable
 from episodic.metrics import Metrics
 from episodic.settings import Settings
@@ -28,10 +29,16 @@ def dumps(value: Any) -> bytes:
 
 
 async def ensure_topics(
-    bootstrap: str, *, partitions: int = 4, replication: int = 1, topics: tuple[str, ...] = ALL_TOPICS
+    bootstrap: str,
+    *,
+    partitions: int = 4,
+    replication: int = 1,
+    topics: tuple[str, ...] = ALL_TOPICS,
+    options: Mapping[str, Any] | None = None,
 ) -> list[str]:
-    """Create the missing topics; return the ones created."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    """Create the missing topics; return the ones created. `options`: the transport's
+    (`episodic.client_options.kafka_options`)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000, **(options or {}))
     try:
         await admin.start()
     except KafkaError as e:
@@ -51,8 +58,8 @@ async def ensure_topics(
         await admin.close()
 
 
-async def list_topics(bootstrap: str) -> set[str]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5_000)
+async def list_topics(bootstrap: str, *, options: Mapping[str, Any] | None = None) -> set[str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5_000, **(options or {}))
     try:
         await admin.start()
         return set(await admin.list_topics())
@@ -79,7 +86,8 @@ def bootstrap_reachable(bootstrap: str, timeout: float = 1.0) -> bool:
 
 
 def make_producer(bootstrap: str, **kw: Any) -> AIOKafkaProducer:
-    """A producer for the embedded broker and Kafka alike (no idempotence: Tansu lacks it)."""
+    """A producer for the embedded broker and Kafka alike (no idempotence: Tansu lacks it); `kw` carries the
+    transport's options (`**kafka_options(settings)`) and overrides."""
     opts: dict[str, Any] = {
         "bootstrap_servers": bootstrap,
         "acks": "all",
@@ -149,8 +157,10 @@ class LagProbe:
         report: Callable[[int], None],
         interval_s: float = LAG_INTERVAL_S,
         on_error: Callable[[BaseException], None] | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self.options = dict(options or {})
         self.group_id = group_id
         self.topic = topic
         self.report = report
@@ -170,6 +180,7 @@ class LagProbe:
             fetch_max_wait_ms=50,
             max_partition_fetch_bytes=1,  # the first record only: the point is the high watermark
             isolation_level="read_uncommitted",
+            **self.options,
         )
         started = False
         try:
@@ -244,4 +255,5 @@ def group_lag_probe(
         report=report,
         interval_s=settings.lag_interval_s,
         on_error=lambda e: metrics.consumer_errors.labels(stage="lag").inc(),
+        options=kafka_options(settings),
     )

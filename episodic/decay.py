@@ -36,6 +36,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from episodic.errors import EpisodicError
+from episodic.forget import tombstone_retired
 from episodic.metrics import DECAY_ACTIONS, Metrics
 from episodic.ports import MemoryStore, StateStore
 from episodic.scoring import DECAY_FIELDS, importance_of, parse_time, retention_eligible
@@ -338,6 +339,8 @@ class DecayJob:
             return
         at = self.clock()
         self.archive([archived_record(p, at) for p in full.values()])
+        # before the delete: a crash after it must not leave an archived memory that a replay brings back
+        tombstone_retired(self.state, full.values(), at, reason="retention")
         by_ws: dict[str, list[str]] = {}
         for p in full.values():
             by_ws.setdefault(str(p.get("workspace_id")), []).append(str(p.get("entry_id")))

@@ -77,6 +77,27 @@ def tombstone_key(workspace_id: str, entry_id: str) -> str:
     return msgspec.json.encode([workspace_id, entry_id]).decode()
 
 
+def tombstone_retired(state: StateStore, payloads: Iterable[dict[str, Any]], at: datetime, *, reason: str) -> int:
+    """Tombstone the ids (entry id and aliases) of memories removed outside a forget (retention archives
+    them), so that a re-delivery or a replay does not index them again and the health ledger stops counting
+    them; an id already tombstoned keeps its tombstone. Returns how many were written."""
+    docs: dict[str, dict[str, Any]] = {}
+    for p in payloads:
+        ws = str(p.get("workspace_id"))
+        roles = {str(a): "alias" for a in p.get("aliases") or []} | {str(p.get("entry_id")): "memory"}
+        for eid, role in roles.items():
+            base = {"workspace_id": ws, "entry_id": eid, "forget_id": reason, "role": role, "at": iso(at)}
+            docs[tombstone_key(ws, eid)] = base
+    written = 0
+    for chunk in _chunks(sorted(docs), PAGE):
+        have = state.get_many(TOMBSTONE, chunk)
+        new = {k: docs[k] for k in chunk if k not in have}
+        if new:
+            state.put_many(TOMBSTONE, new)
+            written += len(new)
+    return written
+
+
 def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
     it = iter(items)
     while chunk := list(islice(it, size)):

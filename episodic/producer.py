@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +26,19 @@ def _key(line: bytes) -> bytes | None:
 
 
 async def produce_file(
-    path: Path, *, bootstrap: str, topic: str = topics.JOURNAL_ENTRIES, progress: bool = True
+    path: Path,
+    *,
+    bootstrap: str,
+    topic: str = topics.JOURNAL_ENTRIES,
+    progress: bool = True,
+    options: Mapping[str, Any] | None = None,
 ) -> int:
+    """Send every non-blank line of `path`; `options`: the transport's (`client_options.kafka_options`)."""
     from tqdm import tqdm
 
     lines = [ln.rstrip(b"\r\n") for ln in path.read_bytes().splitlines()]
     lines = [ln for ln in lines if ln.strip()]
-    producer = make_producer(bootstrap, linger_ms=10)
+    producer = make_producer(bootstrap, linger_ms=10, **(options or {}))
     await producer.start()
     sent = 0
     try:

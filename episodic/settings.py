@@ -14,7 +14,8 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="EPISODIC_", frozen=True, extra="ignore")
+    # hide_input_in_errors: a validation error would otherwise print every input, passwords included
+    model_config = SettingsConfigDict(env_prefix="EPISODIC_", frozen=True, extra="ignore", hide_input_in_errors=True)
 
     # Kafka
     kafka_bootstrap: str | None = Field(
@@ -29,6 +30,20 @@ class Settings(BaseSettings):
     lag_interval_s: float = Field(
         default=5.0, gt=0, le=3600, description="consumer lag is measured this often, stuck or not (SPEC §10)"
     )
+    # Kafka transport security (episodic.client_options applies it to every Kafka client)
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT", description="how every Kafka client connects: TLS (SSL), SASL, or both (SASL_SSL)"
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        default=None, description="required with SASL_PLAINTEXT / SASL_SSL"
+    )
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_cafile: Path | None = Field(default=None, description="CA bundle (PEM); unset: the system's CAs")
+    kafka_ssl_certfile: Path | None = Field(default=None, description="client certificate (PEM) for mutual TLS")
+    kafka_ssl_keyfile: Path | None = Field(default=None, description="the client certificate's key (PEM)")
+    kafka_ssl_key_password: SecretStr | None = None
+    kafka_ssl_check_hostname: bool = Field(default=True, description="verify the broker's name in its certificate")
     referenced_buffer: int = Field(
         default=10_000,
         ge=0,
@@ -39,7 +54,10 @@ class Settings(BaseSettings):
 
     # Store
     qdrant_url: str | None = Field(default=None, description="Qdrant server URL; unset: embedded Qdrant Edge")
-    qdrant_api_key: SecretStr | None = None
+    qdrant_api_key: SecretStr | None = Field(default=None, description="sent as the api-key header; use https")
+    qdrant_ca_file: Path | None = Field(
+        default=None, description="CA bundle (PEM) to verify an https:// EPISODIC_QDRANT_URL against"
+    )
     collection: str = "episodic_memories"
     data_dir: Path = Path("./.episodic")
 
@@ -131,6 +149,40 @@ class Settings(BaseSettings):
     retention_floor_days: int = Field(
         default=30, ge=0, le=36_500, description="days at the importance floor before a memory is archived"
     )
+
+    @model_validator(mode="after")
+    def _transport(self) -> Settings:
+        """SASL settings need a SASL protocol and the reverse; TLS files need a TLS protocol (a setting that
+        would be ignored is an error, not a plaintext connection)."""
+        protocol = self.kafka_security_protocol
+        sasl = {
+            "kafka_sasl_mechanism": self.kafka_sasl_mechanism,
+            "kafka_sasl_username": self.kafka_sasl_username,
+            "kafka_sasl_password": self.kafka_sasl_password,
+        }
+        if protocol.startswith("SASL"):
+            missing = [f"EPISODIC_{k.upper()}" for k, v in sasl.items() if not v]
+            if missing:
+                raise ValueError(f"EPISODIC_KAFKA_SECURITY_PROTOCOL={protocol} needs {', '.join(missing)}")
+        else:
+            given = [f"EPISODIC_{k.upper()}" for k, v in sasl.items() if v]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} set, but EPISODIC_KAFKA_SECURITY_PROTOCOL={protocol} does not use SASL "
+                    "(SASL_PLAINTEXT or SASL_SSL)"
+                )
+        tls = ("kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile", "kafka_ssl_key_password")
+        given = [f"EPISODIC_{k.upper()}" for k in tls if getattr(self, k) is not None]
+        if given and not protocol.endswith("SSL"):
+            raise ValueError(
+                f"{', '.join(given)} set, but EPISODIC_KAFKA_SECURITY_PROTOCOL={protocol} does not use TLS "
+                "(SSL or SASL_SSL)"
+            )
+        if self.kafka_ssl_keyfile is not None and self.kafka_ssl_certfile is None:
+            raise ValueError("EPISODIC_KAFKA_SSL_KEYFILE set without EPISODIC_KAFKA_SSL_CERTFILE")
+        if self.qdrant_ca_file is not None and not (self.qdrant_url or "").startswith("https://"):
+            raise ValueError("EPISODIC_QDRANT_CA_FILE set, but EPISODIC_QDRANT_URL is not an https:// URL")
+        return self
 
     @field_validator("decay_schedule")
     @classmethod

@@ -90,6 +90,7 @@ class ClientEngine(Engine):
         location: str | None,
         path: str | Path | None,
         timeout: float,
+        options: Mapping[str, Any] | None = None,
     ) -> None:
         if sum(x is not None for x in (url, location, path)) != 1:
             raise ValueError("give exactly one of url (a server), location (':memory:') or path (local mode)")
@@ -102,7 +103,9 @@ class ClientEngine(Engine):
         self._where = where = url or location or str(path)
         try:
             if url is not None:
-                self.client = QdrantClient(url=url, api_key=api_key, timeout=int(timeout), check_compatibility=False)
+                # options: the API key and TLS verification (`episodic.client_options.qdrant_options`)
+                kw = {"api_key": api_key, **(options or {})}
+                self.client = QdrantClient(url=url, timeout=int(timeout), check_compatibility=False, **kw)
             elif location is not None:
                 self.client = QdrantClient(location=location)
             else:
@@ -405,8 +408,11 @@ class QdrantServerStore(QdrantStore):
         path: str | Path | None = None,
         prefetch_limit: int = DEFAULT_PREFETCH,
         timeout: float = 10.0,
+        options: Mapping[str, Any] | None = None,
     ) -> None:
-        self._client = ClientEngine(url, api_key, collection=collection, location=location, path=path, timeout=timeout)
+        self._client = ClientEngine(
+            url, api_key, collection=collection, location=location, path=path, timeout=timeout, options=options
+        )
         super().__init__(self._client, prefetch_limit=prefetch_limit)
         self.collection = collection
         self.local = self._client.local

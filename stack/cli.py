@@ -1,5 +1,5 @@
-"""The `episodic` command: up, produce, recall, forget, show, ls, doctor, mcp, and the single-stage roles for
-distributed mode.
+"""The `episodic` command: up, produce, recall, forget, show, ls, doctor, mcp, and `run ROLE` (one role per
+process, distributed mode) with its older per-role names.
 
 `python -m stack.cli COMMAND ...` (or `python -m stack ...`) is the same command without the console script.
 """
@@ -20,18 +20,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "show": ("stack.commands.memory:show_main", "one memory with its counters, aliases and relations"),
     "ls": ("stack.commands.memory:ls_main", "list a workspace's memories, newest first"),
     "doctor": ("stack.commands.doctor:main", "check broker, topics, every role, store, embedder, lag, decay and auth"),
-    "gate": ("stack.commands.gate:main", "run only the gate (distributed mode)"),
-    "embedder": ("stack.commands.up:embedder_main", "run only the embedding consumer (distributed mode)"),
-    "serve": ("stack.commands.serve:main", "run only the recall HTTP service (distributed mode)"),
-    "linker": ("stack.commands.up:linker_main", "run only the linker: similar edges (distributed mode)"),
-    "importance": (
-        "stack.commands.up:importance_main",
-        "run only the importance agent and the nightly decay (distributed mode)",
-    ),
+    "run": ("stack.commands.run:main", "run one role (gate, embedder, http/recall, linker, ...) in this process"),
+    "gate": ("stack.commands.gate:main", "run only the gate, with its topic options (distributed mode)"),
+    "embedder": ("stack.commands.run:embedder_main", "= run embedder: the embedding consumer alone"),
+    "serve": ("stack.commands.run:serve_main", "= run http: the recall HTTP service alone"),
+    "linker": ("stack.commands.run:linker_main", "= run linker: similar edges alone"),
+    "importance": ("stack.commands.run:importance_main", "= run importance: reference counts and nightly decay"),
     "mcp": ("stack.commands.mcp:main", "serve the memory as MCP tools (stdio or streamable HTTP)"),
     "health": ("stack.commands.health:main", "print a workspace's memory-health snapshot and its last days"),
-    "health-agent": ("stack.commands.up:health_main", "run only the health agent (distributed mode)"),
-    "nudge-agent": ("stack.commands.up:nudge_main", "run only the nudge agent (distributed mode)"),
+    "health-agent": ("stack.commands.run:health_main", "= run health: the daily health snapshots"),
+    "nudge-agent": ("stack.commands.run:nudge_main", "= run nudge: the in-session nudges"),
 }
 
 

@@ -5,6 +5,7 @@ accepted the entry; `episodic mcp --writes kafka`)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
 from mcp.server.mcpserver.exceptions import ToolError
@@ -39,8 +40,9 @@ class KafkaWriter:
 
     via: Literal["http", "kafka"] = "kafka"
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, options: Mapping[str, Any] | None = None) -> None:
         self.bootstrap = bootstrap
+        self.options = dict(options or {})  # the transport's (`episodic.client_options.kafka_options`)
         self._producer: Any = None
         self._lock = asyncio.Lock()
 
@@ -53,7 +55,7 @@ class KafkaWriter:
         try:
             async with self._lock:
                 if self._producer is None:
-                    producer = make_producer(self.bootstrap)
+                    producer = make_producer(self.bootstrap, **self.options)
                     await producer.start()
                     self._producer = producer
             records = [(str(entry["workspace_id"]).encode(), value)]

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from episodic.bus import send_all, send_forget
+from episodic.client_options import kafka_options
 from episodic.errors import EpisodicError
 from episodic.metrics import Metrics
 from episodic.settings import Settings
@@ -543,7 +544,14 @@ class NudgeRole(AgentRole):
         async def publish(event: NudgeEvent) -> None:
             await (await producer.send(topics.nudges, key=event.workspace_id.encode(), value=event.to_json()))
 
-        await recover(book=book, bootstrap=s.bootstrap, topic=topics.nudges, publish=publish, metrics=res.metrics)
+        await recover(
+            book=book,
+            bootstrap=s.bootstrap,
+            topic=topics.nudges,
+            publish=publish,
+            metrics=res.metrics,
+            options=kafka_options(s),
+        )
         self.runner = AgentRunner(
             s,
             name=self.name,

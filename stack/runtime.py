@@ -4,8 +4,8 @@
 EPISODIC_KAFKA_BOOTSTRAP names a Kafka, Qdrant Edge under the data directory, the bundled
 all-MiniLM-L6-v2, the gate, the embedding consumer, the recall service, the linker and the importance
 agent (with the nightly decay; EPISODIC_LINKER_ENABLED=false leaves the linker out) on one asyncio loop. The
-distributed roles (`episodic embedder`, `episodic serve`, `episodic linker`, `episodic importance`) run
-one role each against a shared Kafka.
+distributed roles (`episodic run ROLE`, `stack.commands.run`) run one role each against a shared Kafka,
+each with /metrics and /healthz on its HTTP port (`stack.ops_http` where the role is not the recall service).
 
 SIGINT/SIGTERM drain: the gate stops taking journal records and delivers and commits its batches in
 flight, the consumer finishes and commits its batch in flight, then the HTTP service, the producer, the
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from aiokafka.errors import KafkaError
 
 from episodic.bus import bootstrap_reachable, ensure_topics, make_producer
+from episodic.client_options import kafka_options
 from episodic.errors import BrokerUnavailable, EpisodicError
 from episodic.metrics import Metrics
 from episodic.settings import Settings
@@ -173,10 +174,13 @@ class Stack:
     async def _connect_kafka(self) -> AIOKafkaProducer:
         """Create the missing topics and start a producer; raises when Kafka cannot be reached."""
         s = self.settings
-        created = await ensure_topics(s.bootstrap, partitions=s.topic_partitions, replication=s.topic_replication)
+        options = kafka_options(s)
+        created = await ensure_topics(
+            s.bootstrap, partitions=s.topic_partitions, replication=s.topic_replication, options=options
+        )
         if created:
             log.info("created topics: %s", ", ".join(created))
-        producer = make_producer(s.bootstrap)
+        producer = make_producer(s.bootstrap, **options)
         try:
             await producer.start()
         except BaseException:
@@ -207,14 +211,27 @@ class Stack:
         self.bm25 = Bm25Encoder()
 
     def _start_metrics_server(self) -> None:
-        """Roles without the recall service still serve /metrics (Prometheus) on the HTTP port."""
-        from prometheus_client import start_http_server
+        """Roles without the recall service still serve /metrics and /healthz on the HTTP port."""
+        from stack.ops_http import OpsServer
 
         s = self.settings
-        server, _thread = start_http_server(s.http_port, addr=s.http_host, registry=self.metrics.registry)
-        self._metrics_server = server
-        self.http_port = int(server.server_address[1])
-        log.info("metrics: http://%s:%d/metrics", s.http_host, self.http_port)
+        self._metrics_server = server = OpsServer(s.http_host, s.http_port, self.metrics.registry, self.health)
+        self.http_port = server.port
+        log.info("metrics: http://%s:%d/metrics, health: /healthz", s.http_host, self.http_port)
+
+    def health(self) -> dict[str, Any]:
+        """/healthz of a stack without the recall service: each role's state, Kafka's and the store's."""
+        roles = {
+            name: ("ok" if role.crash() is None else f"crashed: {role.crash()}") for name, role in self.running.items()
+        }
+        body: dict[str, Any] = {"roles": roles, **self.status.snapshot()}
+        ok = all(v == "ok" for v in roles.values()) and self.status.ok and not self._stop.is_set()
+        if self.store is not None:
+            body["qdrant"] = "ok" if self.store.ping() else "down"
+            ok = ok and body["qdrant"] == "ok"
+        if self._stop.is_set():
+            body["draining"] = True
+        return {"status": "ok" if ok else "degraded", **body}
 
     def _log_where(self) -> None:
         s = self.settings

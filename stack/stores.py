@@ -8,6 +8,7 @@ when it returns. The choice lives here, in the composition root, so that the sha
 
 from __future__ import annotations
 
+from episodic.client_options import qdrant_options
 from episodic.ports import MemoryStore, StateStore
 from episodic.settings import Settings
 from episodic.state import QdrantStateStore
@@ -20,10 +21,9 @@ def open_store(settings: Settings, *, dim: int) -> MemoryStore:
     if settings.qdrant_url:
         from episodic.store_qdrant import QdrantServerStore
 
-        api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
         store = QdrantServerStore(
             settings.qdrant_url,
-            api_key=api_key,
+            options=qdrant_options(settings),  # the API key and TLS (episodic.client_options)
             collection=settings.collection,
             prefetch_limit=settings.prefetch_limit,
         )

@@ -36,6 +36,7 @@ import faust
 from faust.types import StreamT
 
 from episodic.bus import LagProbe, ensure_topics
+from episodic.client_options import kafka_options
 from episodic.errors import EpisodicError, StoreUnavailable
 from episodic.metrics import Metrics
 from episodic.settings import Settings
@@ -209,6 +210,7 @@ class AppHolder:
                     report=reporter(topic),
                     interval_s=settings.lag_interval_s,
                     on_error=lambda e: metrics.consumer_errors.labels(stage="lag").inc(),
+                    options=kafka_options(settings),
                 ).run(),
                 name=f"lag-{group}-{topic}",
             )
@@ -298,7 +300,11 @@ class AgentRunner(AppHolder):
         s = self.settings
         if self.create_topics:
             await ensure_topics(
-                s.bootstrap, partitions=s.topic_partitions, replication=s.topic_replication, topics=self.create_topics
+                s.bootstrap,
+                partitions=s.topic_partitions,
+                replication=s.topic_replication,
+                topics=self.create_topics,
+                options=kafka_options(s),
             )
         app = create_app(s, app_id=self.app_id)
         Path(app.conf.datadir).mkdir(parents=True, exist_ok=True)

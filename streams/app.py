@@ -6,8 +6,11 @@ Agents live in their own modules (`streams/gate.py`) and are installed on an app
 from __future__ import annotations
 
 import faust
+from faust.auth import SASLCredentials, SSLCredentials
 from faust.types import TransportT
+from faust.types.auth import CredentialsT
 
+from episodic.client_options import kafka_options
 from episodic.settings import Settings
 from streams.transport import BatchTransport
 
@@ -26,6 +29,23 @@ class EpisodicApp(faust.App):
         return BatchTransport(self.conf.broker_consumer, self)
 
 
+def broker_credentials(settings: Settings) -> CredentialsT | None:
+    """Faust's `broker_credentials` from the same options every aiokafka client gets
+    (`episodic.client_options.kafka_options`): Faust hands them to its consumer, producer and admin client."""
+    opts = kafka_options(settings)
+    protocol = opts["security_protocol"]
+    if protocol.startswith("SASL"):
+        return SASLCredentials(
+            username=opts["sasl_plain_username"],
+            password=opts["sasl_plain_password"],
+            mechanism=opts["sasl_mechanism"],
+            ssl_context=opts.get("ssl_context"),  # SASL_SSL when set, SASL_PLAINTEXT otherwise
+        )
+    if protocol == "SSL":
+        return SSLCredentials(opts["ssl_context"])
+    return None
+
+
 def create_app(settings: Settings, *, app_id: str | None = None, max_poll_records: int = 2000) -> faust.App:
     """A Faust app for `settings.bootstrap`, raw bytes in and out, no web server, no tables.
 
@@ -40,6 +60,7 @@ def create_app(settings: Settings, *, app_id: str | None = None, max_poll_record
     return EpisodicApp(
         app_id,
         broker=f"kafka://{settings.bootstrap}",
+        broker_credentials=broker_credentials(settings),
         value_serializer="raw",
         key_serializer="raw",
         web_enabled=False,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -138,7 +138,12 @@ async def deliver(events: list[NudgeEvent], *, book: NudgeBook, publish: Publish
 
 
 async def published_ids(
-    bootstrap: str, topic: str, wanted: set[str], *, timeout: float = CONFIRM_TIMEOUT_S
+    bootstrap: str,
+    topic: str,
+    wanted: set[str],
+    *,
+    timeout: float = CONFIRM_TIMEOUT_S,
+    options: Mapping[str, Any] | None = None,
 ) -> set[str] | None:
     """Which of the `wanted` nudge ids are already on `topic`: reads it from the start to the high
     watermark that fetch responses carry (not ListOffsets, which the embedded broker misreports). None
@@ -146,7 +151,11 @@ async def published_ids(
     beats a nudge lost)."""
     found: set[str] = set()
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, fetch_max_wait_ms=100
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        group_id=None,
+        fetch_max_wait_ms=100,
+        **(options or {}),  # TLS / SASL (episodic.client_options)
     )
     try:
         await consumer.start()
@@ -197,14 +206,20 @@ async def _at_end(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> bool
 
 
 async def recover(
-    *, book: NudgeBook, bootstrap: str, topic: str, publish: PublishNudge, metrics: Metrics
+    *,
+    book: NudgeBook,
+    bootstrap: str,
+    topic: str,
+    publish: PublishNudge,
+    metrics: Metrics,
+    options: Mapping[str, Any] | None = None,
 ) -> tuple[int, int]:
     """Before consuming: publish the nudges left in outboxes that are not on `topic` yet, and clear the
     outboxes. Returns (left in outboxes, published now)."""
     unsent = await asyncio.to_thread(book.unsent)
     if not unsent:
         return 0, 0
-    on_topic = await published_ids(bootstrap, topic, {e.nudge_id for e in unsent})
+    on_topic = await published_ids(bootstrap, topic, {e.nudge_id for e in unsent}, options=options)
     missing = [e for e in unsent if on_topic is None or e.nudge_id not in on_topic]
     log.info("nudge agent: %d nudge(s) left in outboxes, %d not on %s yet", len(unsent), len(missing), topic)
     for event in missing:

@@ -22,6 +22,7 @@ from pathlib import Path
 import faust
 
 from episodic.bus import ensure_topics
+from episodic.client_options import kafka_options
 from episodic.metrics import Metrics
 from episodic.settings import Settings
 from streams.agents import AppHolder
@@ -69,6 +70,7 @@ class GateRunner(AppHolder):
                 partitions=self.settings.topic_partitions,
                 replication=self.settings.topic_replication,
                 topics=self.topics.all(),
+                options=kafka_options(self.settings),
             )
         app = create_app(self.settings, app_id=self.app_id, max_poll_records=self.options.batch_size)
         Path(app.conf.datadir).mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ from dataclasses import asdict
 
 import httpx
 
+from episodic.client_options import kafka_options
 from episodic.settings import Settings
 from stack.commands.checks import LAG_WARN_RECORDS, Check, Level
 from stack.commands.doctor_roles import check_decay, check_health, check_qdrant_server, check_roles
@@ -31,7 +32,7 @@ def check_broker(settings: Settings, list_topics: Callable[[str], set[str]] | No
         from episodic.bus import list_topics as _lt
 
         def list_topics(bootstrap: str) -> set[str]:
-            return asyncio.run(asyncio.wait_for(_lt(bootstrap), 10))
+            return asyncio.run(asyncio.wait_for(_lt(bootstrap, options=kafka_options(settings)), 10))
 
     try:
         topics = list_topics(settings.bootstrap)

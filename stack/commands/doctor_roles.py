@@ -72,17 +72,21 @@ ROLE_INPUTS: tuple[RoleInput, ...] = (
 
 # (lag in records or None when unknown, whether the group ever committed on the topic)
 GroupState = tuple[int | None, bool]
-Measure = Callable[[str, str, str], Awaitable[GroupState]]
+Measure = Callable[[Settings, str, str], Awaitable[GroupState]]
 
 
-async def measure_group(bootstrap: str, group: str, topic: str) -> GroupState:
-    """The group's lag on `topic` and whether it ever committed there (without joining the group)."""
+async def measure_group(settings: Settings, group: str, topic: str) -> GroupState:
+    """The group's lag on `topic` and whether it ever committed there (without joining the group), over the
+    same transport (TLS, SASL) as every other client of the project."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     from episodic.bus import LagProbe
+    from episodic.client_options import kafka_options
 
+    bootstrap = settings.bootstrap
     probe = LagProbe(bootstrap=bootstrap, group_id=group, topic=topic, report=lambda _lag: None)
     consumer = AIOKafkaConsumer(
+        **kafka_options(settings),
         bootstrap_servers=bootstrap,
         group_id=group,  # OffsetFetch only: with manual assignment it never joins the group
         enable_auto_commit=False,
@@ -128,7 +132,7 @@ def check_roles(settings: Settings, measure: Measure | None = None, timeout: flo
         for spec in ROLE_INPUTS:
             group = f"{settings.consumer_group_prefix}-{spec.role}"
             try:
-                state = await asyncio.wait_for(run(settings.bootstrap, group, spec.topic), timeout)
+                state = await asyncio.wait_for(run(settings, group, spec.topic), timeout)
             except Exception as e:
                 out.append(Check(f"role-{spec.role}", "WARN", f"could not read {group}'s offsets: {e!r}", spec.start))
                 continue
@@ -142,14 +146,17 @@ def check_qdrant_server(settings: Settings, transport: httpx.BaseTransport | Non
     """With EPISODIC_QDRANT_URL: the server answers /readyz (with the API key when one is set)."""
     if not settings.qdrant_url:
         return None
+    from episodic.client_options import qdrant_options
+
     url = settings.qdrant_url.rstrip("/")
-    headers = {"api-key": settings.qdrant_api_key.get_secret_value()} if settings.qdrant_api_key else {}
+    opts = qdrant_options(settings)  # the API key, and the CA for an https:// URL (EPISODIC_QDRANT_CA_FILE)
+    headers = {"api-key": str(opts["api_key"])} if "api_key" in opts else {}
     fix = (
         "check that the Qdrant server runs and that EPISODIC_QDRANT_URL (and EPISODIC_QDRANT_API_KEY) are right; "
         "`curl $EPISODIC_QDRANT_URL/readyz` must answer 200"
     )
     try:
-        with httpx.Client(timeout=10.0, transport=transport) as c:
+        with httpx.Client(timeout=10.0, transport=transport, verify=opts.get("verify", True)) as c:
             r = c.get(f"{url}/readyz", headers=headers)
     except httpx.HTTPError as e:
         return Check("qdrant", "FAIL", f"Qdrant server not reachable at {url}: {e}", fix)

@@ -1,6 +1,7 @@
 """`episodic gate`: the gate alone (distributed mode), until SIGINT/SIGTERM.
 
-It runs a `streams.runner.GateRunner` with its own watchdog and /metrics on the HTTP port. Every
+It runs a `streams.runner.GateRunner` with its own watchdog, and /metrics and /healthz on the HTTP port
+(`episodic run gate` is the same role through the Stack, without the topic options). Every
 `episodic gate` process with the same settings joins one consumer group
 (`<EPISODIC_CONSUMER_GROUP_PREFIX>-gate`) and takes a share of the journal's partitions. Exit status: 0
 after a clean stop, 1 when the gate crashes or cannot start, 3 when Kafka stays unreachable.
@@ -18,6 +19,7 @@ from episodic.bus import bootstrap_reachable
 from episodic.metrics import Metrics
 from episodic.settings import Settings, get_settings
 from schemas import topics as T
+from stack.ops_http import Health, OpsServer
 from streams.gate import DEFAULT_BATCH_SIZE, GateOptions, GateTopics
 from streams.runner import GateRunner
 
@@ -58,8 +60,16 @@ async def run_gate(
 ) -> int:
     runner = GateRunner(settings, topics=topics, app_id=app_id, options=options)
     await runner.start()
-    serve_metrics(runner.metrics, settings)
     down_since: float | None = None
+
+    def health() -> dict[str, object]:
+        gate = "ok" if not runner.crashed else f"crashed: {runner.crash_reason}"
+        kafka = "ok" if down_since is None else "degraded"
+        ok = gate == "ok" and kafka == "ok" and not stop.is_set()
+        return {"status": "ok" if ok else "degraded", "roles": {"gate": gate}, "kafka": kafka,
+                "kafka_bootstrap": settings.bootstrap}  # fmt: skip
+
+    server = serve_metrics(runner.metrics, settings, health)
     try:
         while not stop.is_set():
             if runner.crashed:
@@ -82,19 +92,25 @@ async def run_gate(
         return 0
     finally:
         await runner.stop()
+        if server is not None:
+            server.shutdown()
 
 
-def serve_metrics(metrics: Metrics, settings: Settings) -> None:
-    """/metrics for Prometheus on the HTTP port; a busy port (two gates on one host) only warns."""
-    from prometheus_client import start_http_server
-
+def serve_metrics(metrics: Metrics, settings: Settings, health: Health) -> OpsServer | None:
+    """/metrics and /healthz on the HTTP port (`stack.ops_http`); a busy port (two gates on one host) only
+    warns."""
     try:
-        start_http_server(settings.http_port, addr=settings.http_host, registry=metrics.registry)
-        log.info("gate metrics: http://%s:%d/metrics", settings.http_host, settings.http_port)
+        server = OpsServer(settings.http_host, settings.http_port, metrics.registry, health)
     except OSError as e:
         log.warning(
-            "gate: no /metrics on %s:%d (%s); set EPISODIC_HTTP_PORT", settings.http_host, settings.http_port, e
+            "gate: no /metrics, /healthz on %s:%d (%s); set EPISODIC_HTTP_PORT",
+            settings.http_host,
+            settings.http_port,
+            e,
         )
+        return None
+    log.info("gate: metrics http://%s:%d/metrics, health /healthz", settings.http_host, server.port)
+    return server
 
 
 def gate_config(args: argparse.Namespace) -> tuple[GateTopics, GateOptions]:

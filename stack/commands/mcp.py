@@ -20,6 +20,7 @@ import sys
 
 from episodic.auth import is_loopback
 from episodic.client import AsyncMemoryClient
+from episodic.client_options import kafka_options
 from episodic.settings import Settings
 from stack.mcp_server import MemoryTools, build_server
 from stack.mcp_writers import HttpWriter, KafkaWriter, Writer
@@ -87,7 +88,9 @@ def main(argv: list[str]) -> int:
         print(f"episodic mcp: {problem}", file=sys.stderr)
         return 2
     client = AsyncMemoryClient.from_settings(settings, **({"url": args.url} if args.url else {}))
-    writer: Writer = KafkaWriter(str(settings.kafka_bootstrap)) if args.writes == "kafka" else HttpWriter()
+    writer: Writer = (
+        KafkaWriter(str(settings.kafka_bootstrap), kafka_options(settings)) if args.writes == "kafka" else HttpWriter()
+    )
     tools = MemoryTools(client, writer, caller_tokens=args.transport == "http")
     ident = client.identity
     log.info(

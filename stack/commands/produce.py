@@ -10,6 +10,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from episodic.client_options import kafka_options
 from episodic.producer import produce_file
 from episodic.settings import Settings
 from schemas import topics
@@ -27,7 +28,14 @@ def main(argv: list[str]) -> int:
         print(f"episodic produce: no such file: {args.file}", file=sys.stderr)
         return 2
     try:
-        n = asyncio.run(produce_file(args.file, bootstrap=args.bootstrap, topic=args.topic, progress=not args.quiet))
+        run = produce_file(
+            args.file,
+            bootstrap=args.bootstrap,
+            topic=args.topic,
+            progress=not args.quiet,
+            options=kafka_options(settings),
+        )
+        n = asyncio.run(run)
     except Exception as e:
         print(f"episodic produce: cannot send to Kafka at {args.bootstrap}: {e}", file=sys.stderr)
         return 1

@@ -1,10 +1,9 @@
-"""`episodic up`: the whole embedded stack in one process, and the single-stage roles.
+"""`episodic up`: the whole embedded stack in one process.
 
-`episodic up` runs every role in the foreground; `episodic embedder`, `episodic linker`, `episodic
-importance`, `episodic health-agent` and `episodic nudge-agent` (and `episodic serve`, see
-`stack.commands.serve`) run one role against a shared Kafka. Each runs a `stack.runtime.Stack`; Ctrl-C
-(SIGINT) or SIGTERM drains it. Exit status: 0 after a clean stop, 2 when it cannot start, 3 when the
-broker dies, 4 when the gate crashes, 1 when a role fails.
+`episodic up` runs every role in the foreground (`episodic run ROLE`, in `stack.commands.run`, runs one
+against a shared Kafka). Both run a `stack.runtime.Stack`; Ctrl-C (SIGINT) or SIGTERM drains it. Exit
+status: 0 after a clean stop, 2 when it cannot start, 3 when the broker dies, 4 when the gate crashes, 1
+when a role fails.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from episodic.settings import Settings
-from stack.roles import ALL_ROLES, EmbedderRole, HealthRole, ImportanceRole, LinkerRole, NudgeRole
+from stack.roles import ALL_ROLES, LinkerRole
 from stack.runtime import run_stack, setup_logging
 
 log = logging.getLogger("episodic")
@@ -53,39 +52,3 @@ def main(argv: list[str]) -> int:
     setup_logging(args.log_level)
     settings = settings_from(args)
     return asyncio.run(run_stack(settings, up_roles(settings), insecure=args.insecure))
-
-
-def run_role(role: str, argv: list[str]) -> int:
-    """One stage alone, against an external Kafka (distributed mode)."""
-    args = parse(f"episodic {role}", argv)
-    setup_logging(args.log_level)
-    settings = settings_from(args)
-    if settings.embedded_broker:
-        log.error("`episodic %s` runs one stage against a shared Kafka: set EPISODIC_KAFKA_BOOTSTRAP", role)
-        return 2
-    return asyncio.run(run_stack(settings, (role,), insecure=args.insecure))
-
-
-def embedder_main(argv: list[str]) -> int:
-    """`episodic embedder`: the embedding consumer alone (distributed mode)."""
-    return run_role(EmbedderRole.name, argv)
-
-
-def linker_main(argv: list[str]) -> int:
-    """`episodic linker`: the linker alone (distributed mode; the store through a Qdrant server)."""
-    return run_role(LinkerRole.name, argv)
-
-
-def importance_main(argv: list[str]) -> int:
-    """`episodic importance`: the importance agent and the nightly decay alone (distributed mode)."""
-    return run_role(ImportanceRole.name, argv)
-
-
-def health_main(argv: list[str]) -> int:
-    """`episodic health-agent`: the health agent alone (distributed mode; the store through a Qdrant server)."""
-    return run_role(HealthRole.name, argv)
-
-
-def nudge_main(argv: list[str]) -> int:
-    """`episodic nudge-agent`: the nudge agent alone (distributed mode; the state through a Qdrant server)."""
-    return run_role(NudgeRole.name, argv)

@@ -94,7 +94,9 @@ async def test_up_stops_when_its_embedded_broker_dies(tmp_path: Path) -> None:
         await stack.stop()
 
 
-async def test_a_role_without_the_recall_service_still_serves_metrics(fresh_broker: str, tmp_path: Path) -> None:
+async def test_a_role_without_the_recall_service_still_serves_metrics_and_healthz(
+    fresh_broker: str, tmp_path: Path
+) -> None:
     import httpx
 
     settings = stack_settings(fresh_broker, tmp_path, embed_model="none")
@@ -102,8 +104,19 @@ async def test_a_role_without_the_recall_service_still_serves_metrics(fresh_brok
     try:
         await stack.start()
         assert stack.role(HttpRole) is None and stack.http_port == settings.http_port
+        base = f"http://127.0.0.1:{stack.http_port}"
         async with httpx.AsyncClient(timeout=5) as http:
-            text = (await http.get(f"http://127.0.0.1:{stack.http_port}/metrics")).text
-        assert "episodic_embed_batch_size" in text and "episodic_sparse_only 1.0" in text
+            text = (await http.get(f"{base}/metrics")).text
+            health = await http.get(f"{base}/healthz")
+            assert "episodic_embed_batch_size" in text and "episodic_sparse_only 1.0" in text
+            assert health.status_code == 200, health.text
+            assert health.json() == {
+                "status": "ok", "roles": {"embedder": "ok"}, "kafka": "ok", "kafka_bootstrap": fresh_broker,
+                "qdrant": "ok",
+            }  # fmt: skip
+            role = stack.running["embedder"]
+            role.crash = lambda: "consumer died"  # type: ignore[method-assign]
+            health = await http.get(f"{base}/healthz")
+            assert health.status_code == 503 and health.json()["roles"] == {"embedder": "crashed: consumer died"}
     finally:
         await stack.stop()

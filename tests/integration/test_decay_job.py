@@ -9,11 +9,13 @@ from datetime import timedelta
 import pytest
 
 from episodic.decay import DECAY_KEY, JOB_KIND, DecayJob, JobBusy, RetentionPolicy
+from episodic.forget import TOMBSTONE, Forgetter, tombstone_key
 from episodic.identity import point_id
 from episodic.ports import MemoryStore, Relation, StateStore
 from episodic.schedule import Schedule
 from episodic.scoring import FLOOR_REACHED_DAYS, decay_importance
 from schemas.events import ArchivedRecord
+from tests.contract.test_forget_contract import rec as journal_record
 from tests.integration.maint_helpers import T0, Clock, Failing, memory
 
 pytestmark = pytest.mark.integration
@@ -151,6 +153,10 @@ def test_retention_archives_then_removes_the_memory_and_every_edge_to_it(
     left = {(r.src, r.dst) for r in store.relations_of("ws-a", ["neighbour", "pinned", "stale"])}
     assert left == {("neighbour", "pinned")}
     assert store.count("ws-a") == 4
+    # tombstoned like a forget: a re-delivery or replay of the archived entry is kept out (its workspace only)
+    kept, out = Forgetter(store=store, state=state).admit([journal_record("stale"), journal_record("stale", ws="ws-b")])
+    assert [r.workspace_id for r in out] == ["ws-a"] and [r.workspace_id for r in kept] == ["ws-b"]
+    assert state.get(TOMBSTONE, tombstone_key("ws-a", "stale"))["forget_id"] == "retention"
 
 
 def test_retention_needs_somewhere_to_archive(edge_stores: tuple[MemoryStore, StateStore]) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from episodic.settings import Settings
 from stack.cli import COMMANDS, main, resolve
-from stack.commands.serve import main as serve_main
+from stack.commands.run import serve_main
 from stack.commands.up import up_roles
 from stack.roles import ALL_ROLES, ROLES, Role
 from stack.runtime import Stack
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_command_resolves_to_a_function() -> None:
     assert set(COMMANDS) == {
-        *("up", "produce", "recall", "forget", "show", "ls", "doctor", "gate", "embedder", "serve", "mcp"),
+        *("up", "produce", "recall", "forget", "show", "ls", "doctor", "run", "gate", "embedder", "serve", "mcp"),
         *("linker", "importance", "health", "health-agent", "nudge-agent"),
     }
     for name in COMMANDS:
@@ -82,7 +82,7 @@ def test_a_single_role_needs_a_shared_kafka(
     monkeypatch.delenv("EPISODIC_KAFKA_BOOTSTRAP", raising=False)
     with caplog.at_level(logging.ERROR, logger="episodic"):
         assert resolve(role)([]) == 2
-    assert f"`episodic {role}` runs one stage against a shared Kafka" in caplog.text
+    assert f"`episodic {role}` runs one role against a shared Kafka" in caplog.text
 
 
 def test_up_leaves_the_linker_out_when_it_is_disabled() -> None:
@@ -113,3 +113,27 @@ def test_the_gate_batch_size_reaches_the_consumer(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         _parser().parse_args(["--batch-size", "0"])
     assert "must be at least 1" in capsys.readouterr().err
+
+
+def test_run_takes_every_role_of_the_table_and_the_recall_aliases(capsys: pytest.CaptureFixture[str]) -> None:
+    from stack.commands.run import parser, resolve_role, role_names
+
+    assert set(ROLES) <= set(role_names()) and {"recall", "serve"} <= set(role_names())
+    assert all(resolve_role(name) == name for name in ROLES)
+    assert resolve_role("recall") == resolve_role("serve") == "http"
+    with pytest.raises(ValueError, match=r"unknown role 'gat'.*gate"):
+        resolve_role("gat")
+    assert main(["run", "gat"]) == 2
+    assert "unknown role 'gat'" in capsys.readouterr().err
+    args = parser().parse_args(["gate", "--port", "0", "--host", "127.0.0.2", "--data-dir", "/tmp/x"])
+    assert (args.role, args.http_port, args.http_host, args.data_dir) == ("gate", 0, "127.0.0.2", Path("/tmp/x"))
+
+
+@pytest.mark.parametrize("argv", [["run", "gate"], ["run", "embedder"], ["run", "recall"], ["linker"], ["serve"]])
+def test_run_refuses_without_a_shared_kafka(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("EPISODIC_KAFKA_BOOTSTRAP", raising=False)
+    monkeypatch.delenv("EPISODIC_TOKENS_FILE", raising=False)
+    assert main(argv) == 2
+    assert "runs one role against a shared Kafka: set EPISODIC_KAFKA_BOOTSTRAP" in capsys.readouterr().err

@@ -83,7 +83,7 @@ def test_a_role_behind_gets_the_scaling_fix_and_one_that_keeps_up_is_ok() -> Non
 def test_check_roles_covers_every_consuming_role_and_survives_a_failing_probe() -> None:
     seen: list[tuple[str, str]] = []
 
-    async def measure(bootstrap: str, group: str, topic: str) -> tuple[int | None, bool]:
+    async def measure(settings: Settings, group: str, topic: str) -> tuple[int | None, bool]:
         seen.append((group, topic))
         if group.endswith("importance"):
             raise RuntimeError("offset fetch refused")
