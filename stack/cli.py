@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dlq": ("stack.commands.dlq:main", "dead letters: `dlq ls` lists them, `dlq replay` sends them back"),
     "export": ("stack.commands.portable:export_main", "write a workspace's memories to a JSON-lines file"),
     "import": ("stack.commands.portable:import_main", "load an exported JSON-lines file into the store"),
-    "doctor": ("stack.commands.doctor:main", "check broker, topics, store, embedder, lag and auth"),
+    "doctor": ("stack.commands.doctor:main", "check broker, topics, every role, store, embedder, lag, decay and auth"),
     "run": ("stack.commands.run:main", "run one role (gate, embedder, http/recall, linker, ...) in this process"),
     "reindex": ("stack.commands.reindex:main", "re-embed the store with another model, then switch recall to it"),
     "gate": ("stack.commands.gate:main", "run only the gate, with its topic options (distributed mode)"),

@@ -13,9 +13,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-@pytest.fixture(scope="session")
-def broker() -> Iterator[str]:
-    """A real Kafka-compatible broker (Tansu, memory storage) on a free port; yields the bootstrap."""
+def _embedded_broker() -> Iterator[str]:
     from infra.broker import EmbeddedBroker, free_port
 
     b = EmbeddedBroker(port=free_port())
@@ -24,6 +22,18 @@ def broker() -> Iterator[str]:
         yield b.bootstrap
     finally:
         b.stop()
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[str]:
+    """A real Kafka-compatible broker (Tansu, memory storage) on a free port; yields the bootstrap."""
+    yield from _embedded_broker()
+
+
+@pytest.fixture
+def fresh_broker() -> Iterator[str]:
+    """A broker of this test's own: the stack's topic names are fixed, so tests must not share one."""
+    yield from _embedded_broker()
 
 
 @pytest.fixture(scope="session")

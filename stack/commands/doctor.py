@@ -1,4 +1,5 @@
-"""`episodic doctor`: check a running stack: broker, topics, recall service and store, embedder, lag, auth.
+"""`episodic doctor`: check a running stack: broker, topics, every role (from its consumer group, see
+doctor_roles), the Qdrant server, recall service and store, embedder, lag, decay, memory health, auth.
 
 The embedded store (Qdrant Edge) is single-process, so the store is checked through the running recall
 service (/healthz and /v1/memory/stats), never by opening it. Consumer lag is read from the service's
@@ -12,25 +13,16 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Literal
+from dataclasses import asdict
 
 import httpx
 
 from episodic.client_options import kafka_options
 from episodic.settings import Settings
-
-Level = Literal["OK", "WARN", "FAIL"]
-LAG_WARN_RECORDS = 1000
-
-
-@dataclass
-class Check:
-    name: str
-    level: Level
-    message: str
-    fix: str | None = None
+from stack.commands.checks import LAG_WARN_RECORDS, Check, Level
+from stack.commands.doctor_roles import check_decay, check_health, check_qdrant_server, check_roles
 
 
 def check_broker(settings: Settings, list_topics: Callable[[str], set[str]] | None = None) -> list[Check]:
@@ -146,6 +138,18 @@ def check_embedding(text: str) -> Check:
     )
 
 
+def _samples(text: str) -> dict[str, float]:
+    """`name{label="value",...}` (or a bare name) -> value, for every sample of a /metrics text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
+
+
 def check_service(
     settings: Settings,
     url: str,
@@ -246,6 +250,9 @@ def check_service(
                 else None,
             )
         )
+    samples = _samples(metrics_text)
+    out.append(check_decay(samples, time.time(), settings.decay_schedule))
+    out.append(check_health(samples))
     # auth as the service enforces it
     if settings.tokens_file is not None and anon.status_code == 200:
         out.append(
@@ -272,8 +279,12 @@ def main(argv: list[str]) -> int:
     settings = Settings()
     url = (args.url or settings.service_url).rstrip("/")
     token = args.token or (settings.token.get_secret_value() if settings.token else None)
+    broker = check_broker(settings)
+    qdrant = check_qdrant_server(settings)
     checks = [
-        *check_broker(settings),
+        *broker,
+        *(check_roles(settings) if broker[0].level == "OK" else []),
+        *([qdrant] if qdrant else []),
         check_auth_config(settings),
         *check_service(settings, url, token, workspace=args.workspace),
     ]
@@ -281,9 +292,9 @@ def main(argv: list[str]) -> int:
         print(json.dumps([asdict(c) for c in checks], indent=2))
     else:
         for c in checks:
-            print(f"{c.level:<4}  {c.name:<13} {c.message}")
+            print(f"{c.level:<4}  {c.name:<16} {c.message}")
             if c.fix and c.level != "OK":
-                print(f"      {'':<13} fix: {c.fix}")
+                print(f"      {'':<16} fix: {c.fix}")
     failed = [c for c in checks if c.level == "FAIL"]
     if not args.json:
         warned = sum(1 for c in checks if c.level == "WARN")

@@ -5,30 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
 from aiokafka import AIOKafkaConsumer
 
 from episodic.bus import make_producer
 from episodic.settings import Settings
-from infra.broker import EmbeddedBroker, free_port
+from infra.broker import free_port
 from stack.roles import EmbedderRole
 from stack.runtime import Stack
-
-
-@pytest.fixture
-def fresh_broker() -> Iterator[str]:
-    """A broker of this test's own: the stack's topic names are fixed, so tests must not share one."""
-    b = EmbeddedBroker(port=free_port())
-    b.start()
-    try:
-        yield b.bootstrap
-    finally:
-        b.stop()
 
 
 def stack_settings(bootstrap: str, data_dir: Path, **over: Any) -> Settings:

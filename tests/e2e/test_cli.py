@@ -50,8 +50,13 @@ async def test_produce_recall_and_doctor_against_a_running_stack(
         rc = await asyncio.to_thread(doctor_main, ["--url", url])
         report = capsys.readouterr().out
         assert rc == 0, report
-        for check in ("broker", "topics", "store", "embedder", "lag", "auth"):
+        for check in ("broker", "topics", "store", "embedder", "lag", "auth", "decay"):
             assert check in report
+        lines = {ln.split()[1]: ln for ln in report.splitlines() if ln[:4] in ("OK  ", "WARN", "FAIL")}
+        for role in ("gate", "embedder", "linker", "importance"):
+            assert f"role-{role}" in lines, report
+        # the sample is gated and embedded: both groups committed and keep up
+        assert lines["role-gate"].startswith("OK") and lines["role-embedder"].startswith("OK"), report
 
 
 async def test_doctor_warns_with_the_fix_in_sparse_only_mode(
@@ -64,7 +69,7 @@ async def test_doctor_warns_with_the_fix_in_sparse_only_mode(
         rc = await asyncio.to_thread(doctor_main, ["--url", url])
         report = capsys.readouterr().out
         assert rc == 0
-        line = next(ln for ln in report.splitlines() if "embedder" in ln)
+        line = next(ln for ln in report.splitlines() if ln.split()[1:2] == ["embedder"])
         assert line.startswith("WARN") and "sparse-only" in line
         assert "EPISODIC_EMBED_MODEL" in report
 

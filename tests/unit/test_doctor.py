@@ -7,7 +7,16 @@ from typing import Any
 import httpx
 
 from episodic.settings import Settings
+from stack.commands.checks import LAG_WARN_RECORDS
 from stack.commands.doctor import check_service
+from stack.commands.doctor_roles import (
+    ROLE_INPUTS,
+    check_decay,
+    check_health,
+    check_qdrant_server,
+    check_role,
+    check_roles,
+)
 
 
 def service(stats: dict[str, Any], metrics: str = "") -> httpx.MockTransport:
@@ -79,3 +88,85 @@ def test_the_client_commands_read_url_and_token_from_settings(monkeypatch: Any) 
     monkeypatch.delenv("EPISODIC_RECALL_URL")
     assert Settings(http_host="0.0.0.0", http_port=8181).service_url == "http://127.0.0.1:8181"
     assert Settings(http_host="::1", http_port=8181).service_url == "http://[::1]:8181"
+
+
+def test_a_role_that_never_committed_while_its_topic_has_records_is_not_running() -> None:
+    spec = next(r for r in ROLE_INPUTS if r.role == "linker")
+    c = check_role(spec, "episodic-linker", (42, False))
+    assert c.level == "WARN" and "no linker is running" in c.message and "42 records" in c.message
+    assert "episodic linker" in (c.fix or "") and "EPISODIC_LINKER_ENABLED" in (c.fix or "")
+
+
+def test_a_role_behind_gets_the_scaling_fix_and_one_that_keeps_up_is_ok() -> None:
+    spec = next(r for r in ROLE_INPUTS if r.role == "embedder")
+    behind = check_role(spec, "episodic-embedder", (LAG_WARN_RECORDS + 1, True))
+    assert behind.level == "WARN" and "EPISODIC_EMBED_DEVICE=cuda" in (behind.fix or "")
+    assert check_role(spec, "episodic-embedder", (3, True)).level == "OK"
+    assert check_role(spec, "episodic-embedder", (0, False)).level == "OK"  # an empty topic: nothing to say
+    unknown = check_role(spec, "episodic-embedder", (None, True))
+    assert unknown.level == "WARN" and unknown.fix
+
+
+def test_check_roles_covers_every_consuming_role_and_survives_a_failing_probe() -> None:
+    seen: list[tuple[str, str]] = []
+
+    async def measure(settings: Settings, group: str, topic: str) -> tuple[int | None, bool]:
+        seen.append((group, topic))
+        if group.endswith("importance"):
+            raise RuntimeError("offset fetch refused")
+        return 0, True
+
+    checks = by_name(check_roles(Settings(consumer_group_prefix="p"), measure))
+    assert {g for g, _ in seen} == {f"p-{r.role}" for r in ROLE_INPUTS}
+    assert {r.role for r in ROLE_INPUTS} == {"gate", "embedder", "linker", "importance", "health", "nudge"}
+    assert checks["role-gate"].level == "OK"
+    bad = checks["role-importance"]
+    assert bad.level == "WARN" and "offset fetch refused" in bad.message and "episodic importance" in (bad.fix or "")
+
+
+def test_every_warning_and_failure_of_the_role_checks_has_a_fix() -> None:
+    for spec in ROLE_INPUTS:
+        for state in ((None, False), (5, False), (LAG_WARN_RECORDS * 2, True)):
+            c = check_role(spec, "g", state)
+            assert c.level == "WARN" and c.fix, (spec.role, state)
+
+
+def test_the_qdrant_server_check() -> None:
+    def server(status: int) -> httpx.MockTransport:
+        def handle(request: httpx.Request) -> httpx.Response:
+            assert request.url.path == "/readyz"
+            assert request.headers.get("api-key") == "k3y"
+            return httpx.Response(status, text="")
+
+        return httpx.MockTransport(handle)
+
+    s = Settings(qdrant_url="http://qdrant:6333/", qdrant_api_key="k3y")
+    assert check_qdrant_server(Settings()) is None  # embedded store: checked through the service
+    ok = check_qdrant_server(s, transport=server(200))
+    assert ok is not None and ok.level == "OK"
+    for status in (401, 503):
+        c = check_qdrant_server(s, transport=server(status))
+        assert c is not None and c.level == "FAIL" and "EPISODIC_QDRANT_URL" in (c.fix or "")
+
+
+def test_a_failed_decay_run_is_a_warning_with_the_fix() -> None:
+    stats = {"indexed": 1, "dense": 1, "sparse_only": 0, "quarantined": 0}
+    text = 'episodic_decay_runs_total{outcome="failed"} 2.0\nepisodic_decay_last_success_timestamp_seconds 0.0\n'
+    decay = by_name(check_service(Settings(), "http://svc", None, transport=service(stats, text)))["decay"]
+    assert (
+        decay.level == "WARN" and "2 DecayAndReinforce" in decay.message and "/v1/admin/run/decay" in (decay.fix or "")
+    )
+    ok = check_decay({"episodic_decay_last_success_timestamp_seconds": 1000.0}, 1000.0 + 7200, "30 3 * * *")
+    assert ok.level == "OK" and "2.0 h ago" in ok.message
+
+
+def test_a_workspace_in_the_red_health_band_is_a_warning_with_the_fix() -> None:
+    stats = {"indexed": 1, "dense": 1, "sparse_only": 0, "quarantined": 0}
+    text = "".join(
+        f'episodic_memory_health_workspaces{{band="{b}"}} {n}.0\n' for b, n in (("red", 2), ("yellow", 1), ("green", 4))
+    )
+    health = by_name(check_service(Settings(), "http://svc", None, transport=service(stats, text)))["health"]
+    assert health.level == "WARN" and health.message.startswith("2 workspace(s) in the red")
+    assert "episodic health --workspace" in (health.fix or "")
+    fine = check_health({'episodic_memory_health_workspaces{band="green"}': 3.0})
+    assert fine.level == "OK" and "3 green" in fine.message

@@ -117,8 +117,8 @@ def test_alert_rules_parse_and_name_real_metrics() -> None:
         assert wanted in names
     problems = []
     for name, expr in rules:
-        if name == "EpisodicTargetDown":  # Prometheus's own `up`
-            assert "up{" in expr
+        if not METRIC_RE.search(expr):  # Prometheus's own `up` (a target, or every target of a role)
+            assert re.search(r"\bup\{", expr), f"alert {name} names neither an episodic metric nor up"
             continue
         problems += _check_expr(f"alert {name}", expr, known)
     assert not problems, "\n".join(problems)
@@ -186,3 +186,73 @@ def test_compose_runs_each_role_against_kafka_and_qdrant() -> None:
     assert tuple(int(x) for x in tag[1:].split(".")) >= (1, 19, 0), image
     prov = yaml.safe_load((INFRA / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text())
     assert prov["datasources"][0]["uid"] == "prometheus"
+
+
+# What an operator must find on the dashboard (issue 13): a pattern every one of these needs in some query.
+REQUIRED_PANELS = {
+    "ingest rate by decision": r"sum by \(decision\) \(rate\(episodic_gate_entries_total",
+    "dead letters by reason": r"sum by \(reason\) \(rate\(episodic_dead_lettered_total",
+    "embedding throughput": r"rate\(episodic_embed_batch_size_sum",
+    "embedding batch size": r"histogram_quantile\(0\.99, sum by \(le\) \(rate\(episodic_embed_batch_size_bucket",
+    "index lag p50": r"histogram_quantile\(0\.5, sum by \(le\) \(rate\(episodic_index_lag_seconds_bucket",
+    "index lag p99": r"histogram_quantile\(0\.99, sum by \(le\) \(rate\(episodic_index_lag_seconds_bucket",
+    "recall latency by mode": r"histogram_quantile\(0\.99, sum by \(le, mode\) \(rate\(episodic_recall_duration",
+    "sparse-only state": r"max\(episodic_sparse_only",
+    "maintenance agents' lag": r"sum by \(agent, le\) \(rate\(episodic_agent_lag_seconds_bucket",
+    "consumer lag by group": r"max by \(group\) \(episodic_consumer_lag_records",
+    "health score by workspace": r"by \(workspace_id\) \(episodic_memory_health_score",
+    "health metrics by workspace": r"by \(workspace_id, metric\) \(episodic_memory_health_metric",
+    "workspaces by health band": r"by \(band\) \(episodic_memory_health_workspaces",
+    "health snapshots": r"episodic_health_snapshots_total",
+    "nudges": r"episodic_nudges_total",
+}
+
+
+def test_the_dashboard_has_the_panels_operators_need() -> None:
+    exprs = [e for _, e in _dashboard_exprs()]
+    missing = [what for what, pattern in REQUIRED_PANELS.items() if not any(re.search(pattern, e) for e in exprs)]
+    assert not missing, f"no panel for: {missing}"
+
+
+def test_every_panel_has_a_unique_place_and_its_targets_unique_ref_ids() -> None:
+    dash = _dashboard()
+    cells: dict[tuple[int, int], str] = {}
+    for p in dash["panels"]:
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
+        for y in range(g["y"], g["y"] + g["h"]):
+            for x in range(g["x"], g["x"] + g["w"]):
+                assert (x, y) not in cells, f"{p['title']!r} overlaps {cells[(x, y)]!r}"
+                cells[(x, y)] = p["title"]
+        refs = [t["refId"] for t in p.get("targets", [])]
+        assert len(refs) == len(set(refs)), p["title"]
+        for t in p.get("targets", []):
+            assert t["datasource"]["uid"] == "${datasource}", p["title"]
+
+
+def _expand_braces(text: str) -> str:
+    """`EPISODIC_RRF_{DENSE,SPARSE}_WEIGHT` -> `EPISODIC_RRF_DENSE_WEIGHT EPISODIC_RRF_SPARSE_WEIGHT`."""
+    pattern = re.compile(r"([A-Z0-9_]*)\{([A-Z0-9_,]+)\}([A-Z0-9_]*)")
+    while m := pattern.search(text):
+        text = text[: m.start()] + " ".join(m[1] + x + m[3] for x in m[2].split(",")) + text[m.end() :]
+    return text
+
+
+def test_the_readme_configuration_reference_names_every_setting() -> None:
+    from episodic.settings import Settings
+
+    readme = (INFRA.parent / "README.md").read_text()
+    # the settings tables: Configuration, and the ones of the sections it points to (security, health, ...)
+    rows = "\n".join(line.split("|")[1] for line in readme.splitlines() if line.startswith("| `EPISODIC_"))
+    named = set(re.findall(r"EPISODIC_[A-Z0-9_]+", _expand_braces(rows)))
+    missing = sorted(f"EPISODIC_{f.upper()}" for f in Settings.model_fields if f"EPISODIC_{f.upper()}" not in named)
+    assert not missing, f"settings without a row in a README settings table: {missing}"
+    assert "Security settings" in readme[readme.index("## Configuration") : readme.index("## Tokens")]
+    assert _expand_braces("`EPISODIC_A_{B,C}_D`") == "`EPISODIC_A_B_D EPISODIC_A_C_D`"
+
+
+def test_the_readme_operations_section_covers_running_it() -> None:
+    readme = (INFRA.parent / "README.md").read_text()
+    ops = readme[readme.index("## Operations") :]
+    for heading in ("### Deployment", "### Sizing", "### Upgrade", "### Backup and restore of the store"):
+        assert heading in ops, heading
