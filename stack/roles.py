@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from episodic.bus import send_all, send_forget
+from episodic.cores import CoreBudget
 from episodic.errors import EpisodicError
 from episodic.metrics import Metrics
 from episodic.settings import Settings
@@ -74,6 +75,7 @@ class Resources:
     store: MemoryStore | None = None  # opened when a role in this process `needs_store`
     state: StateStore | None = None  # beside the store (episodic.ports.StateStore), opened with it
     embedder: Embedder | None = None  # None: sparse-only (no model, or EPISODIC_EMBED_MODEL=none)
+    cores: CoreBudget | None = None  # the process's core budget: the gate and recall claim cores from bulk embedding
     bm25: Bm25Encoder | None = None
     clock: Callable[[], datetime] = utc_now  # what the stages call "now" (controllable in tests)
 
@@ -148,7 +150,7 @@ class GateRole(Role):
     async def start(self, res: Resources) -> None:
         from streams.runner import GateRunner
 
-        self.runner = GateRunner(settings=res.settings, metrics=res.metrics)
+        self.runner = GateRunner(settings=res.settings, metrics=res.metrics, cores=res.cores)
         await self.runner.start()
 
     async def drain(self) -> None:
@@ -263,6 +265,7 @@ class HttpRole(Role):
             jobs=admin_jobs(res, self.publisher.connected),
             clock=res.clock,
             insecure=res.insecure,
+            cores=res.cores,
         )
         config = uvicorn.Config(
             app, host=s.http_host, port=s.http_port, log_level="warning", access_log=False, lifespan="off"

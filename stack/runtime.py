@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from aiokafka.errors import KafkaError
 
 from episodic.bus import bootstrap_reachable, ensure_topics, make_producer
+from episodic.cores import CoreBudget
 from episodic.errors import BrokerUnavailable, EpisodicError
 from episodic.metrics import Metrics
 from episodic.settings import Settings
@@ -95,6 +96,8 @@ class Stack:
         self.store: MemoryStore | None = None
         self.state: StateStore | None = None  # beside the store: the agents' and the lifecycle's state
         self.embedder: Embedder | None = None
+        # Shared by the model (bulk embedding) and the stages that claim a core back (the gate, recall).
+        self.cores = CoreBudget(fixed=settings.embed_threads)
         self.bm25: Bm25Encoder | None = None
         self.status = KafkaStatus(settings.bootstrap)
         self.running: dict[str, Role] = {}  # name -> role, in start order
@@ -153,6 +156,7 @@ class Stack:
             store=self.store,
             state=self.state,
             embedder=self.embedder,
+            cores=self.cores,
             bm25=self.bm25,
             clock=self.clock,
         )
@@ -194,7 +198,11 @@ class Stack:
         # Ingestion batches get every core only when the document embedder has the process to itself.
         shared = not (len(self._kinds) == 1 and self._kinds[0].embeds_documents)
         queries = any(kind.answers_queries for kind in self._kinds)
-        embedder = await asyncio.to_thread(lambda: load_embedder(s, shared_process=shared, queries=queries))
+        embedder = await asyncio.to_thread(
+            lambda: load_embedder(s, shared_process=shared, queries=queries, cores=self.cores)
+        )
+        if embedder is not None:
+            embedder.bind_metrics(self.metrics)
         self.embedder = embedder
         self.metrics.sparse_only.set(0 if embedder is not None else 1)
         dim = embedder.dim if embedder is not None else DEFAULT_DIM

@@ -25,6 +25,7 @@ from typing import Any
 import faust
 
 from episodic.bus import ensure_topics, group_lag_probe
+from episodic.cores import CoreBudget
 from episodic.metrics import Metrics
 from episodic.settings import Settings
 from streams.app import create_app
@@ -47,8 +48,10 @@ class GateRunner:
         app_id: str | None = None,
         options: GateOptions = GateOptions(),
         create_topics: bool = True,
+        cores: CoreBudget | None = None,
     ) -> None:
         self.settings = settings
+        self.cores = cores  # the process's core budget: a late gate claims a core from bulk embedding
         self.metrics = metrics if metrics is not None else Metrics()
         self.topics = topics
         self.app_id = app_id
@@ -72,7 +75,9 @@ class GateRunner:
         app = create_app(self.settings, app_id=self.app_id, max_poll_records=self.options.batch_size)
         Path(app.conf.datadir).mkdir(parents=True, exist_ok=True)
         self._drain = GateDrain()
-        install_gate(app, topics=self.topics, metrics=self.metrics, options=self.options, drain=self._drain)
+        install_gate(
+            app, topics=self.topics, metrics=self.metrics, options=self.options, drain=self._drain, cores=self.cores
+        )
         self.app = app
         await app.start()
         group = str(app.conf.id)

@@ -1,0 +1,96 @@
+"""The core budget (episodic.cores) and how ONNX batches are cut into forward passes (pure logic)."""
+
+from __future__ import annotations
+
+import threading
+
+from episodic.cores import BULK_TOKENS, GATE_BEHIND_S, HOLD_S, CoreBudget
+from episodic.onnx_encoder import passes
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_every_core_while_nothing_claims_one() -> None:
+    b = CoreBudget(cores=4)
+    assert (b.threads(), b.token_budget()) == (4, BULK_TOKENS)
+
+
+def test_a_recall_in_flight_takes_a_core_back_until_it_ends() -> None:
+    b = CoreBudget(cores=2)
+    with b.foreground():
+        with b.foreground():
+            assert b.threads() == 1 and b.token_budget() == BULK_TOKENS // 2
+        assert b.threads() == 1  # one still in flight
+    assert b.threads() == 2
+
+
+def test_the_claim_ends_even_when_the_request_fails() -> None:
+    b = CoreBudget(cores=2)
+    try:
+        with b.foreground():
+            raise ValueError("boom")
+    except ValueError:
+        pass
+    assert not b.claimed()
+
+
+def test_a_late_gate_claims_a_core_for_a_while() -> None:
+    clock = Clock()
+    b = CoreBudget(cores=2, clock=clock)
+    b.gate_behind(GATE_BEHIND_S / 2)  # on time: nothing claimed
+    assert b.threads() == 2
+    b.gate_behind(3.0)
+    assert b.threads() == 1
+    clock.t += HOLD_S / 2
+    assert b.claimed()
+    clock.t += HOLD_S
+    assert b.threads() == 2
+
+
+def test_one_core_is_never_given_away_and_a_fixed_count_stays() -> None:
+    one = CoreBudget(cores=1)
+    with one.foreground():
+        assert one.threads() == 1
+    fixed = CoreBudget(cores=8, fixed=3)
+    assert fixed.threads() == 3
+    with fixed.foreground():
+        assert fixed.threads() == 3
+
+
+def test_claims_from_many_threads_balance() -> None:
+    b = CoreBudget(cores=2)
+
+    def work() -> None:
+        for _ in range(500):
+            with b.foreground():
+                pass
+
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not b.claimed()
+
+
+def test_passes_group_texts_of_similar_length_within_the_budget() -> None:
+    lengths = [10, 200, 12, 11, 190, 9, 50]
+    got = passes(lengths, budget=400, max_batch=8)
+    assert sorted(i for p in got for i in p) == list(range(len(lengths)))  # every text exactly once
+    for p in got:
+        assert len(p) * max(lengths[i] for i in p) <= 400 or len(p) == 1
+    assert got[0] == [1, 4]  # 200 and 190 padded to 200: 400 word pieces, the budget exactly
+    assert got[1] == [6, 2, 3, 0, 5]  # 50 wide: five texts fit, padded to the longest of them
+    assert [lengths[i] for p in got for i in p] == sorted(lengths, reverse=True)
+
+
+def test_a_text_longer_than_the_budget_goes_alone_and_max_batch_holds() -> None:
+    assert passes([1000, 5, 5], budget=100, max_batch=8) == [[0], [1, 2]]
+    assert [len(p) for p in passes([5] * 10, budget=10_000, max_batch=4)] == [4, 4, 2]
+    assert passes([], budget=100, max_batch=4) == []
