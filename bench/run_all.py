@@ -22,6 +22,7 @@ from bench.common import RESULTS_ENV, ROOT, Row, print_rows, tmp_dir
 
 BENCHES: dict[str, str] = {
     "embed": "bench.bench_embed",
+    "burst": "bench.bench_burst",
     "freshness": "bench.bench_freshness",
     "recall": "bench.bench_recall_latency",
     "decay": "bench.bench_decay",
@@ -29,7 +30,15 @@ BENCHES: dict[str, str] = {
 }
 # Other benchmarks in the repo (owned elsewhere) that follow the same --quick convention; run if present.
 OPTIONAL: dict[str, str] = {"gate": "bench.bench_gate"}
-TIMEOUT_S = {"embed": 3600, "freshness": 1200, "recall": 5400, "gate": 1800, "decay": 1800, "linker": 1800}
+TIMEOUT_S = {
+    "embed": 3600,
+    "burst": 2400,
+    "freshness": 1200,
+    "recall": 5400,
+    "gate": 1800,
+    "decay": 1800,
+    "linker": 1800,
+}
 
 
 def _available(module: str) -> bool:

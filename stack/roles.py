@@ -198,6 +198,7 @@ class EmbedderRole(Role):
             producer=res.need_producer(self.name),
             metrics=res.metrics,
             forgetter=Forgetter(store=store, state=res.state),
+            cores=res.cores,
         )
         self._task = asyncio.create_task(self._run(self.consumer, res.fail), name="embedding-consumer")
 
