@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.bench_embed import run_baseline
 from bench.bench_freshness import consume_until
 from bench.common import (
     LOOPBACK,
@@ -140,14 +141,6 @@ async def burst(stack: Stack, texts: list[str], round_no: int, timeout: float) -
     return last_vector - t0, last_indexed - t0
 
 
-def run_encode(embedder: Any, texts: list[str], batch: int) -> float:
-    t0 = time.perf_counter()
-    embedder.model.encode(
-        texts, batch_size=batch, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-    )
-    return time.perf_counter() - t0
-
-
 async def warm(stack: Stack, timeout: float) -> None:
     """One small burst: the gate and the consumer have joined, the model has run once."""
     await burst(stack, journal_summaries(20, seed=3, mix="short"), -1, timeout)
@@ -177,7 +170,7 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
             for r in range(rounds):
                 line = []
                 for b, s in stacks.items():
-                    enc.append(await asyncio.to_thread(run_encode, embedder, texts, batch))
+                    enc.append(await asyncio.to_thread(run_baseline, embedder, texts, batch))
                     line.append(f"encode {n / enc[-1]:.1f}/s")
                     v, i = await burst(s, texts, r, args.timeout)
                     took[b].append(v)
