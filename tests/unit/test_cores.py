@@ -94,3 +94,59 @@ def test_a_text_longer_than_the_budget_goes_alone_and_max_batch_holds() -> None:
     assert passes([1000, 5, 5], budget=100, max_batch=8) == [[0], [1, 2]]
     assert [len(p) for p in passes([5] * 10, budget=10_000, max_batch=4)] == [4, 4, 2]
     assert passes([], budget=100, max_batch=4) == []
+
+
+def test_a_recall_request_holds_the_claim_other_paths_do_not() -> None:
+    import asyncio
+
+    from recall.app import Foreground
+
+    b = CoreBudget(cores=2)
+    seen: list[tuple[str, bool]] = []
+
+    async def app(scope: dict, receive: object, send: object) -> None:  # type: ignore[type-arg]
+        seen.append((scope["path"], b.claimed()))
+        if scope["path"] == "/v1/recall/fail":
+            raise RuntimeError("handler failed")
+
+    mw = Foreground(app, cores=b)  # type: ignore[arg-type]
+
+    async def call(path: str) -> None:
+        await mw({"type": "http", "path": path}, None, None)  # type: ignore[arg-type]
+
+    asyncio.run(call("/v1/recall"))
+    asyncio.run(call("/v1/journal"))
+    try:
+        asyncio.run(call("/v1/recall/fail"))
+    except RuntimeError:
+        pass
+    assert seen == [("/v1/recall", True), ("/v1/journal", False), ("/v1/recall/fail", True)]
+    assert not b.claimed()
+
+
+def test_densify_rounds_are_big_only_while_no_core_is_claimed() -> None:
+    import asyncio
+    from typing import Any
+
+    from consumers.densify import DENSIFY_BATCH, DENSIFY_BULK, Densifier
+
+    async def publish(sends: Any) -> None:
+        return None
+
+    def densifier(cores: CoreBudget | None) -> Densifier:
+        return Densifier(
+            indexer=None,  # type: ignore[arg-type]
+            metrics=None,  # type: ignore[arg-type]
+            speed=None,  # type: ignore[arg-type]
+            publish=publish,
+            quarantine_after=3,
+            stopping=asyncio.Event(),
+            cores=cores,
+        )
+
+    b = CoreBudget(cores=2)
+    assert densifier(None).round_size() == DENSIFY_BATCH
+    d = densifier(b)
+    assert d.round_size() == DENSIFY_BULK > DENSIFY_BATCH
+    with b.foreground():
+        assert d.round_size() == DENSIFY_BATCH
