@@ -9,9 +9,14 @@ number of word pieces. Before each sub-batch the embedder asks `threads()`:
   older than `GATE_BEHIND_S` when it was routed; the claim lasts `HOLD_S` after the last such batch).
 
 Sub-batches are also halved while the cores are claimed (`token_budget`), so a recall waits at most for a
-short forward pass before the embedder's threads shrink. Measured: `episodic_embed_threads` (threads of
-the last sub-batch) and `episodic_embed_yielded_total` (sub-batches run on fewer threads because a recall
-or the gate needed a core).
+short forward pass before the embedder's threads shrink.
+
+"Idle" is judged inside this process only; on a machine whose cores are busy with other work, every
+core's threads wait on preempted peers and run slower than one. So the budget also measures: each pass
+reports its word pieces per second (`observe`), and while the cores are free it runs `bulk` only while
+that has been measured at least as fast as `shared` (moving averages; every `EXPLORE_EVERY`th pass tries
+the other count, so a change of load is noticed). Exported: `episodic_embed_threads` (threads of the last
+pass) and `episodic_embed_yielded_total` (passes run on fewer threads than `bulk`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from collections.abc import Callable, Iterator
 GATE_BEHIND_S = 0.25  # the gate is behind when a batch it routes was produced longer ago than this
 HOLD_S = 0.5  # a claim from the gate lasts this long after its last late batch
 BULK_TOKENS = 8192  # word pieces per forward pass when the cores are free (padding included)
+EXPLORE_EVERY = 16  # while the cores are free, every 16th pass runs on the count not measured faster
+ALPHA = 0.3  # weight of a new pass in the moving averages of word pieces per second
 
 
 def available_cores() -> int:
@@ -52,6 +59,8 @@ class CoreBudget:
         self._lock = threading.Lock()
         self._foreground = 0
         self._gate_until = 0.0
+        self._rate: dict[int, float] = {}  # threads -> word pieces per second (moving average)
+        self._free_passes = 0
 
     @property
     def bulk(self) -> int:
@@ -85,7 +94,33 @@ class CoreBudget:
             return self._foreground > 0 or self.clock() < self._gate_until
 
     def threads(self) -> int:
-        return self.shared if self.claimed() else self.bulk
+        """Threads for the next forward pass (see the module doc)."""
+        bulk, shared = self.bulk, self.shared
+        if self.claimed() or bulk == shared:
+            return shared
+        with self._lock:
+            self._free_passes += 1
+            explore = self._free_passes % EXPLORE_EVERY == 0
+            rb, rs = self._rate.get(bulk), self._rate.get(shared)
+        if rb is None:
+            return bulk
+        if rs is None:
+            return shared if explore else bulk
+        best, other = (bulk, shared) if rb >= rs else (shared, bulk)
+        return other if explore else best
+
+    def observe(self, threads: int, tokens: int, seconds: float) -> None:
+        """A forward pass of `tokens` word pieces (padding included) took `seconds` on `threads`."""
+        if tokens <= 0 or seconds <= 0:
+            return
+        rate = tokens / seconds
+        with self._lock:
+            old = self._rate.get(threads)
+            self._rate[threads] = rate if old is None else old + ALPHA * (rate - old)
+
+    def rates(self) -> dict[int, float]:
+        with self._lock:
+            return dict(self._rate)
 
     def token_budget(self) -> int:
         """Word pieces (padding included) per forward pass: half while the cores are claimed."""

@@ -202,7 +202,8 @@ class SentenceTransformerEmbedder:
         self._use_threads(self.document_threads)
         return self._encode(texts)
 
-    def _passed(self, threads: int) -> None:
+    def _passed(self, threads: int, tokens: int, seconds: float) -> None:
+        self.cores.observe(threads, tokens, seconds)
         m = self._metrics
         if m is not None:
             m.embed_threads.set(threads)
@@ -332,6 +333,7 @@ def attach_onnx(embedder: SentenceTransformerEmbedder, settings: Settings, *, qu
             embedder.query_encoder = enc
         else:
             embedder.document_encoder = enc
+            enc.session(embedder.cores.shared)  # both sessions now: never created on the ingestion path
     embedder._export_backends()
 
 

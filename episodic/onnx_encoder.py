@@ -34,6 +34,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -241,10 +242,11 @@ class OnnxEncoder:
         threads: Callable[[], int],
         token_budget: Callable[[], int],
         max_batch: int,
-        on_pass: Callable[[int], None] | None = None,
+        on_pass: Callable[[int, int, float], None] | None = None,
     ) -> np.ndarray:
         """(len(texts) × dim) unit vectors. `threads` and `token_budget` are asked before every forward
-        pass (the core budget may change in between); `on_pass(threads)` is told what each pass ran on."""
+        pass (the core budget may change in between); `on_pass(threads, word pieces, seconds)` is told
+        what each pass ran on and how long it took."""
         enc = self._tokenizer(list(texts), truncation=True, max_length=self._max_len)
         ids: list[list[int]] = enc["input_ids"]
         types: list[list[int]] | None = enc.get("token_type_ids")
@@ -266,13 +268,16 @@ class OnnxEncoder:
                 if types is not None:
                     type_ids[row, :k] = types[j]
             feed = {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": type_ids}
-            hidden = self.session(n).run(None, {k: feed[k] for k in self._inputs})[0]
+            session = self.session(n)
+            t0 = time.perf_counter()
+            hidden = session.run(None, {k: feed[k] for k in self._inputs})[0]
+            took = time.perf_counter() - t0
             vecs = self._pool(hidden, mask)
             if out is None:
                 out = np.zeros((len(ids), vecs.shape[1]), dtype=np.float32)
             out[group] = vecs
             if on_pass is not None:
-                on_pass(n)
+                on_pass(n, int(input_ids.size), took)
         return out if out is not None else np.zeros((0, 0), dtype=np.float32)
 
     def query_parity(self, reference: Callable[[str], np.ndarray]) -> float:

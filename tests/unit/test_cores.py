@@ -150,3 +150,27 @@ def test_densify_rounds_are_big_only_while_no_core_is_claimed() -> None:
     assert d.round_size() == DENSIFY_BULK > DENSIFY_BATCH
     with b.foreground():
         assert d.round_size() == DENSIFY_BATCH
+
+
+def test_free_cores_run_the_thread_count_measured_faster() -> None:
+    from episodic.cores import EXPLORE_EVERY
+
+    b = CoreBudget(cores=2)
+    assert b.threads() == 2  # nothing measured: every core
+    b.observe(2, 1000, 1.0)  # 1,000 word pieces/s on two threads (the other core busy elsewhere)
+    picks = [b.threads() for _ in range(EXPLORE_EVERY * 2)]
+    assert picks.count(1) == 2  # one count not measured yet: tried now and then
+    b.observe(1, 1000, 0.5)  # one thread measured twice as fast
+    picks = [b.threads() for _ in range(EXPLORE_EVERY * 2)]
+    assert picks.count(1) == EXPLORE_EVERY * 2 - 2 and picks.count(2) == 2  # exploring two threads again
+    for _ in range(10):
+        b.observe(2, 3000, 1.0)  # the machine quietens: two threads win again
+    assert [b.threads() for _ in range(EXPLORE_EVERY - 1)].count(2) >= EXPLORE_EVERY - 2
+    assert b.rates()[2] > b.rates()[1]
+
+
+def test_observations_without_time_or_tokens_are_ignored() -> None:
+    b = CoreBudget(cores=2)
+    b.observe(2, 0, 1.0)
+    b.observe(2, 10, 0.0)
+    assert b.rates() == {}
