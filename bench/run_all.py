@@ -23,6 +23,7 @@ from bench.common import RESULTS_ENV, ROOT, Row, print_rows, tmp_dir
 
 BENCHES: dict[str, str] = {
     "embed": "bench.bench_embed",
+    "burst": "bench.bench_burst",
     "freshness": "bench.bench_freshness",
     "recall": "bench.bench_recall_latency",
     "decay": "bench.bench_decay",
@@ -34,6 +35,7 @@ BENCHES: dict[str, str] = {
 OPTIONAL: dict[str, str] = {"gate": "bench.bench_gate"}
 TIMEOUT_S = {
     "embed": 3600,
+    "burst": 2400,
     "freshness": 1200,
     "recall": 5400,
     "gate": 1800,

@@ -2,8 +2,10 @@
 
 Memories written BM25-first (a deferred batch, sparse-only mode, a batch whose embedding failed) get their
 dense vectors here, oldest first, whenever the model is free, and a second `memory.indexed` ("vector")
-each. The missing vectors are found in the store, so a crash in between loses nothing; the same loop is the
-backfill after sparse-only mode.
+each: DENSIFY_BULK a round while the process's core budget is unclaimed (a backlog, a backfill: the
+model's passes take every core), DENSIFY_BATCH while a recall or the gate claims one. The missing vectors
+are found in the store, so a crash in between loses nothing; the same loop is the backfill after
+sparse-only mode.
 
 A text the model cannot embed must not stall the others: `Indexer.densify` embeds one by one after a
 failed batch, counts each failure in the memory's payload and quarantines a memory after
@@ -21,12 +23,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from episodic.bus import dumps
+from episodic.cores import CoreBudget
 from episodic.indexer import Indexer
 from episodic.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-DENSIFY_BATCH = 32  # small: the consumer waits for the model no longer than one of these
+DENSIFY_BATCH = 32  # while a recall or the gate claims a core: small rounds, the model soon free again
+DENSIFY_BULK = 128  # while the cores are free: fewer rounds (each one scans the store and waits for the acks)
 DENSIFY_IDLE_S = 30.0  # look for missing vectors at least this often (backfill after sparse-only mode)
 DENSIFY_STOP_S = 30.0  # on stop, wait this long for the vectors being computed
 
@@ -49,6 +53,7 @@ class Densifier:
         quarantine_after: int,
         stopping: asyncio.Event,
         indexed_topic: str | None = None,
+        cores: CoreBudget | None = None,
     ) -> None:
         from schemas import topics
 
@@ -59,6 +64,7 @@ class Densifier:
         self.quarantine_after = quarantine_after
         self.stopping = stopping
         self.indexed_topic = indexed_topic or topics.MEMORY_INDEXED
+        self.cores = cores  # the process's core budget (episodic.cores): how big a round may be
         self.busy = False  # the model is computing vectors for the backlog
         self._wake = asyncio.Event()
 
@@ -84,12 +90,18 @@ class Densifier:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), DENSIFY_IDLE_S)
 
+    def round_size(self) -> int:
+        """Memories per round: DENSIFY_BULK while nothing claims a core, else DENSIFY_BATCH."""
+        if self.cores is None or self.cores.claimed():
+            return DENSIFY_BATCH
+        return DENSIFY_BULK
+
     async def once(self) -> int:
         """One round; returns how many memories it handled (filled, or failed and counted)."""
         self.busy = True
         try:
             result = await asyncio.to_thread(
-                self.indexer.densify, DENSIFY_BATCH, quarantine_after=self.quarantine_after
+                self.indexer.densify, self.round_size(), quarantine_after=self.quarantine_after
             )
         finally:
             self.busy = False

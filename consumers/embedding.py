@@ -48,6 +48,7 @@ from consumers.densify import Densifier
 from consumers.poison import BAD_CONTROL, BAD_EMBEDDABLE, Abandoned, dead_letter
 from episodic.bus import dumps, group_lag_probe
 from episodic.client_options import kafka_options
+from episodic.cores import CoreBudget
 from episodic.errors import StoreUnavailable
 from episodic.forget import Forgetter
 from episodic.indexer import Indexer
@@ -111,6 +112,7 @@ class EmbeddingConsumer:
         on_fatal: Callable[[BaseException], None] | None = None,
         forgetter: Forgetter | None = None,
         forgotten_topic: str = topics.MEMORY_FORGOTTEN,
+        cores: CoreBudget | None = None,
     ) -> None:
         self.settings = settings
         self.indexer = indexer
@@ -135,6 +137,7 @@ class EmbeddingConsumer:
             publish=self._publish,
             quarantine_after=settings.densify_max_attempts,
             stopping=self._stopping,
+            cores=cores,
         )
         self.applier = BatchApplier(indexer=indexer, forgetter=forgetter, metrics=metrics, retrying=self._retrying)
         self.lag = group_lag_probe(settings, metrics, group=self.group_id, topic=source_topic, also=self._seen_lag)

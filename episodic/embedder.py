@@ -3,7 +3,14 @@
 all-MiniLM-L6-v2 reads 256 word pieces. Texts longer than that are cut into overlapping windows of
 word pieces (cut on the tokenizer's character offsets, so every chunk is real text) and every chunk gets
 its own vector; the store keeps them as one multivector per point and scores with max-sim. All chunks of
-a batch go through one `encode` call.
+a batch go through one model call.
+
+Backends (`EPISODIC_EMBED_BACKEND`, `EPISODIC_QUERY_BACKEND`): ONNX Runtime by default, on the project's
+own export of the model (episodic.onnx_encoder), for ingestion batches and for queries, each checked
+against the torch vectors at start; torch when that is off, unavailable or differs (a warning and
+`episodic_embed_fallbacks_total{path,reason}`), and for good after an ONNX failure at run time. On ONNX,
+batches take their thread count from the process's core budget (episodic.cores) before every forward
+pass: every core while the gate and recall are idle, one fewer while they need one.
 """
 
 from __future__ import annotations
@@ -16,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from episodic.cores import CoreBudget, available_cores
 from episodic.errors import EmbedderUnavailable
+from episodic.metrics import Metrics
 from episodic.settings import DEFAULT_MODEL, Settings
 
 log = logging.getLogger(__name__)
@@ -69,8 +78,45 @@ class SentenceTransformerEmbedder:
         self._tokenizer = model.tokenizer
         self._documents_lock = threading.Lock()  # one ingestion batch on the model's core at a time
         self.model_path = model_path or model_id  # where the files are (keys the ONNX export cache)
-        # Set by `load_embedder` when ONNX Runtime reproduces the torch vector (episodic/onnx_query.py).
+        # Set by `attach_onnx` when ONNX Runtime reproduces the torch vectors (episodic/onnx_encoder.py).
         self.query_encoder: Any = None
+        self.document_encoder: Any = None
+        self.cores = CoreBudget(fixed=document_threads)  # replaced by the stack's, shared with the gate and recall
+        self.fallbacks: list[tuple[str, str]] = []  # (path, reason) of every fall back to torch
+        self._metrics: Metrics | None = None
+
+    @property
+    def backends(self) -> dict[str, str]:
+        """The backend of each path now: {"documents": "onnx"|"torch", "queries": ...}."""
+        return {
+            "documents": "onnx" if self.document_encoder is not None else "torch",
+            "queries": "onnx" if self.query_encoder is not None else "torch",
+        }
+
+    def bind_metrics(self, metrics: Metrics) -> None:
+        """Export the backends and the fallbacks so far (and later ones) to `metrics`."""
+        self._metrics = metrics
+        for path, reason in self.fallbacks:
+            metrics.embed_fallbacks.labels(path=path, reason=reason).inc()
+        self._export_backends()
+
+    def _export_backends(self) -> None:
+        if self._metrics is not None:
+            for path, backend in self.backends.items():
+                for b in ("onnx", "torch"):
+                    self._metrics.embed_backend.labels(path=path, backend=b).set(1 if b == backend else 0)
+
+    def fall_back(self, path: str, reason: str, why: str) -> None:
+        """Leave ONNX for torch on `path` ("documents" or "queries"), with a warning and the metric."""
+        log.warning("onnx %s: %s; %s are embedded with torch", path, why, path)
+        if path == "documents":
+            self.document_encoder = None
+        else:
+            self.query_encoder = None
+        self.fallbacks.append((path, reason))
+        if self._metrics is not None:
+            self._metrics.embed_fallbacks.labels(path=path, reason=reason).inc()
+        self._export_backends()
 
     @property
     def dim(self) -> int:
@@ -136,8 +182,33 @@ class SentenceTransformerEmbedder:
             spans.append((len(flat), len(flat) + len(parts)))
             flat.extend(parts)
         with self._documents_lock:
-            vecs = self._encode(flat)  # one model call for the whole batch
+            vecs = self._encode_documents(flat)  # one model call for the whole batch
         return [vecs[a:b] for a, b in spans]
+
+    def _encode_documents(self, texts: list[str]) -> np.ndarray:
+        enc = self.document_encoder
+        if enc is not None:
+            try:
+                out = enc.encode_batch(
+                    texts,
+                    threads=self.cores.threads,
+                    token_budget=self.cores.token_budget,
+                    max_batch=self._batch_size,
+                    on_pass=self._passed,
+                )
+                return np.asarray(out, dtype=np.float32).reshape(len(texts), self._dim)
+            except Exception as e:
+                self.fall_back("documents", "error", f"a batch failed ({type(e).__name__}: {e})")
+        self._use_threads(self.document_threads)
+        return self._encode(texts)
+
+    def _passed(self, threads: int, tokens: int, seconds: float) -> None:
+        self.cores.observe(threads, tokens, seconds)
+        m = self._metrics
+        if m is not None:
+            m.embed_threads.set(threads)
+            if threads < self.cores.bulk:
+                m.embed_yielded.inc()
 
     def embed_query(self, text: str) -> np.ndarray:
         """One short text on the latency path: ONNX Runtime when `query_encoder` is set (same vector,
@@ -147,8 +218,7 @@ class SentenceTransformerEmbedder:
             try:
                 return np.asarray(enc.encode(text), dtype=np.float32)
             except Exception as e:
-                log.warning("onnx query encoder failed (%s: %s); queries use torch from now on", type(e).__name__, e)
-                self.query_encoder = None
+                self.fall_back("queries", "error", f"a query failed ({type(e).__name__}: {e})")
         return self.embed_query_torch(text)
 
     def embed_query_torch(self, text: str) -> np.ndarray:
@@ -171,23 +241,24 @@ class SentenceTransformerEmbedder:
 
 
 def model_threads(settings: Settings, *, shared_process: bool) -> int:
-    """Threads for the model's intra-op pool.
+    """torch threads for ingestion batches (the fallback path; ONNX batches follow the core budget).
 
-    Measured on 2 cores with one core busy elsewhere (the gate, the broker, a producer): 2 threads fell
-    from 58 to 21 texts/s (OpenMP threads waiting on a preempted peer), 1 thread held 31 texts/s. So a
+    Measured on 2 cores with one core busy elsewhere (the gate, the broker, a producer): 2 torch threads
+    fell from 58 to 21 texts/s (OpenMP threads waiting on a preempted peer), 1 thread held 31 texts/s. So a
     process that also runs other stages leaves them a core.
     """
     if settings.embed_threads:
         return settings.embed_threads
-    cores = os.cpu_count() or 1
+    cores = available_cores()
     return max(1, cores - 1) if shared_process else cores
 
 
 def load_embedder(
-    settings: Settings, *, shared_process: bool = False, queries: bool = True
+    settings: Settings, *, shared_process: bool = False, queries: bool = True, cores: CoreBudget | None = None
 ) -> SentenceTransformerEmbedder | None:
     """Load the configured model, or return None (sparse-only) when it is off, missing or broken.
-    `queries`: this process answers recalls, so set up the fast query encoder (settings.query_backend)."""
+    `queries`: this process answers recalls, so set up the fast query encoder (settings.query_backend).
+    `cores`: the process's core budget (the gate and recall claim cores from it); else one of its own."""
     if settings.sparse_only_forced:
         log.warning(
             "EPISODIC_EMBED_MODEL=none: running sparse-only (BM25, no vector similarity). "
@@ -205,31 +276,70 @@ def load_embedder(
         )
         return None
     embedder.document_threads = model_threads(settings, shared_process=shared_process)
-    embedder.query_threads = settings.embed_threads or os.cpu_count() or 1
-    if queries and settings.query_backend == "onnx" and settings.embed_device == "cpu":
-        attach_query_encoder(embedder, settings)
+    embedder.query_threads = settings.embed_threads or available_cores()
+    embedder.cores = cores or CoreBudget(fixed=settings.embed_threads)
+    if settings.embed_device == "cpu":
+        attach_onnx(
+            embedder,
+            settings,
+            queries=queries and settings.query_backend == "onnx",
+            documents=settings.embed_backend == "onnx",
+        )
+    b = embedder.backends
     log.info(
-        "embedder: %s on %s; torch threads: %d for ingestion batches; queries: %s on %d threads",
+        "embedder: %s on %s; ingestion batches: %s on %s threads; queries: %s on %d threads",
         embedder.model_id,
         settings.embed_device,
-        embedder.document_threads,
-        "onnxruntime" if embedder.query_encoder is not None else "torch",
+        b["documents"],
+        f"{embedder.cores.shared}-{embedder.cores.bulk}" if b["documents"] == "onnx" else embedder.document_threads,
+        b["queries"],
         embedder.query_threads,
     )
     return embedder
 
 
-def attach_query_encoder(embedder: SentenceTransformerEmbedder, settings: Settings) -> bool:
-    """Give `embedder` the ONNX Runtime query encoder when it reproduces the torch vector."""
-    from episodic.onnx_query import OnnxQueryEncoder
+def attach_onnx(embedder: SentenceTransformerEmbedder, settings: Settings, *, queries: bool, documents: bool) -> None:
+    """Move `queries` and/or ingestion batches (`documents`) onto ONNX Runtime where it reproduces the
+    torch vectors (cosine >= PARITY_MIN_COSINE on probe texts, a padded batch for documents)."""
+    from episodic.onnx_encoder import PARITY_MIN_COSINE, OnnxEncoder
 
-    embedder.query_encoder = OnnxQueryEncoder.build(
+    if not (queries or documents):
+        return
+    enc = OnnxEncoder.build(
         embedder.model,
         embedder.model_path,
-        threads=embedder.query_threads or os.cpu_count() or 1,
-        reference=embedder.embed_query_torch,
+        query_threads=embedder.query_threads or available_cores(),
         cache_dir=settings.onnx_cache_dir,
     )
+    paths = [p for p, on in (("queries", queries), ("documents", documents)) if on]
+    if enc is None:
+        for p in paths:
+            embedder.fall_back(p, "unavailable", "no ONNX export for this model (see above)")
+        return
+    for p in paths:
+        try:
+            if p == "queries":
+                worst = enc.query_parity(embedder.embed_query_torch)
+            else:
+                worst = enc.batch_parity(embedder._encode, threads=embedder.cores.bulk)
+        except Exception as e:
+            embedder.fall_back(p, "error", f"the parity check failed ({type(e).__name__}: {e})")
+            continue
+        if worst < PARITY_MIN_COSINE:
+            embedder.fall_back(p, "parity", f"vectors differ from torch (cosine {worst:.6f})")
+            continue
+        log.info("onnx %s: ready (%s, parity cosine %.7f)", p, enc.path.name, worst)
+        if p == "queries":
+            embedder.query_encoder = enc
+        else:
+            embedder.document_encoder = enc
+            enc.session(embedder.cores.shared)  # both sessions now: never created on the ingestion path
+    embedder._export_backends()
+
+
+def attach_query_encoder(embedder: SentenceTransformerEmbedder, settings: Settings) -> bool:
+    """Give `embedder` the ONNX Runtime query encoder when it reproduces the torch vector."""
+    attach_onnx(embedder, settings, queries=True, documents=False)
     return embedder.query_encoder is not None
 
 

@@ -1,6 +1,7 @@
 """Prometheus metrics. One `Metrics` object per process (or per test, with its own registry).
 
 Counters end in `_total`, durations in `_seconds`; label values are initialised up front.
+Size: one declaration per metric of every stage, in one registry object (a list, not logic).
 """
 
 from __future__ import annotations
@@ -113,6 +114,26 @@ class Metrics:
         self.dense_deferred = Counter(
             "episodic_dense_deferred_total",
             "Memories written sparse first because embedding inline would have kept them invisible too long",
+            registry=r,
+        )
+        self.embed_backend = Gauge(
+            "episodic_embed_backend",
+            "1 for the backend each path embeds on now (documents: ingestion batches; queries: recall)",
+            ["path", "backend"],
+            registry=r,
+        )
+        self.embed_fallbacks = Counter(
+            "episodic_embed_fallbacks_total",
+            "Falls back from ONNX Runtime to torch (reason: parity, error, unavailable)",
+            ["path", "reason"],
+            registry=r,
+        )
+        self.embed_threads = Gauge(
+            "episodic_embed_threads", "Threads of the last ONNX forward pass of an ingestion batch", registry=r
+        )
+        self.embed_yielded = Counter(
+            "episodic_embed_yielded_total",
+            "ONNX forward passes of ingestion batches run on fewer threads because a recall or the gate needed a core",
             registry=r,
         )
         self.densified = Counter(

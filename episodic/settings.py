@@ -84,8 +84,14 @@ class Settings(BaseSettings):
         default=None,
         ge=1,
         le=256,
-        description="torch threads for the model; unset: all cores for a dedicated embedder, one fewer when "
-        "the process runs other stages too (an oversubscribed OpenMP pool stalls)",
+        description="threads for the model, fixed; unset: ONNX ingestion batches take every core while the "
+        "gate and recall are idle and one fewer while they need one (episodic.cores); torch batches take all "
+        "cores for a dedicated embedder, one fewer when the process runs other stages too",
+    )
+    embed_backend: Literal["onnx", "torch"] = Field(
+        default="onnx",
+        description="ingestion batches: ONNX Runtime (the same export as queries; checked against torch at "
+        "start, torch when it differs) or the torch model",
     )
     query_backend: Literal["onnx", "torch"] = Field(
         default="onnx",

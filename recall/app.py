@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from episodic.auth import AuthError, is_loopback, load_tokens
+from episodic.cores import CoreBudget
 from episodic.errors import EpisodicError
 from episodic.generations import ModelSwitch
 from episodic.health_job import HealthJob
@@ -112,6 +113,22 @@ class BodyTooLarge(HTTPException):
         super().__init__(status_code=413, detail=_too_large(limit, path))
 
 
+class Foreground:
+    """Holds the core budget's foreground claim while a recall request runs: bulk embedding in this process
+    gives a core back until it is answered (episodic.cores)."""
+
+    def __init__(self, app: ASGIApp, cores: CoreBudget) -> None:
+        self.app = app
+        self.cores = cores
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and str(scope.get("path", "")).startswith("/v1/recall"):
+            with self.cores.foreground():
+                await self.app(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+
 class BodyLimit:
     """Refuse request bodies larger than `limit` bytes with 413: by Content-Length before reading them, and
     for a body without one (chunked transfer encoding) as soon as the bytes read pass the limit."""
@@ -169,6 +186,7 @@ def create_app(
     health: HealthJob | None = None,
     insecure: bool = False,
     switch: ModelSwitch | None = None,
+    cores: CoreBudget | None = None,
 ) -> FastAPI:
     """The recall service. Raises AuthConfigError for a bad tokens file, InsecureBind (see module doc)."""
     tokens = load_tokens(settings.tokens_file)
@@ -234,4 +252,6 @@ def create_app(
     app.include_router(health_router)
     app.include_router(memories.router)  # after /v1/memory/stats and /health: it takes any other id below
     app.add_middleware(BodyLimit)
+    if cores is not None:  # a recall in flight claims a core back from bulk embedding (episodic.cores)
+        app.add_middleware(Foreground, cores=cores)
     return app

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from episodic.bus import send_all, send_forget
 from episodic.client_options import kafka_options
+from episodic.cores import CoreBudget
 from episodic.errors import EpisodicError
 from episodic.metrics import Metrics
 from episodic.settings import Settings
@@ -78,6 +79,7 @@ class Resources:
     state: StateStore | None = None  # beside the store (episodic.ports.StateStore), opened with it
     embedder: Embedder | None = None  # None: sparse-only (no model, or EPISODIC_EMBED_MODEL=none)
     switch: ModelSwitch | None = None  # the active embedding generation and its model (episodic.generations)
+    cores: CoreBudget | None = None  # the process's core budget: the gate and recall claim cores from bulk embedding
     bm25: Bm25Encoder | None = None
     clock: Callable[[], datetime] = utc_now  # what the stages call "now" (controllable in tests)
 
@@ -152,7 +154,7 @@ class GateRole(Role):
     async def start(self, res: Resources) -> None:
         from streams.runner import GateRunner
 
-        self.runner = GateRunner(settings=res.settings, metrics=res.metrics)
+        self.runner = GateRunner(settings=res.settings, metrics=res.metrics, cores=res.cores)
         await self.runner.start()
 
     async def drain(self) -> None:
@@ -205,6 +207,7 @@ class EmbedderRole(Role):
             producer=res.need_producer(self.name),
             metrics=res.metrics,
             forgetter=Forgetter(store=store, state=res.state),
+            cores=res.cores,
         )
         self._task = asyncio.create_task(self._run(self.consumer, res.fail), name="embedding-consumer")
 
@@ -276,6 +279,7 @@ class HttpRole(Role):
             health=health,
             insecure=res.insecure,
             switch=res.switch,
+            cores=res.cores,
         )
         config = uvicorn.Config(
             app, host=s.http_host, port=s.http_port, log_level="warning", access_log=False, lifespan="off"

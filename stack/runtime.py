@@ -31,6 +31,7 @@ from aiokafka.errors import KafkaError
 
 from episodic.bus import bootstrap_reachable, ensure_topics, make_producer
 from episodic.client_options import kafka_options
+from episodic.cores import CoreBudget
 from episodic.errors import BrokerUnavailable, EpisodicError
 from episodic.metrics import Metrics
 from episodic.settings import Settings
@@ -100,6 +101,8 @@ class Stack:
         self.embedder: Embedder | None = None
         self.switch: ModelSwitch | None = None  # the active embedding generation (stack.embedding)
         self.reembed: ReembedRunner | None = None
+        # Shared by the model (bulk embedding) and the stages that claim a core back (the gate, recall).
+        self.cores = CoreBudget(fixed=settings.embed_threads)
         self.bm25: Bm25Encoder | None = None
         self.status = KafkaStatus(settings.bootstrap)
         self.running: dict[str, Role] = {}  # name -> role, in start order
@@ -159,6 +162,7 @@ class Stack:
             state=self.state,
             embedder=self.embedder,
             switch=self.switch,
+            cores=self.cores,
             bm25=self.bm25,
             clock=self.clock,
         )
@@ -207,7 +211,11 @@ class Stack:
         shared = not (len(self._kinds) == 1 and self._kinds[0].embeds_documents)
         queries = any(kind.answers_queries for kind in self._kinds)
         if any(kind.embeds_documents or kind.answers_queries for kind in self._kinds):
-            embedder = await asyncio.to_thread(lambda: load_embedder(s, shared_process=shared, queries=queries))
+            embedder = await asyncio.to_thread(
+                lambda: load_embedder(s, shared_process=shared, queries=queries, cores=self.cores)
+            )
+            if embedder is not None:
+                embedder.bind_metrics(self.metrics)
             self.metrics.sparse_only.set(0 if embedder is not None else 1)
         else:  # the agents read stored vectors only (an existing collection keeps its own size)
             log.info("no model loaded: roles %s embed nothing", ", ".join(self.roles))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ import faust
 from aiokafka.partitioner import DefaultPartitioner
 from faust.types import StreamT
 
+from episodic.cores import CoreBudget
 from episodic.gating import METRIC_TYPE_LABELS, DeadLetter, Forward, route, type_label
 from episodic.metrics import Metrics
 from episodic.policy import DECISIONS
@@ -273,9 +275,11 @@ def install_gate(
     metrics: Metrics,
     options: GateOptions = GateOptions(),
     drain: GateDrain | None = None,
+    cores: CoreBudget | None = None,
 ) -> Any:
     """Declare the gate agent on `app` (an `EpisodicApp`: batch delivery); returns the agent. `drain`, when
-    given, is how the runner drains it on stop."""
+    given, is how the runner drains it on stop; `cores`, the process's core budget: a batch routed late
+    claims a core back from bulk embedding (episodic.cores)."""
     consumer = app.consumer
     if not isinstance(consumer, BatchConsumer):
         raise TypeError("the gate needs the batch transport: create the app with streams.app.create_app")
@@ -328,6 +332,8 @@ def install_gate(
                     continue
                 if acking.done():  # pragma: no cover - a bug: stop rather than never ack again
                     acking.result()
+                if cores is not None and batch.records:
+                    cores.gate_behind(time.time() - batch.records[0].timestamp / 1000.0)
                 sends, consumed, dead = process(batch.records, topics=topics, now=datetime.now(UTC))
                 task = None
                 if sends:

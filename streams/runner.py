@@ -23,6 +23,7 @@ import faust
 
 from episodic.bus import ensure_topics
 from episodic.client_options import kafka_options
+from episodic.cores import CoreBudget
 from episodic.metrics import Metrics
 from episodic.settings import Settings
 from streams.agents import AppHolder
@@ -46,8 +47,10 @@ class GateRunner(AppHolder):
         app_id: str | None = None,
         options: GateOptions = GateOptions(),
         create_topics: bool = True,
+        cores: CoreBudget | None = None,
     ) -> None:
         self.settings = settings
+        self.cores = cores  # the process's core budget: a late gate claims a core from bulk embedding
         self.metrics = metrics if metrics is not None else Metrics()
         self.topics = topics
         self.app_id = app_id
@@ -75,7 +78,9 @@ class GateRunner(AppHolder):
         app = create_app(self.settings, app_id=self.app_id, max_poll_records=self.options.batch_size)
         Path(app.conf.datadir).mkdir(parents=True, exist_ok=True)
         self._drain = GateDrain()
-        install_gate(app, topics=self.topics, metrics=self.metrics, options=self.options, drain=self._drain)
+        install_gate(
+            app, topics=self.topics, metrics=self.metrics, options=self.options, drain=self._drain, cores=self.cores
+        )
         self.app = app
         await app.start()
         self._probe_lag(self.settings, self.metrics, str(app.conf.id), self.input_topics)
