@@ -128,6 +128,9 @@ class Metrics:
             ["path", "reason"],
             registry=r,
         )
+        for path in ("documents", "queries"):  # a dashboard's rate() has data before the first fall back
+            for reason in ("parity", "error", "unavailable"):
+                self.embed_fallbacks.labels(path=path, reason=reason)
         self.embed_threads = Gauge(
             "episodic_embed_threads", "Threads of the last ONNX forward pass of an ingestion batch", registry=r
         )
