@@ -30,8 +30,8 @@ def leg(q: Q, spec: Leg) -> tuple[np.ndarray, np.ndarray]:
     return idx, q.rows[spec[0]][idx]
 
 
-def _ranked(acc: dict[int, float]) -> Ranked:
-    items = sorted(acc.items(), key=lambda kv: (-kv[1], kv[0]))[:DEPTH]
+def _ranked(acc: dict[int, float], depth: int = DEPTH) -> Ranked:
+    items = sorted(acc.items(), key=lambda kv: (-kv[1], kv[0]))[:depth]
     return np.array([i for i, _ in items], dtype=np.int64), np.array([v for _, v in items])
 
 
@@ -43,9 +43,9 @@ def single(row: str) -> Method:
     return run
 
 
-def rrf(legs: Sequence[Leg], k: float, weights: Sequence[float]) -> Method:
+def rrf(legs: Sequence[Leg], k: float, weights: Sequence[float], depth: int = DEPTH) -> Method:
     def run(q: Q) -> Ranked:
-        return _ranked(F.rrf([leg(q, s)[0] for s in legs], k, list(weights)))
+        return _ranked(F.rrf([leg(q, s)[0] for s in legs], k, list(weights)), depth)
 
     return run
 
