@@ -20,6 +20,11 @@
   is fetched through the request's scope filter (so the walk never leaves the scope or the workspace),
   is marked `via="similar"|"supports"`, and competes with the direct hits for the k places (a direct hit
   wins a tie).
+- `adjacent` (request, default `settings.recall_adjacent`, off): each direct hit brings in its previous and
+  next memory in its run (the `previous` / `next` edges of `episodic.context`), fetched through the scope
+  filter, scored `adjacent_weight` (0.5) × the hit's score (so below it), marked `via="adjacent"`; they
+  compete for the k places. Off by default: it cost LongMemEval 2 to 12 points of R@5 (eval/README.md).
+- A hit carries `context`: the run context it was indexed with (`episodic.context`), or null.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ log = logging.getLogger(__name__)
 
 MIN_PREFETCH = 100
 WALKED_RELATIONS = ("similar", "supports")
+ADJACENT_RELATIONS = ("previous", "next")
 
 
 def _now() -> datetime:
@@ -62,6 +68,8 @@ def fusion_from_settings(settings: Settings) -> Fusion:
         both_weight=settings.rrf_both_weight,
         head=settings.rrf_head,
         head_weight=settings.rrf_head_weight,
+        context_weight=0.0 if settings.context.off else settings.rrf_context_weight,
+        both_by_context=settings.rrf_both_context and not settings.context.off,
     )
 
 
@@ -136,6 +144,8 @@ class RecallHit:
     point_id: str = ""
     workspace_id: str = ""
     importance: float | None = None
+    context: list[dict[str, str]] | None = None
+    relations: list[dict[str, Any]] = field(default_factory=list)
 
     def public(self) -> dict[str, Any]:
         """The fields of a hit in the HTTP response (SPEC §7)."""
@@ -152,6 +162,7 @@ class RecallHit:
             "payload": self.payload,
             "via": self.via,
             "aliases": self.aliases,
+            "context": self.context,
         }
 
     def referenced(self) -> dict[str, Any]:
@@ -189,6 +200,8 @@ class RecallEngine:
         fusion: Fusion | None = None,
         high_value: float = 0.6,
         clock: Callable[[], datetime] = _now,
+        adjacent: bool = False,
+        adjacent_weight: float = 0.5,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -196,6 +209,8 @@ class RecallEngine:
         self.fusion = fusion or Fusion(prefetch_limit=MIN_PREFETCH)
         self.high_value = high_value
         self.clock = clock
+        self.adjacent = adjacent
+        self.adjacent_weight = adjacent_weight
 
     @classmethod
     def from_settings(
@@ -207,6 +222,8 @@ class RecallEngine:
             bm25=bm25,
             fusion=fusion_from_settings(settings),
             high_value=settings.high_value_threshold,
+            adjacent=settings.recall_adjacent,
+            adjacent_weight=settings.adjacent_weight,
         )
 
     @property
@@ -255,6 +272,8 @@ class RecallEngine:
                 continue
             hits.append(hit)
         hits = hits[: req.k]
+        if (self.adjacent if req.adjacent is None else req.adjacent) and hits:
+            hits = self._adjacent(hits, scope, qvec, now, req.k)
         if req.walk_depth == 1 and hits:
             hits = self._walk(hits, scope, qvec, now, req.k)
         return RecallResult(
@@ -317,6 +336,27 @@ class RecallEngine:
         walked.sort(key=lambda h: -h.score)
         return sorted([*hits, *walked], key=lambda h: -h.score)[:k]  # stable: a direct hit wins a tie
 
+    def _adjacent(
+        self, hits: list[RecallHit], scope: ScopeFilter, qvec: np.ndarray | None, now: datetime, k: int
+    ) -> list[RecallHit]:
+        direct = {h.entry_id for h in hits}
+        near: dict[str, float] = {}
+        for h in hits:
+            for e in h.relations:
+                dst = str(e.get("dst", ""))
+                if e.get("relation") in ADJACENT_RELATIONS and dst not in direct:
+                    near[dst] = max(near.get(dst, 0.0), h.score * self.adjacent_weight)
+        if not near:
+            return hits
+        found: list[RecallHit] = []
+        for stored in self.store.find_entries(scope, sorted(near), with_dense=qvec is not None):
+            hit = self._to_hit(stored, qvec, now)
+            if hit.workspace_id == scope.workspace_id and hit.entry_id in near:
+                hit.score, hit.via = near[hit.entry_id], "adjacent"
+                found.append(hit)
+        found.sort(key=lambda h: (-h.score, h.entry_id))
+        return sorted([*hits, *found], key=lambda h: -h.score)[:k]  # stable: a direct hit wins a tie
+
     def _to_hit(self, s: StoredHit, qvec: np.ndarray | None, now: datetime) -> RecallHit:
         p = s.payload
         aliases = p.get("aliases") or []
@@ -338,4 +378,15 @@ class RecallEngine:
             point_id=s.point_id,
             workspace_id=str(p.get("workspace_id", "")),
             importance=p.get("importance_score"),
+            context=_context(p.get("context")),
+            relations=[e for e in p.get("relations") or [] if isinstance(e, dict)],
         )
+
+
+def _context(value: Any) -> list[dict[str, str]] | None:
+    """The payload's context lines as the API shows them (None: indexed without context)."""
+    if not isinstance(value, list):
+        return None
+    return [
+        {"entry_id": str(c.get("entry_id", "")), "text": str(c.get("text", ""))} for c in value if isinstance(c, dict)
+    ]

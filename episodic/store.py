@@ -11,10 +11,13 @@ themselves, lowering the descriptions into its library's types, and wrapping its
 Engines: `episodic.store_edge` (Qdrant Edge, an in-process shard; `EdgeStore`) and
 `episodic.store_qdrant` (qdrant-client against a server, or its local mode; `QdrantServerStore`). This
 module imports neither; the composition root (`stack.stores.open_store`) picks one from the settings.
+
+Size: the whole MemoryStore over one Engine interface, kept in one place on purpose.
 """
 
 from __future__ import annotations
 
+import logging
 from abc import abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -23,6 +26,7 @@ from typing import Any, Protocol
 from episodic.errors import StoreError
 from episodic.identity import point_id
 from episodic.ports import (
+    CONTEXT,
     Fusion,
     MemoryPoint,
     MemoryStore,
@@ -35,8 +39,10 @@ from episodic.ports import (
     merge_relations,
 )
 from episodic.store_query import (
+    DatetimeRange,
     Filter,
     HasDense,
+    Match,
     MatchAny,
     Query,
     Vocabulary,
@@ -61,6 +67,8 @@ from episodic.store_rules import (
     validate_sparse,
     validate_vector,
 )
+
+log = logging.getLogger(__name__)
 
 # Candidates each leg fetches before the importance multiplier re-ranks them.
 DEFAULT_PREFETCH = 100
@@ -92,11 +100,14 @@ class Engine(Vocabulary):
     engine lowers them with `store_query.Lowering(self)` (it is the Vocabulary)."""
 
     name: str  # MemoryStore.backend
+    has_context: bool = False  # set by `ensure`: the collection has the `CONTEXT` sparse vector
 
     @abstractmethod
     def ensure(self, dim: int, indexes: Mapping[str, IndexKind]) -> None:
         """Create or open the collection (multivector `dense` of `dim`, cosine, max-sim; sparse `bm25`
-        with the IDF modifier), check its layout, and create the missing payload indexes."""
+        and `bm25_context` with the IDF modifier), check its layout, and create the missing payload indexes.
+        A collection created before `bm25_context` existed is opened as it is, with `has_context` false
+        (the layout check: `dense` and `bm25` must be there; `bm25_context` may be missing)."""
 
     @abstractmethod
     def upsert(self, points: Sequence[MemoryPoint]) -> None:
@@ -109,6 +120,10 @@ class Engine(Vocabulary):
     @abstractmethod
     def set_dense(self, point_id: str, rows: list[list[float]], fields: dict[str, Any]) -> None:
         """Replace an existing point's dense rows and merge `fields` into its payload, in one call."""
+
+    @abstractmethod
+    def set_context(self, point_id: str, context: SparseVec, fields: dict[str, Any]) -> None:
+        """Replace an existing point's context vector and merge `fields` into its payload, in one call."""
 
     @abstractmethod
     def delete(self, point_ids: list[str]) -> None:
@@ -190,6 +205,13 @@ class QdrantStore(MemoryStore):
             raise StoreError(f"dimension must be positive, got {dim}")
         self.engine.ensure(dim, PAYLOAD_INDEXES)
         self._dim = dim
+        if not self.engine.has_context:
+            log.warning(
+                "the memory collection has no %r vector (created before context-aware indexing): entries "
+                "are indexed and recalled without their run context until it is rebuilt in the new layout",
+                CONTEXT,
+            )
+        self.has_context = self.engine.has_context
 
     def flush(self) -> None:
         self.engine.flush()
@@ -203,7 +225,7 @@ class QdrantStore(MemoryStore):
         if not points:
             return
         validate_points(points, self._dim)
-        self.engine.upsert([stored_point(p) for p in points])
+        self.engine.upsert([stored_point(p, context=self.has_context) for p in points])
 
     def set_payload(self, point_id: str, fields: dict[str, Any]) -> None:
         self.engine.set_payload(point_id, dict(fields))
@@ -211,6 +233,12 @@ class QdrantStore(MemoryStore):
     def set_dense(self, point_id: str, dense: list[list[float]], fields: dict[str, Any]) -> None:
         validate_dense(dense, self._dim, what=f"point {point_id} dense vector")
         self.engine.set_dense(point_id, float_rows(dense), {**fields, "has_dense": True})
+
+    def set_context(self, point_id: str, context: SparseVec, fields: dict[str, Any]) -> None:
+        if not self.has_context:
+            raise StoreError(f"the collection has no {CONTEXT!r} vector")
+        validate_sparse(context, what=f"point {point_id} context vector")
+        self.engine.set_context(point_id, context, dict(fields))
 
     def delete(self, point_ids: list[str]) -> None:
         if point_ids:
@@ -269,6 +297,33 @@ class QdrantStore(MemoryStore):
         if not entry_ids:
             return []
         return list(self._scroll_payloads(in_workspace(workspace_id, MatchAny("links", tuple(sorted(set(entry_ids)))))))
+
+    def run_memories(
+        self,
+        workspace_id: str,
+        run_id: str,
+        *,
+        limit: int,
+        until: str | None = None,
+        since: str | None = None,
+        oldest_first: bool = False,
+    ) -> list[tuple[str, dict[str, Any]]]:
+        if limit <= 0:
+            return []
+        conditions: list[Any] = [Match("run_id", run_id)]
+        if until is not None or since is not None:
+            conditions.append(DatetimeRange("ts", gte=since, lte=until))
+        records, _ = self.engine.scroll(
+            in_workspace(workspace_id, *conditions), limit, None, False, order_by="ts", descending=not oldest_first
+        )
+        return [(str(r.id), dict(r.payload or {})) for r in records]
+
+    def find_by_context(self, workspace_id: str, entry_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
+        if not entry_ids:
+            return []
+        return list(
+            self._scroll_payloads(in_workspace(workspace_id, MatchAny("context_ids", tuple(sorted(entry_ids)))))
+        )
 
     def missing_dense(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
         if limit <= 0:
@@ -394,5 +449,7 @@ class QdrantStore(MemoryStore):
         if limit <= 0:
             return []
         flt = scope_filter(scope)
-        legs = hybrid_prefetch(vector, sparse, scope, flt, self._leg_limit(limit, fusion.prefetch_limit), fusion)
+        legs = hybrid_prefetch(
+            vector, sparse, scope, flt, self._leg_limit(limit, fusion.prefetch_limit), fusion, context=self.has_context
+        )
         return self._run(Query(legs, flt, limit, with_dense))

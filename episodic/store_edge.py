@@ -1,10 +1,11 @@
 """EdgeStore: the memory store on Qdrant Edge, an in-process Qdrant shard on disk (SPEC §6, embedded).
 
-`EdgeEngine` is the thin backend under `episodic.store.QdrantStore`: one shard directory holds the
-collection (a named multivector `dense`, cosine, max-sim over the chunk rows, and a named sparse vector
-`bm25` with the IDF modifier); it lowers the store's neutral filters and queries into qdrant-edge's types
-and wraps the engine's errors. Scores come from the engine: the legs are prefetches, fusion is Qdrant's
-RRF/DBSF, and the importance multiplier is a Formula over `$score`.
+`EdgeEngine` is the thin backend under `episodic.store.QdrantStore`: one shard directory holds the collection
+(a named multivector `dense`, cosine, max-sim over the chunk rows, and the named sparse vectors `bm25` and
+`bm25_context` with the IDF modifier; a shard created before `bm25_context` existed is loaded in its own
+layout, read from its `edge_config.json`, and runs without it); it lowers the store's neutral filters and
+queries into qdrant-edge's types and wraps the engine's errors. Scores come from the engine: the legs are
+prefetches, fusion is Qdrant's RRF/DBSF, and the importance multiplier is a Formula over `$score`.
 
 Qdrant Edge is single-process (the shard's WAL is locked by the process that opened it) and its thread
 safety under concurrent update+query is not documented, so every shard call holds one RLock: the recall
@@ -14,6 +15,7 @@ service queries from a thread pool while the embedding consumer upserts.
 from __future__ import annotations
 
 import functools
+import json
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from episodic.errors import StoreError, StoreUnavailable
-from episodic.ports import DENSE, SPARSE, MemoryPoint
+from episodic.ports import CONTEXT, DENSE, SPARSE, MemoryPoint, SparseVec
 from episodic.store import DEFAULT_PREFETCH, Engine, QdrantStore, Record, ScoredRecord
 from episodic.store_query import Filter, Lowering, Query
 from episodic.store_rules import IndexKind
@@ -35,7 +37,8 @@ except ImportError as e:  # pragma: no cover - a core dependency; guard for a cl
 _FATAL = (KeyboardInterrupt, SystemExit, GeneratorExit)
 
 
-def _config(dim: int) -> qe.EdgeConfig:
+def _config(dim: int, context: bool = True) -> qe.EdgeConfig:
+    sparse = [SPARSE, CONTEXT] if context else [SPARSE]
     return qe.EdgeConfig(
         vectors={
             DENSE: qe.EdgeVectorParams(
@@ -44,8 +47,21 @@ def _config(dim: int) -> qe.EdgeConfig:
                 multivector_config=qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim),
             )
         },
-        sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        sparse_vectors={name: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf) for name in sparse},
     )
+
+
+CONFIG_FILE = "edge_config.json"  # what qdrant-edge writes beside the shard's segments
+
+
+def stored_sparse_names(path: Path) -> set[str] | None:
+    """The sparse vector names of the shard at `path` as its config file records them (None: no readable
+    config; the engine's own check then decides)."""
+    try:
+        config = json.loads((path / CONFIG_FILE).read_text())
+        return set((config.get("sparse_vectors") or {}).keys())
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _index_schema(kind: IndexKind) -> Any:
@@ -121,6 +137,7 @@ class EdgeEngine(Engine):
                 raise StoreUnavailable(f"no Qdrant Edge shard at {self.path}: call ensure_collection(dim)")
             with self._guard("load"):
                 self._shard = qe.EdgeShard.load(str(self.path))
+                self.has_context = CONTEXT in (stored_sparse_names(self.path) or set())
         return self._shard
 
     def ensure(self, dim: int, indexes: Mapping[str, IndexKind]) -> None:
@@ -133,10 +150,15 @@ class EdgeEngine(Engine):
                 self._shard = None
             if self._shard is None:
                 if self._has_data():
-                    self._shard = qe.EdgeShard.load(str(self.path), _config(dim))
+                    names = stored_sparse_names(self.path)
+                    # the layout check: `dense` (dim, max-sim) and `bm25` are the engine's to verify against
+                    # the config below; `bm25_context` may be missing (a shard from before it existed)
+                    self.has_context = names is None or CONTEXT in names
+                    self._shard = qe.EdgeShard.load(str(self.path), _config(dim, self.has_context))
                 else:
                     self.path.mkdir(parents=True, exist_ok=True)
                     self._shard = qe.EdgeShard.create(str(self.path), _config(dim))
+                    self.has_context = True
             self._dim = dim
             present = set(self._shard.info().payload_schema)
             for name, kind in indexes.items():
@@ -173,6 +195,8 @@ class EdgeEngine(Engine):
             vectors: dict[str, Any] = {SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))}
             if p.dense is not None:
                 vectors[DENSE] = p.dense
+            if p.context is not None and self.has_context:
+                vectors[CONTEXT] = qe.SparseVector(list(p.context.indices), list(p.context.values))
             edge_points.append(qe.Point(_point_id(p.point_id), vectors, p.payload))
         with self._guard("upsert"):
             self._open().update(qe.UpdateOperation.upsert_points(edge_points))
@@ -187,6 +211,14 @@ class EdgeEngine(Engine):
         with self._guard("set_dense"):
             shard = self._open()
             shard.update(qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {DENSE: rows})]))
+            shard.update(qe.UpdateOperation.set_payload([pid], fields))
+
+    def set_context(self, point_id: str, context: SparseVec, fields: dict[str, Any]) -> None:
+        pid = _point_id(point_id)
+        vector = qe.SparseVector(list(context.indices), list(context.values))
+        with self._guard("set_context"):
+            shard = self._open()
+            shard.update(qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {CONTEXT: vector})]))
             shard.update(qe.UpdateOperation.set_payload([pid], fields))
 
     def delete(self, point_ids: list[str]) -> None:
@@ -274,10 +306,10 @@ class EdgeEngine(Engine):
     def dense_leg(self, vector: list[float], flt: Any, limit: int) -> qe.Prefetch:
         return qe.Prefetch(limit=limit, query=qe.Query.Nearest([vector], using=DENSE), filter=flt)
 
-    def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None) -> qe.Prefetch:
+    def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None, using: str) -> qe.Prefetch:
         return qe.Prefetch(
             limit=limit,
-            query=qe.Query.Nearest(vector, using=SPARSE),
+            query=qe.Query.Nearest(vector, using=using),
             filter=flt,
             params=qe.SearchParams(idf=qe.IdfParams(corpus=idf)),
             prefetches=[inner] if inner is not None else None,

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from episodic.ports import Fusion, RecallFilter, ScopeFilter, Selection, SparseVec
+from episodic.ports import CONTEXT, SPARSE, Fusion, RecallFilter, ScopeFilter, Selection, SparseVec
 
 # A point without `importance_score` (never written by the indexer, but possible in hand-made data)
 # ranks as an info-level routine memory (SPEC §10 base table), not as the most important one.
@@ -177,13 +177,15 @@ class DenseLeg:
 @dataclass(frozen=True, slots=True)
 class SparseLeg:
     """BM25 over `filter`, with IDF statistics over `idf` only; with `inner`, over the inner prefetch's
-    candidates only (re-scoring them by the query's words)."""
+    candidates only (re-scoring them by the query's words). `using`: the entry's own BM25 vector (`bm25`)
+    or the context-folded one (`bm25_context`)."""
 
     sparse: SparseVec
     filter: Filter
     limit: int
     idf: Filter
     inner: Prefetch | None = None
+    using: str = SPARSE
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,12 +230,22 @@ def sparse_leg(sparse: SparseVec, scope: ScopeFilter, flt: Filter, limit: int) -
 
 
 def hybrid_prefetch(
-    vector: list[float], sparse: SparseVec, scope: ScopeFilter, flt: Filter, limit: int, fusion: Fusion
+    vector: list[float],
+    sparse: SparseVec,
+    scope: ScopeFilter,
+    flt: Filter,
+    limit: int,
+    fusion: Fusion,
+    *,
+    context: bool = False,
 ) -> Fused:
     """The hybrid query's legs (see `Fusion`), each fetching `limit` candidates, fused with their weights.
-    The dense leg is one value, also the inner of the BM25-re-scored leg (an engine lowers it once)."""
+    The dense leg is one value, also the inner of the BM25-re-scored leg (an engine lowers it once).
+    `context`: the collection has the context vector; without it the context legs are left out and the
+    "both" leg re-scores by the entry's own BM25 (the four-leg tree)."""
     dense = dense_leg(vector, flt, limit)
     lexical = sparse_leg(sparse, scope, flt, limit)
+    use_context = context and fusion.context_weight > 0
     legs: list[Prefetch] = []
     weights: list[float] = []
 
@@ -246,9 +258,12 @@ def hybrid_prefetch(
     if sparse.indices:  # an empty sparse query contributes nothing; leave those legs out rather than ask the engine
         add(lexical, fusion.sparse_weight)
         if fusion.both_weight > 0:
-            add(SparseLeg(sparse, flt, limit, lexical.idf, inner=dense), fusion.both_weight)
+            both = CONTEXT if use_context and fusion.both_by_context else SPARSE
+            add(SparseLeg(sparse, flt, limit, lexical.idf, inner=dense, using=both), fusion.both_weight)
         if fusion.head > 0 and fusion.head_weight > 0:
             add(SparseLeg(sparse, flt, min(fusion.head, limit), lexical.idf), fusion.head_weight)
+        if use_context:
+            add(SparseLeg(sparse, flt, limit, lexical.idf, using=CONTEXT), fusion.context_weight)
     if not legs:  # every weight 0: the dense leg alone still ranks
         legs, weights = [dense], [1.0]
     return Fused(tuple(legs), fusion.method, fusion.k, tuple(weights), flt, limit * len(legs))
@@ -286,7 +301,7 @@ class Vocabulary(ABC):
     def dense_leg(self, vector: list[float], flt: Any, limit: int) -> Any: ...
 
     @abstractmethod
-    def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None) -> Any: ...
+    def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None, using: str) -> Any: ...
 
     @abstractmethod
     def fused(self, legs: list[Any], method: str, k: int, weights: list[float], flt: Any, limit: int) -> Any: ...
@@ -334,7 +349,7 @@ def _filter(lo: Lowering, f: Filter) -> Any:
 
 def _sparse_leg(lo: Lowering, leg: SparseLeg) -> Any:
     inner = lo(leg.inner) if leg.inner is not None else None
-    return lo.vocab.sparse_leg(lo(leg.sparse), lo(leg.filter), leg.limit, lo(leg.idf), inner)
+    return lo.vocab.sparse_leg(lo(leg.sparse), lo(leg.filter), leg.limit, lo(leg.idf), inner, leg.using)
 
 
 def _fused(lo: Lowering, f: Fused) -> Any:

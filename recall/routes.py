@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
 from episodic.auth import Principal, authorize
+from episodic.context import ContextMode
 from episodic.recall import RecallHit, RecallResult
 from episodic.render import render
 from recall.deps import Services, current_principal, get_services
@@ -165,6 +166,13 @@ async def memory_health(
     return JSONResponse(status_code=404, content={"error": msg, "detail": msg})
 
 
+def context_state(mode: ContextMode, has_context: bool) -> str:
+    """What /healthz says about context-aware indexing."""
+    if mode.off:
+        return "off"
+    return mode.label() if has_context else "unavailable"
+
+
 @router.get("/healthz", response_model=HealthzResponse, tags=["ops"], summary="Liveness and mode (no auth)")
 async def healthz(response: Response, services: Services = Depends(get_services)) -> HealthzResponse:
     try:
@@ -181,6 +189,7 @@ async def healthz(response: Response, services: Services = Depends(get_services)
         kafka=kafka,
         qdrant=qdrant,
         kafka_bootstrap=st.get("kafka_bootstrap"),
+        context=context_state(services.settings.context, services.store.has_context),
     )
     if not store_ok:  # cannot serve recall at all: fail readiness probes
         response.status_code = 503

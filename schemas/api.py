@@ -8,6 +8,7 @@ Validation rules (every violation is a 422 that names the field, never a 5xx):
 - `agent_id`, `crew_id`: null or a string of 1..128 chars.
 - `query`: 1..`MAX_QUERY_CHARS` (4096) characters, not only whitespace.
 - `k`: integer 1..50, default 5. `mode`: "hybrid" (default), "dense" or "sparse". `walk_depth`: 0 or 1.
+  `adjacent`: true, false or null (the service default).
 - Types are strict (`"5"` is not an integer, `true` is not a number) and unknown fields are rejected.
 - Render: `max_chars` (`MIN_RENDER_CHARS`..`MAX_RENDER_CHARS`) or `max_tokens` (about 4 characters a
   token), not both; neither means `DEFAULT_RENDER_CHARS`.
@@ -40,7 +41,7 @@ MAX_ENTRY_TYPES = 50
 
 Scope = Literal["own", "crew_shared"]
 Mode = Literal["hybrid", "dense", "sparse"]
-Via = Literal["direct", "similar", "supports"]
+Via = Literal["direct", "similar", "supports", "adjacent"]
 Severity = Literal["debug", "info", "warn", "error"]
 
 IdStr = Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_LEN)]
@@ -61,6 +62,11 @@ class RecallRequest(BaseModel):
     mode: Mode = "hybrid"
     walk_depth: Literal[0, 1] = Field(
         default=0, description="1: also follow one hop of similar/supports relations (inside the scope)"
+    )
+    adjacent: bool | None = Field(
+        default=None,
+        description="true: each direct hit also brings its previous and next memory in its run, scored below "
+        'it ("via": "adjacent"), counted in k; null: the service default (EPISODIC_RECALL_ADJACENT, off)',
     )
     since: StrictStr | None = Field(default=None, description="only memories with ts >= since (RFC 3339)")
     until: StrictStr | None = Field(default=None, description="only memories with ts < until (RFC 3339)")
@@ -162,6 +168,11 @@ class RenderRequest(RecallRequest):
         return DEFAULT_RENDER_CHARS
 
 
+class ContextLine(BaseModel):
+    entry_id: str = Field(description="the earlier memory of the run")
+    text: str = Field(description="its summary as indexed: cut to its first EPISODIC_CONTEXT_WORDS words")
+
+
 class Hit(BaseModel):
     entry_id: str
     score: float
@@ -175,6 +186,11 @@ class Hit(BaseModel):
     payload: dict[str, Any]
     via: Via = "direct"
     aliases: list[str] = Field(default_factory=list, description="later entry ids merged as exact duplicates")
+    context: list[ContextLine] | None = Field(
+        default=None,
+        description="the earlier memories of its run it was indexed with, oldest first (the summary is the "
+        "entry's own, unchanged); null when indexed without context",
+    )
 
 
 class RecallResponse(BaseModel):
@@ -203,6 +219,11 @@ class HealthzResponse(BaseModel):
     kafka: str
     qdrant: str
     kafka_bootstrap: str | None
+    context: str = Field(
+        default="off",
+        description="context-aware indexing: the mode (e.g. prev:2/16w), off, or unavailable (the collection "
+        "was created before it and has no bm25_context vector: recall runs without the context leg)",
+    )
 
 
 class ErrorResponse(BaseModel):

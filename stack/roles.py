@@ -158,13 +158,13 @@ class EmbedderRole(Role):
             raise EpisodicError("the embedder needs the state store (forget tombstones), and the stack did not open it")
         self._model = getattr(res.embedder, "model_id", "none")
         self._mode = "vector" if res.embedder is not None else "sparse-only"
-        indexer = Indexer(store=store, embedder=res.embedder, bm25=bm25)
+        indexer = Indexer(store=store, embedder=res.embedder, bm25=bm25, context=res.settings.context)
         self.consumer = EmbeddingConsumer(
             settings=res.settings,
             indexer=indexer,
             producer=res.producer,
             metrics=res.metrics,
-            forgetter=Forgetter(store=store, state=res.state),
+            forgetter=Forgetter(store=store, state=res.state, bm25=bm25),
         )
         self._task = asyncio.create_task(self._run(self.consumer, res.fail), name="embedding-consumer")
 

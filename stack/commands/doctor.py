@@ -176,6 +176,17 @@ def check_service(
         )
     else:
         out.append(Check("embedder", "OK", "vector mode (dense + sparse)"))
+    if health.get("context") == "unavailable":
+        out.append(
+            Check(
+                "context",
+                "WARN",
+                "the memory collection has no bm25_context vector (created before context-aware indexing): "
+                "entries are indexed and recalled without their run context",
+                "rebuild the collection in the current layout (`episodic reindex` once it exists; until then "
+                "re-ingest into a new EPISODIC_COLLECTION), or set EPISODIC_CONTEXT_MODE=off to silence this",
+            )
+        )
     if health.get("kafka") not in (None, "ok"):
         out.append(
             Check(

@@ -80,3 +80,28 @@ def test_serve_preflight_refuses(
     bad.write_text("{}")
     assert serve_main(["--tokens-file", str(bad)]) == 2
     assert "tokens file" in capsys.readouterr().err
+
+
+def test_doctor_warns_when_the_collection_has_no_context_vector() -> None:
+    import httpx
+
+    from episodic.settings import Settings
+    from stack.commands.doctor import check_service
+
+    def answer(context: str) -> httpx.MockTransport:
+        def handler(request: httpx.Request) -> httpx.Response:
+            if request.url.path == "/healthz":
+                health = {"status": "ok", "episodic": "vector", "kafka": "ok", "qdrant": "ok", "context": context}
+                return httpx.Response(200, json={**health, "kafka_bootstrap": None})
+            if request.url.path == "/metrics":
+                return httpx.Response(200, text="")
+            return httpx.Response(200, json={"indexed": 1, "dense": 1, "sparse_only": 0})
+
+        return httpx.MockTransport(handler)
+
+    old = check_service(Settings(), "http://x", None, transport=answer("unavailable"))
+    [warn] = [c for c in old if c.name == "context"]
+    assert warn.level == "WARN" and "bm25_context" in warn.message and warn.fix and "reindex" in warn.fix
+    assert not [
+        c for c in check_service(Settings(), "http://x", None, transport=answer("prev:2/16w")) if c.name == "context"
+    ]
