@@ -100,6 +100,16 @@ def folded_text(lines: Sequence[str], summary: str) -> str:
     return "\n".join([*lines, summary])
 
 
+def shown_context(value: Any) -> list[dict[str, str]] | None:
+    """A payload's `context` as the API shows it: [{entry_id, text}], oldest first; None when the memory was
+    indexed without context (mode off, or a collection without the context vector)."""
+    if not isinstance(value, list):
+        return None
+    return [
+        {"entry_id": str(c.get("entry_id", "")), "text": str(c.get("text", ""))} for c in value if isinstance(c, dict)
+    ]
+
+
 def _instant(ts: Any) -> datetime:
     if isinstance(ts, datetime):
         return ts if ts.tzinfo else ts.replace(tzinfo=UTC)

@@ -20,6 +20,7 @@ import hashlib
 import json
 from typing import Any
 
+from episodic.context import shown_context
 from episodic.forget import TOMBSTONE, tombstone_key
 from episodic.identity import point_id
 from episodic.ports import MemoryStore, PagePosition, Selection, StateStore
@@ -110,6 +111,7 @@ def memory_detail(
         "accepted_at": _str(payload.get("accepted_at")),
         "model": _str(payload.get("model")) if payload.get("has_dense") is True else None,
         "relations": sorted(relations, key=lambda r: (r["src"] != own, r["relation"], r["src"], r["dst"])),
+        "context": shown_context(payload.get("context")),
     }
 
 

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from episodic.context import shown_context
 from episodic.errors import EpisodicError, StoreError
 from episodic.ports import SEVERITIES, Embedder, Fusion, MemoryStore, RecallFilter, ScopeFilter, SparseVec, StoredHit
 from episodic.settings import Settings
@@ -378,15 +379,6 @@ class RecallEngine:
             point_id=s.point_id,
             workspace_id=str(p.get("workspace_id", "")),
             importance=p.get("importance_score"),
-            context=_context(p.get("context")),
+            context=shown_context(p.get("context")),
             relations=[e for e in p.get("relations") or [] if isinstance(e, dict)],
         )
-
-
-def _context(value: Any) -> list[dict[str, str]] | None:
-    """The payload's context lines as the API shows them (None: indexed without context)."""
-    if not isinstance(value, list):
-        return None
-    return [
-        {"entry_id": str(c.get("entry_id", "")), "text": str(c.get("text", ""))} for c in value if isinstance(c, dict)
-    ]

@@ -13,7 +13,7 @@ from dataclasses import replace
 from eval.bm25 import Bm25Spec
 from eval.context import ContextSpec
 from eval.embcache import parse_ctx
-from eval.methods import Method, adjacent, dbsf, default_hybrid, rrf, single
+from eval.methods import Method, adjacent, dbsf, default_hybrid, formula, rrf, single
 from eval.prf import Rm3
 from eval.views import Dense, Sparse, Views, build
 
@@ -80,7 +80,7 @@ def dense_context(a: argparse.Namespace) -> Result:
 
 def adjacency(a: argparse.Namespace) -> Result:
     sctx = parse_ctx(a.sctx) if getattr(a, "sctx", None) else ContextSpec(prev=1, date=True)
-    views = build(a.sets, {"D": Dense(), "S": Sparse(), "Sc": Sparse(ctx=sctx)})
+    views = build(a.sets, {"D": Dense(), "S": Sparse(), "Sc": Sparse(ctx=sctx), "SC": Sparse(ctx=RECOMMENDED_CONTEXT)})
     ms = base_methods()
     for name, inner in (("default", default_hybrid()), ("Sc hybrid", default_hybrid("D", "Sc"))):
         ms[name] = inner
@@ -89,6 +89,11 @@ def adjacency(a: argparse.Namespace) -> Result:
                 ms[f"{name} + adjacent {which}, top {hits} hits, right below"] = adjacent(inner, which, 0.0, hits)
             for f in (0.5, 0.9):
                 ms[f"{name} + adjacent {which}, all hits, score x{f}"] = adjacent(inner, which, f, 10)
+    # the product (episodic.recall): k direct hits, each with its previous and next memory at f x its score,
+    # over the shipped five-leg tree
+    ms["shipped five-leg tree"] = recommended()
+    for f in (0.5, 0.9):
+        ms[f"shipped tree + adjacent (product: 10 direct, both, x{f})"] = adjacent(recommended(), "both", f, 10, 10)
     return views, ms, f"Episode adjacency (Sc = BM25 {sctx.label()})"
 
 
@@ -154,6 +159,7 @@ def fusion(a: argparse.Namespace) -> Result:
         ms[f"dbsf [D, S, {n}]"] = dbsf([("D", 100), ("S", 100), (c, 100)])
         ms[f"dbsf [D, {n}@D, {n}]"] = dbsf([("D", 100), (c, "D", 100), (c, 100)])
     ms["dbsf [D, S@D, S]"] = dbsf([("D", 100), ("S", "D", 100), ("S", 100)])
+    ms["formula cos + 4 bm25/(bm25+20) (phase 1's best score formula)"] = formula("D", "S", 1.0, 4.0, 20.0)
     ms["dbsf [D, S]"] = dbsf([("D", 100), ("S", 100)])
     return views, ms, "Fusion with a context-folded BM25 leg (C<N>/<w>w: previous N turns, each cut to w words)"
 

@@ -324,6 +324,9 @@ class MemoryDetail(BaseModel):
     aliases: list[str]
     occurrences: int
     relations: list[RelationOut] = Field(description="edges from and to this memory")
+    context: list[ContextLine] | None = Field(
+        default=None, description="the earlier memories of its run it was indexed with (null: without context)"
+    )
 
 
 class MemoryItem(BaseModel):

@@ -172,6 +172,9 @@ def test_show_a_memory_with_everything_it_holds(shared: dict[str, Any]) -> None:
         ("old-oom", "old-dns", "next"),  # run r-old in time order: old-oom, old-dns, old-db, ...
         ("old-dns", "old-oom", "previous"),
     }
+    assert m["context"] == []  # the first memory of its run
+    db = c.get("/v1/memory/old-db", params={"workspace_id": "ws-a"}).json()
+    assert [x["entry_id"] for x in db["context"]] == ["old-oom", "old-dns"]  # indexed with the two before it
     alias = c.get("/v1/memory/dup-b", params={"workspace_id": "ws-a"}).json()
     assert (alias["entry_id"], alias["requested_id"], alias["aliases"], alias["occurrences"]) == (
         "dup-a",
