@@ -23,10 +23,11 @@ BENCHES: dict[str, str] = {
     "embed": "bench.bench_embed",
     "freshness": "bench.bench_freshness",
     "recall": "bench.bench_recall_latency",
+    "context": "bench.bench_context",
 }
 # Other benchmarks in the repo (owned elsewhere) that follow the same --quick convention; run if present.
 OPTIONAL: dict[str, str] = {"gate": "bench.bench_gate"}
-TIMEOUT_S = {"embed": 3600, "freshness": 1200, "recall": 5400, "gate": 1800}
+TIMEOUT_S = {"embed": 3600, "freshness": 1200, "recall": 5400, "gate": 1800, "context": 1800}
 
 
 def _available(module: str) -> bool:
