@@ -31,6 +31,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,14 @@ async def wait_warm(producer: Any, probe: Probe, ws: str, timeout: float) -> Non
     raise TimeoutError(f"the stack indexed nothing within {timeout}s")
 
 
-async def run(args: argparse.Namespace) -> list[Row]:
+async def run(
+    args: argparse.Namespace,
+    *,
+    extra_env: dict[str, str] | None = None,
+    on_metrics: Callable[[str], None] | None = None,
+) -> list[Row]:
+    """One measured run; `extra_env`: more EPISODIC_* settings for the stack; `on_metrics`: gets the stack's
+    /metrics text after the load (bench_linker reads the linker's own lag from it)."""
     import httpx
 
     from episodic.bus import ensure_topics, make_producer
@@ -177,7 +185,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
     rt_topic = f"bench.roundtrip.{uid()}"
     with tmp_dir() as tmp:
         log_path = tmp / "stack.log"
-        env = stack_env(tmp / "data", broker_port=broker_port, http_port=http_port)
+        env = stack_env(tmp / "data", broker_port=broker_port, http_port=http_port, **(extra_env or {}))
         with child_process(episodic_up_cmd(), env=env, log_path=log_path) as proc:
             health = wait_http(f"{base}/healthz", timeout=args.start_timeout, proc=proc, log_path=log_path)
             print(f"bench_freshness: stack up ({health.get('episodic')}), broker {bootstrap}, http {base}")
@@ -217,6 +225,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 probe.deferred = 0
                 rows = await measure(args, producer, probe, rt_topic, f"{base}/v1/recall", httpx)
                 print(stack_metrics_summary(f"{base}/metrics"))
+                if on_metrics is not None:
+                    on_metrics(httpx.get(f"{base}/metrics", timeout=5.0).text)
             finally:
                 stop.set()
                 await producer.stop()

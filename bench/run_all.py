@@ -6,6 +6,7 @@ rows. A benchmark that fails is reported (with its exit status) and the others s
     python -m bench.run_all                 # full sizes (take figures on a quiet machine)
     python -m bench.run_all --quick         # small sizes: a sanity check that everything runs
     python -m bench.run_all --only embed freshness
+    python -m bench.run_all --only decay linker
 """
 
 from __future__ import annotations
@@ -23,11 +24,21 @@ BENCHES: dict[str, str] = {
     "embed": "bench.bench_embed",
     "freshness": "bench.bench_freshness",
     "recall": "bench.bench_recall_latency",
+    "decay": "bench.bench_decay",
+    "linker": "bench.bench_linker",
     "context": "bench.bench_context",
 }
 # Other benchmarks in the repo (owned elsewhere) that follow the same --quick convention; run if present.
 OPTIONAL: dict[str, str] = {"gate": "bench.bench_gate"}
-TIMEOUT_S = {"embed": 3600, "freshness": 1200, "recall": 5400, "gate": 1800, "context": 1800}
+TIMEOUT_S = {
+    "embed": 3600,
+    "freshness": 1200,
+    "recall": 5400,
+    "gate": 1800,
+    "decay": 1800,
+    "linker": 1800,
+    "context": 1800,
+}
 
 
 def _available(module: str) -> bool:

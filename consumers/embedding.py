@@ -6,60 +6,63 @@ then its memory.indexed events are produced and only then are its offsets commit
 delivery with idempotent writes, so a crash re-delivers the batch and the store still holds exactly one
 point per entry.
 
+Nothing wedges a partition. Errors are sorted by what retrying can do:
+- transient (the store unavailable, the broker unreachable): retried with backoff, for ever; the batch is
+  never skipped (during a drain, for `STOP_RETRY_S`, then left uncommitted and re-delivered later);
+- deterministic (the store or the indexer rejects something in the batch): the batch is split in halves
+  until the records that fail alone are found; those go to journal.dlq with reason `store_rejected` and
+  their original bytes, the rest is indexed and the whole batch committed. A record that does not decode
+  goes there at once (`bad_embeddable`). Both count in `episodic_dead_lettered_total`.
+
 Visibility first (SPEC §5: recall sees an entry within about a second). A batch is embedded inline only
 while its oldest record can still become searchable within `EPISODIC_VISIBLE_BUDGET_MS` of production,
-judged from the measured embedding speed (seconds per character, moving average). Otherwise (a backlog,
-a long report, the model busy filling earlier vectors) the batch is written with its BM25 vectors only,
-committed, and `memory.indexed` says "sparse-only"; the densify loop then adds the dense vectors as soon
-as the model is free and emits a second `memory.indexed` ("vector") for each. The missing vectors are
-found in the store (`has_dense` false), so a crash in between loses nothing. The same loop is the
-backfill after sparse-only mode.
+judged from the measured embedding speed. Otherwise the batch is written with its BM25 vectors only,
+committed, and `memory.indexed` says "sparse-only"; the densify loop (`consumers.densify`) then adds the
+dense vectors and emits a second `memory.indexed` ("vector") for each.
 
 Forgets (SPEC §11), control records keyed by workspace on this topic, are applied before their batch is
-indexed, and the records they cover are left out (episodic.forget).
+indexed, and the records they cover are left out, also in the halves of a split batch (`consumers.batch`,
+episodic.forget). A forget this consumer cannot decode or apply goes to journal.dlq (`bad_control`); one
+the store refuses, as `forget_failed` (its status says failed).
+
+Lag: a `LagProbe` measures this group's lag from fetch high watermarks on its own timer (SPEC §10), so it
+keeps rising while the consumer is stuck.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
-from episodic.bus import dumps
-from episodic.errors import StoreError, StoreUnavailable
-from episodic.forget import Forgetter, Position
-from episodic.indexer import BatchResult, Indexer
+from consumers.batch import BatchApplier, Forget, Item, observe
+from consumers.densify import Densifier
+from consumers.poison import BAD_CONTROL, BAD_EMBEDDABLE, Abandoned, dead_letter
+from episodic.bus import dumps, group_lag_probe
+from episodic.errors import StoreUnavailable
+from episodic.forget import Forgetter
+from episodic.indexer import Indexer
 from episodic.metrics import Metrics
 from episodic.settings import Settings
 from schemas import topics
-from schemas.events import (
-    CONTROL_HEADER,
-    FORGET,
-    DlqRecord,
-    EmbeddableRecord,
-    ForgetRecord,
-    ForgottenEvent,
-    InvalidRecord,
-)
+from schemas.events import CONTROL_HEADER, FORGET, DlqRecord, EmbeddableRecord, ForgetRecord, InvalidRecord
 
 log = logging.getLogger(__name__)
 
-STORE_RETRY_MAX_S = 30.0
-DENSIFY_BATCH = 32  # small: the consumer waits for the model no longer than one of these
-DENSIFY_IDLE_S = 30.0  # look for missing vectors at least this often (backfill after sparse-only mode)
-DENSIFY_STOP_S = 30.0  # on stop, wait this long for the vectors being computed
+RETRY_MAX_S = 30.0  # backoff ceiling for transient errors
+STOP_RETRY_S = 10.0  # while draining, give a transient error this long before leaving the batch uncommitted
 PRIOR_SECONDS_PER_CHAR = 2e-4  # about 30 one-line summaries a second on one core, until measured
 R = TypeVar("R")
+
+Send = tuple[str, bytes | None, bytes]
 
 
 def _control(msg: ConsumerRecord[bytes, bytes]) -> bytes | None:
@@ -92,6 +95,7 @@ class ConsumerStats:
     records: int = 0
     indexed: int = 0
     errors: int = 0
+    dead_lettered: int = 0
     last_batch_at: float = 0.0
     lag: dict[str, int] = field(default_factory=dict)
 
@@ -128,8 +132,16 @@ class EmbeddingConsumer:
         self._stopping = asyncio.Event()
         self._ready = asyncio.Event()
         self.speed = EmbedSpeed(settings.visible_budget_ms / 1000)
-        self._densify_wake = asyncio.Event()
-        self._densifying = False
+        self.densifier = Densifier(
+            indexer=indexer,
+            metrics=metrics,
+            speed=self.speed,
+            publish=self._publish,
+            quarantine_after=settings.densify_max_attempts,
+            stopping=self._stopping,
+        )
+        self.applier = BatchApplier(indexer=indexer, forgetter=forgetter, metrics=metrics, retrying=self._retrying)
+        self.lag = group_lag_probe(settings, metrics, group=self.group_id, topic=source_topic, also=self._seen_lag)
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def wait_ready(self, timeout: float = 60.0) -> None:
@@ -155,8 +167,9 @@ class EmbeddingConsumer:
         )
         self._consumer = consumer
         await consumer.start()
+        lag = asyncio.create_task(self.lag.run(), name=f"lag-{self.group_id}")
         densify = (
-            asyncio.create_task(self._densify_loop(), name="densify") if self.indexer.embedder is not None else None
+            asyncio.create_task(self.densifier.run(), name="densify") if self.indexer.embedder is not None else None
         )
         try:
             self._ready.set()
@@ -165,29 +178,33 @@ class EmbeddingConsumer:
                 batch = await self._collect()
                 if batch:
                     await self._process(consumer, batch)
+        except Abandoned as e:
+            log.warning("embedding consumer: %s; the batch in flight stays uncommitted (re-delivered)", e)
         finally:
+            self._stopping.set()
             if densify is not None:  # let a batch of vectors in flight land before the store closes
-                self._stopping.set()
-                self._densify_wake.set()
-                try:
-                    await asyncio.wait_for(asyncio.shield(densify), DENSIFY_STOP_S)
-                except BaseException:
-                    densify.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await densify
+                await self.densifier.finish(densify)
+            lag.cancel()
+            await asyncio.gather(lag, return_exceptions=True)
             try:
                 await consumer.stop()
             except Exception:  # pragma: no cover - best effort on shutdown
                 log.exception("consumer stop failed")
             self._consumer = None
 
+    def _seen_lag(self, lag: int) -> None:
+        self.stats.lag[self.group_id] = lag
+
     # -- batching ----------------------------------------------------------------------------------
     async def _collect(self) -> list[ConsumerRecord[bytes, bytes]]:
-        """A batch bounded by size and by time since its first record."""
-        assert self._consumer is not None
+        """A batch bounded by size and by time since its first record. Broker errors are retried."""
+        consumer = self._consumer
+        if consumer is None:
+            raise RuntimeError("the consumer is not running")
         s = self.settings
         batch: list[ConsumerRecord[bytes, bytes]] = []
         deadline: float | None = None
+        delay = 0.2
         while len(batch) < s.batch_size and not self._stopping.is_set():
             if deadline is None:
                 timeout_ms = 200
@@ -196,178 +213,138 @@ class EmbeddingConsumer:
                 if remaining <= 0:
                     break
                 timeout_ms = max(1, int(remaining * 1000))
-            got = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=s.batch_size - len(batch))
+            try:
+                got = await consumer.getmany(timeout_ms=timeout_ms, max_records=s.batch_size - len(batch))
+            except KafkaError as e:  # transient: the broker away or the group rebalancing
+                self.metrics.consumer_errors.labels(stage="broker").inc()
+                self.stats.errors += 1
+                log.warning("fetch failed (%r); retrying in %.1fs", e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+                continue
+            delay = 0.2
             for recs in got.values():
                 batch.extend(recs)
             if batch and deadline is None:
                 deadline = time.monotonic() + s.batch_max_wait_ms / 1000
-            if not batch and not got:
-                continue
         return batch
 
     # -- one batch -----------------------------------------------------------------------------------
     async def _process(self, consumer: AIOKafkaConsumer, batch: list[ConsumerRecord[bytes, bytes]]) -> None:
         m = self.metrics
-        records: list[EmbeddableRecord] = []
-        positions: list[Position] = []
-        forgets: list[tuple[ForgetRecord, Position]] = []
-        produce_ts: dict[tuple[str, str], float] = {}
+        items: list[Item] = []
+        forgets: list[Forget] = []
         dead: list[DlqRecord] = []
         for msg in batch:
             control = _control(msg)
             try:
                 if control is not None:
-                    forgets.append(self._forget_record(control, msg))
-                    continue
-                rec = EmbeddableRecord.from_json(msg.value or b"")
+                    forgets.append((self._forget_record(control, msg), msg))
+                else:
+                    items.append((EmbeddableRecord.from_json(msg.value or b""), msg))
             except InvalidRecord as e:
                 m.consumer_errors.labels(stage="decode").inc()
-                dead.append(
-                    DlqRecord.build(
-                        reason="bad_embeddable" if control is None else "bad_control",
-                        error=str(e).splitlines()[0][:500],
-                        raw=msg.value,
-                        topic=msg.topic,
-                        partition=msg.partition,
-                        offset=msg.offset,
-                    )
-                )
-                continue
-            records.append(rec)
-            positions.append(Position(msg.partition, msg.offset))
-            produce_ts[(rec.workspace_id, rec.id)] = msg.timestamp / 1000.0
+                if control is None:
+                    dead.append(dead_letter(BAD_EMBEDDABLE, str(e), msg))
+                else:
+                    dead.append(dead_letter(BAD_CONTROL, str(e), msg))
         m.batch_size.observe(len(batch))
-        records, forgotten = await self._forget(forgets, records, positions)
 
         defer = False
-        if records and self.indexer.embedder is not None:
+        if items and self.indexer.embedder is not None:
             oldest = min(msg.timestamp for msg in batch) / 1000.0
             defer = self.speed.defer(
                 age_s=max(0.0, time.time() - oldest),
-                chars=sum(len(r.summary) for r in records),
-                model_busy=self._densifying,
+                chars=sum(len(r.summary) for r, _ in items),
+                model_busy=self.densifier.busy,
             )
-        result = await self._index_with_retry(records, defer_dense=defer)
+        applied = await self.applier.apply(forgets, items, defer=defer)
+        result = applied.result
+        dead += applied.dead
+        self.stats.errors += applied.rejections
         if result.deferred:
             m.dense_deferred.inc(result.deferred)
-            self._densify_wake.set()
+            self.densifier.wake()
         if result.embedded:
             m.embed_duration.observe(result.embed_seconds)
             self.speed.observe(result.chars, result.embed_seconds)
         if result.written:
             m.upsert_duration.observe(result.upsert_seconds)
+            m.points_written.inc(result.written)
         if result.embed_failed:
             m.consumer_errors.labels(stage="embed").inc()
+            self.densifier.wake()  # written sparse-only: the densify loop finds the failing text
 
-        # Publish events (and dead letters), wait for the broker, then commit.
-        futures: list[asyncio.Future[Any]] = []
-        try:
-            for ev in result.events:
-                futures.append(
-                    await self.producer.send(
-                        self.indexed_topic, key=ev.workspace_id.encode(), value=dumps(ev.to_json_dict())
-                    )
-                )
-            for d in dead:
-                futures.append(await self.producer.send(self.dlq_topic, value=d.to_json()))
-            for fe in forgotten:
-                futures.append(
-                    await self.producer.send(self.forgotten_topic, key=fe.workspace_id.encode(), value=fe.to_json())
-                )
-            if futures:
-                await asyncio.gather(*futures)
-        except KafkaError:
-            m.consumer_errors.labels(stage="publish").inc()
-            raise
-        now = datetime.now(UTC).timestamp()
-        by_key = {(r.workspace_id, r.id): r for r in records}
-        for ev in result.events:
-            m.indexed.labels(mode=ev.mode).inc()
-            src = by_key.get((ev.workspace_id, ev.entry_id))
-            if src is not None and ev.mode != "duplicate":
-                m.index_lag.observe(max(0.0, now - src.ts_datetime.timestamp()))
-            pts = produce_ts.get((ev.workspace_id, ev.entry_id))
-            if pts:
-                m.produce_to_index.observe(max(0.0, now - pts))
+        # Publish events, dead letters and what the forgets removed, wait for the broker, then commit.
+        sends: list[Send] = [
+            (self.indexed_topic, ev.workspace_id.encode(), dumps(ev.to_json_dict())) for ev in result.events
+        ]
+        sends += [(self.dlq_topic, None, d.to_json()) for d in dead]
+        sends += [(self.forgotten_topic, fe.workspace_id.encode(), fe.to_json()) for fe in applied.forgotten]
+        await self._publish(sends)
+        for d in dead:
+            m.dead_lettered.labels(reason=d.reason).inc()
+        self.stats.dead_lettered += len(dead)
+        observe(m, applied, items)
         await self._commit(consumer, batch)
         self.stats.batches += 1
         self.stats.records += len(batch)
         self.stats.indexed += len(result.events)
         self.stats.last_batch_at = time.time()
-        await self._update_lag(consumer)
 
-    def _forget_record(self, control: bytes, msg: ConsumerRecord[bytes, bytes]) -> tuple[ForgetRecord, Position]:
+    def _forget_record(self, control: bytes, msg: ConsumerRecord[bytes, bytes]) -> ForgetRecord:
         if control != FORGET or self.forgetter is None:
             why = "no forgetter in this consumer" if control == FORGET else f"unknown control {control!r}"
             raise InvalidRecord(f"cannot apply this control record: {why}")
-        return ForgetRecord.from_json(msg.value or b""), Position(msg.partition, msg.offset)
+        return ForgetRecord.from_json(msg.value or b"")
 
-    async def _forget(
-        self, forgets: list[tuple[ForgetRecord, Position]], records: list[EmbeddableRecord], positions: list[Position]
-    ) -> tuple[list[EmbeddableRecord], list[ForgottenEvent]]:
-        """Forgets (SPEC §11): applied before the batch is indexed; the records they cover are left out."""
-        if self.forgetter is None:
-            return records, []
-        handled = await self._with_retry(self.forgetter.handle, forgets, records, positions)
-        self.metrics.observe_forgets(handled.outcomes, handled.left_out)
-        return handled.kept, handled.events()
-
-    async def _index_with_retry(self, records: list[EmbeddableRecord], *, defer_dense: bool = False) -> BatchResult:
-        """Retry store failures with backoff: never skip a batch (nothing is lost)."""
-        return await self._with_retry(functools.partial(self.indexer.index_batch, defer_dense=defer_dense), records)
-
-    async def _with_retry(self, fn: Callable[..., R], *args: Any) -> R:
-        """`fn(*args)` in a thread; store failures are retried with backoff."""
-        delay = 0.2
+    async def _retrying(self, fn: Callable[..., R], *args: Any, **kw: Any) -> R:
+        """`fn(*args, **kw)` in a thread; retried with backoff while the store is unavailable: never skip a
+        batch (nothing is lost). Anything else is the caller's (a deterministic rejection)."""
+        delay, waited = 0.2, 0.0
         while True:
             try:
-                return await asyncio.to_thread(fn, *args)
-            except (StoreUnavailable, StoreError) as e:
+                return await asyncio.to_thread(fn, *args, **kw)
+            except StoreUnavailable as e:
                 self.metrics.consumer_errors.labels(stage="store").inc()
                 self.stats.errors += 1
-                if self._stopping.is_set() and delay >= STORE_RETRY_MAX_S:
-                    raise
-                log.warning("store write failed (%s); retrying in %.1fs", e, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, STORE_RETRY_MAX_S)
+                waited = await self._backoff("store", e, delay, waited)
+                delay = min(delay * 2, RETRY_MAX_S)
 
-    # -- vectors after the fact ----------------------------------------------------------------------
-    async def _densify_loop(self) -> None:
-        """Fill missing dense vectors (deferred, or left by sparse-only mode) whenever the model is free;
-        look again at least every DENSIFY_IDLE_S. Store errors are retried on the next round."""
-        while not self._stopping.is_set():
-            self._densify_wake.clear()
-            filled = 0
-            try:
-                filled = await self._densify_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                self.metrics.consumer_errors.labels(stage="densify").inc()
-                log.warning("adding dense vectors failed (retried later): %s", e)
-            if filled:
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._densify_wake.wait(), DENSIFY_IDLE_S)
+    async def _backoff(self, what: str, error: BaseException, delay: float, waited: float) -> float:
+        if self._stopping.is_set() and waited >= STOP_RETRY_S:
+            raise Abandoned(f"{what} still failing after {waited:.0f}s while draining: {error}")
+        log.warning("%s failed (%s); retrying in %.1fs", what, error, delay)
+        await asyncio.sleep(delay)
+        return waited + delay
 
-    async def _densify_once(self) -> int:
-        self._densifying = True
-        try:
-            result = await asyncio.to_thread(self.indexer.densify, DENSIFY_BATCH)
-        finally:
-            self._densifying = False
-        if result.embedded:
-            self.speed.observe(result.chars, result.embed_seconds)
-        events = result.events
-        if not events:
-            return 0
-        self.metrics.densified.inc(len(events))
-        futures = [
-            await self.producer.send(self.indexed_topic, key=ev.workspace_id.encode(), value=dumps(ev.to_json_dict()))
-            for ev in events
-        ]
-        await asyncio.gather(*futures)
-        return len(events)
+    async def _publish(self, sends: Sequence[Send]) -> None:
+        """Produce records and wait for the broker; what fails is sent again (transient), for ever."""
+        pending = list(sends)
+        delay, waited = 0.2, 0.0
+        while pending:
+            failed: list[Send] = []
+            queued: list[tuple[Send, asyncio.Future[Any]]] = []
+            error: BaseException | None = None
+            for rec in pending:
+                topic, key, value = rec
+                try:
+                    queued.append((rec, await self.producer.send(topic, key=key, value=value)))
+                except KafkaError as e:
+                    failed.append(rec)
+                    error = e
+            results = await asyncio.gather(*(f for _, f in queued), return_exceptions=True)
+            for (rec, _), res in zip(queued, results, strict=True):
+                if isinstance(res, BaseException):
+                    failed.append(rec)
+                    error = res
+            if not failed:
+                return
+            self.metrics.consumer_errors.labels(stage="publish").inc(len(failed))
+            self.stats.errors += 1
+            waited = await self._backoff(f"publishing {len(failed)} records", error or KafkaError(), delay, waited)
+            delay = min(delay * 2, RETRY_MAX_S)
+            pending = failed
 
     async def _commit(self, consumer: AIOKafkaConsumer, batch: list[ConsumerRecord[bytes, bytes]]) -> None:
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
@@ -375,24 +352,20 @@ class EmbeddingConsumer:
             tp = TopicPartition(msg.topic, msg.partition)
             if tp not in offsets or offsets[tp].offset < msg.offset + 1:
                 offsets[tp] = OffsetAndMetadata(msg.offset + 1, "")
-        try:
-            await consumer.commit(offsets)
-        except CommitFailedError as e:
-            # A rebalance took the partitions: the new owner re-delivers; writes are idempotent.
-            self.metrics.consumer_errors.labels(stage="commit").inc()
-            log.warning("commit failed after a rebalance (records will be re-delivered): %s", e)
-
-    async def _update_lag(self, consumer: AIOKafkaConsumer) -> None:
-        """Lag from the high watermark carried by fetch responses (Tansu misreports ListOffsets)."""
-        total = 0
-        for tp in consumer.assignment():
-            hw = consumer.highwater(tp)
-            if hw is None:
-                continue
+        delay, waited = 0.2, 0.0
+        while True:
             try:
-                position = await asyncio.wait_for(consumer.position(tp), 1.0)
-            except (KafkaError, TimeoutError, AssertionError):
-                continue
-            total += max(0, hw - position)
-        self.stats.lag[self.group_id] = total
-        self.metrics.consumer_lag.labels(group=self.group_id).set(total)
+                await consumer.commit(offsets)
+                return
+            except CommitFailedError as e:
+                # A rebalance took the partitions: the new owner re-delivers; writes are idempotent.
+                self.metrics.consumer_errors.labels(stage="commit").inc()
+                log.warning("commit failed after a rebalance (records will be re-delivered): %s", e)
+                return
+            except KafkaError as e:  # the coordinator away: the batch is done, its commit must follow
+                self.metrics.consumer_errors.labels(stage="commit").inc()
+                with contextlib.suppress(Abandoned):
+                    waited = await self._backoff("commit", e, delay, waited)
+                    delay = min(delay * 2, RETRY_MAX_S)
+                    continue
+                return

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -12,6 +15,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from episodic.errors import BrokerUnavailable
+from episodic.metrics import Metrics
+from episodic.settings import Settings
 from schemas.events import CONTROL_HEADER, FORGET, ForgetRecord
 from schemas.topics import ALL_TOPICS, JOURNAL_EMBEDDABLE
 
@@ -97,4 +102,146 @@ async def send_forget(producer: AIOKafkaProducer, record: ForgetRecord, *, topic
     producer's acks; `make_producer` asks for all in-sync replicas)."""
     await producer.send_and_wait(
         topic, key=record.workspace_id.encode(), value=record.to_json(), headers=[(CONTROL_HEADER, FORGET)]
+    )
+
+
+async def send_all(producer: AIOKafkaProducer, topic: str, records: Sequence[tuple[bytes | None, bytes]]) -> None:
+    """Send (key, value) records and return once the broker acknowledged every one of them (the producer's
+    acks; `make_producer` asks for all in-sync replicas). Raises the first failure."""
+    futures = [await producer.send(topic, key=key, value=value) for key, value in records]
+    await asyncio.gather(*futures)
+
+
+# -- consumer lag ----------------------------------------------------------------------------------------
+
+LAG_INTERVAL_S = 5.0
+LAG_FETCH_WAIT_S = 3.0  # how long one measurement waits for a fresh fetch response of every partition
+
+
+def group_lag(highwater: dict[Any, int | None], committed: dict[Any, int | None]) -> int | None:
+    """Records the group has not committed yet: sum over partitions of high watermark - committed offset
+    (a partition without a commit counts from 0). None when a partition's high watermark is unknown."""
+    total = 0
+    for tp, hw in highwater.items():
+        if hw is None:
+            return None
+        total += max(0, hw - (committed.get(tp) or 0))
+    return total
+
+
+class LagProbe:
+    """A consumer group's lag on its own timer, from the high watermarks that fetch responses carry.
+
+    SPEC §10: Tansu misreports ListOffsets (end offsets), so the high watermark comes from a fetch. The
+    group's own consumer stops fetching while it is stuck (its buffer is full), so its high watermark goes
+    stale exactly when lag matters; this probe is a separate consumer that never joins the group: it is
+    assigned every partition of `topic`, reads the group's committed offsets (OffsetFetch), seeks there
+    and fetches (at most a record per partition), which refreshes each partition's high watermark. So the
+    lag keeps rising while the group is stuck, and an alert can fire on it.
+    """
+
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        group_id: str,
+        topic: str,
+        report: Callable[[int], None],
+        interval_s: float = LAG_INTERVAL_S,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.group_id = group_id
+        self.topic = topic
+        self.report = report
+        self.interval_s = interval_s
+        self.on_error = on_error
+        self.last: int | None = None
+
+    async def run(self) -> None:
+        """Measure every `interval_s` until cancelled; failures are reported and retried next tick."""
+        from aiokafka import AIOKafkaConsumer
+
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            group_id=self.group_id,  # for OffsetFetch only: with manual assignment it never joins the group
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=50,
+            max_partition_fetch_bytes=1,  # the first record only: the point is the high watermark
+            isolation_level="read_uncommitted",
+        )
+        started = False
+        try:
+            while True:
+                try:
+                    if not started:
+                        await consumer.start()
+                        started = True
+                    lag = await self.measure(consumer)
+                    if lag is not None:
+                        self.last = lag
+                        self.report(lag)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # the broker away, the topic not there yet: try again next tick
+                    if self.on_error is not None:
+                        self.on_error(e)
+                    log.debug("lag probe for %s on %s: %r", self.group_id, self.topic, e)
+                await asyncio.sleep(self.interval_s)
+        finally:
+            if started:
+                with contextlib.suppress(Exception):
+                    await consumer.stop()
+
+    async def measure(self, consumer: Any) -> int | None:
+        from aiokafka import TopicPartition
+
+        await consumer.topics()  # refresh metadata: partitions added since the last tick
+        parts = consumer.partitions_for_topic(self.topic) or set()
+        tps = {TopicPartition(self.topic, p) for p in parts}
+        if not tps:
+            return None
+        if consumer.assignment() != tps:
+            consumer.assign(sorted(tps))
+        committed: dict[Any, int | None] = {}
+        for tp in tps:
+            committed[tp] = await consumer.committed(tp)
+            consumer.seek(tp, committed[tp] or 0)
+        since = int(1000 * time.time())
+        deadline = time.monotonic() + LAG_FETCH_WAIT_S
+        fresh: set[Any] = set()
+        while time.monotonic() < deadline:
+            await consumer.getmany(timeout_ms=100, max_records=len(tps))
+            fresh = {tp for tp in tps if (consumer.last_poll_timestamp(tp) or 0) >= since}
+            if fresh == tps:
+                break
+        if fresh != tps:
+            return None
+        return group_lag({tp: consumer.highwater(tp) for tp in tps}, committed)
+
+
+def group_lag_probe(
+    settings: Settings,
+    metrics: Metrics,
+    *,
+    group: str,
+    topic: str,
+    also: Callable[[int], None] | None = None,
+) -> LagProbe:
+    """The probe of one consumer group on `topic`, every `EPISODIC_LAG_INTERVAL_S`, into
+    `episodic_consumer_lag_records{group}` (and `also`); its failures count at stage `lag`."""
+
+    def report(lag: int) -> None:
+        metrics.consumer_lag.labels(group=group).set(lag)
+        if also is not None:
+            also(lag)
+
+    return LagProbe(
+        bootstrap=settings.bootstrap,
+        group_id=group,
+        topic=topic,
+        report=report,
+        interval_s=settings.lag_interval_s,
+        on_error=lambda e: metrics.consumer_errors.labels(stage="lag").inc(),
     )

@@ -228,7 +228,7 @@ def attach_query_encoder(embedder: SentenceTransformerEmbedder, settings: Settin
         embedder.model_path,
         threads=embedder.query_threads or os.cpu_count() or 1,
         reference=embedder.embed_query_torch,
-        cache_dir=settings.model_cache_dir,
+        cache_dir=settings.onnx_cache_dir,
     )
     return embedder.query_encoder is not None
 

@@ -6,7 +6,9 @@ before the batch is indexed, `Forgetter.admit` on the batch's entries. What "bef
 
 - **By id** (`entry_ids`, and every memory any forget removes: its entry id and its aliases): a tombstone per
   (workspace_id, id) in the state store. That id is never indexed again, whatever its time or position:
-  re-delivery, a replay of the journal, a dead-letter replay.
+  re-delivery, a replay of the journal, a dead-letter replay. A forget narrowed to an agent (`agent_id`
+  with `entry_ids`: a bound token's) removes only that agent's memories among the ids, and the ids it asked
+  for that no memory has yet are tombstoned for that agent only (another agent's entry of that id passes).
 - **By agent, run or the whole workspace**: besides the tombstones of the memories removed, a rule (one
   state document per workspace lists them) keeps out the entries of the selection that were still on their
   way when the forget was requested. An entry of the selection is kept out when any of these holds:
@@ -26,6 +28,9 @@ importance live on their points, so they go too, and counts and health computed 
 them. The outcome is recorded in a status document (kind `forget`, key the forget id) that the recall service
 reads back. Re-applying an applied forget (re-delivery) changes nothing; a crash half-way is re-applied in
 full.
+
+Size: a little over 400 lines: applying a forget is one ordered, crash-safe procedure (tombstones, edges,
+run context, delete) that reads top to bottom here.
 """
 
 from __future__ import annotations
@@ -225,7 +230,7 @@ class Forgetter:
         if not records:
             return [], []
         where = list(positions) if positions is not None else [None] * len(records)
-        dead = set(self.state.get_many(TOMBSTONE, sorted({tombstone_key(r.workspace_id, r.id) for r in records})))
+        dead = self.state.get_many(TOMBSTONE, sorted({tombstone_key(r.workspace_id, r.id) for r in records}))
         rules: dict[str, list[dict[str, Any]]] = {
             ws: list(doc.get("rules") or [])
             for ws, doc in self.state.get_many(RULES, sorted({r.workspace_id for r in records})).items()
@@ -236,7 +241,8 @@ class Forgetter:
         kept: list[EmbeddableRecord] = []
         out: list[EmbeddableRecord] = []
         for rec, pos in zip(records, where, strict=True):
-            if tombstone_key(rec.workspace_id, rec.id) in dead or any(
+            tomb = dead.get(tombstone_key(rec.workspace_id, rec.id))
+            if (tomb is not None and tomb.get("agent_id") in (None, rec.agent_id)) or any(
                 covers(rule, rec, pos) for rule in rules.get(rec.workspace_id, ())
             ):
                 out.append(rec)
@@ -264,7 +270,10 @@ class Forgetter:
             owned = {str(p.get("entry_id")) for p in found.values()}
             owned |= {str(a) for p in found.values() for a in p.get("aliases") or []}
             # ids asked for that no memory has (yet) are tombstoned too: they may be on their way
-            self._tombstone(forget, {e: "requested" for e in sel.entry_ids if e not in owned}, outcome.at)
+            requested = {e: "requested" for e in sel.entry_ids if e not in owned}
+            self._tombstone(forget, requested, outcome.at, agent_id=sel.agent_id)
+            if sel.agent_id is not None:  # narrowed: only that agent's memories among them
+                found = {pid: p for pid, p in found.items() if p.get("agent_id") == sel.agent_id}
             targets: Iterable[tuple[str, dict[str, Any]]] = found.items()
         else:
             targets = self.store.select(Selection(ws, agent_id=sel.agent_id, run_id=sel.run_id))
@@ -292,6 +301,13 @@ class Forgetter:
         )
         return outcome
 
+    def fail(self, forget: ForgetRecord, position: Position | None, failure: str) -> None:
+        """The store refused to apply `forget` (not transiently): its status says failed, with the error, so
+        the caller can ask again. What it removed before the failure stays removed (tombstoned), and its rule
+        keeps the selection's earlier entries out; asking again removes the rest."""
+        failed = status_document(forget, FAILED, position=position, failure=f"could not apply: {failure}"[:500])
+        self.state.put(STATUS, forget.forget_id, failed)
+
     def _count(self, outcome: ForgetOutcome) -> None:
         """The ids this forget tombstoned, and how many of them were memories (not aliases or ids asked for)."""
         forget = outcome.forget
@@ -306,13 +322,7 @@ class Forgetter:
 
     def _by_ids(self, workspace_id: str, entry_ids: list[str]) -> dict[str, dict[str, Any]]:
         """The memories that own these ids, as their entry id or as an alias."""
-        wanted = list(dict.fromkeys(entry_ids))
-        owners = self.store.retrieve([point_id(workspace_id, e) for e in wanted])
-        found = {str(p.get("entry_id")) for p in owners.values()}
-        via_alias = self.store.find_by_alias(workspace_id, [e for e in wanted if e not in found])
-        missing = sorted(set(via_alias.values()) - set(owners))
-        owners.update(self.store.retrieve(missing))
-        return owners
+        return dict(owners_of(self.store, workspace_id, entry_ids).values())
 
     def _add_rule(self, forget: ForgetRecord, position: Position | None) -> None:
         ws = forget.workspace_id
@@ -324,22 +334,24 @@ class Forgetter:
         rules = [r for r in rules if not _supersedes(new, r)] + [new]
         self.state.put(RULES, ws, {"workspace_id": ws, "rules": rules})
 
-    def _tombstone(self, forget: ForgetRecord, roles: dict[str, str], at: datetime) -> None:
-        """Tombstone each id with its role (`memory`, `alias`, `requested`); an id another forget already
-        tombstoned keeps that tombstone (it was forgotten then)."""
+    def _tombstone(
+        self, forget: ForgetRecord, roles: dict[str, str], at: datetime, *, agent_id: str | None = None
+    ) -> None:
+        """Tombstone each id with its role (`memory`, `alias`, `requested`), for `agent_id`'s entries only
+        when given; an id another forget already tombstoned keeps that tombstone (it was forgotten then),
+        unless that one held for one agent only and this one holds for every entry."""
         ws = forget.workspace_id
         for chunk in _chunks(sorted(roles), PAGE):
             keys = {tombstone_key(ws, e): e for e in chunk}
             taken = {
                 k
                 for k, doc in self.state.get_many(TOMBSTONE, list(keys)).items()
-                if doc.get("forget_id") != forget.forget_id
+                if doc.get("forget_id") != forget.forget_id and (doc.get("agent_id") is None or agent_id is not None)
             }
-            docs = {
-                k: {"workspace_id": ws, "entry_id": e, "forget_id": forget.forget_id, "role": roles[e], "at": iso(at)}
-                for k, e in keys.items()
-                if k not in taken
-            }
+            base = {"workspace_id": ws, "forget_id": forget.forget_id, "at": iso(at)}
+            if agent_id is not None:
+                base["agent_id"] = agent_id
+            docs = {k: {**base, "entry_id": e, "role": roles[e]} for k, e in keys.items() if k not in taken}
             if docs:
                 self.state.put_many(TOMBSTONE, docs)
 
@@ -369,6 +381,18 @@ class Forgetter:
         self.store.delete(sorted(targets))
 
 
+def owners_of(store: MemoryStore, workspace_id: str, entry_ids: Sequence[str]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """For each of `entry_ids` that names a memory of the workspace, as its entry id or as an alias: that
+    memory's (point id, payload). Ids with no memory are left out."""
+    pids = {e: point_id(workspace_id, e) for e in dict.fromkeys(entry_ids)}
+    points = store.retrieve(list(pids.values()))
+    out = {e: (pid, points[pid]) for e, pid in pids.items() if pid in points}
+    via_alias = store.find_by_alias(workspace_id, [e for e in pids if e not in out])
+    aliased = store.retrieve(sorted(set(via_alias.values())))
+    out.update({e: (pid, aliased[pid]) for e, pid in via_alias.items() if pid in aliased})
+    return out
+
+
 def announce(state: StateStore, forget: ForgetRecord) -> None:
     """Called by the recall service once the broker holds `forget`: its rule takes effect at once, before
     the consumer reaches the forget on the topic, so that the selection's entries queued ahead of it (a
@@ -386,7 +410,7 @@ def announce(state: StateStore, forget: ForgetRecord) -> None:
 def selector_of(
     *, entry_ids: list[str] | None = None, agent_id: str | None = None, run_id: str | None = None, all: bool = False
 ) -> ForgetSelector:
-    """A selector from the API's fields (ValueError unless exactly one is given)."""
+    """A selector from the API's fields (ValueError unless they make one selection: see ForgetSelector)."""
     return ForgetSelector(
         entry_ids=list(dict.fromkeys(entry_ids)) if entry_ids else None, agent_id=agent_id, run_id=run_id, all=all
     )

@@ -6,8 +6,11 @@ Pure orchestration over the ports: one `embed_documents` call and one store upse
   reference_count, last_referenced_at or importance; a changed summary under the same id replaces text
   and vectors and keeps those counters.
 - Exact duplicates (same workspace, agent, entry_type and normalised summary) keep one point: the first
-  id stays `entry_id`, later ids go to `aliases`, `occurrences` grows, and the event says
-  mode "duplicate" with `duplicate_of`. A re-delivered alias changes nothing.
+  id stays `entry_id`, later ids go to `aliases` (the newest `alias_limit` of them, so that a repeated
+  heartbeat cannot grow a point and every response without bound), `occurrences` counts them all, and the
+  event says mode "duplicate" with `duplicate_of`. A re-delivered alias changes nothing while it is among
+  the kept ids (re-delivery comes soon after the first delivery; an id pushed out by `alias_limit` newer
+  duplicates would count once more).
 - No embedder, or `defer_dense`: points get only the sparse vector ("sparse-only"); `densify` adds the
   dense vectors later (the consumer's densify loop, which is also the backfill after sparse-only mode).
 - Run context and adjacency (`episodic.context`): each new memory of a run is indexed with the memories
@@ -24,17 +27,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from episodic.context import ContextMode, RunContext
+from episodic.errors import StoreError
 from episodic.identity import dedup_key, point_id
 from episodic.ports import Embedder, MemoryPoint, MemoryStore, Relation, merge_relations
 from episodic.sparse import Bm25Encoder
+from episodic.store_query import DENSIFY_FAILURES
 from schemas.events import EmbeddableRecord, IndexedEvent
 
 log = logging.getLogger(__name__)
 
+DEFAULT_ALIAS_LIMIT = 20  # alias ids kept per memory (the newest); `occurrences` counts them all
+
 COUNTER_FIELDS = ("reference_count", "last_referenced_at", "importance_score", "aliases", "occurrences", "indexed_at")
-
-
-DENSIFY_WINDOW = 16  # densify looks at up to 16x its batch of missing vectors to pick the oldest
 
 
 def _now() -> datetime:
@@ -61,6 +65,8 @@ class BatchResult:
     embed_failed: bool = False
     deferred: int = 0  # points written sparse first; their dense vectors come from `densify`
     chars: int = 0  # characters of the texts that were (or would have been) embedded
+    failed: int = 0  # densify: memories whose text (or vector) failed this time
+    quarantined: list[str] = field(default_factory=list)  # densify: "workspace/entry" that reached the limit
 
 
 def supports_relations(rec: EmbeddableRecord, created_at: str) -> list[Relation]:
@@ -132,9 +138,13 @@ class Indexer:
         clock: Callable[[], datetime] = _now,
         perf: Callable[[], float] | None = None,
         context: ContextMode | None = None,
+        alias_limit: int = DEFAULT_ALIAS_LIMIT,
     ) -> None:
         import time
 
+        if alias_limit < 0:
+            raise ValueError(f"alias_limit must be >= 0, got {alias_limit}")
+        self.alias_limit = alias_limit
         self.store = store
         self.embedder = embedder
         self.bm25 = bm25
@@ -225,6 +235,7 @@ class Indexer:
                 al = list(owner_payload.get("aliases") or [])
                 if rec.id not in al and rec.id != owner_payload.get("entry_id"):
                     al.append(rec.id)
+                    al = al[-self.alias_limit :] if self.alias_limit else []  # the newest N ids only
                     occ = int(owner_payload.get("occurrences") or 1) + 1
                     if owner_pid in pending:
                         owner_payload["aliases"], owner_payload["occurrences"] = al, occ
@@ -279,33 +290,42 @@ class Indexer:
         result.events = events
         return result
 
-    def densify(self, limit: int = 32) -> BatchResult:
+    def densify(self, limit: int = 32, *, quarantine_after: int | None = None) -> BatchResult:
         """Add dense vectors to up to `limit` memories that lack them (indexed sparse-only, or with the
-        vector deferred). The result has one `memory.indexed` event (mode "vector") per memory filled, so
-        that the stages that need the vector learn it is there; no events when there was nothing to do."""
+        vector deferred), oldest first. The result has one `memory.indexed` event (mode "vector") per
+        memory filled, so that the stages that need the vector learn it is there.
+
+        A text the model (or the store) fails on must not stall the others: when the batch's model call
+        fails, each text is embedded alone, and each one that still fails gets its `densify_failures`
+        counted in its payload (so the count survives restarts); at `quarantine_after` failures it leaves
+        the backfill (`missing_dense` skips it) and `result.quarantined` names it."""
         result = BatchResult()
         if self.embedder is None:
             return result
-        # Oldest first (the store scrolls in id order): look at a wider window, take the earliest indexed.
-        window = self.store.missing_dense(max(limit, limit * DENSIFY_WINDOW))
-        todo = sorted(window, key=lambda t: (str(t[1].get("indexed_at") or ""), str(t[1].get("ts") or "")))[:limit]
+        todo = self.store.missing_dense(limit, quarantine_after=quarantine_after)
         if not todo:
             return result
         texts = [str(p.get("summary") or "") for _, p in todo]
         t0 = self.perf()
-        vecs = self.embedder.embed_documents(texts)
+        vecs = self._embed_each_on_failure(texts)
         result.embed_seconds = self.perf() - t0
         result.embedded = len(texts)
         result.chars = sum(len(t) for t in texts)
         now = self.clock()
-        events = result.events
-        current = self.store.retrieve([pid for pid, _ in todo])
+        current = self.store.retrieve([pid for pid, _ in todo], fields=("summary", "has_dense"))
         for (pid, payload), v in zip(todo, vecs, strict=True):
             now_there = current.get(pid)
             if now_there is None or now_there.get("summary") != payload.get("summary") or now_there.get("has_dense"):
                 continue  # replaced (or already embedded by the consumer) while the model ran: not this vector
-            self.store.set_dense(pid, v.tolist(), {"has_dense": True, "model": self.embedder.model_id})
-            events.append(
+            if isinstance(v, BaseException):
+                self._densify_failed(result, pid, payload, v, quarantine_after)
+                continue
+            try:
+                self.store.set_dense(pid, v.tolist(), {"has_dense": True, "model": self.embedder.model_id})
+            except StoreError as e:  # this vector is refused (StoreUnavailable propagates: retried later)
+                self._densify_failed(result, pid, payload, e, quarantine_after)
+                continue
+            result.events.append(
                 IndexedEvent(
                     entry_id=str(payload.get("entry_id", "")),
                     workspace_id=str(payload.get("workspace_id", "")),
@@ -314,5 +334,37 @@ class Indexer:
                     mode="vector",
                 )
             )
-        result.written = len(events)
+        result.written = len(result.events)
         return result
+
+    def _embed_each_on_failure(self, texts: list[str]) -> list[Any]:
+        """One model call for the batch; if it fails, one call per text: a vector or the exception, per text."""
+        embedder = self.embedder
+        if embedder is None:
+            return [RuntimeError("no embedder")] * len(texts)
+        try:
+            return list(embedder.embed_documents(texts))
+        except Exception as e:
+            log.warning("densify: embedding a batch of %d failed (%s); embedding them one by one", len(texts), e)
+        out: list[Any] = []
+        for t in texts:
+            try:
+                out.append(embedder.embed_documents([t])[0])
+            except Exception as e:
+                out.append(e)
+        return out
+
+    def _densify_failed(
+        self, result: BatchResult, pid: str, payload: dict[str, Any], error: BaseException, after: int | None
+    ) -> None:
+        failures = int(payload.get(DENSIFY_FAILURES) or 0) + 1
+        result.failed += 1
+        self.store.set_payload(
+            pid, {DENSIFY_FAILURES: failures, "densify_error": f"{type(error).__name__}: {error}"[:300]}
+        )
+        where = f"{payload.get('workspace_id')}/{payload.get('entry_id')}"
+        if after is not None and failures >= after:
+            result.quarantined.append(where)
+            log.error("densify: %s failed %d times (%s); quarantined, it stays BM25-only", where, failures, error)
+        else:
+            log.warning("densify: %s failed (%d so far): %s", where, failures, error)

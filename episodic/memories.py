@@ -120,6 +120,8 @@ def memory_detail(
 
 def _digest(selection: Selection) -> str:
     key = [selection.workspace_id, selection.agent_id, selection.run_id, sorted(selection.entry_types)]
+    if selection.crew_id is not None:  # (cursors of listings without a crew stay valid)
+        key.append(selection.crew_id)
     return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
 
 

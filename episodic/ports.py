@@ -3,12 +3,15 @@
 The store: `episodic.store.QdrantStore`, written once over an engine backend: `episodic.store_edge.EdgeStore`
 (Qdrant Edge, embedded default) and `episodic.store_qdrant.QdrantServerStore` (qdrant-client against a
 Qdrant server, or its local mode in tests). One contract suite (tests/contract) runs against both.
+
+Size: over 400 lines: the ports are the contract between the core and the engines, and every value type
+they speak is defined beside them.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -106,13 +109,14 @@ class ScopeFilter:
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """Memories of one workspace, for listing and forgetting: optionally one agent, one run, some entry
-    types (each given condition must hold)."""
+    """Memories of one workspace, for listing and forgetting: optionally one agent, one run, one crew, some
+    entry types (each given condition must hold)."""
 
     workspace_id: str
     agent_id: str | None = None
     run_id: str | None = None
     entry_types: tuple[str, ...] = ()
+    crew_id: str | None = None
 
     def __post_init__(self) -> None:
         if not self.workspace_id:
@@ -189,6 +193,12 @@ def merge_relations(existing: Any, new: list[Relation]) -> list[dict[str, Any]]:
     return merged
 
 
+def relations_payload(edges: list[dict[str, Any]]) -> dict[str, Any]:
+    """The payload fields that hold a memory's outgoing edges: `relations` and the keyword array `links`
+    (the destinations, so that edges are found from either end)."""
+    return {"relations": edges, "links": sorted({str(e["dst"]) for e in edges})}
+
+
 class MemoryStore(ABC):
     """The store port. Every query is scoped by a ScopeFilter (workspace isolation at the boundary).
 
@@ -211,8 +221,25 @@ class MemoryStore(ABC):
         """Insert or replace whole points (vectors and payload)."""
 
     @abstractmethod
-    def retrieve(self, point_ids: list[str]) -> dict[str, dict[str, Any]]:
-        """Payloads of the points that exist, keyed by point id."""
+    def retrieve(self, point_ids: list[str], *, fields: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        """Payloads of the points that exist (only `fields` when given), keyed by point id."""
+
+    @abstractmethod
+    def fetch(self, point_ids: list[str], *, with_dense: bool = False) -> dict[str, StoredHit]:
+        """The points that exist (score 0), with their dense chunk rows when `with_dense`, by point id."""
+
+    @abstractmethod
+    def scroll_page(
+        self, offset: str | None, limit: int, *, fields: Sequence[str] | None = None
+    ) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
+        """One page of every memory in point-id order: up to `limit` (point id, payload) from `offset` (None:
+        the start) and the offset of the next page (None: done). Offsets are plain strings, so a job can
+        store one and resume there. `fields`: only these payload fields (a cheap scan of big payloads)."""
+
+    @abstractmethod
+    def set_payloads(self, updates: Mapping[str, dict[str, Any]]) -> int:
+        """Merge different fields into many memories in one engine call (point id -> fields), touching no
+        other field. Memories that no longer exist are skipped; returns how many were written."""
 
     @abstractmethod
     def find_by_dedup_keys(self, workspace_id: str, keys: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -257,8 +284,10 @@ class MemoryStore(ABC):
         return []
 
     @abstractmethod
-    def missing_dense(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
-        """Up to `limit` points indexed without a dense vector (sparse-only), for the backfill."""
+    def missing_dense(self, limit: int, *, quarantine_after: int | None = None) -> list[tuple[str, dict[str, Any]]]:
+        """Up to `limit` points indexed without a dense vector (sparse-only), oldest `indexed_at` first, for
+        the backfill; with `quarantine_after`, not those whose `densify_failures` reached it. The payloads
+        hold only the fields the backfill reads (`store_query.DENSIFY_FIELDS`)."""
 
     @abstractmethod
     def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
@@ -274,6 +303,15 @@ class MemoryStore(ABC):
     ) -> tuple[list[tuple[str, dict[str, Any]]], PagePosition | None]:
         """Up to `limit` memories of `selection`, newest first (`ts` descending, then point id ascending),
         starting after `after`; and the position to pass for the next page (None: this was the last)."""
+
+    @abstractmethod
+    def count_without_dense(self, scope: ScopeFilter) -> int:
+        """Memories inside `scope` that have no dense vector yet (written BM25-first, or quarantined)."""
+
+    @abstractmethod
+    def count_quarantined(self, workspace_id: str | None, quarantine_after: int) -> int:
+        """Memories (of one workspace, or all) still without a dense vector after `quarantine_after` or more
+        failed attempts to embed them: the backfill no longer tries them."""
 
     @abstractmethod
     def query_dense(
@@ -305,6 +343,21 @@ class MemoryStore(ABC):
     def linked_to(self, workspace_id: str, entry_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
         """(point id, payload) of the workspace's memories whose `links` name one of `entry_ids`."""
 
+    @abstractmethod
+    def similar_to(
+        self,
+        workspace_id: str,
+        rows: list[list[float]],
+        limit: int,
+        *,
+        exclude_entry_ids: Sequence[str] = (),
+        fields: Sequence[str] | None = None,
+    ) -> list[StoredHit]:
+        """The `limit` memories of the workspace nearest to `rows` (a memory's chunk vectors) by raw cosine,
+        with no importance multiplier: a memory's score is the max over pairs of (row, its chunk). Only
+        memories with a dense vector; never those whose entry_id is in `exclude_entry_ids`. Best first.
+        `fields`: only these payload fields (default: the whole payload)."""
+
     # -- relations: stored on the source memory (payload `relations` + keyword array `links`) ------------
     @abstractmethod
     def add_relations(self, relations: list[Relation]) -> int:
@@ -316,6 +369,11 @@ class MemoryStore(ABC):
     @abstractmethod
     def relations_of(self, workspace_id: str, entry_ids: list[str]) -> list[Relation]:
         """Every edge that starts or ends at one of `entry_ids` in the workspace (both directions)."""
+
+    @abstractmethod
+    def remove_edges_to(self, workspace_id: str, entry_ids: list[str]) -> int:
+        """Drop every edge of the workspace that points at one of `entry_ids` (stored on other memories);
+        returns how many were removed. A memory's own outgoing edges go with the memory when it is deleted."""
 
     @abstractmethod
     def flush(self) -> None: ...

@@ -7,6 +7,9 @@
   hybrid = fused legs × importance (fusion from settings, at least 100 candidates per leg).
 - Sparse-only (no embedder, or the query embedding fails): dense and hybrid requests are answered from
   the sparse leg with `degraded=True`.
+- Dense mode while memories in the scope still wait for their dense vector (written BM25-first, or
+  quarantined by the backfill): the dense leg cannot see them, so the answer says `degraded=True`. Hybrid
+  is not degraded by them: its BM25 legs find them.
 - `cosine` on each hit is the query-memory cosine (max over the point's dense chunks), for
   `memory.referenced`; None when the point or the service has no dense vector, and in sparse mode (which
   computes no query vector, so that BM25 recalls stay cheap).
@@ -30,6 +33,8 @@
 from __future__ import annotations
 
 import logging
+import math
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,9 +42,11 @@ from typing import Any
 
 import numpy as np
 
+from episodic import recall_expand as expand
 from episodic.context import shown_context
 from episodic.errors import EpisodicError, StoreError
 from episodic.ports import SEVERITIES, Embedder, Fusion, MemoryStore, RecallFilter, ScopeFilter, SparseVec, StoredHit
+from episodic.scoring import parse_time
 from episodic.settings import Settings
 from episodic.sparse import Bm25Encoder
 from schemas.api import RecallRequest
@@ -47,8 +54,6 @@ from schemas.api import RecallRequest
 log = logging.getLogger(__name__)
 
 MIN_PREFETCH = 100
-WALKED_RELATIONS = ("similar", "supports")
-ADJACENT_RELATIONS = ("previous", "next")
 
 
 def _now() -> datetime:
@@ -88,25 +93,9 @@ def recall_filter(req: RecallRequest) -> RecallFilter:
     )
 
 
-def parse_ts(value: Any) -> datetime | None:
-    """An RFC 3339 string (or datetime) as an aware datetime; None when it does not parse."""
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if not isinstance(value, str) or not value:
-        return None
-    s = value.strip()
-    if s.endswith(("Z", "z")):
-        s = s[:-1] + "+00:00"
-    try:
-        dt = datetime.fromisoformat(s)
-    except ValueError:
-        return None
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
-
-
 def age_seconds(ts: Any, now: datetime) -> float:
     """now - ts in seconds, never negative (0 for future or unparseable timestamps)."""
-    dt = parse_ts(ts)
+    dt = parse_time(ts)
     if dt is None:
         return 0.0
     return max(0.0, (now - dt).total_seconds())
@@ -141,6 +130,7 @@ class RecallHit:
     payload: dict[str, Any]
     via: str = "direct"
     aliases: list[str] = field(default_factory=list)
+    occurrences: int = 1
     cosine: float | None = None
     point_id: str = ""
     workspace_id: str = ""
@@ -164,6 +154,7 @@ class RecallHit:
             "via": self.via,
             "aliases": self.aliases,
             "context": self.context,
+            "occurrences": self.occurrences,
         }
 
     def referenced(self) -> dict[str, Any]:
@@ -180,9 +171,10 @@ class RecallResult:
     at: datetime = field(default_factory=_now)
 
     def referenced_event(self, hits: list[RecallHit] | None = None) -> dict[str, Any]:
-        """The `memory.referenced` record for `hits` (default: all hits)."""
+        """The `memory.referenced` record for `hits` (default: all hits), with a fresh `event_id`."""
         chosen = self.hits if hits is None else hits
         return {
+            "event_id": uuid.uuid4().hex,  # the importance agent counts a re-delivered event once
             "workspace_id": self.workspace_id,
             "scope": self.scope,
             "mode": self.mode,
@@ -261,6 +253,10 @@ class RecallEngine:
         # Ask for the candidates' dense vectors only where the query cosine can be computed.
         with_dense = qvec is not None
         stored = self._query(req, scope, qvec, with_dense)
+        if req.mode == "dense" and not degraded:
+            # Memories written BM25-first (or quarantined) are invisible to the dense leg: say so rather
+            # than leave a silent gap. Hybrid finds them through its BM25 legs.
+            degraded = self._guarded("count", lambda: self.store.count_without_dense(scope)) > 0
         hits: list[RecallHit] = []
         for s in stored:
             hit = self._to_hit(s, qvec, now)
@@ -274,7 +270,7 @@ class RecallEngine:
             hits.append(hit)
         hits = hits[: req.k]
         if (self.adjacent if req.adjacent is None else req.adjacent) and hits:
-            hits = self._adjacent(hits, scope, qvec, now, req.k)
+            hits = self._bring_in(hits, expand.adjacent(hits, self.adjacent_weight), scope, qvec, now, req.k)
         if req.walk_depth == 1 and hits:
             hits = self._walk(hits, scope, qvec, now, req.k)
         return RecallResult(
@@ -306,79 +302,89 @@ class RecallEngine:
         except Exception as e:  # adapters should wrap; never let a raw driver error become a 500
             raise StoreError(f"store query failed: {type(e).__name__}: {e}") from e
 
+    @staticmethod
+    def _guarded(what: str, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except EpisodicError:
+            raise
+        except Exception as e:  # adapters should wrap; never let a raw driver error become a 500
+            raise StoreError(f"store {what} failed: {type(e).__name__}: {e}") from e
+
     def _walk(
         self, hits: list[RecallHit], scope: ScopeFilter, qvec: np.ndarray | None, now: datetime, k: int
     ) -> list[RecallHit]:
-        by_id = {h.entry_id: h for h in hits}
-        try:
-            relations = self.store.relations_of(scope.workspace_id, list(by_id))
-        except EpisodicError:
-            raise
-        except Exception as e:
-            raise StoreError(f"store relation lookup failed: {type(e).__name__}: {e}") from e
-        neighbours: dict[str, tuple[float, str]] = {}
-        for r in relations:
-            if r.relation not in WALKED_RELATIONS:
-                continue
-            for here, there in ((r.src, r.dst), (r.dst, r.src)):
-                if here in by_id and there not in by_id:
-                    score = by_id[here].score * min(1.0, max(0.0, r.weight))
-                    if there not in neighbours or score > neighbours[there][0]:
-                        neighbours[there] = (score, r.relation)
-        if not neighbours:
-            return hits
-        walked: list[RecallHit] = []
-        for stored in self.store.find_entries(scope, sorted(neighbours), with_dense=qvec is not None):
-            hit = self._to_hit(stored, qvec, now)
-            if hit.workspace_id != scope.workspace_id or hit.entry_id not in neighbours:
-                continue
-            hit.score, hit.via = neighbours[hit.entry_id]
-            walked.append(hit)
-        walked.sort(key=lambda h: -h.score)
-        return sorted([*hits, *walked], key=lambda h: -h.score)[:k]  # stable: a direct hit wins a tie
+        ids = [h.entry_id for h in hits]
+        relations = self._guarded("relation lookup", lambda: self.store.relations_of(scope.workspace_id, ids))
+        return self._bring_in(hits, expand.walked(hits, relations), scope, qvec, now, k)
 
-    def _adjacent(
-        self, hits: list[RecallHit], scope: ScopeFilter, qvec: np.ndarray | None, now: datetime, k: int
+    def _bring_in(
+        self,
+        hits: list[RecallHit],
+        near: expand.Near,
+        scope: ScopeFilter,
+        qvec: np.ndarray | None,
+        now: datetime,
+        k: int,
     ) -> list[RecallHit]:
-        direct = {h.entry_id for h in hits}
-        near: dict[str, float] = {}
-        for h in hits:
-            for e in h.relations:
-                dst = str(e.get("dst", ""))
-                if e.get("relation") in ADJACENT_RELATIONS and dst not in direct:
-                    near[dst] = max(near.get(dst, 0.0), h.score * self.adjacent_weight)
+        """The direct hits and the memories `near` them (fetched through the scope), the top k."""
         if not near:
             return hits
         found: list[RecallHit] = []
         for stored in self.store.find_entries(scope, sorted(near), with_dense=qvec is not None):
             hit = self._to_hit(stored, qvec, now)
             if hit.workspace_id == scope.workspace_id and hit.entry_id in near:
-                hit.score, hit.via = near[hit.entry_id], "adjacent"
+                hit.score, hit.via = near[hit.entry_id]
                 found.append(hit)
-        found.sort(key=lambda h: (-h.score, h.entry_id))
-        return sorted([*hits, *found], key=lambda h: -h.score)[:k]  # stable: a direct hit wins a tie
+        return expand.merged(hits, found, k)
 
     def _to_hit(self, s: StoredHit, qvec: np.ndarray | None, now: datetime) -> RecallHit:
-        p = s.payload
-        aliases = p.get("aliases") or []
+        """A stored point as a hit. Stored data is not trusted to be well-formed (hand-written points, older
+        versions): every field is coerced to its type or replaced by its empty value, never an error."""
+        p = s.payload if isinstance(s.payload, dict) else {}
+        stored_aliases = p.get("aliases")
+        aliases = [str(a) for a in stored_aliases if isinstance(a, str)] if isinstance(stored_aliases, list) else []
         body = p.get("payload")
+        score = float(s.score) if isinstance(s.score, int | float) and math.isfinite(s.score) else 0.0
         return RecallHit(
-            entry_id=str(p.get("entry_id", "")),
-            score=float(s.score),
+            entry_id=_text(p.get("entry_id")),
+            score=score,
             age_seconds=age_seconds(p.get("ts"), now),
-            summary=str(p.get("summary", "")),
-            entry_type=str(p.get("entry_type", "")),
-            severity=str(p.get("severity", "")),
-            agent_id=p.get("agent_id"),
-            crew_id=p.get("crew_id"),
-            ts=str(p.get("ts", "")),
+            summary=_text(p.get("summary")),
+            entry_type=_text(p.get("entry_type")),
+            severity=_text(p.get("severity")),
+            agent_id=_text_or_none(p.get("agent_id")),
+            crew_id=_text_or_none(p.get("crew_id")),
+            ts=_text(p.get("ts")),
             payload=body if isinstance(body, dict) else {},
             via="direct",
-            aliases=[str(a) for a in aliases] if isinstance(aliases, list) else [],
+            aliases=aliases,
+            occurrences=_occurrences(p.get("occurrences"), len(aliases)),
             cosine=max_sim(qvec, s.dense),
             point_id=s.point_id,
-            workspace_id=str(p.get("workspace_id", "")),
-            importance=p.get("importance_score"),
+            workspace_id=_text(p.get("workspace_id")),
+            importance=p.get("importance_score") if isinstance(p.get("importance_score"), int | float) else None,
             context=shown_context(p.get("context")),
             relations=[e for e in p.get("relations") or [] if isinstance(e, dict)],
         )
+
+
+def _text(value: Any) -> str:
+    """A stored scalar as text ("" for null, a list or an object)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | int | float) and not (isinstance(value, float) and not math.isfinite(value)):
+        return str(value)
+    return ""
+
+
+def _text_or_none(value: Any) -> str | None:
+    return _text(value) or None
+
+
+def _occurrences(value: Any, n_aliases: int) -> int:
+    """How many times the memory was written: the stored count, at least the entry and its kept aliases."""
+    floor = 1 + n_aliases
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return floor
+    return max(floor, int(value))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -28,6 +29,16 @@ class Settings(BaseSettings):
     topic_replication: int = Field(default=1, ge=1)
     consumer_group_prefix: str = "episodic"
     session_timeout_ms: int = Field(default=10_000, ge=1000)
+    lag_interval_s: float = Field(
+        default=5.0, gt=0, le=3600, description="consumer lag is measured this often, stuck or not (SPEC §10)"
+    )
+    referenced_buffer: int = Field(
+        default=10_000,
+        ge=0,
+        le=1_000_000,
+        description="memory.referenced events kept while Kafka is unreachable; beyond it they are dropped "
+        "and counted (episodic_referenced_dropped_total)",
+    )
 
     # Store
     qdrant_url: str | None = Field(default=None, description="Qdrant server URL; unset: embedded Qdrant Edge")
@@ -66,7 +77,9 @@ class Settings(BaseSettings):
         description="recall query embeddings: ONNX Runtime (same vector, ~2.5x faster; exported once into "
         "model_cache_dir) or the torch model",
     )
-    model_cache_dir: Path | None = Field(default=None, description="ONNX export cache; unset: ~/.cache/episodic/onnx")
+    model_cache_dir: Path | None = Field(
+        default=None, description="ONNX export cache; unset: $XDG_CACHE_HOME/episodic/onnx (~/.cache/episodic/onnx)"
+    )
     chunk_tokens: int = Field(default=256, ge=16, le=512, description="word pieces per dense chunk")
     chunk_overlap_tokens: int = Field(default=32, ge=0, le=256)
     # Context-aware indexing (episodic.context; chosen on LongMemEval dev, eval/README.md): a second BM25
@@ -77,6 +90,19 @@ class Settings(BaseSettings):
         "it in its run) or run-header (the run's first memory)",
     )
     context_words: int = Field(default=16, ge=1, le=256, description="words of each context entry")
+    densify_max_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=1000,
+        description="failed attempts to embed a memory's text before the backfill quarantines it (it stays "
+        "BM25-only; /v1/memory/stats and `episodic doctor` count it)",
+    )
+    alias_limit: int = Field(
+        default=20,
+        ge=0,
+        le=10_000,
+        description="alias ids kept per duplicate memory (the newest); occurrences counts them all",
+    )
 
     # HTTP
     http_host: str = "127.0.0.1"
@@ -122,6 +148,61 @@ class Settings(BaseSettings):
 
         return parse_mode(self.context_mode, self.context_words)
 
+    # Maintenance agents (SPEC §8): the linker, the importance agent with its nightly decay, retention
+    linker_enabled: bool = Field(default=True, description="run the linker (similar edges) in `episodic up`")
+    similar_threshold: float = Field(default=0.80, gt=0.0, le=1.0, description="similar edge: cosine above this")
+    similar_top_k: int = Field(default=3, ge=1, le=50, description="similar edges per new memory, at most")
+    decay_schedule: str = Field(
+        default="30 3 * * *", description="DecayAndReinforce (and retention), a cron expression in UTC"
+    )
+    decay_page_size: int = Field(default=512, ge=1, le=10_000, description="memories per decay page")
+    reference_ledger_days: int = Field(
+        default=7,
+        ge=1,
+        le=3650,
+        description="memory.referenced events are remembered (re-delivery counts once) this many days, then "
+        "pruned; older events are not applied. Keep it at least the topic's retention",
+    )
+    retention_enabled: bool = Field(default=False, description="archive and remove memories long at the floor")
+    retention_floor_days: int = Field(
+        default=30, ge=0, le=36_500, description="days at the importance floor before a memory is archived"
+    )
+
+    @field_validator("decay_schedule")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from croniter import croniter
+
+        if not croniter.is_valid(value.strip()):
+            raise ValueError(f"not a cron expression (minute hour day month weekday, UTC): {value!r}")
+        return value.strip()
+
+    # Agent surfaces and client commands: where a client finds the service and who it is
+    # (`MemoryClient.from_settings`, `episodic mcp`, `episodic recall` / `doctor`, the LangChain retriever).
+    # Never taken from a tool argument.
+    url: str | None = Field(default=None, description="the recall service's URL (EPISODIC_URL)")
+    recall_url: str | None = Field(default=None, description="older name of EPISODIC_URL")
+    token: SecretStr | None = Field(default=None, description="bearer token the client sends (EPISODIC_TOKEN)")
+    workspace_id: str | None = Field(default=None, min_length=1, max_length=128)
+    agent_id: str | None = Field(default=None, min_length=1, max_length=128)
+    crew_id: str | None = Field(default=None, min_length=1, max_length=128)
+    role: Literal["agent", "lead"] | None = Field(
+        default=None, description="agent: recall scope own; lead: crew_shared (seed 001 ScopeForRole)"
+    )
+    client_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    client_retries: int = Field(default=3, ge=0, le=20, description="retries on 503 and connection errors")
+
+    @property
+    def service_url(self) -> str:
+        """EPISODIC_URL, else EPISODIC_RECALL_URL, else http://<http_host>:<http_port> (a wildcard host: loopback)."""
+        explicit = self.url or self.recall_url
+        if explicit:
+            return explicit.rstrip("/")
+        host = "127.0.0.1" if self.http_host in ("0.0.0.0", "::", "") else self.http_host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"http://{host}:{self.http_port}"
+
     @property
     def embedded_broker(self) -> bool:
         return not self.kafka_bootstrap
@@ -129,6 +210,14 @@ class Settings(BaseSettings):
     @property
     def bootstrap(self) -> str:
         return self.kafka_bootstrap or f"{self.broker_host}:{self.broker_port}"
+
+    @property
+    def onnx_cache_dir(self) -> Path:
+        """The ONNX export cache: `model_cache_dir`, else the XDG cache (XDG_CACHE_HOME or ~/.cache)."""
+        if self.model_cache_dir is not None:
+            return self.model_cache_dir
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        return Path(base) / "episodic" / "onnx"
 
     @property
     def sparse_only_forced(self) -> bool:

@@ -5,7 +5,7 @@ Documents live in a collection of their own beside the memories (`<collection>_s
 directory on Qdrant Edge, another collection on a server), so memory counts, scrolls and queries never
 see them. A document is one point: id uuid5(kind, key), payload = the document plus `_kind` and `_key`,
 and no vector (the layout has the memories' vectors, which the state points leave empty, so both
-engines take it as it is). `_kind` and `workspace_id` are indexed; other `where` fields are matched by
+engines take it as it is). `_kind`, `workspace_id` and `day` are indexed; other `where` fields are matched by
 the engine's scan, fine for the small kinds this holds.
 """
 
@@ -22,7 +22,13 @@ from episodic.store_query import Filter, Match
 from episodic.store_rules import IndexKind
 
 STATE_NAMESPACE = uuid.UUID("0b7c2f0e-5a3d-5d1b-9a64-8d2e4c1f7a90")
-STATE_INDEXES: dict[str, IndexKind] = {"_kind": "keyword", "_key": "keyword", "workspace_id": "keyword"}
+# `day`: the UTC day of a dated document (the reference ledger is pruned day by day)
+STATE_INDEXES: dict[str, IndexKind] = {
+    "_kind": "keyword",
+    "_key": "keyword",
+    "workspace_id": "keyword",
+    "day": "keyword",
+}
 STATE_DIM = 1  # the layout's dense size; state points carry no dense vector
 _EMPTY = SparseVec([], [])
 

@@ -12,7 +12,7 @@ Engines: `episodic.store_edge` (Qdrant Edge, an in-process shard; `EdgeStore`) a
 `episodic.store_qdrant` (qdrant-client against a server, or its local mode; `QdrantServerStore`). This
 module imports neither; the composition root (`stack.stores.open_store`) picks one from the settings.
 
-Size: the whole MemoryStore over one Engine interface, kept in one place on purpose.
+Size: a little over 400 lines, because the whole store is written here once for both engines.
 """
 
 from __future__ import annotations
@@ -37,14 +37,17 @@ from episodic.ports import (
     SparseVec,
     StoredHit,
     merge_relations,
+    relations_payload,
 )
 from episodic.store_query import (
+    DENSIFY_FIELDS,
     DatetimeRange,
     Filter,
     HasDense,
     Match,
     MatchAny,
     Query,
+    RawScore,
     Vocabulary,
     at_time,
     before_time,
@@ -52,6 +55,9 @@ from episodic.store_query import (
     dense_leg,
     hybrid_prefetch,
     in_workspace,
+    missing_dense_filter,
+    nearest_filter,
+    quarantined_filter,
     scope_filter,
     selection_filter,
     sparse_leg,
@@ -63,6 +69,7 @@ from episodic.store_rules import (
     float_rows,
     stored_point,
     validate_dense,
+    validate_payload,
     validate_points,
     validate_sparse,
     validate_vector,
@@ -135,8 +142,11 @@ class Engine(Vocabulary):
         directory (and the same client, where the engine has one), not yet ensured."""
 
     @abstractmethod
-    def retrieve(self, point_ids: list[str]) -> Sequence[Record]:
-        """The points that exist, with payload, without vectors."""
+    def retrieve(
+        self, point_ids: list[str], with_dense: bool = False, fields: Sequence[str] | None = None
+    ) -> Sequence[Record]:
+        """The points that exist, with payload (only `fields` when given), and with their dense rows when
+        `with_dense`."""
 
     @abstractmethod
     def scroll(
@@ -145,13 +155,23 @@ class Engine(Vocabulary):
         limit: int,
         offset: Any,
         with_dense: bool,
+        fields: Sequence[str] | None = None,
         order_by: str | None = None,
         descending: bool = False,
     ) -> tuple[Sequence[Record], Any]:
         """One page of up to `limit` points from `offset` (None: the start; a point id: from that id on, in
         id order), and the next offset (None: done). `order_by`: by this payload field instead (it needs a
         range index; points without the field are left out; ties in no stated order), one page only
-        (no offset, and the next offset is None)."""
+        (no offset, and the next offset is None). `fields`: only these payload fields."""
+
+    @abstractmethod
+    def set_payloads(self, updates: Mapping[str, dict[str, Any]]) -> int:
+        """Merge different fields into many points in one call (point id -> fields). Points that do not
+        exist (deleted meanwhile) are skipped; returns how many were written."""
+
+    def query_batch(self, queries: Sequence[Query]) -> list[Sequence[ScoredRecord]]:
+        """Several queries at once, results in order (engines with a batch call override this)."""
+        return [self.query(q) for q in queries]
 
     @abstractmethod
     def count(self, flt: Filter | None) -> int:
@@ -228,10 +248,12 @@ class QdrantStore(MemoryStore):
         self.engine.upsert([stored_point(p, context=self.has_context) for p in points])
 
     def set_payload(self, point_id: str, fields: dict[str, Any]) -> None:
+        validate_payload(fields, what=f"point {point_id} payload update")
         self.engine.set_payload(point_id, dict(fields))
 
     def set_dense(self, point_id: str, dense: list[list[float]], fields: dict[str, Any]) -> None:
         validate_dense(dense, self._dim, what=f"point {point_id} dense vector")
+        validate_payload(fields, what=f"point {point_id} payload update")
         self.engine.set_dense(point_id, float_rows(dense), {**fields, "has_dense": True})
 
     def set_context(self, point_id: str, context: SparseVec, fields: dict[str, Any]) -> None:
@@ -263,10 +285,29 @@ class QdrantStore(MemoryStore):
         for r in self._scroll(flt, limit):
             yield str(r.id), dict(r.payload or {})
 
-    def retrieve(self, point_ids: list[str]) -> dict[str, dict[str, Any]]:
+    def retrieve(self, point_ids: list[str], *, fields: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         if not point_ids:
             return {}
-        return {str(r.id): dict(r.payload or {}) for r in self.engine.retrieve(list(point_ids))}
+        records = self.engine.retrieve(list(point_ids), fields=list(fields) if fields is not None else None)
+        return {str(r.id): dict(r.payload or {}) for r in records}
+
+    def fetch(self, point_ids: list[str], *, with_dense: bool = False) -> dict[str, StoredHit]:
+        if not point_ids:
+            return {}
+        return {str(r.id): _hit(r, 0.0, with_dense) for r in self.engine.retrieve(list(point_ids), with_dense)}
+
+    def scroll_page(
+        self, offset: str | None, limit: int, *, fields: Sequence[str] | None = None
+    ) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
+        if limit <= 0:
+            raise StoreError(f"page size must be positive, got {limit}")
+        records, nxt = self.engine.scroll(None, limit, offset, False, tuple(fields) if fields is not None else None)
+        return [(str(r.id), dict(r.payload or {})) for r in records], (None if nxt is None else str(nxt))
+
+    def set_payloads(self, updates: Mapping[str, dict[str, Any]]) -> int:
+        if not updates:
+            return 0
+        return self.engine.set_payloads({pid: dict(fields) for pid, fields in updates.items()})
 
     def find_by_dedup_keys(self, workspace_id: str, keys: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
         if not keys:
@@ -325,10 +366,14 @@ class QdrantStore(MemoryStore):
             self._scroll_payloads(in_workspace(workspace_id, MatchAny("context_ids", tuple(sorted(entry_ids)))))
         )
 
-    def missing_dense(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
+    def missing_dense(self, limit: int, *, quarantine_after: int | None = None) -> list[tuple[str, dict[str, Any]]]:
         if limit <= 0:
             return []
-        return list(self._scroll_payloads(Filter(must_not=(HasDense(),)), limit))
+        # Oldest first, in the engine (a range index on indexed_at), and only the fields the backfill reads.
+        records, _ = self.engine.scroll(
+            missing_dense_filter(quarantine_after), limit, None, False, DENSIFY_FIELDS, "indexed_at"
+        )
+        return [(str(r.id), dict(r.payload or {})) for r in records]
 
     def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
         return self.engine.count(count_filter(workspace_id, has_dense))
@@ -367,6 +412,12 @@ class QdrantStore(MemoryStore):
         position = PagePosition(str((records[-1].payload or {}).get("ts")), str(records[-1].id)) if more else None
         return [(str(r.id), dict(r.payload or {})) for r in records], position
 
+    def count_without_dense(self, scope: ScopeFilter) -> int:
+        return self.engine.count(Filter(must=(scope_filter(scope),), must_not=(HasDense(),)))
+
+    def count_quarantined(self, workspace_id: str | None, quarantine_after: int) -> int:
+        return self.engine.count(quarantined_filter(workspace_id, quarantine_after))
+
     # -- relations: stored on the source memory (payload `relations` + keyword array `links`) ------------
 
     def add_relations(self, relations: list[Relation]) -> int:
@@ -384,8 +435,21 @@ class QdrantStore(MemoryStore):
             if len(merged) == len(payload.get("relations") or []):
                 continue
             added += len(merged) - len(payload.get("relations") or [])
-            self.set_payload(pids[key], {"relations": merged, "links": sorted({e["dst"] for e in merged})})
+            self.set_payload(pids[key], relations_payload(merged))
         return added
+
+    def remove_edges_to(self, workspace_id: str, entry_ids: list[str]) -> int:
+        gone = set(entry_ids)
+        updates: dict[str, dict[str, Any]] = {}
+        removed = 0
+        for pid, payload in self.linked_to(workspace_id, sorted(gone)):
+            edges = [e for e in payload.get("relations") or [] if isinstance(e, dict)]
+            kept = [e for e in edges if e.get("dst") not in gone]
+            if len(kept) != len(edges) or set(payload.get("links") or []) & gone:
+                removed += len(edges) - len(kept)
+                updates[pid] = relations_payload(kept)
+        self.set_payloads(updates)
+        return removed
 
     def relations_of(self, workspace_id: str, entry_ids: list[str]) -> list[Relation]:
         wanted = set(entry_ids)
@@ -424,6 +488,31 @@ class QdrantStore(MemoryStore):
             return []
         flt = scope_filter(scope)
         return self._run(Query(dense_leg(vector, flt, self._leg_limit(limit)), flt, limit, with_dense))
+
+    def similar_to(
+        self,
+        workspace_id: str,
+        rows: list[list[float]],
+        limit: int,
+        *,
+        exclude_entry_ids: Sequence[str] = (),
+        fields: Sequence[str] | None = None,
+    ) -> list[StoredHit]:
+        validate_dense(rows, self._dim, what="similar_to rows")
+        if limit <= 0:
+            return []
+        flt = nearest_filter(workspace_id, tuple(sorted(set(exclude_entry_ids))))
+        only = tuple(fields) if fields is not None else None
+        queries = [
+            Query(dense_leg(row, flt, limit), flt, limit, score=RawScore(), fields=only) for row in float_rows(rows)
+        ]
+        best: dict[str, StoredHit] = {}
+        for records in self.engine.query_batch(queries):
+            for r in records:
+                hit = best.get(str(r.id))
+                if hit is None or r.score > hit.score:
+                    best[str(r.id)] = _hit(r, float(r.score), False)
+        return sorted(best.values(), key=lambda h: -h.score)[:limit]
 
     def query_sparse(
         self, sparse: SparseVec, scope: ScopeFilter, limit: int, *, with_dense: bool = False

@@ -5,6 +5,7 @@ same engine-side scoring as Qdrant Edge (a named multivector `dense`, cosine, ma
 vectors `bm25` and `bm25_context` with the IDF modifier, a collection from before `bm25_context` opened
 as it is and run without it; prefetch legs fused by the engine; a Formula that multiplies by
 `importance_score`), in qdrant-client's types, with its errors wrapped.
+Size: one engine's whole translation (its calls, vocabulary and error mapping) stays in one module.
 
 qdrant-client's local mode (`location=":memory:"` or `path=...`) speaks the same API and runs the
 contract suite. Known local-mode differences, none of which changes results:
@@ -67,8 +68,15 @@ def _dt(text: str | None) -> datetime | None:
     return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
+_RAW_SCORE = m.FormulaQuery(formula="$score")  # the prefetch's score as it is
+
+
 def _with_vectors(with_dense: bool) -> list[str] | bool:
     return [DENSE] if with_dense else False
+
+
+def _with_payload(fields: Sequence[str] | None) -> list[str] | bool:
+    return list(fields) if fields is not None else True
 
 
 class ClientEngine(Engine):
@@ -230,6 +238,30 @@ class ClientEngine(Engine):
             self._require(point_id)
             self.client.set_payload(self.collection, payload=fields, points=[point_id], wait=True)
 
+    def set_payloads(self, updates: Mapping[str, dict[str, Any]]) -> int:
+        """One batch request (`batch_update_points`) for the points that exist; a point deleted between the
+        check and the batch fails it (the server applies none of it after the failure; local mode stops
+        there), so the batch is then applied point by point, skipping the missing ones."""
+        if not updates:
+            return 0
+        with self._guard("set_payloads"):
+            found = self.client.retrieve(self.collection, list(updates), with_payload=False, with_vectors=False)
+            present = [pid for pid in updates if pid in {str(r.id) for r in found}]
+            ops: list[Any] = [
+                m.SetPayloadOperation(set_payload=m.SetPayload(payload=updates[pid], points=[pid])) for pid in present
+            ]
+            try:
+                if ops:
+                    self.client.batch_update_points(self.collection, ops, wait=True)
+                return len(ops)
+            except (UnexpectedResponse, KeyError):
+                written = 0
+                for pid in present:
+                    if self.client.retrieve(self.collection, [pid], with_payload=False, with_vectors=False):
+                        self.client.set_payload(self.collection, payload=updates[pid], points=[pid], wait=True)
+                        written += 1
+                return written
+
     def set_dense(self, point_id: str, rows: list[list[float]], fields: dict[str, Any]) -> None:
         with self._guard("set_dense"):
             self._require(point_id)
@@ -249,9 +281,13 @@ class ClientEngine(Engine):
 
     # -- reads ---------------------------------------------------------------------------------------
 
-    def retrieve(self, point_ids: list[str]) -> Sequence[Record]:
+    def retrieve(
+        self, point_ids: list[str], with_dense: bool = False, fields: Sequence[str] | None = None
+    ) -> Sequence[Record]:
         with self._guard("retrieve"):
-            return self.client.retrieve(self.collection, point_ids, with_payload=True, with_vectors=False)
+            return self.client.retrieve(
+                self.collection, point_ids, with_payload=_with_payload(fields), with_vectors=_with_vectors(with_dense)
+            )
 
     def scroll(
         self,
@@ -259,6 +295,7 @@ class ClientEngine(Engine):
         limit: int,
         offset: Any,
         with_dense: bool,
+        fields: Sequence[str] | None = None,
         order_by: str | None = None,
         descending: bool = False,
     ) -> tuple[Sequence[Record], Any]:
@@ -267,15 +304,16 @@ class ClientEngine(Engine):
         if order_by is not None:
             order = m.OrderBy(key=order_by, direction=m.Direction.DESC if descending else m.Direction.ASC)
         with self._guard("scroll"):
-            return self.client.scroll(
+            records, next_offset = self.client.scroll(
                 self.collection,
                 scroll_filter=lowered,
                 limit=limit,
-                offset=offset,
-                with_payload=True,
+                offset=offset if order_by is None else None,
+                with_payload=_with_payload(fields),
                 with_vectors=_with_vectors(with_dense),
                 order_by=order,
             )
+        return records, next_offset if order_by is None else None
 
     def count(self, flt: Filter | None) -> int:
         lowered = Lowering(self)(flt) if flt is not None else None
@@ -292,9 +330,29 @@ class ClientEngine(Engine):
                 query=score,
                 query_filter=flt,
                 limit=query.limit,
-                with_payload=True,
+                with_payload=_with_payload(query.fields),
                 with_vectors=_with_vectors(query.with_dense),
             ).points
+
+    def query_batch(self, queries: Sequence[Query]) -> list[Sequence[ScoredRecord]]:
+        """One request for all of them (`query_batch_points`)."""
+        if not queries:
+            return []
+        requests = []
+        for q in queries:
+            lower = Lowering(self)
+            requests.append(
+                m.QueryRequest(
+                    prefetch=[lower(q.prefetch)],
+                    query=lower(q.score),
+                    filter=lower(q.filter),
+                    limit=q.limit,
+                    with_payload=_with_payload(q.fields),
+                    with_vector=_with_vectors(q.with_dense),
+                )
+            )
+        with self._guard("query_batch"):
+            return [r.points for r in self.client.query_batch_points(self.collection, requests)]
 
     # -- the vocabulary: neutral filters and queries in qdrant-client's types --------------------------
 
@@ -343,6 +401,9 @@ class ClientEngine(Engine):
 
     def times_importance(self, key: str, default: float) -> m.FormulaQuery:
         return _times_importance(key, default)
+
+    def raw_score(self) -> m.FormulaQuery:
+        return _RAW_SCORE
 
 
 class QdrantServerStore(QdrantStore):

@@ -10,6 +10,9 @@ model, so one small tree describes any query:
 The rules themselves live here, once: who may see what (`scope_filter`), the hybrid legs of a `Fusion`
 (`hybrid_prefetch`), BM25's IDF over the request's workspace (`SparseLeg.idf`), and the importance
 multiplier with its neutral default (`TimesImportance`).
+
+Size: a little over 400 lines: every filter and query value and their one lowering stay together, so the
+two engines cannot lower the same value differently.
 """
 
 from __future__ import annotations
@@ -99,15 +102,35 @@ def scope_filter(scope: ScopeFilter) -> Filter:
 
 
 def who_filter(scope: ScopeFilter) -> Filter:
-    """Workspace always; `own`: the agent's memories; `crew_shared`: the crew's memories that are the
-    agent's own or high-value (only high-value ones without an agent)."""
-    high = AtLeast("importance_score", scope.high_value)
+    """Workspace always; `own`: the agent's memories; `crew_shared`: the agent's own memories (whatever
+    their crew, none included) and the crew's high-value ones (SPEC §7: own + high-value crew); without an
+    agent, the crew's high-value memories only."""
     if scope.scope == "own":
         return in_workspace(scope.workspace_id, Match("agent_id", str(scope.agent_id)))
-    crew = Match("crew_id", str(scope.crew_id))
+    crew_high = Filter(must=(Match("crew_id", str(scope.crew_id)), AtLeast("importance_score", scope.high_value)))
     if scope.agent_id:
-        return in_workspace(scope.workspace_id, crew, Filter(should=(Match("agent_id", scope.agent_id), high)))
-    return in_workspace(scope.workspace_id, crew, high)
+        return in_workspace(scope.workspace_id, Filter(should=(Match("agent_id", scope.agent_id), crew_high)))
+    return in_workspace(scope.workspace_id, *crew_high.must)
+
+
+# The densify backfill's view of a memory (and nothing else: it reads up to a batch of these at a time).
+DENSIFY_FIELDS: tuple[str, ...] = ("entry_id", "workspace_id", "summary", "indexed_at", "densify_failures")
+DENSIFY_FAILURES = "densify_failures"  # payload: how many times embedding this memory failed
+
+
+def missing_dense_filter(quarantine_after: int | None) -> Filter:
+    """Memories without their dense vector, except those quarantined (`quarantine_after` failures or more)."""
+    if quarantine_after is None:
+        return Filter(must_not=(HasDense(),))
+    return Filter(must_not=(HasDense(), AtLeast(DENSIFY_FAILURES, float(quarantine_after))))
+
+
+def quarantined_filter(workspace_id: str | None, quarantine_after: int) -> Filter:
+    """Memories still without their dense vector after `quarantine_after` failed attempts."""
+    must: tuple[Condition, ...] = (AtLeast(DENSIFY_FAILURES, float(quarantine_after)),)
+    if workspace_id is not None:
+        must = (workspace(workspace_id), *must)
+    return Filter(must=must, must_not=(HasDense(),))
 
 
 def narrowed(flt: Filter, filters: RecallFilter) -> Filter:
@@ -130,10 +153,12 @@ def narrowed(flt: Filter, filters: RecallFilter) -> Filter:
 
 
 def selection_filter(selection: Selection, *conditions: Condition) -> Filter:
-    """The memories of `selection` (its workspace, and its agent, run and entry types when given)."""
+    """The memories of `selection` (its workspace, and its agent, run, crew and entry types when given)."""
     must: list[Condition] = []
     if selection.agent_id is not None:
         must.append(Match("agent_id", selection.agent_id))
+    if selection.crew_id is not None:
+        must.append(Match("crew_id", selection.crew_id))
     if selection.run_id is not None:
         must.append(Match("run_id", selection.run_id))
     if selection.entry_types:
@@ -149,6 +174,13 @@ def at_time(ts: str) -> DatetimeRange:
 def before_time(ts: str) -> DatetimeRange:
     """`ts` is strictly earlier than this instant."""
     return DatetimeRange("ts", lt=ts)
+
+
+def nearest_filter(workspace_id: str, exclude_entry_ids: tuple[str, ...] = ()) -> Filter:
+    """Nearest neighbours of a memory: the workspace's memories with a dense vector, except `exclude_entry_ids`
+    (the memory itself and its aliases)."""
+    must_not: tuple[Condition, ...] = (MatchAny("entry_id", exclude_entry_ids),) if exclude_entry_ids else ()
+    return Filter(must=(workspace(workspace_id), HasDense()), must_not=must_not)
 
 
 def count_filter(workspace_id: str | None, has_dense: bool | None) -> Filter | None:
@@ -212,12 +244,19 @@ class TimesImportance:
 
 
 @dataclass(frozen=True, slots=True)
+class RawScore:
+    """The final score is the prefetch's own score, with no importance multiplier: for a dense leg, the
+    raw max-sim cosine (the linker's nearest neighbours, health's similarity structure)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Query:
     prefetch: Prefetch
     filter: Filter
     limit: int
     with_dense: bool = False
-    score: TimesImportance = TimesImportance()
+    score: TimesImportance | RawScore = TimesImportance()
+    fields: tuple[str, ...] | None = None  # payload fields to return; None: the whole payload
 
 
 def dense_leg(vector: list[float], flt: Filter, limit: int) -> DenseLeg:
@@ -309,8 +348,11 @@ class Vocabulary(ABC):
     @abstractmethod
     def times_importance(self, key: str, default: float) -> Any: ...
 
+    @abstractmethod
+    def raw_score(self) -> Any: ...
 
-Node = Condition | Prefetch | SparseVec | TimesImportance
+
+Node = Condition | Prefetch | SparseVec | TimesImportance | RawScore
 
 
 class Lowering:
@@ -370,4 +412,5 @@ _LOWER: dict[type, Callable[[Lowering, Any], Any]] = {
     Fused: _fused,
     SparseVec: lambda lo, n: lo.vocab.sparse_vector(list(n.indices), list(n.values)),
     TimesImportance: lambda lo, n: lo.vocab.times_importance(n.key, n.default),
+    RawScore: lambda lo, n: lo.vocab.raw_score(),
 }

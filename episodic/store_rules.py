@@ -35,6 +35,8 @@ PAYLOAD_INDEXES: dict[str, IndexKind] = {
     "context_ids": "keyword",  # entry ids whose text this memory was indexed with (episodic.context)
     "importance_score": "float",
     "ts": "datetime",
+    "indexed_at": "datetime",  # the densify backfill goes oldest first (order_by needs a range index)
+    "densify_failures": "float",  # the backfill skips memories whose text failed too often (quarantine)
     "has_dense": "bool",
 }
 
@@ -80,12 +82,39 @@ def validate_sparse(sparse: SparseVec, *, what: str = "sparse vector") -> None:
             raise StoreError(f"{what}: value {v!r} is not a finite number")
 
 
+def validate_payload(value: object, *, what: str, path: str = "payload", depth: int = 0) -> None:
+    """JSON as the engines store it: objects with string keys, arrays, strings, finite numbers, booleans,
+    null. NaN and infinities are valid Python but not JSON (Qdrant Edge refuses them with a TypeError)."""
+    if depth > 64:
+        raise StoreError(f"{what}: {path} is nested more than 64 levels deep")
+    if value is None or isinstance(value, str | bool):
+        return
+    if isinstance(value, numbers.Integral):
+        return
+    if isinstance(value, numbers.Real):
+        if not math.isfinite(value):
+            raise StoreError(f"{what}: {path} is {value!r}, not a finite number")
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise StoreError(f"{what}: {path} has a key {k!r} that is not a string")
+            validate_payload(v, what=what, path=f"{path}.{k}", depth=depth + 1)
+        return
+    if isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            validate_payload(v, what=what, path=f"{path}[{i}]", depth=depth + 1)
+        return
+    raise StoreError(f"{what}: {path} is a {type(value).__name__}, not a JSON value")
+
+
 def validate_points(points: Sequence[MemoryPoint], dim: int | None) -> None:
     for p in points:
         if not p.point_id:
             raise StoreError("point without an id")
         if not p.payload.get("workspace_id"):
             raise StoreError(f"point {p.point_id}: payload has no workspace_id")
+        validate_payload(p.payload, what=f"point {p.point_id}")
         validate_sparse(p.sparse, what=f"point {p.point_id} sparse vector")
         if p.context is not None:
             validate_sparse(p.context, what=f"point {p.point_id} context vector")

@@ -4,26 +4,31 @@ Wiring (see stack/roles.py): `publish(topic, key, value)` must not block and may
 event-loop thread; `status()` returns at least {"kafka": "ok"|..., "kafka_bootstrap": "host:port"};
 `metrics` is the process's `Metrics` (its registry is what /metrics exposes); `state` (the state store)
 and `forget_sink` (produces a forget, acks=all) serve the memory lifecycle (recall/memories.py; without
-them a forget is 503). The tokens file named by
-`settings.tokens_file` is loaded here (a bad file fails start-up). When `settings.http_host` is beyond
-loopback and no tokens file is configured, `create_app` refuses (InsecureBind) unless `insecure=True`.
+them a forget is 503); `produce(topic, records)` (optional) sends records and completes once the broker
+acknowledged them all (`POST /v1/journal`). The tokens file named by `settings.tokens_file` is loaded here
+(a bad file fails start-up). When `settings.http_host` is beyond loopback and no tokens file is
+configured, `create_app` refuses (InsecureBind) unless `insecure=True`.
 
 Error bodies: every 4xx/5xx answer is JSON with `error`, a one-line message naming the field when
 there is one (validation: 422 {"detail": [...], "error": "<field>: <message>"}); store failures are
-503, authentication 401 (with `WWW-Authenticate: Bearer`), authorization 403. Bodies above
-`MAX_BODY_BYTES` are refused with 413 before they are read.
+503 with a generic message and a reference (the error itself is logged, never echoed), authentication
+401 (with `WWW-Authenticate: Bearer`), authorization 403. Bodies above `MAX_BODY_BYTES` are refused with
+413: by Content-Length before they are read, and chunked ones as soon as they pass the limit.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from episodic.auth import AuthError, is_loopback, load_tokens
 from episodic.errors import EpisodicError
@@ -32,8 +37,9 @@ from episodic.ports import Embedder, MemoryStore, StateStore
 from episodic.recall import RecallEngine
 from episodic.settings import Settings
 from episodic.sparse import Bm25Encoder
-from recall import memories
-from recall.deps import ForgetSink, NudgeLookup, Publish, Services, Status
+from recall import journal, memories, whoami
+from recall.admin import router as admin_router
+from recall.deps import ForgetSink, Job, NudgeLookup, Produce, Publish, Services, Status
 from recall.routes import router
 
 log = logging.getLogger(__name__)
@@ -77,7 +83,8 @@ def _message(err: dict[str, Any]) -> str:
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
+    if not isinstance(exc, RequestValidationError):  # registered for that class only
+        raise exc
     detail = [
         {"loc": [str(p) for p in e.get("loc", ())], "msg": _message(e), "type": str(e.get("type", ""))}
         for e in exc.errors()
@@ -91,27 +98,54 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     return JSONResponse(status_code=status, content={"error": message, "detail": message}, headers=headers)
 
 
+def _too_large(limit: int, path: str) -> str:
+    # A batch endpoint's caller can do something about it: say what.
+    hint = "; split the batch" if path.endswith("/journal") else ""
+    return f"body: larger than {limit} bytes{hint}"
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, limit: int, path: str = "") -> None:
+        super().__init__(status_code=413, detail=_too_large(limit, path))
+
+
 class BodyLimit:
-    """Refuse request bodies larger than `limit` bytes (by Content-Length) with 413, before reading them."""
+    """Refuse request bodies larger than `limit` bytes with 413: by Content-Length before reading them, and
+    for a body without one (chunked transfer encoding) as soon as the bytes read pass the limit."""
 
     def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
         self.app = app
         self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            for k, v in scope.get("headers", ()):
-                if k == b"content-length":
-                    try:
-                        too_big = int(v) > self.limit
-                    except ValueError:
-                        too_big = False
-                    if too_big:
-                        resp = _error(413, f"body: larger than {self.limit} bytes")
-                        await resp(scope, receive, send)
-                        return
-                    break
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for k, v in scope.get("headers", ()):
+            if k == b"content-length":
+                try:
+                    too_big = int(v) > self.limit
+                except ValueError:
+                    too_big = False
+                if too_big:
+                    resp = _error(413, _too_large(self.limit, scope.get("path", "")))
+                    await resp(scope, receive, send)
+                    return
+                break
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    # Raised inside the app's body read: FastAPI passes its HTTPException through to the
+                    # app's handler (any other exception there would become a 400).
+                    raise BodyTooLarge(self.limit, scope.get("path", ""))
+            return message
+
+        await self.app(scope, counted, send)
 
 
 def create_app(
@@ -126,6 +160,9 @@ def create_app(
     nudges: NudgeLookup | None = None,
     state: StateStore | None = None,
     forget_sink: ForgetSink | None = None,
+    jobs: Mapping[str, Job] | None = None,
+    clock: Callable[[], datetime] | None = None,
+    produce: Produce | None = None,
     insecure: bool = False,
 ) -> FastAPI:
     """The recall service. Raises AuthConfigError for a bad tokens file, InsecureBind (see module doc)."""
@@ -134,6 +171,8 @@ def create_app(
     if tokens is None:
         log.info("recall service: no tokens file, open to every caller that can reach %s", settings.http_host)
     engine = RecallEngine.from_settings(settings, store=store, embedder=embedder, bm25=bm25)
+    if clock is not None:  # a controllable clock (tests): ages and memory.referenced `at`
+        engine.clock = clock
 
     app = FastAPI(
         title="episodic recall",
@@ -155,20 +194,27 @@ def create_app(
         nudges=nudges,
         state=state,
         forget_sink=forget_sink,
+        jobs=dict(jobs or {}),
+        produce=produce,
     )
 
     async def auth_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, AuthError)
+        if not isinstance(exc, AuthError):  # registered for that class only
+            raise exc
         metrics.auth_failures.labels(reason=exc.reason).inc()
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         return _error(exc.status, exc.message, headers)
 
     async def store_error(request: Request, exc: Exception) -> JSONResponse:
-        log.warning("store failure on %s: %s", request.url.path, exc)
-        return _error(503, f"memory store unavailable: {exc}")
+        # The detail stays in the log (it may name hosts, paths or stored data); the body carries a
+        # reference to find it there.
+        ref = uuid.uuid4().hex[:12]
+        log.warning("store failure %s on %s: %s: %s", ref, request.url.path, type(exc).__name__, exc)
+        return _error(503, f"memory store unavailable (ref {ref}: see the service log)")
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, StarletteHTTPException)
+        if not isinstance(exc, StarletteHTTPException):  # registered for that class only
+            raise exc
         return _error(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
 
     app.add_exception_handler(RequestValidationError, _validation_error)
@@ -176,6 +222,9 @@ def create_app(
     app.add_exception_handler(EpisodicError, store_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.include_router(router)
+    app.include_router(admin_router)
+    app.include_router(journal.router)
+    app.include_router(whoami.router)
     app.include_router(memories.router)  # after /v1/memory/stats and /health: it takes any other id below
     app.add_middleware(BodyLimit)
     return app

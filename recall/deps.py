@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Depends, Request
@@ -22,6 +22,9 @@ NudgeLookup = Callable[[str, str | None, str], str | None]
 # ForgetSink(record): produce a forget to journal.embeddable, keyed by its workspace; completes once the
 # broker acknowledged it (acks=all), raises when it could not be queued
 ForgetSink = Callable[[ForgetRecord], Awaitable[None]]
+Job = Callable[[], Mapping[str, Any]]  # a blocking maintenance job: runs, returns what it did
+# Produce = (topic, [(key, value), ...]) -> awaitable that completes once the broker acknowledged all of them
+Produce = Callable[[str, Sequence[tuple[bytes | None, bytes]]], Awaitable[None]]
 
 # Declares the bearer scheme in the OpenAPI document; the header itself is read raw below so that a
 # malformed header is told apart from a missing one.
@@ -40,6 +43,8 @@ class Services:
     nudges: NudgeLookup | None = None
     state: StateStore | None = None  # forget status, tombstones (the memory lifecycle)
     forget_sink: ForgetSink | None = None  # forgets answer 503 without it
+    jobs: Mapping[str, Job] = field(default_factory=dict)  # name -> job, for /v1/admin/run/{name}
+    produce: Produce | None = None  # POST /v1/journal answers 503 without it
 
 
 def get_services(request: Request) -> Services:
@@ -61,7 +66,9 @@ def current_principal(
 __all__ = [
     "AuthError",
     "ForgetSink",
+    "Job",
     "NudgeLookup",
+    "Produce",
     "Publish",
     "Services",
     "Status",

@@ -4,12 +4,19 @@ Forget is an event: the request is checked, recorded as pending in the state sto
 `journal.embeddable` keyed by its workspace (acks=all; `Services.forget_sink`), announced (its rule keeps
 the selection's queued entries out from then on: `episodic.forget.announce`) and applied by the embedding
 consumer in order with that workspace's entries (episodic.forget). The answer waits up to `wait` seconds
-(default `DEFAULT_WAIT_S`) for it to be applied: `200` with what was removed when it was, else `202` with
-the forget id and `status_url` (also the `Location` header) to poll. `wait=0` answers `202` at once. A forget
-that could not be queued is `503` (nothing was removed; its status says `failed`).
+(default `schemas.api.DEFAULT_FORGET_WAIT_S`) for it to be applied: `200` with what was removed when it
+was, else `202` with the forget id and `status_url` (also the `Location` header) to poll. `wait=0` answers
+`202` at once. A forget that could not be queued is `503` (nothing was removed; its status says `failed`).
+One the store refused to apply (consumers.batch: not a transient failure) is `200` with status `failed`
+and `failure`, as soon as that is known.
 
-Every route authorizes the caller for the workspace (an admin token, or a token of that workspace). Store
-and model work runs in the thread pool.
+Every route authorizes the caller for the workspace (an admin token, or a token of that workspace). A bound
+token (episodic.auth) is held to its agent: it inspects and lists its agent's memories (a lead also its
+crew's), reads the status of forgets narrowed to its agent, and forgets only its own agent's memories: its
+selection is narrowed to that agent (`agent_id` added to the selector, which the consumer honours), the ids
+it names must not be another agent's memories (403 naming `entry_ids[i]`), and `all: true` or another agent
+is 403 naming the field. Store and model work, and a memory's or a page's validation and JSON encoding,
+run in the thread pool.
 
 Entry ids may hold any character, `/` included, so `{entry_id}` takes the rest of the path. A GET of an id
 spelled `stats` or `health`, or starting with `forget/`, reaches those routes instead: `GET
@@ -19,23 +26,34 @@ spelled `stats` or `health`, or starting with `forget/`, reaches those routes in
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from episodic.auth import Principal, authorize
-from episodic.forget import APPLIED, FAILED, PENDING, STATUS, announce, selector_of, status_document
+from episodic.auth import (
+    AuthError,
+    Principal,
+    authorize,
+    authorize_memory,
+    forget_narrowed,
+    listing_narrowed,
+    may_see_memory,
+)
+from episodic.forget import APPLIED, FAILED, PENDING, STATUS, announce, owners_of, selector_of, status_document
 from episodic.memories import BadCursor, Forgotten, memory_detail, memory_page
 from episodic.ports import Selection
 from recall.deps import Services, current_principal, get_services
 from schemas.api import (
+    DEFAULT_FORGET_WAIT_S,
     DEFAULT_PAGE,
+    MAX_FORGET_WAIT_S,
     MAX_ID_LEN,
     MAX_PAGE,
     ErrorResponse,
@@ -44,16 +62,15 @@ from schemas.api import (
     MemoryDetail,
     MemoryPage,
 )
-from schemas.events import ForgetRecord, ForgetSelector
+from schemas.events import ForgetRecord
 
-DEFAULT_WAIT_S = 10.0
-MAX_WAIT_S = 60.0
+log = logging.getLogger(__name__)
 QUEUE_TIMEOUT_S = 20.0  # the broker's acknowledgement of the forget
 POLL_S = 0.05
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "missing, malformed or unknown bearer token"},
-    403: {"model": ErrorResponse, "description": "the token may not use this workspace"},
+    403: {"model": ErrorResponse, "description": "the token may not use this workspace (or agent, for a bound one)"},
     422: {"model": ErrorResponse, "description": "invalid request; `error` names the field"},
     503: {"model": ErrorResponse, "description": "the store or the broker is unavailable"},
 }
@@ -66,7 +83,9 @@ FORGET_ANSWERS: dict[int | str, dict[str, Any]] = {
 router = APIRouter(tags=["memory"])
 
 Workspace = Query(min_length=1, max_length=MAX_ID_LEN, description="the memory's workspace")
-Wait = Query(default=DEFAULT_WAIT_S, ge=0, le=MAX_WAIT_S, description="seconds to wait for the forget to be applied")
+Wait = Query(
+    default=DEFAULT_FORGET_WAIT_S, ge=0, le=MAX_FORGET_WAIT_S, description="seconds to wait for the forget's effect"
+)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -87,13 +106,40 @@ def _answer(doc: dict[str, Any]) -> JSONResponse:
     body = ForgetResponse.model_validate({**doc, "status_url": url})
     applied = body.status == APPLIED
     headers = None if applied else {"Location": url}
-    return JSONResponse(status_code=200 if applied else 202, content=body.model_dump(mode="json"), headers=headers)
+    final = body.status in (APPLIED, FAILED)  # a forget the store refused is as done as an applied one
+    return JSONResponse(status_code=200 if final else 202, content=body.model_dump(mode="json"), headers=headers)
+
+
+async def _check_ids(services: Services, principal: Principal, workspace_id: str, ids: list[str], field: str) -> None:
+    """A bound token may name only its agent's memories (ids of no memory yet pass: the narrowed forget
+    tombstones them for its agent only)."""
+    found = await run_in_threadpool(owners_of, services.store, workspace_id, ids)
+    for n, entry_id in enumerate(ids):
+        if entry_id in found:
+            _, p = found[entry_id]
+            where = field if field == "entry_id" else f"{field}[{n}]"
+            authorize_memory(principal, entry_id=entry_id, agent_id=p.get("agent_id"), crew_id=None, field=where)
 
 
 async def _forget(
-    services: Services, principal: Principal, workspace_id: str, selector: ForgetSelector, wait: float
+    services: Services,
+    principal: Principal,
+    workspace_id: str,
+    wait: float,
+    *,
+    entry_ids: list[str] | None = None,
+    agent_id: str | None = None,
+    run_id: str | None = None,
+    all: bool = False,
+    field: str = "entry_ids",
 ) -> JSONResponse:
     authorize(principal, workspace_id)
+    if principal.bound:
+        selected = "entry_ids" if entry_ids else "run_id" if run_id else "agent_id"
+        agent_id = forget_narrowed(principal, selector_field=selected, agent_id=agent_id, all=all)
+        if entry_ids:
+            await _check_ids(services, principal, workspace_id, entry_ids, field)
+    selector = selector_of(entry_ids=entry_ids, agent_id=agent_id, run_id=run_id, all=all)
     state, sink = services.state, services.forget_sink
     if state is None or sink is None:
         return _error(503, "forget is unavailable: this service has no state store or no broker to send it to")
@@ -113,7 +159,10 @@ async def _forget(
         done = await run_in_threadpool(state.get, STATUS, record.forget_id)
         if done is not None and done.get("status") == APPLIED:  # the broker had it after all (a lost ack)
             return _answer(done)
-        failure = f"could not queue the forget: {type(e).__name__}: {e}"
+        # The broker's error stays in the log (it may name hosts); the answer carries a reference to it.
+        ref = uuid.uuid4().hex[:12]
+        log.warning("forget %s could not be queued (ref %s): %s: %s", record.forget_id, ref, type(e).__name__, e)
+        failure = f"could not queue the forget: the broker did not acknowledge it (ref {ref}: see the service log)"
         failed = status_document(record, FAILED, failure=failure)
         await run_in_threadpool(state.put, STATUS, record.forget_id, failed)
         return _error(503, f"{failure} (forget {record.forget_id}: nothing was removed; try again)")
@@ -122,7 +171,7 @@ async def _forget(
     doc: dict[str, Any] | None = None
     while True:
         doc = await run_in_threadpool(state.get, STATUS, record.forget_id)
-        if (doc is not None and doc.get("status") == APPLIED) or time.monotonic() >= deadline:
+        if (doc is not None and doc.get("status") in (APPLIED, FAILED)) or time.monotonic() >= deadline:
             break
         await asyncio.sleep(POLL_S)
     return _answer(doc or status_document(record, PENDING))
@@ -140,8 +189,10 @@ async def forget(
     principal: Principal = Depends(current_principal),
     services: Services = Depends(get_services),
 ) -> JSONResponse:
-    selector = selector_of(entry_ids=req.entry_ids, agent_id=req.agent_id, run_id=req.run_id, all=req.all)
-    return await _forget(services, principal, req.workspace_id, selector, wait)
+    return await _forget(
+        services, principal, req.workspace_id, wait,
+        entry_ids=req.entry_ids, agent_id=req.agent_id, run_id=req.run_id, all=req.all,
+    )  # fmt: skip
 
 
 @router.get(
@@ -163,20 +214,43 @@ async def forget_status(
     doc = await run_in_threadpool(state.get, STATUS, forget_id)
     if doc is None or doc.get("workspace_id") != workspace_id:
         return _error(404, f"forget_id: no forget {forget_id!r} in workspace {workspace_id!r}")
+    selected_agent = (doc.get("selector") or {}).get("agent_id")
+    if not may_see_memory(principal, agent_id=selected_agent, crew_id=None):
+        raise AuthError("forbidden", "a bound token reads only the forgets of its own agent", field="forget_id")
     answer = _answer(doc)
     answer.status_code = 200
     return answer
 
 
-async def _detail(services: Services, principal: Principal, workspace_id: str, entry_id: str) -> Any:
+def _json(model: MemoryDetail | MemoryPage) -> Response:
+    """Validated and encoded by the caller, in the thread pool (recall/routes.py: the loop also carries the
+    gate and the consumer in `episodic up`)."""
+    return Response(model.model_dump_json().encode(), media_type="application/json")
+
+
+def _detail_response(services: Services, principal: Principal, workspace_id: str, entry_id: str) -> Response | None:
+    """The memory's answer, once the caller may see it (a bound token: its agent's, or a lead's crew's)."""
+    found = memory_detail(services.store, services.state, workspace_id, entry_id)
+    if found is None:
+        return None
+    authorize_memory(principal, entry_id=entry_id, agent_id=found.get("agent_id"), crew_id=found.get("crew_id"))
+    return _json(MemoryDetail.model_validate(found))
+
+
+async def _detail(services: Services, principal: Principal, workspace_id: str, entry_id: str) -> Response:
     authorize(principal, workspace_id)
     try:
-        found = await run_in_threadpool(memory_detail, services.store, services.state, workspace_id, entry_id)
+        found = await run_in_threadpool(_detail_response, services, principal, workspace_id, entry_id)
     except Forgotten as e:
         return _error(404, f"entry_id: {e}")
     if found is None:
         return _error(404, f"entry_id: no memory {entry_id!r} in workspace {workspace_id!r}")
-    return MemoryDetail.model_validate(found)
+    return found
+
+
+def _page_response(services: Services, selection: Selection, cursor: str | None, limit: int) -> Response:
+    items, next_cursor = memory_page(services.store, selection, cursor, limit)
+    return _json(MemoryPage.model_validate({"memories": items, "next_cursor": next_cursor}))
 
 
 @router.get(
@@ -198,12 +272,13 @@ async def memory_by_query(
     "/v1/memories",
     response_model=MemoryPage,
     responses=ERRORS,
-    summary="A workspace's memories, newest first, a page at a time",
+    summary="A workspace's memories, newest first, a page at a time (a bound token: its agent's, or crew's)",
 )
 async def memories(
     workspace_id: str = Workspace,
     agent_id: str | None = Query(default=None, min_length=1, max_length=MAX_ID_LEN),
     run_id: str | None = Query(default=None, min_length=1, max_length=MAX_ID_LEN),
+    crew_id: str | None = Query(default=None, min_length=1, max_length=MAX_ID_LEN),
     entry_type: list[str] | None = Query(default=None, description="one or more (repeat the parameter)"),
     cursor: str | None = Query(default=None, min_length=1, max_length=1024, description="next_cursor of a page"),
     limit: int = Query(default=DEFAULT_PAGE, ge=1, le=MAX_PAGE),
@@ -211,16 +286,16 @@ async def memories(
     services: Services = Depends(get_services),
 ) -> Any:
     authorize(principal, workspace_id)
+    agent_id, crew_id = listing_narrowed(principal, agent_id=agent_id, crew_id=crew_id)
     types = tuple(dict.fromkeys(entry_type or ()))
     for t in types:
         if not t or len(t) > MAX_ID_LEN:
             return _invalid("entry_type", f"must be 1..{MAX_ID_LEN} characters")
-    selection = Selection(workspace_id, agent_id=agent_id, run_id=run_id, entry_types=types)
+    selection = Selection(workspace_id, agent_id=agent_id, run_id=run_id, entry_types=types, crew_id=crew_id)
     try:
-        items, next_cursor = await run_in_threadpool(memory_page, services.store, selection, cursor, limit)
+        return await run_in_threadpool(_page_response, services, selection, cursor, limit)
     except BadCursor as e:
         return _invalid("cursor", str(e))
-    return MemoryPage.model_validate({"memories": items, "next_cursor": next_cursor})
 
 
 @router.delete(
@@ -236,7 +311,7 @@ async def forget_one(
     principal: Principal = Depends(current_principal),
     services: Services = Depends(get_services),
 ) -> JSONResponse:
-    return await _forget(services, principal, workspace_id, selector_of(entry_ids=[entry_id]), wait)
+    return await _forget(services, principal, workspace_id, wait, entry_ids=[entry_id], field="entry_id")
 
 
 @router.get(

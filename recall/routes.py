@@ -1,10 +1,14 @@
-"""The endpoints of SPEC §7. Blocking work (model, store) runs in the thread pool; `publish` is called on
-the event-loop thread after the response is computed, and never fails a request."""
+"""The endpoints of SPEC §7. Blocking and CPU work (the model, the store, rendering, the response's
+validation and JSON encoding, the metrics exposition) runs in the thread pool: in `episodic up` the event
+loop also carries the gate and the consumer. `publish` is called on the event-loop thread after the
+response is computed, and never fails a request."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Response
@@ -12,7 +16,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-from episodic.auth import Principal, authorize
+from episodic.auth import Principal, authorize, authorize_crew, authorize_recall
 from episodic.context import ContextMode
 from episodic.recall import RecallHit, RecallResult
 from episodic.render import render
@@ -34,7 +38,7 @@ log = logging.getLogger(__name__)
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "missing, malformed or unknown bearer token"},
-    403: {"model": ErrorResponse, "description": "the token may not read this workspace"},
+    403: {"model": ErrorResponse, "description": "the token may not read this (workspace, agent, crew, scope)"},
     422: {"model": ErrorResponse, "description": "invalid request; `error` names the field"},
     503: {"model": ErrorResponse, "description": "the memory store is unavailable"},
 }
@@ -46,25 +50,57 @@ def _hits(hits: list[RecallHit]) -> list[Hit]:
     return [Hit.model_validate(h.public()) for h in hits]
 
 
-def _publish_referenced(services: Services, result: RecallResult, hits: list[RecallHit]) -> None:
-    try:
-        services.publish(MEMORY_REFERENCED, result.workspace_id, result.referenced_event(hits))
-    except Exception as e:  # publishing is best effort: the importance agent tolerates a lost event
-        log.warning("could not publish %s: %s", MEMORY_REFERENCED, e)
+def _json(model: RecallResponse | RenderResponse) -> Response:
+    return Response(model.model_dump_json().encode(), media_type="application/json")
 
 
-async def _recall(services: Services, req: RecallRequest) -> tuple[RecallResult, float]:
+@dataclass(slots=True)
+class Answer:
+    """What a recall route computed off the event loop: the response, and what the loop still does
+    (metrics, and the `memory.referenced` event, published from the loop thread)."""
+
+    response: Response
+    result: RecallResult
+    referenced: dict[str, Any]
+    n_hits: int
+
+
+def _answer_recall(services: Services, req: RecallRequest) -> Answer:
+    result = services.engine.recall(req)
+    body = RecallResponse(mode=req.mode, degraded=result.degraded, hits=_hits(result.hits))
+    return Answer(_json(body), result, result.referenced_event(result.hits), len(result.hits))
+
+
+def _answer_render(services: Services, req: RenderRequest) -> Answer:
+    result = services.engine.recall(req)
+    rendered = render(result.hits, req.budget_chars)  # up to k=50 hits of 16k characters: CPU work
+    shown = [result.hits[i] for i in rendered.included]
+    nudge = None
+    if req.run_id is not None and services.nudges is not None:
+        try:
+            nudge = services.nudges(req.workspace_id, req.agent_id, req.run_id)
+        except Exception as e:
+            log.warning("nudge lookup failed: %s", e)
+    body = RenderResponse(text=rendered.text, hits=_hits(shown), nudge=nudge, mode=req.mode, degraded=result.degraded)
+    # only the hits that made it into the text are marked referenced
+    return Answer(_json(body), result, result.referenced_event(shown), len(shown))
+
+
+async def _answer(services: Services, req: RecallRequest, compute: Callable[[Services, Any], Answer]) -> Response:
+    """Run `compute` in the thread pool (the store query, the model, rendering and the JSON encoding stay
+    off the loop that also carries the gate and the consumer in `episodic up`), then observe and publish."""
     t0 = time.perf_counter()
-    result = await run_in_threadpool(services.engine.recall, req)
-    return result, t0
-
-
-def _observe(services: Services, req: RecallRequest, result: RecallResult, n_hits: int, t0: float) -> None:
+    answer = await run_in_threadpool(compute, services, req)
     m = services.metrics
     m.recall_latency.labels(mode=req.mode).observe(time.perf_counter() - t0)
-    m.recall_hits.observe(n_hits)
-    if result.degraded:
+    m.recall_hits.observe(answer.n_hits)
+    if answer.result.degraded:
         m.recall_degraded.inc()
+    try:
+        services.publish(MEMORY_REFERENCED, answer.result.workspace_id, answer.referenced)
+    except Exception as e:  # publishing is best effort: the importance agent tolerates a lost event
+        log.warning("could not publish %s: %s", MEMORY_REFERENCED, e)
+    return answer.response
 
 
 @router.post(
@@ -78,13 +114,11 @@ async def recall(
     req: RecallRequest,
     principal: Principal = Depends(current_principal),
     services: Services = Depends(get_services),
-) -> RecallResponse:
-    authorize(principal, req.workspace_id)
-    result, t0 = await _recall(services, req)
-    response = RecallResponse(mode=req.mode, degraded=result.degraded, hits=_hits(result.hits))
-    _observe(services, req, result, len(result.hits), t0)
-    _publish_referenced(services, result, result.hits)
-    return response
+) -> Response:
+    authorize_recall(
+        principal, workspace_id=req.workspace_id, scope=req.scope, agent_id=req.agent_id, crew_id=req.crew_id
+    )
+    return await _answer(services, req, _answer_recall)
 
 
 @router.post(
@@ -98,23 +132,11 @@ async def recall_render(
     req: RenderRequest,
     principal: Principal = Depends(current_principal),
     services: Services = Depends(get_services),
-) -> RenderResponse:
-    authorize(principal, req.workspace_id)
-    result, t0 = await _recall(services, req)
-    rendered = render(result.hits, req.budget_chars)
-    shown = [result.hits[i] for i in rendered.included]
-    nudge = None
-    if req.run_id is not None and services.nudges is not None:
-        try:
-            nudge = services.nudges(req.workspace_id, req.agent_id, req.run_id)
-        except Exception as e:
-            log.warning("nudge lookup failed: %s", e)
-    response = RenderResponse(
-        text=rendered.text, hits=_hits(shown), nudge=nudge, mode=req.mode, degraded=result.degraded
+) -> Response:
+    authorize_recall(
+        principal, workspace_id=req.workspace_id, scope=req.scope, agent_id=req.agent_id, crew_id=req.crew_id
     )
-    _observe(services, req, result, len(shown), t0)
-    _publish_referenced(services, result, shown)  # only hits that made it into the text
-    return response
+    return await _answer(services, req, _answer_render)
 
 
 @router.get(
@@ -134,14 +156,16 @@ async def memory_stats(
     def counts() -> StatsResponse:
         from episodic.errors import EpisodicError, StoreError
 
+        store, limit = services.store, services.settings.densify_max_attempts
         try:
-            total = services.store.count(workspace_id)
-            dense = services.store.count(workspace_id, has_dense=True)
+            total = store.count(workspace_id)
+            dense = store.count(workspace_id, has_dense=True)
+            quarantined = store.count_quarantined(workspace_id, limit)
         except EpisodicError:
             raise
         except Exception as e:
             raise StoreError(f"store count failed: {type(e).__name__}: {e}") from e
-        return StatsResponse(indexed=total, dense=dense, sparse_only=max(0, total - dense))
+        return StatsResponse(indexed=total, dense=dense, sparse_only=max(0, total - dense), quarantined=quarantined)
 
     return await run_in_threadpool(counts)
 
@@ -159,6 +183,7 @@ async def memory_health(
     services: Services = Depends(get_services),
 ) -> JSONResponse:
     authorize(principal, workspace_id)
+    authorize_crew(principal, crew_id)
     msg = (
         "no memory-health snapshot: the daily health agent (SPEC §8) is not part of this build yet, "
         "so no snapshot has been stored"
@@ -198,4 +223,5 @@ async def healthz(response: Response, services: Services = Depends(get_services)
 
 @router.get("/metrics", tags=["ops"], summary="Prometheus exposition (no auth)", response_class=Response)
 async def metrics(services: Services = Depends(get_services)) -> Response:
-    return Response(generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    text = await run_in_threadpool(generate_latest, services.metrics.registry)
+    return Response(text, media_type=CONTENT_TYPE_LATEST)

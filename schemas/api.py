@@ -1,4 +1,5 @@
 """Recall HTTP API models (SPEC §7). The OpenAPI document generated from these is the contract.
+Size: every request and response model of the HTTP API in one module, the one place the contract is read.
 
 Validation rules (every violation is a 422 that names the field, never a 5xx):
 
@@ -10,6 +11,8 @@ Validation rules (every violation is a 422 that names the field, never a 5xx):
 - `k`: integer 1..50, default 5. `mode`: "hybrid" (default), "dense" or "sparse". `walk_depth`: 0 or 1.
   `adjacent`: true, false or null (the service default).
 - Types are strict (`"5"` is not an integer, `true` is not a number) and unknown fields are rejected.
+- Journal (`POST /v1/journal`): `entries`, 1..`MAX_JOURNAL_ENTRIES` journal entries (SPEC §3) in a body of
+  at most `MAX_JOURNAL_BYTES`; each entry is validated on its own by the gate's parser.
 - Render: `max_chars` (`MIN_RENDER_CHARS`..`MAX_RENDER_CHARS`) or `max_tokens` (about 4 characters a
   token), not both; neither means `DEFAULT_RENDER_CHARS`.
 - Filters (SPEC §11), applied inside the store query (every leg), so a filtered recall still returns k hits
@@ -36,6 +39,8 @@ CHARS_PER_TOKEN = 4
 MIN_RENDER_CHARS = 400  # the wrapper and the preamble alone take about 330
 MAX_RENDER_CHARS = 200_000
 DEFAULT_RENDER_CHARS = 4000
+MAX_JOURNAL_ENTRIES = 500
+MAX_JOURNAL_BYTES = 1 << 20  # the whole request body; clients split larger batches
 
 MAX_ENTRY_TYPES = 50
 
@@ -185,7 +190,14 @@ class Hit(BaseModel):
     ts: str = Field(description="RFC 3339, as produced")
     payload: dict[str, Any]
     via: Via = "direct"
-    aliases: list[str] = Field(default_factory=list, description="later entry ids merged as exact duplicates")
+    aliases: list[str] = Field(
+        default_factory=list,
+        description="later entry ids merged into this memory as exact duplicates (the newest "
+        "EPISODIC_ALIAS_LIMIT of them, 20 by default)",
+    )
+    occurrences: int = Field(
+        default=1, ge=1, description="how many entries this memory stands for: itself and every exact duplicate"
+    )
     context: list[ContextLine] | None = Field(
         default=None,
         description="the earlier memories of its run it was indexed with, oldest first (the summary is the "
@@ -195,7 +207,10 @@ class Hit(BaseModel):
 
 class RecallResponse(BaseModel):
     mode: Mode = Field(description="the requested mode")
-    degraded: bool = Field(description="true when answered from the sparse leg only (no embedder)")
+    degraded: bool = Field(
+        description="true when the answer may miss memories the mode should see: answered from the sparse leg "
+        "only (no embedder), or a dense request while memories in the scope still wait for their dense vector"
+    )
     hits: list[Hit]
 
 
@@ -208,9 +223,14 @@ class RenderResponse(BaseModel):
 
 
 class StatsResponse(BaseModel):
-    indexed: int
-    dense: int
-    sparse_only: int
+    indexed: int = Field(description="memories")
+    dense: int = Field(description="memories with their dense vector")
+    sparse_only: int = Field(description="memories without it yet (BM25 only): written BM25-first, or quarantined")
+    quarantined: int = Field(
+        default=0,
+        description="of those, the ones the backfill gave up on after EPISODIC_DENSIFY_MAX_ATTEMPTS failed "
+        "attempts to embed their text (they stay BM25-only)",
+    )
 
 
 class HealthzResponse(BaseModel):
@@ -239,30 +259,39 @@ MAX_FORGET_IDS = 1000
 MAX_PAGE = 100
 DEFAULT_PAGE = 20
 FORGET_SELECTORS = ("entry_ids", "agent_id", "run_id", "all")
+DEFAULT_FORGET_WAIT_S = 10.0  # how long a forget's answer waits for it to be applied (the `wait` parameter)
+MAX_FORGET_WAIT_S = 60.0
 
 
 class ForgetRequest(BaseModel):
-    """`POST /v1/memory/forget` body: the workspace and exactly one selector. `entry_ids`: those memories (an
-    alias id takes its whole memory); `agent_id` / `run_id`: every memory of that agent / run; `all: true`:
-    the whole workspace. Each of them also keeps out the entries of the selection still on their way."""
+    """`POST /v1/memory/forget` body: the workspace and one selection. `entry_ids`: those memories (an alias
+    id takes its whole memory); `run_id`: every memory of that run; `agent_id`: every memory of that agent,
+    or, given with `entry_ids` or `run_id`, only that agent's memories among them; `all: true`: the whole
+    workspace. Each of them also keeps out the entries of the selection still on their way."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     workspace_id: IdStr
     entry_ids: list[IdStr] | None = Field(default=None, min_length=1, max_length=MAX_FORGET_IDS)
-    agent_id: IdStr | None = None
+    agent_id: IdStr | None = Field(default=None, description="alone: the agent's memories; else narrows")
     run_id: IdStr | None = None
     all: bool = Field(default=False, validate_default=True, description="true: every memory of the workspace")
 
-    @field_validator("agent_id", "run_id", "all")
+    @field_validator("run_id", "all")
     @classmethod
-    def _exactly_one(cls, v: Any, info: ValidationInfo) -> Any:
-        others = FORGET_SELECTORS[: FORGET_SELECTORS.index(info.field_name)]
-        if v is not None and v is not False:
-            earlier = [f for f in others if info.data.get(f) not in (None, False)]
-            if earlier:
-                raise ValueError(f"give only one of {', '.join(FORGET_SELECTORS)} (also given: {', '.join(earlier)})")
-        elif info.field_name == "all" and all(f in info.data and info.data[f] is None for f in others):
+    def _one_selection(cls, v: Any, info: ValidationInfo) -> Any:
+        def given(name: str) -> bool:
+            return info.data.get(name) not in (None, False)
+
+        if info.field_name == "run_id":
+            if v is not None and given("entry_ids"):
+                raise ValueError("give entry_ids or run_id, not both (agent_id may narrow either)")
+            return v
+        if v is not False:
+            also = [f for f in FORGET_SELECTORS[:-1] if given(f)]
+            if also:
+                raise ValueError(f"all: true is the whole workspace; give nothing else (also given: {', '.join(also)})")
+        elif all(f in info.data and info.data[f] is None for f in FORGET_SELECTORS[:-1]):
             raise ValueError("give exactly one of entry_ids, agent_id, run_id, or all: true")
         return v
 
@@ -275,7 +304,8 @@ class ForgetRemoved(BaseModel):
 
 class ForgetResponse(BaseModel):
     """A forget and where it stands: `pending` (queued, not applied yet: poll `status_url`), `applied`, or
-    `failed` (it could not be queued; nothing was removed)."""
+    `failed` (`failure` says why: it could not be queued, and nothing was removed; or the store refused to
+    apply it, and what it removed before that stays removed). A failed forget can be asked for again."""
 
     forget_id: str
     workspace_id: str
@@ -350,3 +380,80 @@ class MemoryItem(BaseModel):
 class MemoryPage(BaseModel):
     memories: list[MemoryItem] = Field(description="newest first (ts descending, ties in a stable order)")
     next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last one")
+
+
+class DecayRunResponse(BaseModel):
+    """`POST /v1/admin/run/decay`: what the run did (counts and time)."""
+
+    run_id: str
+    reference_time: str = Field(description="the time every importance of the run was computed at (UTC)")
+    started_at: str
+    finished_at: str
+    resumed: bool = Field(description="it continued a run that had stopped half way")
+    duration_s: float = Field(description="seconds this call took")
+    pages: int
+    scanned: int = Field(description="memories read")
+    updated: int = Field(description="memories whose importance changed")
+    unchanged: int
+    archived: int = Field(description="memories archived to memory.archived and removed (retention)")
+    edges_removed: int = Field(description="edges of other memories that pointed at archived ones")
+    ledger_pruned: int = Field(description="memory.referenced ledger entries past their horizon, removed")
+    retention: bool = Field(description="whether retention is on")
+
+
+class JobBusyResponse(ErrorResponse):
+    progress: dict[str, Any] = Field(description="the run in progress elsewhere: its holder, page and counts")
+
+
+class JournalBatch(BaseModel):
+    """`POST /v1/journal` body: journal entries, each validated on its own (a bad one does not sink the rest)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    entries: list[Any] = Field(
+        min_length=1,
+        max_length=MAX_JOURNAL_ENTRIES,
+        description="journal entries (SPEC §3; schemas/journal_entry.schema.json), produced to journal.entries",
+        json_schema_extra={"items": {"type": "object"}},
+    )
+
+
+class EntryError(BaseModel):
+    """Why one entry of a batch was not accepted."""
+
+    index: int = Field(description="its position in `entries`")
+    id: str | None = Field(default=None, description="its `id`, when it has a string one")
+    field: str = Field(description="the field at fault (`entry` when it is not a JSON object)")
+    reason: str = Field(description="the gate's dead-letter reason, e.g. missing_field, bad_severity")
+    error: str = Field(description="a one-line message that names the field")
+
+
+class JournalAccepted(BaseModel):
+    """202: the valid entries are on `journal.entries`, acknowledged by every in-sync replica."""
+
+    accepted: int
+    ids: list[str] = Field(description="ids of the accepted entries, in batch order")
+    rejected: int
+    errors: list[EntryError] = Field(description="the entries that were not accepted, with the field at fault")
+    topic: str
+
+
+class JournalRejected(BaseModel):
+    """422: no entry of the batch is valid (nothing was produced)."""
+
+    error: str
+    errors: list[EntryError]
+    detail: Any = None
+
+
+class WhoAmI(BaseModel):
+    """`GET /v1/whoami`: what the caller's token may do, so that a client can take its identity from it."""
+
+    name: str
+    auth: bool = Field(description="false: the service has no tokens file and is open")
+    admin: bool
+    workspaces: list[str] = Field(description="the workspaces it may read and write ([] for admin: all)")
+    agent_id: str | None = Field(description="the agent a bound token acts as")
+    crew_id: str | None
+    role: Literal["agent", "lead"] | None = Field(description="null: a workspace token, not bound")
+    scope: Scope | None = Field(description="the widest recall scope of a bound token (ScopeForRole)")

@@ -130,20 +130,28 @@ class IndexedEvent(_Json, msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
     duplicate_of: str | None = None
 
 
+NonEmpty = Annotated[str, Meta(min_length=1, max_length=128)]
+
+
 class ReferencedHit(msgspec.Struct, frozen=True):
-    entry_id: str
+    entry_id: NonEmpty
     score: float
     cosine: float | None
 
 
 class ReferencedEvent(_Json, msgspec.Struct, frozen=True):
-    """`memory.referenced`: emitted by the recall service for the hits it returned."""
+    """`memory.referenced`: emitted by the recall service for the hits it returned (or rendered).
 
-    workspace_id: str
+    `event_id` (a uuid the recall service sets on every event) is what makes a re-delivered event count
+    once in the importance agent's ledger; an event without one (a producer older than the field) is
+    keyed by a digest of its bytes instead."""
+
+    workspace_id: NonEmpty
     scope: str
     mode: str
     at: AwareDatetime
     hits: list[ReferencedHit]
+    event_id: NonEmpty | None = None
 
 
 # -- forget (SPEC §11 "Forget is an event") -----------------------------------------------------------------
@@ -156,7 +164,9 @@ MAX_FORGET_IDS = 1000  # entry ids in one forget
 
 
 class ForgetSelector(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
-    """What a forget removes from its workspace: exactly one of `entry_ids`, `agent_id`, `run_id`, `all`."""
+    """What a forget removes from its workspace: one of `entry_ids`, `run_id`, `agent_id` or `all`. An
+    `agent_id` given with `entry_ids` or `run_id` narrows them to that agent's memories (each given condition
+    must hold): the recall service narrows a bound token's forgets so."""
 
     entry_ids: Annotated[list[Id], Meta(min_length=1, max_length=MAX_FORGET_IDS)] | None = None
     agent_id: Id | None = None
@@ -164,20 +174,25 @@ class ForgetSelector(msgspec.Struct, frozen=True, forbid_unknown_fields=True, om
     all: bool = False
 
     def __post_init__(self) -> None:
-        given = [name for name in ("entry_ids", "agent_id", "run_id") if getattr(self, name) is not None]
+        given = [name for name in ("entry_ids", "run_id") if getattr(self, name) is not None]
         if self.all:
             given.append("all")
+        if self.agent_id is not None and not (given and given[0] in ("entry_ids", "run_id")):
+            given.append("agent_id")
         if len(given) != 1:
-            raise ValueError(f"a forget selector names exactly one of entry_ids, agent_id, run_id, all; got {given}")
+            raise ValueError(
+                f"a forget selector names one of entry_ids, run_id (either narrowed by agent_id), agent_id, all; "
+                f"got {given}"
+            )
 
     @property
     def kind(self) -> str:
-        """`entry_ids`, `agent_id`, `run_id` or `all` (a metric label)."""
+        """`entry_ids`, `run_id`, `agent_id` or `all` (a metric label)."""
         if self.entry_ids is not None:
             return "entry_ids"
-        if self.agent_id is not None:
-            return "agent_id"
-        return "run_id" if self.run_id is not None else "all"
+        if self.run_id is not None:
+            return "run_id"
+        return "agent_id" if self.agent_id is not None else "all"
 
 
 class ForgetRecord(_Json, msgspec.Struct, frozen=True, kw_only=True):
@@ -205,3 +220,34 @@ class ForgottenEvent(_Json, msgspec.Struct, frozen=True, kw_only=True):
     entry_ids: list[str] = msgspec.field(default_factory=list)
     part: int = 0
     last: bool = True
+
+
+ARCHIVED_PAYLOAD_CHARS = 400
+
+
+class ArchivedRecord(_Json, msgspec.Struct, frozen=True, kw_only=True):
+    """`memory.archived`: a memory that retention removed from the index, as it was, except `payload`: the
+    JSON text of the entry's payload cut to ARCHIVED_PAYLOAD_CHARS characters (`payload_truncated` says
+    whether it was cut). Keyed by workspace_id; one record per memory (a crash between the archive and the
+    removal can write it twice: consumers key it by (workspace_id, entry_id))."""
+
+    entry_id: str
+    workspace_id: str
+    crew_id: str | None = None
+    agent_id: str | None = None
+    run_id: str | None = None
+    ts: str | None = None
+    entry_type: str | None = None
+    severity: str | None = None
+    summary: str = ""
+    payload: str = "{}"
+    payload_truncated: bool = False
+    priority: str | None = None
+    base_importance: float | None = None
+    importance_score: float | None = None
+    reference_count: int = 0
+    indexed_at: str | None = None
+    aliases: list[str] = msgspec.field(default_factory=list)
+    occurrences: int = 1
+    relations: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    archived_at: AwareDatetime

@@ -9,14 +9,16 @@ needs no second, hand-written validator.
 `parse_entry` never raises anything but `InvalidEntry`, whose `reason` is a short stable label (the
 dead-letter reason and a metric label) and whose `error` starts with the field it is about. When the fast
 decode refuses a record, `_explain` reads it again with the standard library's JSON parser, which is the
-reference (it takes NaN, Infinity, lone surrogate escapes and duplicate keys, as the parser before msgspec
-did), and checks the fields one by one against the same definition in the entry's field order, so the first
-field that fails gives the reason, whatever the order of the keys in the record.
+reference (it takes lone surrogate escapes and duplicate keys, as the parser before msgspec did; NaN and
+±Infinity, which it takes too, are refused as `invalid_field`: they are not JSON numbers), and checks the
+fields one by one against the same definition in the entry's field order, so the first field that fails
+gives the reason, whatever the order of the keys in the record.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -300,6 +302,7 @@ def _check_field(name: str, obj: dict[str, Any]) -> None:
             raise _RuleError("bad_timestamp", "ts", str(e)) from None
     elif name == "payload":
         check_payload(value)
+        _check_finite(value, "payload")
     elif name == "refs":
         if value is not None:
             _convert(value, dict[str, Any], "refs")
@@ -308,6 +311,7 @@ def _check_field(name: str, obj: dict[str, Any]) -> None:
             for i, s in enumerate(supports or ()):
                 _convert(s, AnyId, f"refs.supports.{i}")
             check_refs(value)
+            _check_finite(value, "refs")
     elif name == "severity":
         if value not in ("debug", "info", "warn", "error") or type(value) is not str:
             raise _RuleError("bad_severity", name, f"must be one of debug, info, warn, error (got {value!r:.40})")
@@ -315,6 +319,21 @@ def _check_field(name: str, obj: dict[str, Any]) -> None:
         _convert(value, field.type, name)
         if name in NOT_BLANK_FIELDS:
             _check_not_blank(value, name)
+
+
+def _check_finite(value: Any, loc: str) -> None:
+    """NaN and ±Infinity (which the standard library's parser takes, and 1e400 becomes) are not JSON numbers
+    (RFC 8259): refused rather than forwarded, since the entry could not be written back as the same JSON.
+    Only this slow path can meet them: msgspec's decoder refuses them, and the fast path never sees one."""
+    stack: list[tuple[Any, str]] = [(value, loc)]
+    while stack:
+        v, path = stack.pop()
+        if type(v) is float and not math.isfinite(v):
+            raise _RuleError("invalid_field", path, f"{v!r} is not a JSON number (RFC 8259): send null or a string")
+        if isinstance(v, dict):
+            stack.extend((item, f"{path}.{key}") for key, item in v.items())
+        elif isinstance(v, list):
+            stack.extend((item, f"{path}.{i}") for i, item in enumerate(v))
 
 
 def _convert(value: Any, type_: Any, loc: str) -> Any:

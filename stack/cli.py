@@ -1,4 +1,4 @@
-"""The `episodic` command: up, produce, recall, forget, show, ls, doctor, and the single-stage roles for
+"""The `episodic` command: up, produce, recall, forget, show, ls, doctor, mcp, and the single-stage roles for
 distributed mode.
 
 `python -m stack.cli COMMAND ...` (or `python -m stack ...`) is the same command without the console script.
@@ -23,6 +23,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gate": ("stack.commands.gate:main", "run only the gate (distributed mode)"),
     "embedder": ("stack.commands.up:embedder_main", "run only the embedding consumer (distributed mode)"),
     "serve": ("stack.commands.serve:main", "run only the recall HTTP service (distributed mode)"),
+    "linker": ("stack.commands.up:linker_main", "run only the linker: similar edges (distributed mode)"),
+    "importance": (
+        "stack.commands.up:importance_main",
+        "run only the importance agent and the nightly decay (distributed mode)",
+    ),
+    "mcp": ("stack.commands.mcp:main", "serve the memory as MCP tools (stdio or streamable HTTP)"),
 }
 
 

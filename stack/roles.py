@@ -1,7 +1,8 @@
 """The roles a Stack can run, in one table: what each needs from the stack, how it starts and drains.
 
 A role is one stage of the pipeline in this process: the gate (Faust, `streams/`), the embedding
-consumer (aiokafka, `consumers/`), the recall HTTP service (FastAPI, `recall/`). The Stack opens the
+consumer (aiokafka, `consumers/`), the recall HTTP service (FastAPI, `recall/`), the linker and the
+importance agent with its nightly decay (Faust agents in `streams/`, each its own consumer group). The Stack opens the
 shared resources once (producer, store, model) and hands them to every role as `Resources`; it starts
 the roles in the table's order and drains them by `drain_rank`, so that the stage taking input stops
 first and the stages after it finish what is in flight.
@@ -9,6 +10,8 @@ first and the stages after it finish what is in flight.
 Adding a role (the linker, importance, health and nudge agents) is one `Role` subclass here and one
 entry in `ROLES`; the Stack does not change. Each role imports its package lazily in `start`, so a
 process that runs only `serve` never imports Faust.
+
+Size: over 400 lines because the table keeps every role in one place, each a short class.
 """
 
 from __future__ import annotations
@@ -19,29 +22,42 @@ import functools
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from episodic.bus import dumps, send_forget
+from episodic.bus import send_all, send_forget
 from episodic.errors import EpisodicError
 from episodic.metrics import Metrics
 from episodic.settings import Settings
+from stack.publisher import Publisher
 
 if TYPE_CHECKING:
     from aiokafka import AIOKafkaProducer
 
     from consumers.embedding import EmbeddingConsumer
+    from episodic.decay import DecayJob
     from episodic.ports import Embedder, MemoryStore, StateStore
     from episodic.sparse import Bm25Encoder
+    from schemas.events import ForgetRecord
+    from streams.agents import AgentRunner
     from streams.runner import GateRunner
 
 log = logging.getLogger("episodic")
 
-GATE_DRAIN_S = 30.0  # the gate's batch in flight, its commit and leaving the group
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+GATE_DRAIN_S = 30.0  # the gate's batches in flight, their commit and leaving the group
+GATE_DELIVER_S = 20.0  # of which delivering and committing the batches in flight (logged when hit)
 CONSUMER_DRAIN_S = 60.0  # the embedding batch in flight: embed, upsert, memory.indexed, commit
 HTTP_DRAIN_S = 30.0  # requests in flight
+PUBLISH_DRAIN_S = 5.0  # memory.referenced events still buffered
 HTTP_START_S = 15.0
+AGENT_DRAIN_S = 30.0  # a maintenance agent's batch in flight; a decay run stops after its page
 
 
 @dataclass(frozen=True)
@@ -50,19 +66,31 @@ class Resources:
 
     settings: Settings
     metrics: Metrics
-    producer: AIOKafkaProducer
+    producer: AIOKafkaProducer | None  # started; None when Kafka was unreachable at start (see kafka_connect)
     status: Callable[[], dict[str, Any]]  # the Stack's view of Kafka, for /healthz
     fail: Callable[[int], None]  # stop the whole stack with this exit status (a role's own task died)
+    kafka_connect: Callable[[], Awaitable[AIOKafkaProducer]] | None = None  # a started producer, or raises
     insecure: bool = False
     store: MemoryStore | None = None  # opened when a role in this process `needs_store`
     state: StateStore | None = None  # beside the store (episodic.ports.StateStore), opened with it
     embedder: Embedder | None = None  # None: sparse-only (no model, or EPISODIC_EMBED_MODEL=none)
     bm25: Bm25Encoder | None = None
+    clock: Callable[[], datetime] = utc_now  # what the stages call "now" (controllable in tests)
+
+    def need_producer(self, role: str) -> AIOKafkaProducer:
+        if self.producer is None:
+            raise EpisodicError(f"role {role!r} needs Kafka, and the stack has no producer")
+        return self.producer
 
     def need_store(self, role: str) -> tuple[MemoryStore, Bm25Encoder]:
         if self.store is None or self.bm25 is None:
             raise EpisodicError(f"role {role!r} needs the store, and the stack did not open it")
         return self.store, self.bm25
+
+    def need_state(self, role: str) -> tuple[MemoryStore, StateStore]:
+        if self.store is None or self.state is None:
+            raise EpisodicError(f"role {role!r} needs the store and its state store, and the stack did not open them")
+        return self.store, self.state
 
 
 async def finish(task: asyncio.Task[Any] | None, timeout: float) -> None:
@@ -82,6 +110,7 @@ class Role(ABC):
     name: ClassVar[str]
     drain_rank: ClassVar[int]  # lower drains first: the stage that takes input before those after it
     needs_store: ClassVar[bool] = False  # the Stack opens the store, the model and BM25 for it
+    needs_kafka: ClassVar[bool] = True  # cannot work without Kafka: the stack stops when it stays unreachable
     embeds_documents: ClassVar[bool] = False  # runs the model over journal entries (ingestion threads)
     answers_queries: ClassVar[bool] = False  # runs the model over recall queries (the ONNX query encoder)
     serves_http: ClassVar[bool] = False  # serves /metrics itself; otherwise the Stack starts a bare one
@@ -125,7 +154,7 @@ class GateRole(Role):
     async def drain(self) -> None:
         if self.runner is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.runner.stop(), GATE_DRAIN_S)
+                await asyncio.wait_for(self.runner.stop(drain_timeout=GATE_DELIVER_S), GATE_DRAIN_S)
 
     def crash(self) -> str | None:
         if self.runner is not None and self.runner.crashed:
@@ -158,11 +187,18 @@ class EmbedderRole(Role):
             raise EpisodicError("the embedder needs the state store (forget tombstones), and the stack did not open it")
         self._model = getattr(res.embedder, "model_id", "none")
         self._mode = "vector" if res.embedder is not None else "sparse-only"
-        indexer = Indexer(store=store, embedder=res.embedder, bm25=bm25, context=res.settings.context)
+        indexer = Indexer(
+            store=store,
+            embedder=res.embedder,
+            bm25=bm25,
+            clock=res.clock,
+            alias_limit=res.settings.alias_limit,
+            context=res.settings.context,
+        )
         self.consumer = EmbeddingConsumer(
             settings=res.settings,
             indexer=indexer,
-            producer=res.producer,
+            producer=res.need_producer(self.name),
             metrics=res.metrics,
             forgetter=Forgetter(store=store, state=res.state, bm25=bm25),
         )
@@ -187,47 +223,19 @@ class EmbedderRole(Role):
         return f"embedder: {self._model} ({self._mode})" if self.consumer is not None else None
 
 
-class Publisher:
-    """Fire-and-forget JSON publishing from any thread (the HTTP handlers run in a thread pool)."""
-
-    def __init__(self, producer: Any, loop: asyncio.AbstractEventLoop, metrics: Metrics) -> None:
-        self._producer = producer
-        self._loop = loop
-        self._metrics = metrics
-        self._in_flight: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
-
-    def __call__(self, topic: str, key: str | None, value: dict[str, Any]) -> None:
-        coro = self._send(topic, key, value)
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            task = self._loop.create_task(coro)
-            self._in_flight.add(task)
-            task.add_done_callback(self._in_flight.discard)
-        else:
-            asyncio.run_coroutine_threadsafe(coro, self._loop)
-
-    async def _send(self, topic: str, key: str | None, value: dict[str, Any]) -> None:
-        try:
-            await self._producer.send(topic, key=key.encode() if key else None, value=dumps(value))
-        except Exception as e:
-            self._metrics.consumer_errors.labels(stage="publish").inc()
-            log.warning("could not publish to %s: %s", topic, e)
-
-
 class HttpRole(Role):
     """The recall HTTP service (the FastAPI app in `recall/`) under uvicorn, in this loop."""
 
     name = "http"
     drain_rank = 2
     needs_store = True
+    needs_kafka = False  # answers recalls while Kafka is away; memory.referenced events wait in a buffer
     answers_queries = True
     serves_http = True
 
     def __init__(self) -> None:
         self.server: Any = None  # uvicorn.Server
+        self.publisher: Publisher | None = None
         self._task: asyncio.Task[None] | None = None
         self._host = ""
 
@@ -238,16 +246,27 @@ class HttpRole(Role):
 
         store, bm25 = res.need_store(self.name)
         s = res.settings
+        self.publisher = Publisher(
+            metrics=res.metrics,
+            limit=s.referenced_buffer,
+            loop=asyncio.get_running_loop(),
+            producer=res.producer,
+            connect=res.kafka_connect,
+        )
+        self.publisher.start()
         app = create_app(
             settings=s,
             store=store,
             embedder=res.embedder,
             bm25=bm25,
-            publish=Publisher(res.producer, asyncio.get_running_loop(), res.metrics),
+            publish=self.publisher,
             state=res.state,
-            forget_sink=functools.partial(send_forget, res.producer),
+            forget_sink=functools.partial(_send_forget, self.publisher),
+            produce=functools.partial(_send_all, self.publisher),
             status=res.status,
             metrics=res.metrics,
+            jobs=admin_jobs(res, self.publisher.connected),
+            clock=res.clock,
             insecure=res.insecure,
         )
         config = uvicorn.Config(
@@ -277,6 +296,8 @@ class HttpRole(Role):
         if self.server is not None:
             self.server.should_exit = True
         await finish(self._task, HTTP_DRAIN_S)
+        if self.publisher is not None:  # the events of the last requests, while the producer is up
+            await self.publisher.close(PUBLISH_DRAIN_S)
 
     def describe(self) -> str | None:
         if self.server is None or self.http_port is None:
@@ -284,7 +305,148 @@ class HttpRole(Role):
         return f"recall service: http://{self._host}:{self.http_port}  (OpenAPI: /docs, metrics: /metrics)"
 
 
+async def _send_forget(publisher: Publisher, record: ForgetRecord) -> None:
+    """The recall service's forget sink: through the producer the service's events use (connected now when
+    the stack started without Kafka; raises while Kafka is unreachable, and the forget is 503)."""
+    await send_forget(await publisher.connected(), record)
+
+
+async def _send_all(publisher: Publisher, topic: str, records: Sequence[tuple[bytes | None, bytes]]) -> None:
+    """`POST /v1/journal`'s sink: the same producer, acknowledged by the broker (acks=all) before the 202;
+    raises while Kafka is unreachable, and the batch is 503 with nothing claimed."""
+    await send_all(await publisher.connected(), topic, records)
+
+
+def admin_jobs(res: Resources, kafka: Callable[[], Awaitable[Any]]) -> dict[str, Callable[[], dict[str, Any]]]:
+    """The jobs `POST /v1/admin/run/{name}` may run in this process (`kafka`: a started producer, for the
+    archive of retention)."""
+    if res.store is None or res.state is None:
+        return {}
+    from stack.maintenance import decay_job
+
+    job = decay_job(
+        res.settings,
+        store=res.store,
+        state=res.state,
+        kafka=kafka,
+        loop=asyncio.get_running_loop(),
+        metrics=res.metrics,
+        clock=res.clock,
+    )
+    return {"decay": lambda: job.run().as_dict()}
+
+
+class AgentRole(Role):
+    """A maintenance agent (`streams.agents.AgentRunner`): crashes when its Faust app does."""
+
+    drain_rank = 3  # after the stages whose output it consumes
+    needs_store = True
+
+    def __init__(self) -> None:
+        self.runner: AgentRunner[Any] | None = None
+        self._line = ""
+
+    async def _stop_runner(self) -> None:
+        if self.runner is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.runner.stop(), AGENT_DRAIN_S)
+
+    async def drain(self) -> None:
+        await self._stop_runner()
+
+    def crash(self) -> str | None:
+        if self.runner is not None and self.runner.crashed:
+            return str(self.runner.crash_reason)
+        return None
+
+    def describe(self) -> str | None:
+        return self._line or None
+
+
+class LinkerRole(AgentRole):
+    """memory.indexed -> similar edges (the linker agent in `streams/`, its own consumer group); drained
+    after the embedder, so that it links what the embedder indexed before stopping."""
+
+    name = "linker"
+
+    async def start(self, res: Resources) -> None:
+        from episodic.linker import Linker
+        from streams.linker import linker_runner
+
+        store, _ = res.need_store(self.name)
+        s = res.settings
+        linker = Linker(store=store, threshold=s.similar_threshold, top_k=s.similar_top_k, clock=res.clock)
+        self.runner = linker_runner(s, linker=linker, metrics=res.metrics)
+        await self.runner.start()
+        top, above = s.similar_top_k, s.similar_threshold
+        self._line = f"linker: similar edges, top {top} above cosine {above} (group {self.runner.app_id})"
+
+
+class ImportanceRole(AgentRole):
+    """memory.referenced -> reference counts (the importance agent in `streams/`), and the nightly
+    DecayAndReinforce (with retention when on) on its UTC schedule, resumed after a crash. Drained after
+    the recall service, which publishes memory.referenced."""
+
+    name = "importance"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.job: DecayJob | None = None
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, res: Resources) -> None:
+        from episodic.decay import JobBusy
+        from episodic.schedule import Schedule, run_on_schedule
+        from stack.maintenance import decay_job, reference_counter
+        from streams.importance import importance_runner
+
+        store, state = res.need_state(self.name)
+        s = res.settings
+        counter = reference_counter(s, store, state, res.clock)
+        self.runner = importance_runner(s, counter=counter, metrics=res.metrics)
+        await self.runner.start()
+        loop = asyncio.get_running_loop()
+        producer = res.need_producer(self.name)
+
+        async def kafka() -> AIOKafkaProducer:
+            return producer
+
+        job = self.job = decay_job(
+            s, store=store, state=state, kafka=kafka, loop=loop, metrics=res.metrics, clock=res.clock
+        )
+        schedule = Schedule(s.decay_schedule)
+
+        async def due(now: datetime) -> bool:
+            return await asyncio.to_thread(job.due, schedule.last_due(now))
+
+        async def run() -> None:
+            try:
+                await asyncio.to_thread(job.run)
+            except JobBusy as e:
+                log.info("decay: not run here: %s", e)
+
+        self._task = asyncio.create_task(
+            run_on_schedule(run, due, clock=res.clock, stop=self._stop, name="decay"), name="decay-schedule"
+        )
+        retention = (
+            f"retention after {s.retention_floor_days} days at the floor" if s.retention_enabled else "no retention"
+        )
+        self._line = (
+            f"importance: reference counts (group {self.runner.app_id}); decay at '{s.decay_schedule}' UTC, {retention}"
+        )
+
+    async def drain(self) -> None:
+        self._stop.set()
+        if self.job is not None:
+            self.job.request_stop()  # a run in progress stops after its page; the next run resumes it
+        await finish(self._task, AGENT_DRAIN_S)
+        await self._stop_runner()
+
+
 # The role table: start order is this order (the consumer is ready before the gate forwards to it; the
 # recall service comes up last, when the stack can answer). `episodic up` runs them all.
-ROLES: dict[str, type[Role]] = {role.name: role for role in (EmbedderRole, GateRole, HttpRole)}
-ALL_ROLES: tuple[str, ...] = ("gate", "embedder", "http")
+ROLES: dict[str, type[Role]] = {
+    role.name: role for role in (EmbedderRole, GateRole, LinkerRole, ImportanceRole, HttpRole)
+}
+ALL_ROLES: tuple[str, ...] = ("gate", "embedder", "http", "linker", "importance")

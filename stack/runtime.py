@@ -2,12 +2,16 @@
 
 `episodic up` runs every role: the embedded Tansu broker (memory storage) started here unless
 EPISODIC_KAFKA_BOOTSTRAP names a Kafka, Qdrant Edge under the data directory, the bundled
-all-MiniLM-L6-v2, the gate, the embedding consumer and the recall service on one asyncio loop. The
-distributed roles (`episodic embedder`, `episodic serve`) run one role each against a shared Kafka.
+all-MiniLM-L6-v2, the gate, the embedding consumer, the recall service, the linker and the importance
+agent (with the nightly decay; EPISODIC_LINKER_ENABLED=false leaves the linker out) on one asyncio loop. The
+distributed roles (`episodic embedder`, `episodic serve`, `episodic linker`, `episodic importance`) run
+one role each against a shared Kafka.
 
-SIGINT/SIGTERM drain: the gate stops taking journal records, the consumer finishes and commits its batch
-in flight, then the HTTP service, the producer, the store and the broker stop. A dead broker (30 s
-unreachable, or the embedded one exits) or a crashed role stops the stack with a non-zero status.
+SIGINT/SIGTERM drain: the gate stops taking journal records and delivers and commits its batches in
+flight, the consumer finishes and commits its batch in flight, then the HTTP service, the producer, the
+store and the broker stop. A dead broker (30 s unreachable, or the embedded one exits) or a crashed role
+stops the stack with a non-zero status, except a stack of roles that do without Kafka (`episodic serve`):
+it starts and keeps answering while Kafka is away, with /healthz saying kafka "degraded".
 """
 
 from __future__ import annotations
@@ -18,14 +22,18 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from aiokafka.errors import KafkaError
 
 from episodic.bus import bootstrap_reachable, ensure_topics, make_producer
 from episodic.errors import BrokerUnavailable, EpisodicError
 from episodic.metrics import Metrics
 from episodic.settings import Settings
-from stack.roles import ALL_ROLES, ROLES, Resources, Role
+from stack.roles import ALL_ROLES, ROLES, Resources, Role, utc_now
 
 if TYPE_CHECKING:
     from aiokafka import AIOKafkaProducer
@@ -60,19 +68,27 @@ class KafkaStatus:
     down_since: float | None = None
 
     def snapshot(self) -> dict[str, Any]:
-        return {"kafka": "ok" if self.ok else "down", "kafka_bootstrap": self.bootstrap}
+        return {"kafka": "ok" if self.ok else "degraded", "kafka_bootstrap": self.bootstrap}
 
 
 class Stack:
     """The embedded stack (or a subset of its roles for distributed mode)."""
 
-    def __init__(self, settings: Settings, *, roles: tuple[str, ...] = ALL_ROLES, insecure: bool = False) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        roles: tuple[str, ...] = ALL_ROLES,
+        insecure: bool = False,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
         unknown = [r for r in roles if r not in ROLES]
         if unknown or not roles:
             raise ValueError(f"unknown role(s) {unknown or roles}: the roles are {', '.join(ROLES)}")
         self.settings = settings
         self.roles = roles
         self.insecure = insecure
+        self.clock = clock  # "now" for every role (a controllable clock in tests)
         self.metrics = Metrics()
         self.broker: EmbeddedBroker | None = None
         self.producer: AIOKafkaProducer | None = None
@@ -110,12 +126,20 @@ class Stack:
             )
         else:
             log.info("using Kafka at %s", s.bootstrap)
-        created = await ensure_topics(s.bootstrap, partitions=s.topic_partitions, replication=s.topic_replication)
-        if created:
-            log.info("created topics: %s", ", ".join(created))
-
-        self.producer = make_producer(s.bootstrap)
-        await self.producer.start()
+        try:
+            self.producer = await self._connect_kafka()
+        except (BrokerUnavailable, KafkaError, OSError) as e:
+            if self.kafka_required:
+                raise BrokerUnavailable(f"cannot reach Kafka at {s.bootstrap}: {e}") from e
+            # Only roles that do without Kafka (the recall service): serve, and connect later.
+            self.status.ok, self.status.down_since = False, time.monotonic()
+            log.warning(
+                "Kafka at %s is unreachable (%s): serving anyway; /healthz says kafka degraded and "
+                "memory.referenced events wait in a buffer of %d until it is back",
+                s.bootstrap,
+                e,
+                s.referenced_buffer,
+            )
         if any(kind.needs_store for kind in self._kinds):
             await self._open_store_and_model()
         res = Resources(
@@ -124,11 +148,13 @@ class Stack:
             producer=self.producer,
             status=self.status.snapshot,
             fail=self.fail,
+            kafka_connect=self._connect_kafka,
             insecure=self.insecure,
             store=self.store,
             state=self.state,
             embedder=self.embedder,
             bm25=self.bm25,
+            clock=self.clock,
         )
         for kind in self._kinds:
             role = self.running[kind.name] = kind()  # registered first: stop() drains a half-started role
@@ -138,6 +164,26 @@ class Stack:
             self._start_metrics_server()
         self._watchdog = asyncio.create_task(self._watch(), name="watchdog")
         self._log_where()
+
+    @property
+    def kafka_required(self) -> bool:
+        """Whether the stack stops without Kafka: its own broker, or a role that cannot work without it."""
+        return self.broker is not None or any(kind.needs_kafka for kind in self._kinds)
+
+    async def _connect_kafka(self) -> AIOKafkaProducer:
+        """Create the missing topics and start a producer; raises when Kafka cannot be reached."""
+        s = self.settings
+        created = await ensure_topics(s.bootstrap, partitions=s.topic_partitions, replication=s.topic_replication)
+        if created:
+            log.info("created topics: %s", ", ".join(created))
+        producer = make_producer(s.bootstrap)
+        try:
+            await producer.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            raise
+        return producer
 
     async def _open_store_and_model(self) -> None:
         from episodic.embedder import load_embedder
@@ -199,7 +245,8 @@ class Stack:
             else:
                 self.status.ok = False
                 self.status.down_since = self.status.down_since or now
-                if now - self.status.down_since > BROKER_DEAD_AFTER_S:
+                # A stack of roles that do without Kafka (the recall service) keeps serving, degraded.
+                if self.kafka_required and now - self.status.down_since > BROKER_DEAD_AFTER_S:
                     log.error(
                         "Kafka at %s unreachable for %.0fs; stopping the stack",
                         self.settings.bootstrap,

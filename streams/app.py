@@ -26,11 +26,12 @@ class EpisodicApp(faust.App):
         return BatchTransport(self.conf.broker_consumer, self)
 
 
-def create_app(settings: Settings, *, app_id: str | None = None) -> faust.App:
+def create_app(settings: Settings, *, app_id: str | None = None, max_poll_records: int = 2000) -> faust.App:
     """A Faust app for `settings.bootstrap`, raw bytes in and out, no web server, no tables.
 
     - app id (= consumer group): `<consumer_group_prefix>-gate` unless `app_id` is given;
     - session timeout from settings (~10 s: Tansu's group join takes half of it);
+    - at most `max_poll_records` records per fetch (the gate's batches are fetched partition batches);
     - offsets reset to earliest, so that entries written before the first start are not skipped;
     - no leader topic and no tables: Tansu misreports end offsets, so changelog recovery is wrong on it.
     """
@@ -51,7 +52,7 @@ def create_app(settings: Settings, *, app_id: str | None = None) -> faust.App:
         broker_heartbeat_interval=max(0.5, session_s / 10),
         broker_rebalance_timeout=max(2 * session_s, 20.0),
         broker_commit_interval=1.0,
-        broker_max_poll_records=2000,
+        broker_max_poll_records=max_poll_records,  # the gate's batch size (GateOptions.batch_size)
         consumer_auto_offset_reset="earliest",
         consumer_max_fetch_size=4 * 1024 * 1024,
         stream_buffer_maxsize=4,  # items are whole fetched batches (streams/transport.py)

@@ -25,12 +25,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import faust
+from aiokafka.partitioner import DefaultPartitioner
 from faust.types import StreamT
 
 from episodic.gating import METRIC_TYPE_LABELS, DeadLetter, Forward, route, type_label
 from episodic.metrics import Metrics
 from episodic.policy import DECISIONS
 from schemas import topics as T
+from streams.internals import producer_of
 from streams.transport import BatchConsumer, RecordBatch
 
 log = logging.getLogger(__name__)
@@ -51,14 +53,14 @@ class GateTopics:
         return (self.entries, self.embeddable, self.dlq)
 
 
-DEFAULT_BATCH_SIZE = 1000  # events per batch at most
-DEFAULT_BATCH_WITHIN_S = 0.02  # and at most this long to fill one (bounds the latency the gate adds)
+DEFAULT_BATCH_SIZE = 2000  # records per fetched batch at most (the consumer's max_poll_records)
 
 
 @dataclass(frozen=True, slots=True)
 class GateOptions:
+    # A batch is what one fetch returns for one partition, at most `batch_size` records; how long a fetch
+    # waits for data is streams.transport.FETCH_MAX_WAIT_MS.
     batch_size: int = DEFAULT_BATCH_SIZE
-    batch_within_s: float = DEFAULT_BATCH_WITHIN_S
     max_retry_backoff_s: float = 5.0
     in_flight_batches: int = 2  # batches whose output may be in flight while the next one is routed
 
@@ -99,19 +101,24 @@ def batch_publisher(producer: Callable[[], Any]) -> PublishFn:
     """A publisher that writes whole aiokafka record batches, one per output partition.
 
     Per-record `producer.send` (Faust's wrapper, then aiokafka's metadata wait, partitioner and
-    accumulator) was ~20 % of the gate's time. Here each record costs one `BatchBuilder.append`; the
-    partition is chosen by the producer's own partitioner (`_partition`, the code `send` runs), so keys
-    land where a per-record send would put them.
+    accumulator) was ~20 % of the gate's time. Here each record costs one `BatchBuilder.append` (aiokafka's
+    public `create_batch` / `send_batch`); the partition is chosen by aiokafka's default partitioner (the
+    one the producer uses: murmur2 of the key, any available partition without a key), so keys land where
+    a per-record send would put them.
     """
+    partitioner = DefaultPartitioner()
 
     async def publish(records: Sequence[Send]) -> list[Awaitable[Any] | None]:
         p = producer()
-        groups: dict[tuple[str, int], list[int]] = {}
+        partitions: dict[str, tuple[list[int], list[int]]] = {}
         for topic in {t for t, _, _ in records}:
-            await p.partitions_for(topic)  # metadata for the partitioner
-        partition_of = p._partition
-        for i, (topic, key, value) in enumerate(records):
-            part = partition_of(topic, None, key, value, key, value)
+            every = sorted(await p.partitions_for(topic))  # waits for metadata when needed
+            available = sorted(p.client.cluster.available_partitions_for_topic(topic) or every)
+            partitions[topic] = (every, available)
+        groups: dict[tuple[str, int], list[int]] = {}
+        for i, (topic, key, _) in enumerate(records):
+            every, available = partitions[topic]
+            part = partitioner(key, every, available)
             groups.setdefault((topic, part), []).append(i)
         futures: list[Awaitable[Any] | None] = [None] * len(records)
         for (topic, part), idx in groups.items():
@@ -203,14 +210,50 @@ def process(
 InFlight = tuple["asyncio.Task[None] | None", RecordBatch, Any, Counter[tuple[str, str]], Counter[str]]
 
 
+class GateDrain:
+    """Drains the gate on stop: no new batch is routed, the batches in flight are delivered and acked, and
+    their offsets committed, within a timeout (logged when hit: what is left is read again)."""
+
+    def __init__(self) -> None:
+        self.draining = False
+        self.in_flight: asyncio.Queue[InFlight] | None = None  # set while the agent runs
+
+    async def drain(self, app: faust.App, timeout: float) -> bool:
+        """True when everything in flight was delivered and committed within `timeout` seconds."""
+        self.draining = True
+        deadline = asyncio.get_running_loop().time() + timeout
+        try:
+            consumer = app.consumer
+            consumer.pause_partitions(consumer.assignment())  # stop fetching: nothing new comes in
+        except Exception as e:  # not started or already stopping: nothing to pause
+            log.debug("gate: cannot pause the partitions: %r", e)
+        try:
+            if self.in_flight is not None:
+                await asyncio.wait_for(self.in_flight.join(), timeout)
+            remaining = max(1.0, deadline - asyncio.get_running_loop().time())
+            await asyncio.wait_for(app.consumer.commit(), remaining)
+        except TimeoutError:
+            log.warning(
+                "gate: drain timeout (%.0fs) hit: the batches still in flight stay uncommitted and are read again",
+                timeout,
+            )
+            return False
+        except Exception as e:
+            log.warning("gate: drain failed (%r): what is not committed is read again", e)
+            return False
+        return True
+
+
 def install_gate(
     app: faust.App,
     *,
     topics: GateTopics = GateTopics(),
     metrics: Metrics,
     options: GateOptions = GateOptions(),
+    drain: GateDrain | None = None,
 ) -> Any:
-    """Declare the gate agent on `app` (an `EpisodicApp`: batch delivery); returns the agent."""
+    """Declare the gate agent on `app` (an `EpisodicApp`: batch delivery); returns the agent. `drain`, when
+    given, is how the runner drains it on stop."""
     consumer = app.consumer
     if not isinstance(consumer, BatchConsumer):
         raise TypeError("the gate needs the batch transport: create the app with streams.app.create_app")
@@ -218,24 +261,26 @@ def install_gate(
     init_gate_metrics(metrics)
     source = app.topic(topics.entries, key_serializer="raw", value_serializer="raw")
 
-    publish = batch_publisher(lambda: app.producer._ensure_producer())  # type: ignore[attr-defined]
+    publish = batch_publisher(lambda: producer_of(app))
     window = max(1, options.in_flight_batches)
+    state = drain if drain is not None else GateDrain()
 
     async def gate(stream: StreamT) -> None:
         manual: Any = stream.noack()  # type: ignore[attr-defined] # acked below, only after the batch's output is delivered
         # Batches whose output is in flight, oldest first: the next batch is routed while the broker
         # acknowledges the previous ones. The acker acks each batch, in order, once its own output is
-        # delivered; the queue's bound is the back-pressure.
+        # delivered; the queue's bound is the back-pressure (and what a drain waits for).
         in_flight: asyncio.Queue[InFlight] = asyncio.Queue(maxsize=window)
+        state.in_flight = in_flight
         tasks: set[asyncio.Task[None]] = set()
 
         async def acker() -> None:
             while True:
                 task, batch, event, consumed, dead = await in_flight.get()
-                if task is not None:
-                    await task
-                    tasks.discard(task)
                 try:
+                    if task is not None:
+                        await task
+                        tasks.discard(task)
                     batch.mark_delivered()
                     if event is not None:
                         await manual.ack(event)
@@ -243,8 +288,12 @@ def install_gate(
                         metrics.entries_consumed.labels(entry_type=label, decision=decision).inc(n)
                     for reason, n in dead.items():
                         metrics.dead_lettered.labels(reason=reason).inc(n)
+                except asyncio.CancelledError:
+                    raise
                 except Exception:  # pragma: no cover - never stop acking the batches behind this one
                     log.exception("gate: cannot ack %r", batch)
+                finally:
+                    in_flight.task_done()
 
         acking = asyncio.ensure_future(acker())
         try:
@@ -252,6 +301,8 @@ def install_gate(
                 event = manual.current_event
                 if not isinstance(batch, RecordBatch):  # pragma: no cover - the transport delivers batches only
                     log.error("gate: unexpected value %r on %s; not acked", type(batch), topics.entries)
+                    continue
+                if state.draining:  # fetched before the pause: not routed, not acked, read again later
                     continue
                 if acking.done():  # pragma: no cover - a bug: stop rather than never ack again
                     acking.result()
@@ -265,6 +316,7 @@ def install_gate(
                 await in_flight.put((task, batch, event, consumed, dead))
         finally:
             # stopped (or failed) with output in flight: those batches stay unacked and are read again
+            state.in_flight = None
             acking.cancel()
             for t in tasks:
                 t.cancel()

@@ -4,7 +4,11 @@ Stack's gate role in `episodic up`, and the standalone `episodic gate` in `stack
     runner = GateRunner(settings, metrics=metrics)
     await runner.start()          # creates missing topics, starts the Faust app in this loop
     ...
-    await runner.stop()           # stops taking records, finishes the batch in flight, commits, leaves
+    await runner.stop()           # stops taking records, delivers and commits the batches in flight
+                                  # (bounded by a timeout, logged when hit), then leaves the group
+
+The group's lag is measured on its own timer from fetch high watermarks (`episodic.bus.LagProbe`) into
+`episodic_consumer_lag_records{group=<app id>}`, so it keeps rising while the gate is stuck.
 
 Scale-out: every `episodic gate` process with the same settings joins one consumer group
 (`<EPISODIC_CONSUMER_GROUP_PREFIX>-gate`) and takes a share of the journal's partitions.
@@ -20,13 +24,15 @@ from typing import Any
 
 import faust
 
-from episodic.bus import ensure_topics
+from episodic.bus import ensure_topics, group_lag_probe
 from episodic.metrics import Metrics
 from episodic.settings import Settings
 from streams.app import create_app
-from streams.gate import GateOptions, GateTopics, install_gate
+from streams.gate import GateDrain, GateOptions, GateTopics, install_gate
 
 log = logging.getLogger(__name__)
+
+DRAIN_TIMEOUT_S = 20.0  # the batches in flight: their delivery and the commit
 
 
 class GateRunner:
@@ -49,6 +55,8 @@ class GateRunner:
         self.options = options
         self.create_topics = create_topics
         self.app: faust.App | None = None
+        self._drain = GateDrain()
+        self._lag: asyncio.Task[None] | None = None
 
     async def start(self, *, wait_assigned: float | None = None) -> None:
         """Start the gate in the running loop. With `wait_assigned`, also wait (seconds) for partitions."""
@@ -61,11 +69,15 @@ class GateRunner:
                 replication=self.settings.topic_replication,
                 topics=self.topics.all(),
             )
-        app = create_app(self.settings, app_id=self.app_id)
+        app = create_app(self.settings, app_id=self.app_id, max_poll_records=self.options.batch_size)
         Path(app.conf.datadir).mkdir(parents=True, exist_ok=True)
-        install_gate(app, topics=self.topics, metrics=self.metrics, options=self.options)
+        self._drain = GateDrain()
+        install_gate(app, topics=self.topics, metrics=self.metrics, options=self.options, drain=self._drain)
         self.app = app
         await app.start()
+        group = str(app.conf.id)
+        probe = group_lag_probe(self.settings, self.metrics, group=group, topic=self.topics.entries)
+        self._lag = asyncio.create_task(probe.run(), name=f"lag-{group}")
         log.info(
             "gate: %s -> %s | %s (group %s, bootstrap %s)",
             self.topics.entries,
@@ -109,13 +121,24 @@ class GateRunner:
     def crash_reason(self) -> BaseException | None:
         return self.app.crash_reason if self.app is not None else None
 
-    async def stop(self) -> None:
-        """Stop consuming, let the batch in flight finish (acked batches are committed), leave the group."""
+    async def stop(self, drain_timeout: float = DRAIN_TIMEOUT_S) -> bool:
+        """Stop routing, deliver and commit the batches in flight (within `drain_timeout`, logged when hit),
+        then leave the group. True when the drain finished in time."""
         app, self.app = self.app, None
+        lag, self._lag = self._lag, None
+        if lag is not None:
+            lag.cancel()
+            await asyncio.gather(lag, return_exceptions=True)
         if app is None:
-            return
+            return True
+        drained = False
         try:
-            await app.stop()
-        except Exception as e:  # stopping must not fail the caller's shutdown
-            log.warning("gate: error while stopping: %r", e)
-        log.info("gate stopped")
+            if app.started and not app.crashed:
+                drained = await self._drain.drain(app, drain_timeout)
+        finally:
+            try:
+                await app.stop()
+            except Exception as e:  # stopping must not fail the caller's shutdown
+                log.warning("gate: error while stopping: %r", e)
+        log.info("gate stopped%s", "" if drained else " (not drained)")
+        return drained

@@ -24,12 +24,14 @@ read again. A batch fetched before a rebalance (older consumer generation) is ne
 
 Records of other topics keep Faust's per-record path, minus its per-record `wait_first` (two tasks and
 an `asyncio.wait` per record), which only matters while the flow is suspended during a rebalance.
+
+This subclass overrides Faust's private hooks and keeps its private offset bookkeeping: every private name
+it relies on is listed in `streams/internals.py`, and a unit test checks them on the installed versions.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
 from typing import Any, ClassVar, cast
 
 from faust.events import Event
@@ -37,6 +39,8 @@ from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 from faust.types.tuples import ConsumerMessage, ack_lock
+
+from streams.internals import channels_of, fetcher_stopped, set_fetch_max_wait
 
 
 class BatchMessage(ConsumerMessage):
@@ -91,7 +95,7 @@ FETCH_MAX_WAIT_MS = 50
 class ShortFetchConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
-        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS  # read by AIOKafkaConsumer.start() for its Fetcher
+        set_fetch_max_wait(consumer, FETCH_MAX_WAIT_MS)  # read by AIOKafkaConsumer.start() for its Fetcher
         return consumer
 
 
@@ -167,8 +171,7 @@ class BatchConsumer(faust_aiokafka.Consumer):
         first = records[0].offset if r_offset is None else min(records[0].offset, r_offset + 1)
         message = self._batch_message(tp, records[-1], first, generation_id)
         batch = RecordBatch(tp, records, message)
-        channels: Iterable[Any] = self.app.topics._topic_name_index.get(tp.topic, ())  # type: ignore[attr-defined]
-        channels = list(channels)
+        channels = channels_of(self.app, tp.topic)
         if channels:
             message.incref(len(channels))
             for chan in channels:
@@ -198,7 +201,10 @@ class BatchConsumer(faust_aiokafka.Consumer):
 
     async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - exercised by every gate test
         consumer_should_stop = self._stopped.is_set
-        fetcher_should_stop = fetcher._stopped.is_set
+
+        def fetcher_should_stop() -> bool:
+            return fetcher_stopped(fetcher)
+
         set_flag = self.diag.set_flag
         unset_flag = self.diag.unset_flag
         try:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -19,7 +18,6 @@ from typing import Literal
 
 import httpx
 
-from episodic.client import default_url
 from episodic.settings import Settings
 
 Level = Literal["OK", "WARN", "FAIL"]
@@ -94,6 +92,19 @@ def check_auth_config(settings: Settings) -> Check:
     return Check("auth", "OK", f"{len(tokens)} token(s), {tokens.admins} admin, from {settings.tokens_file}")
 
 
+def check_quarantine(quarantined: int, where: str) -> Check:
+    if not quarantined:
+        return Check("backfill", "OK", f"no memory quarantined by the dense backfill in {where}")
+    return Check(
+        "backfill",
+        "WARN",
+        f"{quarantined} memories in {where} are quarantined: embedding their text failed "
+        "EPISODIC_DENSIFY_MAX_ATTEMPTS times, so they are found by BM25 only",
+        "read `densify_error` in their payload (or the embedder's log); once the model is fixed, raise "
+        "EPISODIC_DENSIFY_MAX_ATTEMPTS and restart the embedder to try them again",
+    )
+
+
 def _lag_from_metrics(text: str) -> dict[str, float]:
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -154,6 +165,7 @@ def check_service(
                 f"{s['indexed']} memories in {where} ({s['dense']} dense, {s['sparse_only']} sparse-only)",
             )
         )
+        out.append(check_quarantine(int(s.get("quarantined") or 0), where))
     else:
         out.append(
             Check(
@@ -193,7 +205,8 @@ def check_service(
                 "service-kafka",
                 "FAIL",
                 f"the service sees Kafka as {health.get('kafka')!r}",
-                "restart the broker",
+                "bring Kafka back (recalls are answered meanwhile; memory.referenced events wait in a bounded "
+                "buffer, see episodic_referenced_dropped_total)",
             )
         )
     # lag
@@ -237,8 +250,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     settings = Settings()
-    url = (args.url or default_url()).rstrip("/")
-    token = args.token or os.environ.get("EPISODIC_TOKEN")
+    url = (args.url or settings.service_url).rstrip("/")
+    token = args.token or (settings.token.get_secret_value() if settings.token else None)
     checks = [
         *check_broker(settings),
         check_auth_config(settings),

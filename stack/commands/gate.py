@@ -26,6 +26,13 @@ BROKER_DEAD_AFTER_S = 30.0
 log = logging.getLogger(__name__)
 
 
+def _positive(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="episodic gate",
@@ -36,7 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--embeddable-topic", default=T.JOURNAL_EMBEDDABLE)
     p.add_argument("--dlq-topic", default=T.JOURNAL_DLQ)
     p.add_argument("--app-id", default=None, help="consumer group (default: <consumer_group_prefix>-gate)")
-    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
+    p.add_argument(
+        "--batch-size",
+        type=_positive,
+        default=DEFAULT_BATCH_SIZE,
+        help=f"records per fetched batch at most (the consumer's max_poll_records; default {DEFAULT_BATCH_SIZE})",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -85,6 +97,12 @@ def serve_metrics(metrics: Metrics, settings: Settings) -> None:
         )
 
 
+def gate_config(args: argparse.Namespace) -> tuple[GateTopics, GateOptions]:
+    """The gate's topics and options from the command line."""
+    topics = GateTopics(entries=args.entries_topic, embeddable=args.embeddable_topic, dlq=args.dlq_topic)
+    return topics, GateOptions(batch_size=args.batch_size)
+
+
 def main(argv: list[str]) -> int:
     """`episodic gate`: the standalone gate role; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -95,8 +113,7 @@ def main(argv: list[str]) -> int:
     settings = get_settings()
     if settings.embedded_broker:
         log.info("gate: EPISODIC_KAFKA_BOOTSTRAP is unset, using %s (a running embedded broker)", settings.bootstrap)
-    topics = GateTopics(entries=args.entries_topic, embeddable=args.embeddable_topic, dlq=args.dlq_topic)
-    options = GateOptions(batch_size=args.batch_size)
+    topics, options = gate_config(args)
 
     async def run() -> int:
         stop = asyncio.Event()

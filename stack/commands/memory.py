@@ -5,12 +5,14 @@
     episodic forget --workspace W --all --yes               # the whole workspace
     episodic forget --workspace W --status FORGET_ID        # where an earlier forget stands
     episodic show ENTRY_ID --workspace W [--json]
-    episodic ls --workspace W [--agent A] [--run R] [--type T ...] [--limit N] [--cursor C | --every] [--json]
+    episodic ls --workspace W [--agent A] [--run R] [--crew C] [--type T ...] [--limit N]
+                [--cursor C | --every] [--json]
 
 `forget` waits up to --wait seconds (default 10) for the forget to be applied. Exit statuses: 0 done, 1 the
 service refused (its `error` printed), 2 usage, 3 the service cannot be reached, 4 queued but not applied
-within --wait (poll it with --status). URL: --url, else EPISODIC_RECALL_URL, else
-http://<EPISODIC_HTTP_HOST>:<EPISODIC_HTTP_PORT>. Token: --token, else EPISODIC_TOKEN.
+within --wait (poll it with --status). URL: --url, else EPISODIC_URL (or EPISODIC_RECALL_URL), else
+http://<EPISODIC_HTTP_HOST>:<EPISODIC_HTTP_PORT>. Token: --token, else EPISODIC_TOKEN. The HTTP calls are
+`episodic.client.MemoryClient`'s (`forget`, `delete`, `forget_status`, `get`, `list_page`).
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ import json
 import shutil
 import sys
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
-from episodic.client import RecallClient
+from episodic.client import MemoryClient
+from schemas.api import MAX_FORGET_WAIT_S
 from stack.commands.recall import Column, call_service, text_table
 
 QUEUED = 4
@@ -33,7 +35,7 @@ QUEUED = 4
 def _common(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--workspace", "-w", required=True)
     ap.add_argument("--json", action="store_true", help="print the JSON response")
-    ap.add_argument("--url", default=None, help="service URL (default: EPISODIC_RECALL_URL or local)")
+    ap.add_argument("--url", default=None, help="service URL (default: EPISODIC_URL or local)")
     ap.add_argument("--token", default=None, help="bearer token (default: EPISODIC_TOKEN)")
     ap.add_argument("--timeout", type=float, default=10.0)
 
@@ -72,30 +74,21 @@ def forget_main(argv: list[str], *, transport: httpx.BaseTransport | None = None
     args = ap.parse_args(argv)
     if args.all and not args.yes:
         ap.error("--all forgets the whole workspace: add --yes to confirm")
-    if not 0 <= args.wait <= 60:
-        ap.error("--wait must be between 0 and 60 seconds")
-    args.timeout = max(args.timeout, args.wait + 10.0)
+    if not 0 <= args.wait <= MAX_FORGET_WAIT_S:
+        ap.error(f"--wait must be between 0 and {MAX_FORGET_WAIT_S:g} seconds")
 
-    def work(client: RecallClient) -> int:
-        ws = {"workspace_id": args.workspace}
+    def work(client: MemoryClient) -> int:
+        ws, wait = args.workspace, args.wait
         if args.status:
-            data = client.request("GET", f"/v1/memory/forget/{quote(args.status, safe='')}", params=ws)
+            answer = client.forget_status(args.status, workspace_id=ws)
         elif args.ids and len(args.ids) == 1:
-            path = f"/v1/memory/{quote(args.ids[0], safe='')}"
-            data = client.request("DELETE", path, params={**ws, "wait": args.wait})
+            answer = client.delete(args.ids[0], workspace_id=ws, wait=wait)
         else:
-            body: dict[str, Any] = dict(ws)
-            if args.ids:
-                body["entry_ids"] = args.ids
-            elif args.agent:
-                body["agent_id"] = args.agent
-            elif args.run:
-                body["run_id"] = args.run
-            else:
-                body["all"] = True
-            data = client.request("POST", "/v1/memory/forget", params={"wait": args.wait}, body=body)
+            answer = client.forget(args.ids, agent_id=args.agent, run_id=args.run, all=args.all, workspace_id=ws,
+                                   wait=wait)  # fmt: skip
+        data = answer.model_dump(mode="json")
         print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else describe_forget(data))
-        return {"applied": 0, "failed": 1}.get(str(data.get("status")), QUEUED)
+        return {"applied": 0, "failed": 1}.get(answer.status, QUEUED)
 
     return call_service("forget", args, transport, work)
 
@@ -132,8 +125,8 @@ def show_main(argv: list[str], *, transport: httpx.BaseTransport | None = None) 
     _common(ap)
     args = ap.parse_args(argv)
 
-    def work(client: RecallClient) -> int:
-        data = client.request("GET", "/v1/memory", params={"workspace_id": args.workspace, "entry_id": args.entry_id})
+    def work(client: MemoryClient) -> int:
+        data = client.get(args.entry_id, workspace_id=args.workspace).model_dump(mode="json")
         print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else format_memory(data))
         return 0
 
@@ -160,6 +153,7 @@ def ls_main(argv: list[str], *, transport: httpx.BaseTransport | None = None) ->
     _common(ap)
     ap.add_argument("--agent")
     ap.add_argument("--run")
+    ap.add_argument("--crew")
     ap.add_argument("--type", action="append", dest="types", metavar="ENTRY_TYPE", help="repeatable")
     ap.add_argument("--limit", type=int, default=20, help="memories per page (1..100)")
     pages = ap.add_mutually_exclusive_group()
@@ -167,16 +161,14 @@ def ls_main(argv: list[str], *, transport: httpx.BaseTransport | None = None) ->
     pages.add_argument("--every", action="store_true", help="follow the cursor through every page")
     args = ap.parse_args(argv)
 
-    def work(client: RecallClient) -> int:
-        params: dict[str, Any] = {"workspace_id": args.workspace, "limit": args.limit}
-        for key, value in (("agent_id", args.agent), ("run_id", args.run), ("entry_type", args.types)):
-            if value:
-                params[key] = value
+    def work(client: MemoryClient) -> int:
+        selection = {"workspace_id": args.workspace, "agent_id": args.agent, "run_id": args.run,
+                     "crew_id": args.crew, "entry_types": args.types}  # fmt: skip
         cursor, items = args.cursor, list[dict[str, Any]]()
         while True:
-            data = client.request("GET", "/v1/memories", params={**params, **({"cursor": cursor} if cursor else {})})
-            items += data.get("memories") or []
-            cursor = data.get("next_cursor")
+            page = client.list_page(cursor=cursor, limit=args.limit, **selection)
+            items += [m.model_dump(mode="json") for m in page.memories]
+            cursor = page.next_cursor
             if not (args.every and cursor):
                 break
         if args.json:

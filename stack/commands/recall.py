@@ -1,25 +1,31 @@
 """`episodic recall "query" --workspace W --agent A [...]`: query a running recall service.
 
+The recall filters (SPEC §11) are flags: --since / --until (RFC 3339), --type (repeatable),
+--min-severity, --run, --exclude-run.
+
 Prints a readable table by default, the raw JSON response with --json, the rendered block with --render.
-URL: --url, else EPISODIC_RECALL_URL, else http://<EPISODIC_HTTP_HOST>:<EPISODIC_HTTP_PORT>.
+URL: --url, else EPISODIC_URL (or EPISODIC_RECALL_URL), else http://<EPISODIC_HTTP_HOST>:<EPISODIC_HTTP_PORT>.
 Token: --token, else EPISODIC_TOKEN. Exit codes: 0 ok, 1 the service refused (4xx/5xx, its `error`
-printed), 2 usage, 3 the service cannot be reached. The HTTP calls are `episodic.client.RecallClient`'s.
+printed), 2 usage (a bad argument names the field), 3 the service cannot be reached. The HTTP calls are
+`episodic.client.MemoryClient`'s (typed, with retries on 503 and connection errors).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
-from episodic.client import RecallClient, RecallRefused, ServiceUnreachable
+from episodic.client import ClientConfigError, MemoryClient, RequestRefused, ServiceUnreachable
 from episodic.render import relative_age
+from episodic.settings import Settings
+from schemas.api import RecallRequest, RenderRequest
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,10 +38,16 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--k", "-k", type=int, default=5)
     ap.add_argument("--mode", choices=("hybrid", "dense", "sparse"), default="hybrid")
     ap.add_argument("--walk", type=int, choices=(0, 1), default=0, help="walk_depth")
+    ap.add_argument("--since", help="only memories with ts >= this (RFC 3339)")
+    ap.add_argument("--until", help="only memories with ts < this (RFC 3339)")
+    ap.add_argument("--type", action="append", dest="types", metavar="ENTRY_TYPE", help="only this type (repeatable)")
+    ap.add_argument("--min-severity", choices=("debug", "info", "warn", "error"))
+    ap.add_argument("--run", help="only this run (recall; with --render: the run of a pending nudge)")
+    ap.add_argument("--exclude-run", help="leave this run out")
     ap.add_argument("--json", action="store_true", help="print the JSON response")
     ap.add_argument("--render", action="store_true", help="print the <recalled-memory> block instead")
     ap.add_argument("--max-chars", type=int, help="render budget in characters")
-    ap.add_argument("--url", default=None, help="service URL (default: EPISODIC_RECALL_URL or local)")
+    ap.add_argument("--url", default=None, help="service URL (default: EPISODIC_URL or local)")
     ap.add_argument("--token", default=None, help="bearer token (default: EPISODIC_TOKEN)")
     ap.add_argument("--timeout", type=float, default=10.0)
     return ap
@@ -101,40 +113,66 @@ def build_body(args: argparse.Namespace) -> dict[str, Any]:
         body["crew_id"] = args.crew
     if args.render and args.max_chars:
         body["max_chars"] = args.max_chars
+    filters = {"since": args.since, "until": args.until, "entry_types": args.types, "min_severity": args.min_severity,
+               "run_id": args.run, "exclude_run_id": args.exclude_run}  # fmt: skip
+    body.update({k: v for k, v in filters.items() if v})
     return body
 
 
+def _first_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    return f"{'.'.join(str(p) for p in err['loc']) or 'request'}: {str(err['msg']).removeprefix('Value error, ')}"
+
+
 def call_service(
-    name: str, args: argparse.Namespace, transport: httpx.BaseTransport | None, work: Callable[[RecallClient], int]
+    name: str, args: argparse.Namespace, transport: httpx.BaseTransport | None, work: Callable[[MemoryClient], int]
 ) -> int:
-    """`work(client)` against the service named by --url / --token (or the environment), with the exit
-    statuses of the module doc for a refusal (1) and an unreachable service (3)."""
-    token = args.token or os.environ.get("EPISODIC_TOKEN")
+    """`work(client)` against the service named by --url / --token (or the settings: EPISODIC_URL,
+    EPISODIC_TOKEN, ...), with the exit statuses of the module doc for a refusal (1) and an unreachable
+    service (3)."""
+    kw = MemoryClient.settings_kwargs(Settings())
+    kw.update(timeout=args.timeout, transport=transport)
+    if args.url:
+        kw["url"] = args.url
+    if args.token:
+        kw["token"] = args.token
     try:
-        with RecallClient(args.url, token=token, timeout=args.timeout, transport=transport) as client:
+        with MemoryClient(**kw) as client:
             return work(client)
     except ServiceUnreachable as e:
         print(f"episodic {name}: {e}. Is `episodic up` running?", file=sys.stderr)
         return 3
-    except RecallRefused as e:
+    except RequestRefused as e:
         print(f"episodic {name}: {e}", file=sys.stderr)
         return 1
+    except ClientConfigError as e:  # an argument the client refuses before sending (it names the field)
+        print(f"episodic {name}: {e}", file=sys.stderr)
+        return 2
 
 
 def main(argv: list[str], *, transport: httpx.BaseTransport | None = None) -> int:
     args = _parser().parse_args(argv)
-    return call_service("recall", args, transport, lambda client: _answer(args, client))
+    try:
+        request = (RenderRequest if args.render else RecallRequest).model_validate(build_body(args))
+    except ValidationError as e:
+        print(f"episodic recall: {_first_error(e)}", file=sys.stderr)
+        return 2
+    return call_service("recall", args, transport, lambda client: _answer(args, request, client))
 
 
-def _answer(args: argparse.Namespace, client: RecallClient) -> int:
-    data = client.render(build_body(args)) if args.render else client.recall(build_body(args))
+def _answer(args: argparse.Namespace, request: RecallRequest, client: MemoryClient) -> int:
+    answer = client.render(request) if isinstance(request, RenderRequest) else client.recall(request)
+    data = answer.model_dump(mode="json")
     if args.json:
         print(json.dumps(data, indent=2, ensure_ascii=False))
     elif args.render:
         print(data.get("text", ""))
     else:
         if data.get("degraded"):
-            print("note: degraded (sparse-only: the service has no embedder)", file=sys.stderr)
+            print(
+                "note: degraded (answered without the dense leg, or some memories still wait for theirs)",
+                file=sys.stderr,
+            )
         width = shutil.get_terminal_size((120, 24)).columns
         print(format_table(data.get("hits", []), width=width))
     return 0

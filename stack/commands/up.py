@@ -1,7 +1,8 @@
 """`episodic up`: the whole embedded stack in one process, and the single-stage roles.
 
-`episodic up` runs every role in the foreground; `episodic embedder` (and `episodic serve`, see
-`stack.commands.serve`) runs one role against a shared Kafka. Both run a `stack.runtime.Stack`; Ctrl-C
+`episodic up` runs every role in the foreground; `episodic embedder`, `episodic linker` and
+`episodic importance` (and `episodic serve`, see `stack.commands.serve`) run one role against a shared
+Kafka. Both run a `stack.runtime.Stack`; Ctrl-C
 (SIGINT) or SIGTERM drains it. Exit status: 0 after a clean stop, 2 when it cannot start, 3 when the
 broker dies, 4 when the gate crashes, 1 when a role fails.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from episodic.settings import Settings
-from stack.roles import ALL_ROLES, EmbedderRole
+from stack.roles import ALL_ROLES, EmbedderRole, ImportanceRole, LinkerRole
 from stack.runtime import run_stack, setup_logging
 
 log = logging.getLogger("episodic")
@@ -41,11 +42,17 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return Settings(**over)
 
 
+def up_roles(settings: Settings) -> tuple[str, ...]:
+    """Every role, but the linker when EPISODIC_LINKER_ENABLED is false."""
+    return tuple(r for r in ALL_ROLES if settings.linker_enabled or r != LinkerRole.name)
+
+
 def main(argv: list[str]) -> int:
     """`episodic up`."""
     args = parse("episodic up", argv)
     setup_logging(args.log_level)
-    return asyncio.run(run_stack(settings_from(args), ALL_ROLES, insecure=args.insecure))
+    settings = settings_from(args)
+    return asyncio.run(run_stack(settings, up_roles(settings), insecure=args.insecure))
 
 
 def run_role(role: str, argv: list[str]) -> int:
@@ -62,3 +69,13 @@ def run_role(role: str, argv: list[str]) -> int:
 def embedder_main(argv: list[str]) -> int:
     """`episodic embedder`: the embedding consumer alone (distributed mode)."""
     return run_role(EmbedderRole.name, argv)
+
+
+def linker_main(argv: list[str]) -> int:
+    """`episodic linker`: the linker alone (distributed mode; the store through a Qdrant server)."""
+    return run_role(LinkerRole.name, argv)
+
+
+def importance_main(argv: list[str]) -> int:
+    """`episodic importance`: the importance agent and the nightly decay alone (distributed mode)."""
+    return run_role(ImportanceRole.name, argv)

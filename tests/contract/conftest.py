@@ -11,9 +11,6 @@ the real BM25 encoder.
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -25,6 +22,7 @@ from episodic.ports import MemoryPoint, MemoryStore, StateStore
 from episodic.sparse import Bm25Encoder
 from episodic.state import QdrantStateStore
 from episodic.store import QdrantStore
+from tests.tmpfs import fast_tmp_dir
 
 DIM = 8
 BACKENDS = ["edge", "qdrant-local"]
@@ -68,18 +66,9 @@ def make_store(backend: str, tmp_path: Path, *, dim: int = DIM) -> MemoryStore:
 
 @pytest.fixture
 def fast_tmp(tmp_path: Path) -> Iterator[Path]:
-    """A scratch directory on tmpfs where there is one: Qdrant Edge fsyncs on shard creation, every
-    payload index and close (~1 s per store on this disk), which tmpfs makes free. The restart test
-    still runs on the real disk."""
-    shm = Path("/dev/shm")
-    if not (shm.is_dir() and os.access(shm, os.W_OK)):
-        yield tmp_path
-        return
-    d = Path(tempfile.mkdtemp(prefix="episodic-contract-", dir=shm))
-    try:
+    """A scratch directory on tmpfs where there is one (tests.tmpfs); the restart test runs on the real disk."""
+    with fast_tmp_dir(tmp_path) as d:
         yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -139,6 +128,7 @@ def mk(bm25: Bm25Encoder) -> MakePoint:
             "severity": "info",
             "summary": text,
             "ts": "2026-01-01T00:00:00Z",
+            "indexed_at": "2026-01-01T00:00:01Z",
             "aliases": [],
             "payload": {"k": [1, 2, {"nested": True}]},
             "reference_count": 0,

@@ -153,7 +153,7 @@ def test_pages_are_newest_first_with_stable_ties_at_any_page_size(store: MemoryS
     everything = [p["entry_id"] for _, p in store.page(Selection("ws-a"), None, 100)[0]]
     assert sorted(everything) == sorted(p.payload["entry_id"] for p in points)
     by_id = {p.payload["entry_id"]: p for p in points}
-    from episodic.recall import parse_ts
+    from episodic.scoring import parse_time as parse_ts
 
     instants = [parse_ts(by_id[i].payload["ts"]) for i in everything]
     assert instants == sorted(instants, reverse=True)  # newest first
@@ -175,11 +175,14 @@ def test_pages_filter_and_hold_their_place_when_memories_come_and_go(store: Memo
                 run_id="r2",
                 entry_type="peer.escalation",
                 ts=f"2026-01-{10 + i:02d}T00:00:00Z",
+                crew="crew-2" if i % 2 else "crew-1",
             )
             for i in range(4)
         ]
         + [mk("elsewhere", "x", e(2), ws="ws-b", ts="2026-01-30T00:00:00Z")]
     )
+    assert _all_pages(store, Selection("ws-a", crew_id="crew-2"), 4) == ["b3", "b1"]
+    assert _all_pages(store, Selection("ws-a", crew_id="crew-1", agent_id="agent-2"), 4) == ["b2", "b0"]
     assert _all_pages(store, Selection("ws-a", agent_id="agent-1"), 4) == [f"a{i}" for i in range(5, -1, -1)]
     assert _all_pages(store, Selection("ws-a", run_id="r2"), 4) == ["b3", "b2", "b1", "b0"]
     assert _all_pages(store, Selection("ws-a", entry_types=("peer.escalation", "nope")), 3) == ["b3", "b2", "b1", "b0"]

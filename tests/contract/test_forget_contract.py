@@ -207,3 +207,28 @@ def test_a_forgotten_id_forgotten_again_keeps_its_first_forget(
     second = forgetter.apply(forget("second", entry_ids=["e1", "e2"]))
     assert (second.memories, second.entry_ids) == (1, ["e2"])
     assert present(store, "ws-a", "e1", "e2") == set()
+
+
+def test_a_forget_narrowed_to_an_agent_touches_only_that_agents_memories(
+    store: MemoryStore, state: StateStore, ix: Indexer, forgetter: Forgetter
+) -> None:
+    """A bound token's forget (`agent_id` with `entry_ids` or `run_id`): the other agents' memories among the
+    ids or of the run stay, and the ids of no memory yet are kept out for that agent only."""
+    ix.index_batch([rec("mine"), rec("theirs", agent="agent-2"), rec("r-mine", run="run-x")])
+    ix.index_batch([rec("r-theirs", agent="agent-2", run="run-x")])
+    by_ids = forgetter.apply(forget("f-ids", entry_ids=["mine", "theirs", "coming"], agent_id="agent-1"))
+    assert by_ids.memories == 1 and by_ids.entry_ids == ["coming", "mine"]
+    assert present(store, "ws-a", "mine", "theirs") == {"theirs"}
+    later = T + timedelta(minutes=1)
+    arriving = [rec("coming", ts=later, accepted=later), rec("coming", agent="agent-2", ts=later, accepted=later)]
+    kept, out = forgetter.admit(arriving)
+    assert [r.agent_id for r in kept] == ["agent-2"] and [r.agent_id for r in out] == ["agent-1"]
+    # a later forget of the same id for every agent widens the tombstone
+    forgetter.apply(forget("f-all-agents", entry_ids=["coming"]))
+    assert forgetter.admit(arriving)[0] == []
+
+    by_run = forgetter.apply(forget("f-run", run_id="run-x", agent_id="agent-1"), Position(0, 5))
+    assert by_run.memories == 1 and by_run.entry_ids == ["r-mine"] and by_run.forget.selector.kind == "run_id"
+    assert present(store, "ws-a", "r-mine", "r-theirs") == {"r-theirs"}
+    on_its_way = [rec("late-mine", run="run-x"), rec("late-theirs", agent="agent-2", run="run-x")]
+    assert [r.id for r in forgetter.admit(on_its_way)[0]] == ["late-theirs"]

@@ -12,6 +12,7 @@ from episodic.errors import StoreError
 from episodic.identity import point_id
 from episodic.ports import Fusion, MemoryPoint, MemoryStore, ScopeFilter, SparseVec, StoredHit
 from episodic.sparse import Bm25Encoder
+from episodic.store_query import DENSIFY_FIELDS
 from tests.contract.conftest import DIM, PERSISTENT_BACKENDS, MakePoint, e, make_store, mix
 
 OWN = ScopeFilter(workspace_id="ws-a", scope="own", agent_id="agent-1")
@@ -185,9 +186,9 @@ def crew_points(store: MemoryStore, mk: MakePoint) -> None:
     ("scope", "expected"),
     [
         (OWN, {"own-low", "own-high", "own-no-crew"}),
-        (
+        (  # own (whatever the crew, none included) + the crew's high-value memories
             ScopeFilter(workspace_id="ws-a", scope="crew_shared", crew_id="crew-1", agent_id="agent-1"),
-            {"own-low", "own-high", "mate-edge", "mate-high"},
+            {"own-low", "own-high", "own-no-crew", "mate-edge", "mate-high"},
         ),
         (
             ScopeFilter(workspace_id="ws-a", scope="crew_shared", crew_id="crew-1"),
@@ -195,11 +196,11 @@ def crew_points(store: MemoryStore, mk: MakePoint) -> None:
         ),
         (
             ScopeFilter(workspace_id="ws-a", scope="crew_shared", crew_id="crew-1", agent_id="agent-1", high_value=0.9),
-            {"own-low", "own-high", "mate-high"},
+            {"own-low", "own-high", "own-no-crew", "mate-high"},
         ),
         (
             ScopeFilter(workspace_id="ws-a", scope="crew_shared", crew_id="crew-2", agent_id="agent-1"),
-            {"other-crew"},
+            {"own-low", "own-high", "own-no-crew", "other-crew"},
         ),
     ],
     ids=["own", "crew+agent", "crew-only", "crew-threshold-0.9", "other-crew"],
@@ -441,6 +442,48 @@ def test_missing_dense_then_set_dense_backfills(store: MemoryStore, mk: MakePoin
     (hit, *_) = store.query_dense(e(1), OWN, 5)
     assert hit.payload["entry_id"] == "s1"
     assert hit.score == pytest.approx(0.8, abs=1e-4)
+
+
+def test_missing_dense_is_oldest_first_with_only_the_fields_the_backfill_reads(
+    store: MemoryStore, mk: MakePoint
+) -> None:
+    store.upsert(
+        [
+            mk(f"m{i}", f"memory {i}", None, indexed_at=f"2026-01-0{9 - i}T00:00:00Z", payload={"big": "x" * 1000})
+            for i in range(5)
+        ]
+    )
+    todo = store.missing_dense(3)
+    assert [p["entry_id"] for _, p in todo] == ["m4", "m3", "m2"]  # indexed_at ascending
+    assert all(set(p) <= set(DENSIFY_FIELDS) for _, p in todo), todo[0][1].keys()
+    assert todo[0][1]["summary"] == "memory 4" and todo[0][1]["workspace_id"] == "ws-a"
+    assert store.retrieve([pid("m0")], fields=["summary"]) == {pid("m0"): {"summary": "memory 0"}}
+
+
+def test_quarantined_memories_leave_the_backfill_and_are_counted(store: MemoryStore, mk: MakePoint) -> None:
+    store.upsert([mk("ok", "fine text", None), mk("bad", "poison text", None), mk("d", "dense", e(1))])
+    store.set_payload(pid("bad"), {"densify_failures": 2})
+    assert {p for p, _ in store.missing_dense(10, quarantine_after=3)} == {pid("ok"), pid("bad")}
+    assert store.count_quarantined("ws-a", 3) == 0
+    store.set_payload(pid("bad"), {"densify_failures": 3})
+    assert {p for p, _ in store.missing_dense(10, quarantine_after=3)} == {pid("ok")}
+    assert store.count_quarantined("ws-a", 3) == store.count_quarantined(None, 3) == 1
+    assert store.count_quarantined("ws-b", 3) == 0
+    assert {p for p, _ in store.missing_dense(10)} == {pid("ok"), pid("bad")}  # no threshold: all of them
+    store.set_dense(pid("bad"), [e(2)], {})  # embedded after all (a raised threshold, a fixed model)
+    assert store.count_quarantined("ws-a", 3) == 0
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_payload_that_is_not_json_is_rejected_with_a_store_error(
+    store: MemoryStore, mk: MakePoint, bad: float
+) -> None:
+    with pytest.raises(StoreError, match=r"payload\.payload\.x"):
+        store.upsert([mk("nan", "text", e(0), payload={"x": bad})])
+    store.upsert([mk("fine", "text", e(0))])
+    with pytest.raises(StoreError, match="not a finite number"):
+        store.set_payload(pid("fine"), {"score": bad})
+    assert store.retrieve([pid("nan")]) == {}
 
 
 # -- limits and garbage -------------------------------------------------------------------------------

@@ -45,8 +45,9 @@ def stack_settings(bootstrap: str, data_dir: Path, **over: Any) -> Settings:
 
 
 @asynccontextmanager
-async def running_stack(settings: Settings) -> AsyncIterator[Stack]:
-    stack = Stack(settings)
+async def running_stack(settings: Settings, **kw: Any) -> AsyncIterator[Stack]:
+    """A started Stack (every role unless `roles=` says otherwise; `clock=` for a controllable clock)."""
+    stack = Stack(settings, **kw)
     try:
         await stack.start()
         embedder = stack.role(EmbedderRole)

@@ -20,7 +20,7 @@ from episodic.bus import ensure_topics, make_producer
 from episodic.metrics import Metrics
 from episodic.settings import Settings
 from schemas.events import DlqRecord, EmbeddableRecord
-from streams.gate import GateTopics
+from streams.gate import GateOptions, GateTopics
 from streams.runner import GateRunner
 
 pytestmark = pytest.mark.integration
@@ -252,6 +252,21 @@ async def test_two_gate_processes_share_the_journal(broker: str, uid: str, tmp_p
     assert codes == [0, 0], logs
 
 
+async def one_partition_topics(bootstrap: str, uid: str) -> GateTopics:
+    topics = GateTopics(entries=f"entries.{uid}", embeddable=f"embeddable.{uid}", dlq=f"dlq.{uid}")
+    await ensure_topics(bootstrap, partitions=1, topics=topics.all())
+    return topics
+
+
+async def produce_values(bootstrap: str, topic: str, values: list[bytes], key: bytes | None = None) -> None:
+    producer = make_producer(bootstrap)
+    await producer.start()
+    try:
+        await asyncio.gather(*[await producer.send(topic, key=key, value=v) for v in values])
+    finally:
+        await producer.stop()
+
+
 async def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int | None]:
     from aiokafka import TopicPartition
 
@@ -270,16 +285,9 @@ async def test_offsets_committed_only_after_delivery_and_stop_mid_batch_rereads(
     Faust's commit interval and a stop; the next gate of the group reads the batch again."""
     import streams.gate as gate_mod
 
-    topics = GateTopics(entries=f"entries.{uid}", embeddable=f"embeddable.{uid}", dlq=f"dlq.{uid}")
-    await ensure_topics(broker, partitions=1, topics=topics.all())
+    topics = await one_partition_topics(broker, uid)
     group = f"gate-{uid}"
-    producer = make_producer(broker)
-    await producer.start()
-    try:
-        futs = [await producer.send(topics.entries, key=b"ws", value=enc(entry(i))) for i in range(50)]
-        await asyncio.gather(*futs)
-    finally:
-        await producer.stop()
+    await produce_values(broker, topics.entries, [enc(entry(i)) for i in range(50)], key=b"ws")
 
     real_deliver = gate_mod.deliver
     entered = asyncio.Event()
@@ -289,14 +297,22 @@ async def test_offsets_committed_only_after_delivery_and_stop_mid_batch_rereads(
         await asyncio.Event().wait()  # the broker never acknowledges: stays mid-batch until cancelled
 
     monkeypatch.setattr(gate_mod, "deliver", stuck_deliver)
-    runner = GateRunner(settings_for(broker, tmp_path, 1), topics=topics, app_id=group, create_topics=False)
+    settings = settings_for(broker, tmp_path, 1).model_copy(update={"lag_interval_s": 0.3})
+    runner = GateRunner(settings, topics=topics, app_id=group, create_topics=False)
     await runner.start(wait_assigned=30)
     try:
         await asyncio.wait_for(entered.wait(), timeout=30)
         await asyncio.sleep(2.5)  # more than Faust's commit interval (1 s)
         assert await committed_offsets(broker, group, topics.entries, 1) == {0: None}
+        # the stuck gate's lag is measured all the same, on the probe's timer (fetch high watermarks)
+        deadline = time.monotonic() + 15
+        sample = runner.metrics.registry.get_sample_value
+        while sample("episodic_consumer_lag_records", {"group": group}) != 50 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert runner.metrics.registry.get_sample_value("episodic_consumer_lag_records", {"group": group}) == 50
     finally:
-        await runner.stop()
+        drained = await runner.stop(drain_timeout=1.0)  # the drain waits for the delivery, then gives up
+    assert drained is False
     assert await committed_offsets(broker, group, topics.entries, 1) == {0: None}  # the stop did not commit it
 
     monkeypatch.setattr(gate_mod, "deliver", real_deliver)
@@ -338,3 +354,53 @@ async def test_two_gates_in_one_group_split_the_partitions(broker: str, uid: str
     finally:
         for r in runners:
             await r.stop()
+
+
+async def test_stop_delivers_and_commits_the_batches_in_flight(
+    broker: str, uid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Drain: on stop the gate routes no new batch, but the batches whose output is in flight are delivered
+    and their offsets committed before it leaves. So the next gate of the group starts exactly after them:
+    every record is dead-lettered once, none twice, none skipped."""
+    import streams.gate as gate_mod
+
+    n = 3000
+    topics = await one_partition_topics(broker, uid)
+    group = f"gate-{uid}"
+    await produce_values(broker, topics.entries, [b"not json %d" % i for i in range(n)])
+
+    real_deliver = gate_mod.deliver
+    started = 0
+
+    async def slow_deliver(*args: Any, **kwargs: Any) -> None:
+        nonlocal started
+        started += 1
+        await asyncio.sleep(0.3)  # the broker is slow to acknowledge: batches are in flight at the stop
+        await real_deliver(*args, **kwargs)
+
+    monkeypatch.setattr(gate_mod, "deliver", slow_deliver)
+    options = GateOptions(batch_size=100)
+    runner = GateRunner(settings_for(broker, tmp_path, 1), topics=topics, app_id=group, options=options)
+    await runner.start(wait_assigned=30)
+    try:
+        deadline = time.monotonic() + 30
+        while started < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert started >= 3
+    finally:
+        assert await runner.stop(drain_timeout=15) is True
+    first = (await committed_offsets(broker, group, topics.entries, 1))[0]
+    assert first is not None and 0 < first < n
+    dlq = await read_all(broker, [topics.dlq], want=first, timeout=30, settle=1.0)
+    offsets = [json.loads(r.value)["source"]["offset"] for r in dlq if r.value]
+    assert sorted(offsets) == list(range(first))  # all delivered before the stop are committed, and only they
+
+    monkeypatch.setattr(gate_mod, "deliver", real_deliver)
+    runner = GateRunner(settings_for(broker, tmp_path, 1), topics=topics, app_id=group, options=options)
+    await runner.start(wait_assigned=30)
+    try:
+        dlq = await read_all(broker, [topics.dlq], want=n, timeout=60, settle=1.5)
+    finally:
+        await runner.stop()
+    offsets = [json.loads(r.value)["source"]["offset"] for r in dlq if r.value]
+    assert sorted(offsets) == list(range(n)), f"{len(offsets)} dead letters for {n} records"

@@ -210,3 +210,49 @@ def test_densify_fills_the_oldest_first(store: Any, embedder: Any) -> None:
         ix.index_batch([rec(eid, f"memory {eid}")], defer_dense=True)
     order = [ix.densify(1).events[0].entry_id for _ in range(4)]
     assert order == ["zz-first", "aa-second", "mm-third", "bb-fourth"]
+
+
+def test_a_text_the_model_fails_on_is_quarantined_and_the_others_get_their_vectors(store: Any, embedder: Any) -> None:
+    bm25 = Bm25Encoder()
+    Indexer(store=store, embedder=None, bm25=bm25).index_batch(
+        [rec("ok1", "checkout OOM in prod"), rec("bad", "POISON text"), rec("ok2", "TLS cert expiry")]
+    )
+
+    class Picky:
+        """The real model, except that it raises on one text (as a tokenizer bug on odd input would)."""
+
+        dim = embedder.dim
+        model_id = embedder.model_id
+
+        def embed_documents(self, texts: list[str]) -> list[Any]:
+            if any("POISON" in t for t in texts):
+                raise RuntimeError("the model cannot read this text")
+            return embedder.embed_documents(texts)
+
+    ix = Indexer(store=store, embedder=Picky(), bm25=bm25)  # type: ignore[arg-type]
+    first = ix.densify(10, quarantine_after=2)
+    assert {e.entry_id for e in first.events} == {"ok1", "ok2"}  # the failing text blocks nobody
+    assert first.failed == 1 and first.quarantined == []
+    assert payload_of(store, "w1", "bad")["densify_failures"] == 1
+    assert "cannot read this text" in payload_of(store, "w1", "bad")["densify_error"]
+    second = ix.densify(10, quarantine_after=2)
+    assert second.events == [] and second.failed == 1 and second.quarantined == ["w1/bad"]
+    third = ix.densify(10, quarantine_after=2)  # quarantined: the backfill no longer tries it
+    assert third.embedded == 0 and third.failed == 0
+    assert store.count_quarantined("w1", 2) == 1 and store.count("w1", has_dense=False) == 1
+    # a higher limit (a fixed model) lets it try again
+    assert Indexer(store=store, embedder=embedder, bm25=bm25).densify(10, quarantine_after=5).written == 1
+    assert store.count_quarantined("w1", 2) == 0
+
+
+def test_duplicates_keep_the_newest_aliases_and_count_every_occurrence(store: Any, embedder: Any) -> None:
+    ix = Indexer(store=store, embedder=embedder, bm25=Bm25Encoder(), alias_limit=3)
+    ix.index_batch([rec("hb-0", "heartbeat: all systems nominal")])
+    for i in range(1, 8):  # one batch per beat, and some in one batch
+        ix.index_batch([rec(f"hb-{i}", "heartbeat: all systems nominal")])
+    ix.index_batch([rec("hb-8", "Heartbeat:  all systems nominal"), rec("hb-9", "heartbeat: all systems nominal")])
+    p = payload_of(store, "w1", "hb-0")
+    assert p["aliases"] == ["hb-7", "hb-8", "hb-9"] and p["occurrences"] == 10
+    again = ix.index_batch([rec("hb-9", "heartbeat: all systems nominal")])  # a re-delivered kept alias
+    assert again.events[0].mode == "duplicate" and payload_of(store, "w1", "hb-0")["occurrences"] == 10
+    assert store.count("w1") == 1

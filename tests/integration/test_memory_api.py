@@ -4,10 +4,12 @@ and recall filters that must still return k hits."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -28,12 +30,23 @@ from episodic.sparse import Bm25Encoder
 from episodic.state import QdrantStateStore
 from episodic.store_edge import EdgeStore
 from recall.app import create_app
+from schemas.api import MemoryDetail, MemoryPage
 from schemas.events import EmbeddableRecord, ForgetRecord
 
 pytestmark = pytest.mark.integration
 
 TOK_A = "token-for-workspace-a-only"
 TOK_ADMIN = "the-admin-token-0123456"
+TOK_A1 = "token-bound-to-agent-a1"  # agent a1 of crew c1
+TOK_A2 = "token-bound-to-agent-a2"
+TOK_LEAD = "token-of-the-lead-of-c1"  # lead of crew c1, itself agent lead-1
+TOKENS = [
+    {"token": TOK_A, "workspaces": ["ws-a"]},
+    {"token": TOK_ADMIN, "admin": True},
+    {"name": "a1", "token": TOK_A1, "workspaces": ["ws-a"], "agent_id": "a1", "crew_id": "c1"},
+    {"name": "a2", "token": TOK_A2, "workspaces": ["ws-a"], "agent_id": "a2"},
+    {"name": "lead", "token": TOK_LEAD, "workspaces": ["ws-a"], "role": "lead", "agent_id": "lead-1", "crew_id": "c1"},
+]
 NOW = datetime.now(UTC)
 
 
@@ -50,19 +63,23 @@ def rec(
 
 class Sink:
     """Where the service sends forgets: applied at once by the real Forgetter (as the consumer would), or
-    held (`hold`), or refused (`fail`)."""
+    held (`hold`), or refused (`fail`), or queued and then refused by the store (`refused`: the consumer
+    marks it failed)."""
 
     def __init__(self, forgetter: Forgetter) -> None:
         self.forgetter = forgetter
         self.sent: list[ForgetRecord] = []
         self.hold = False
         self.fail = False
+        self.refused = False
 
     async def __call__(self, record: ForgetRecord) -> None:
         if self.fail:
             raise ConnectionError("broker unreachable")
         self.sent.append(record)
-        if not self.hold:
+        if self.refused:
+            await run_in_threadpool(self.forgetter.fail, record, None, "the store refused it (test)")
+        elif not self.hold:
             await run_in_threadpool(self.forgetter.apply, record)
 
 
@@ -96,9 +113,7 @@ def _env(tmp_path: Path, embedder: Any) -> Iterator[dict[str, Any]]:
         ]
     )
     tokens = tmp_path / "tokens.json"
-    tokens.write_text(
-        json.dumps({"tokens": [{"token": TOK_A, "workspaces": ["ws-a"]}, {"token": TOK_ADMIN, "admin": True}]})
-    )
+    tokens.write_text(json.dumps({"tokens": TOKENS}))
     sink = Sink(Forgetter(store=store, state=state))
     metrics = Metrics()
 
@@ -237,6 +252,44 @@ def test_list_newest_first_page_by_page_with_filters(shared: dict[str, Any]) -> 
     assert r.status_code == 422 and r.json()["error"].startswith("cursor: this cursor belongs to a listing")
 
 
+def test_a_memory_and_a_page_are_encoded_off_the_event_loop(
+    shared: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop also carries the gate and the consumer in `episodic up`: a page of up to 100 memories is
+    validated and encoded in the thread pool, like a recall's answer."""
+    on_loop: list[str] = []
+
+    def note(what: str) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a worker thread
+            return
+        on_loop.append(what)
+
+    def watching(cls: type[Any]) -> None:
+        validate, encode = cls.model_validate, cls.model_dump_json
+
+        def checked(data: Any, *a: Any, **kw: Any) -> Any:
+            note(f"{cls.__name__}.model_validate")
+            return validate(data, *a, **kw)
+
+        def dump(self: Any, *a: Any, **kw: Any) -> str:
+            note(f"{cls.__name__}.model_dump_json")
+            return encode(self, *a, **kw)
+
+        monkeypatch.setattr(cls, "model_validate", checked)
+        monkeypatch.setattr(cls, "model_dump_json", dump)
+
+    watching(MemoryPage)
+    watching(MemoryDetail)
+    c = shared["client"]
+    page = c.get("/v1/memories", params={"workspace_id": "ws-a", "limit": 5})
+    assert page.status_code == 200 and len(page.json()["memories"]) == 5
+    one = c.get("/v1/memory/old-db", params={"workspace_id": "ws-a"})
+    assert one.status_code == 200 and one.json()["entry_id"] == "old-db"
+    assert on_loop == []
+
+
 def test_a_filtered_recall_returns_k_hits_when_the_unfiltered_top_k_are_excluded(shared: dict[str, Any]) -> None:
     c = shared["client"]
     body = {"workspace_id": "ws-a", "agent_id": "a1", "query": "checkout ran out of memory", "k": 4}
@@ -308,12 +361,25 @@ def test_a_forget_that_cannot_be_queued_is_503_and_failed(env: dict[str, Any]) -
     assert without.delete("/v1/memory/old-db", params={"workspace_id": "ws-a"}).status_code == 503
 
 
+def test_a_forget_the_store_refused_is_answered_failed_without_waiting_out_the_wait(env: dict[str, Any]) -> None:
+    c, sink = env["client"], env["sink"]
+    sink.refused = True
+    t0 = time.monotonic()
+    r = c.post("/v1/memory/forget", params={"wait": 30}, json={"workspace_id": "ws-a", "agent_id": "a1"})
+    assert time.monotonic() - t0 < 10  # not the whole wait: failed is as final as applied
+    assert r.status_code == 200 and r.json()["status"] == "failed"
+    assert r.json()["failure"] == "could not apply: the store refused it (test)"
+    assert c.get(r.json()["status_url"]).json()["status"] == "failed"
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
         ({"workspace_id": "ws-a"}, "all"),
         ({"workspace_id": "ws-a", "all": False}, "all"),
-        ({"workspace_id": "ws-a", "agent_id": "a1", "run_id": "r"}, "run_id"),
+        ({"workspace_id": "ws-a", "entry_ids": ["x"], "run_id": "r"}, "run_id"),
+        ({"workspace_id": "ws-a", "entry_ids": ["x"], "agent_id": "a1", "run_id": "r"}, "run_id"),
+        ({"workspace_id": "ws-a", "agent_id": "a1", "all": True}, "all"),
         ({"workspace_id": "ws-a", "entry_ids": ["x"], "all": True}, "all"),
         ({"workspace_id": "ws-a", "entry_ids": []}, "entry_ids"),
         ({"workspace_id": "ws-a", "entry_ids": ["x"] * 1001}, "entry_ids"),
@@ -346,3 +412,56 @@ def test_only_the_workspaces_token_or_an_admin_may_forget_or_look(env: dict[str,
     assert c.get("/v1/memory/old-oom", params={"workspace_id": "ws-a"}, headers=a).status_code == 200
     r = c.delete("/v1/memory/old-oom", params=ws_b, headers=admin)
     assert r.status_code == 200 and r.json()["requested_at"] and env["sink"].sent[-1].requested_by == "token-1"
+
+
+def test_a_bound_token_sees_and_forgets_only_its_agents_memories(env: dict[str, Any]) -> None:
+    c, sink, state = env["app"](env["tokens"]), env["sink"], env["state"]
+    a1, a2, lead = ({"Authorization": f"Bearer {tok}"} for tok in (TOK_A1, TOK_A2, TOK_LEAD))
+    ws = {"workspace_id": "ws-a"}
+
+    def ids(headers: dict[str, str], **params: Any) -> set[str]:
+        r = c.get("/v1/memories", params={**ws, "limit": 100, **params}, headers=headers)
+        assert r.status_code == 200, r.text
+        return {m["entry_id"] for m in r.json()["memories"]}
+
+    # inspect and list: an agent its own memories, the lead its crew's (a1's and a2's are all of crew c1)
+    assert c.get("/v1/memory/old-oom", params=ws, headers=a1).status_code == 200
+    r = c.get("/v1/memory/theirs", params=ws, headers=a1)
+    assert r.status_code == 403 and r.json()["error"].startswith("entry_id: token 'a1' is bound to agent 'a1'")
+    assert c.get("/v1/memory/old-oom", params=ws, headers=a2).status_code == 403
+    assert c.get("/v1/memory/theirs", params=ws, headers=lead).status_code == 200
+    assert "theirs" not in ids(a1) and len(ids(a1)) == 10 and ids(a2) == {"theirs"}
+    assert ids(lead) == ids(a1) | {"theirs"} and ids(lead, agent_id="a2") == {"theirs"}
+    assert c.get("/v1/memories", params={**ws, "agent_id": "a2"}, headers=a1).json()["error"].startswith("agent_id:")
+    assert c.get("/v1/memories", params={**ws, "crew_id": "c9"}, headers=lead).json()["error"].startswith("crew_id:")
+
+    # forget: never a workspace, another agent, or another agent's memory (nothing is sent)
+    refusals = [
+        (c.post, "/v1/memory/forget", {"json": {**ws, "all": True}, "headers": a1}, "all"),
+        (c.post, "/v1/memory/forget", {"json": {**ws, "agent_id": "a2"}, "headers": a1}, "agent_id"),
+        (c.post, "/v1/memory/forget", {"json": {**ws, "entry_ids": ["old-db", "theirs"]}, "headers": a1},
+         "entry_ids[1]"),
+        (c.delete, "/v1/memory/theirs", {"params": ws, "headers": a1}, "entry_id"),
+        (c.delete, "/v1/memory/theirs", {"params": ws, "headers": lead}, "entry_id"),  # a lead forgets only its own
+    ]  # fmt: skip
+    for call, path, kw, field in refusals:
+        r = call(path, **kw)
+        assert r.status_code == 403 and r.json()["error"].startswith(f"{field}: "), (path, kw, r.text)
+    assert sink.sent == []
+
+    # a run's forget is narrowed to the token's agent: a2's memory of that run stays
+    r = c.post("/v1/memory/forget", json={**ws, "run_id": "r-now"}, headers=a1)
+    assert r.status_code == 200, r.text
+    assert r.json()["selector"] == {"run_id": "r-now", "agent_id": "a1"} and r.json()["removed"]["memories"] == 4
+    assert ids(lead, run_id="r-now") == {"theirs"}
+    status_url = r.json()["status_url"]
+    assert c.get(status_url, headers=a1).status_code == 200
+    assert c.get(status_url, headers=a2).json()["error"].startswith("forget_id: ")
+    # by id: its own memory; an id of no memory yet is kept out for its agent only
+    assert c.delete("/v1/memory/old-oom", params=ws, headers=a1).json()["removed"]["memories"] == 1
+    r = c.post("/v1/memory/forget", json={**ws, "entry_ids": ["not-yet"]}, headers=a1)
+    assert r.status_code == 200 and r.json()["selector"] == {"entry_ids": ["not-yet"], "agent_id": "a1"}
+    assert state.get("tombstone", json.dumps(["ws-a", "not-yet"], separators=(",", ":")))["agent_id"] == "a1"
+    # the workspace token still forgets anything of its workspace
+    workspace = {"Authorization": f"Bearer {TOK_A}"}
+    assert c.delete("/v1/memory/theirs", params=ws, headers=workspace).json()["removed"]["memories"] == 1

@@ -184,6 +184,7 @@ def test_stats_count_the_workspace(client: Any) -> None:
         "indexed": 2,
         "dense": 2,
         "sparse_only": 0,
+        "quarantined": 0,
     }
     assert c.get("/v1/memory/stats").json()["indexed"] == len(RECORDS)
     assert c.get("/healthz").json()["qdrant"] == "ok"

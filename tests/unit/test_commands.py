@@ -12,7 +12,7 @@ import pytest
 from episodic.settings import Settings
 from stack.cli import COMMANDS, main, resolve
 from stack.commands.serve import main as serve_main
-from stack.commands.up import run_role
+from stack.commands.up import up_roles
 from stack.roles import ALL_ROLES, ROLES, Role
 from stack.runtime import Stack
 
@@ -20,7 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_command_resolves_to_a_function() -> None:
-    assert set(COMMANDS) == {"up", "produce", "recall", "forget", "show", "ls", "doctor", "gate", "embedder", "serve"}
+    assert set(COMMANDS) == {
+        *("up", "produce", "recall", "forget", "show", "ls", "doctor", "gate", "embedder", "serve", "mcp"),
+        *("linker", "importance"),
+    }
     for name in COMMANDS:
         assert callable(resolve(name)), name
 
@@ -49,25 +52,36 @@ def test_the_role_table() -> None:
     assert all(kind.name == name for name, kind in ROLES.items())
     assert all(issubclass(kind, Role) and not kind.__abstractmethods__ for kind in ROLES.values())
     # started downstream first (the consumer is ready before the gate forwards), HTTP last ...
-    assert list(ROLES) == ["embedder", "gate", "http"]
-    # ... drained upstream first: the gate stops taking records, the consumer finishes its batch, then HTTP
-    assert sorted(ROLES, key=lambda n: ROLES[n].drain_rank) == ["gate", "embedder", "http"]
-    assert {n for n, kind in ROLES.items() if kind.needs_store} == {"embedder", "http"}
+    assert list(ROLES) == ["embedder", "gate", "linker", "importance", "http"]
+    # ... drained upstream first: the gate stops taking records, the consumer finishes its batch, then HTTP,
+    # then the agents that consume what the consumer and HTTP publish
+    assert sorted(ROLES, key=lambda n: ROLES[n].drain_rank) == ["gate", "embedder", "http", "linker", "importance"]
+    assert {n for n, kind in ROLES.items() if kind.needs_store} == {"embedder", "http", "linker", "importance"}
     assert [n for n, kind in ROLES.items() if kind.serves_http] == ["http"]
+    # only the recall service does without Kafka (it buffers memory.referenced): `serve` outlives Kafka
+    assert [n for n, kind in ROLES.items() if not kind.needs_kafka] == ["http"]
 
 
 def test_a_stack_refuses_an_unknown_role() -> None:
-    with pytest.raises(ValueError, match="linker"):
-        Stack(Settings(), roles=("gate", "linker"))
+    with pytest.raises(ValueError, match="linkr"):
+        Stack(Settings(), roles=("gate", "linkr"))
     with pytest.raises(ValueError):
         Stack(Settings(), roles=())
 
 
-def test_a_single_role_needs_a_shared_kafka(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("role", ["embedder", "linker", "importance"])
+def test_a_single_role_needs_a_shared_kafka(
+    role: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.delenv("EPISODIC_KAFKA_BOOTSTRAP", raising=False)
     with caplog.at_level(logging.ERROR, logger="episodic"):
-        assert run_role("embedder", []) == 2
-    assert "`episodic embedder` runs one stage against a shared Kafka" in caplog.text
+        assert resolve(role)([]) == 2
+    assert f"`episodic {role}` runs one stage against a shared Kafka" in caplog.text
+
+
+def test_up_leaves_the_linker_out_when_it_is_disabled() -> None:
+    assert up_roles(Settings()) == ALL_ROLES and "linker" in ALL_ROLES
+    assert up_roles(Settings(linker_enabled=False)) == tuple(r for r in ALL_ROLES if r != "linker")
 
 
 def test_serve_preflight_refuses(
@@ -105,3 +119,16 @@ def test_doctor_warns_when_the_collection_has_no_context_vector() -> None:
     assert not [
         c for c in check_service(Settings(), "http://x", None, transport=answer("prev:2/16w")) if c.name == "context"
     ]
+
+
+def test_the_gate_batch_size_reaches_the_consumer(capsys: pytest.CaptureFixture[str]) -> None:
+    """`episodic gate --batch-size N` bounds the fetched batches: Faust's max_poll_records."""
+    from stack.commands.gate import _parser, gate_config
+    from streams.app import create_app
+
+    _topics, options = gate_config(_parser().parse_args(["--batch-size", "7"]))
+    app = create_app(Settings(), app_id="t", max_poll_records=options.batch_size)
+    assert options.batch_size == 7 and app.conf.broker_max_poll_records == 7
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--batch-size", "0"])
+    assert "must be at least 1" in capsys.readouterr().err

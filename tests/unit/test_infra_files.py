@@ -11,12 +11,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
+import yaml  # a dev dependency (pyproject): a missing one fails here instead of skipping silently
 from prometheus_client import CollectorRegistry
 
 from episodic.metrics import Metrics
-
-yaml = pytest.importorskip("yaml")
 
 INFRA = Path(__file__).resolve().parents[2] / "infra"
 METRIC_RE = re.compile(r"\bepisodic_[a-z0-9_]+\b")
@@ -181,5 +179,10 @@ def test_compose_runs_each_role_against_kafka_and_qdrant() -> None:
     for svc in services.values():  # host ports on loopback only
         for port in svc.get("ports", []):
             assert str(port).startswith("127.0.0.1:"), port
+    # the server must understand what the adapter sends: weighted RRF (1.17) and the IDF corpus (1.19)
+    image = services["qdrant"]["image"]
+    name, _, tag = image.partition(":")
+    assert name == "qdrant/qdrant" and re.fullmatch(r"v\d+\.\d+\.\d+", tag), image
+    assert tuple(int(x) for x in tag[1:].split(".")) >= (1, 19, 0), image
     prov = yaml.safe_load((INFRA / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text())
     assert prov["datasources"][0]["uid"] == "prometheus"

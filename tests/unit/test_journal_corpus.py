@@ -5,17 +5,21 @@ what the gate did with each one before: forward (with the exact bytes written to
 skip (with the policy's decision) or dead-letter (with the reason, and an error naming the field). The one
 schema must reproduce every outcome: the same bytes, the same decision, the same reason, the same field.
 
-Two documented exceptions, checked exactly rather than skipped:
+Three documented exceptions, checked exactly rather than skipped:
 - floats of 1e16 and more are written `1e16` where the old encoders (orjson, pydantic) wrote `1e+16`: the
   same number, one byte shorter (msgspec's float format);
 - payloads and refs nested deeper than MAX_DEPTH: the old gate forwarded some of them and dead-lettered the
   others as `gate_error` (its serialisers gave up at 254 or 255 levels, depending on the path and on lists
-  or objects); they are now refused as `invalid_field`, naming the field.
+  or objects); they are now refused as `invalid_field`, naming the field;
+- NaN, Infinity and numbers beyond a double (1e400) in `payload` or `refs`: not JSON numbers (RFC 8259).
+  The old gate forwarded them and wrote them as non-standard JSON (or, after msgspec, as `null`: not the
+  entry that was sent); they are now refused as `invalid_field`, naming the path to the number.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -43,12 +47,31 @@ DEEPER_THAN_MAX = {
 }
 
 
+def _non_finite_at(case: dict[str, Any]) -> str | None:
+    """The field (payload or refs) of an input the old gate forwarded that holds NaN or ±Infinity."""
+    if case["outcome"] != "forward":
+        return None
+    obj = json.loads(raw_of(case))
+    for field in ("payload", "refs"):
+        stack = [obj.get(field)]
+        while stack:
+            v = stack.pop()
+            if isinstance(v, float) and not math.isfinite(v):
+                return field
+            stack.extend(v.values() if isinstance(v, dict) else v if isinstance(v, list) else ())
+    return None
+
+
+NON_FINITE = {c["name"]: f for c in CASES if (f := _non_finite_at(c))}
+
+
 def test_corpus_is_large_and_covers_every_outcome() -> None:
     assert len(CASES) > 5000
     seen = {c["outcome"] for c in CASES} | {c.get("reason") for c in CASES}
     assert {"forward", "skip", "dead_letter"} <= seen
     assert set(DLQ_REASONS) <= seen
     assert set(DEEPER_THAN_MAX) <= {c["name"] for c in CASES}
+    assert {"payload NaN", "payload Infinity", "payload 1e400", "refs NaN extra"} <= set(NON_FINITE)
 
 
 def _same_except_exponent_sign(old: bytes, new: bytes) -> bool:
@@ -64,6 +87,11 @@ def _check(case: dict[str, Any]) -> None:
         assert isinstance(got, DeadLetter), (name, got)
         assert got.reason == "invalid_field", got
         assert got.error.startswith(f"{DEEPER_THAN_MAX[name]}: nests deeper than {MAX_DEPTH} levels"), got.error
+        return
+    if name in NON_FINITE:
+        assert isinstance(got, DeadLetter), (name, got)
+        assert got.reason == "invalid_field", got
+        assert got.error.startswith(f"{NON_FINITE[name]}.") and "is not a JSON number" in got.error, got.error
         return
     if case["outcome"] == "forward":
         assert isinstance(got, Forward), (name, got)
@@ -101,7 +129,7 @@ def test_exponent_sign_is_the_only_byte_difference() -> None:
     """The float format exception is narrow: count it, so that a wider change of bytes shows up here."""
     differ = 0
     for case in CASES:
-        if case["outcome"] == "forward" and case["name"] not in DEEPER_THAN_MAX:
+        if case["outcome"] == "forward" and case["name"] not in DEEPER_THAN_MAX and case["name"] not in NON_FINITE:
             got = route(raw_of(case), topic=TOPIC, partition=PARTITION, offset=OFFSET, now=NOW)
             assert isinstance(got, Forward)
             differ += got.value != case["value"].encode()

@@ -145,3 +145,21 @@ def test_the_size_rule_catches_a_long_module(tmp_path: Path) -> None:
     short = tmp_path / "short.py"
     short.write_text('"""A module."""\nx = 1\n')
     assert oversized_without_reason([short]) == []
+
+
+# Modules that may read the environment themselves: the settings class; the launcher, which imports nothing
+# of ours; the recall client library (its own configuration is issue 12's typed client).
+ENV_READERS = {"episodic/settings.py", "infra/broker.py", "episodic/client.py"}
+ENV_READ = re.compile(r"os\.environ\.get\(|os\.getenv\(|os\.environ\[|environ\.get\(")
+
+
+def test_configuration_is_read_through_settings_only() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for pkg in PACKAGES
+        for path in sorted((ROOT / pkg).rglob("*.py"))
+        if str(path.relative_to(ROOT)) not in ENV_READERS
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if ENV_READ.search(line)
+    ]
+    assert not offenders, "read the environment through episodic.settings.Settings:\n" + "\n".join(offenders)

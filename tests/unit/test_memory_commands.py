@@ -120,7 +120,9 @@ def test_show_reads_any_id_with_the_query_form(capsys: pytest.CaptureFixture[str
 
 
 def test_ls_pages_through_with_every(capsys: pytest.CaptureFixture[str]) -> None:
-    item = {k: MEMORY[k] for k in ("entry_id", "ts", "entry_type", "severity", "agent_id", "run_id", "summary")}
+    keys = ("entry_id", "ts", "entry_type", "severity", "agent_id", "crew_id", "run_id", "summary", "importance_score",
+            "reference_count", "occurrences", "aliases", "has_dense")  # fmt: skip
+    item = {k: MEMORY[k] for k in keys}
     transport, seen = service(
         (200, {"memories": [item], "next_cursor": "c1"}),
         (200, {"memories": [{**item, "entry_id": "e0"}], "next_cursor": None}),
@@ -134,3 +136,11 @@ def test_ls_pages_through_with_every(capsys: pytest.CaptureFixture[str]) -> None
     assert ls_main(["-w", "acme"], transport=transport) == 0
     captured = capsys.readouterr()
     assert "peer.escalation" in captured.out and "--cursor c2" in captured.err
+
+
+def test_ls_by_crew_and_a_bad_limit_is_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    transport, seen = service((200, {"memories": [], "next_cursor": None}))
+    assert ls_main(["-w", "acme", "--crew", "platform"], transport=transport) == 0
+    assert seen[0].url.params["crew_id"] == "platform" and "(no memories)" in capsys.readouterr().out
+    assert ls_main(["-w", "acme", "--limit", "0"], transport=transport) == 2 and len(seen) == 1
+    assert capsys.readouterr().err.startswith("episodic ls: limit: must be 1..100")

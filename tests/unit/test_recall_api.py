@@ -16,6 +16,7 @@ from episodic.ports import MemoryStore, ScopeFilter, StoredHit
 from episodic.settings import Settings
 from episodic.sparse import Bm25Encoder
 from recall.app import InsecureBind, check_bind, create_app
+from schemas.events import ReferencedEvent
 from schemas.topics import MEMORY_REFERENCED
 
 TOK_A = "token-for-workspace-a"
@@ -42,6 +43,7 @@ class FakeStore(MemoryStore):
         ]
         self.fail = False
         self.leak = False
+        self.quarantined = 0
         self.calls: list[tuple[str, ScopeFilter, int]] = []
 
     def _q(self, kind: str, scope: ScopeFilter, limit: int) -> list[StoredHit]:
@@ -66,8 +68,14 @@ class FakeStore(MemoryStore):
     def set_payload(self, point_id: Any, fields: Any) -> None: ...
     def set_dense(self, point_id: Any, dense: Any, fields: Any) -> None: ...
     def delete(self, point_ids: Any) -> None: ...
-    def missing_dense(self, limit: int) -> list[Any]:
+    def missing_dense(self, limit: int, *, quarantine_after: int | None = None) -> list[Any]:
         return []
+
+    def count_without_dense(self, scope: ScopeFilter) -> int:
+        return len([p for p in self.points if p.payload["workspace_id"] == scope.workspace_id and p.dense is None])
+
+    def count_quarantined(self, workspace_id: str | None, quarantine_after: int) -> int:
+        return self.quarantined
 
     def find_entries(self, scope: ScopeFilter, entry_ids: Any, *, with_dense: bool = False) -> list[StoredHit]:
         return []
@@ -85,6 +93,23 @@ class FakeStore(MemoryStore):
         return 0
 
     def relations_of(self, workspace_id: Any, entry_ids: Any) -> list[Any]:
+        return []
+
+    def remove_edges_to(self, workspace_id: Any, entry_ids: Any) -> int:
+        return 0
+
+    def fetch(self, point_ids: Any, *, with_dense: bool = False) -> dict[str, Any]:
+        return {}
+
+    def scroll_page(self, offset: Any, limit: int, *, fields: Any = None) -> tuple[list[Any], None]:
+        return [], None
+
+    def set_payloads(self, updates: Any) -> int:
+        return 0
+
+    def similar_to(
+        self, workspace_id: Any, rows: Any, limit: int, *, exclude_entry_ids: Any = (), fields: Any = None
+    ) -> list[Any]:
         return []
 
     def count(self, workspace_id: str | None = None, *, has_dense: bool | None = None) -> int:
@@ -170,10 +195,11 @@ def test_recall_returns_every_spec_field_and_publishes_one_event(env: Env) -> No
     assert body["mode"] == "hybrid" and body["degraded"] is False
     assert [h["entry_id"] for h in body["hits"]] == ["e1", "e2"]
     fields = {"entry_id", "score", "age_seconds", "summary", "entry_type", "severity", "agent_id",
-              "crew_id", "ts", "payload", "via"}  # fmt: skip
+              "crew_id", "ts", "payload", "via", "aliases", "occurrences"}  # fmt: skip
     for h in body["hits"]:
         assert fields <= set(h)
         assert h["via"] == "direct" and h["age_seconds"] > 0 and h["aliases"] == ["dup-1"]
+        assert h["occurrences"] == 2  # itself and its duplicate (the stored count is missing: at least that)
     assert len(env.published) == 1
     topic, key, event = env.published[0]
     assert topic == MEMORY_REFERENCED and key == "ws-a"
@@ -186,6 +212,10 @@ def test_recall_returns_every_spec_field_and_publishes_one_event(env: Env) -> No
     ]
     assert env.metric("episodic_recall_duration_seconds_count", mode="hybrid") == 1
     assert env.metric("episodic_recall_hits_sum") == 2
+    # a fresh id per event: the importance agent counts a re-delivered event once, and two recalls twice
+    assert ReferencedEvent.from_dict(event).event_id == event["event_id"] and len(event["event_id"]) == 32
+    env.client.post("/v1/recall", json={**OK, "k": 5})
+    assert env.published[1][2]["event_id"] != event["event_id"]
 
 
 @pytest.mark.parametrize("mode", ["dense", "sparse", "hybrid"])
@@ -303,6 +333,24 @@ def test_huge_body_is_413(env: Env) -> None:
     assert r.status_code == 413 and r.json()["error"].startswith("body: ")
 
 
+def test_a_huge_chunked_body_is_413_too(env: Env) -> None:
+    """No Content-Length (chunked transfer encoding): the limit holds on the bytes read."""
+
+    def chunks() -> Any:
+        yield b'{"workspace_id": "ws-a", "agent_id": "ag", "query": "'
+        for _ in range(40):
+            yield b"x" * 65536
+        yield b'"}'
+
+    r = env.client.post("/v1/recall", content=chunks(), headers={"content-type": "application/json"})
+    assert "content-length" not in {k.lower() for k in r.request.headers}
+    assert r.status_code == 413 and r.json()["error"] == "body: larger than 1048576 bytes"
+    small = env.client.post(
+        "/v1/recall", content=iter([json.dumps(OK).encode()]), headers={"content-type": "application/json"}
+    )
+    assert small.status_code == 200, small.text  # a chunked body within the limit is read as usual
+
+
 @pytest.mark.parametrize(
     ("extra", "field"),
     [({"max_chars": 10}, "max_chars"), ({"max_chars": 10**7}, "max_chars"), ({"max_tokens": 5}, "max_tokens"),
@@ -331,11 +379,15 @@ def test_render_marks_only_what_made_it_into_the_text(env: Env) -> None:
     assert len(r.json()["text"]) <= 4000 and len(r.json()["hits"]) == 2
 
 
-def test_store_failure_is_503_not_500(env: Env) -> None:
+def test_store_failure_is_503_not_500(env: Env, caplog: pytest.LogCaptureFixture) -> None:
     env.store.fail = True
     for path, body in [("/v1/recall", OK), ("/v1/recall/render", OK)]:
         r = env.client.post(path, json=body)
-        assert r.status_code == 503 and "store" in r.json()["error"]
+        assert r.status_code == 503 and r.json()["error"].startswith("memory store unavailable (ref ")
+        # the raw store error stays in the log, under the reference the body gives
+        assert "connection refused" not in r.text
+        ref = r.json()["error"].split("ref ")[1].split(":")[0]
+        assert any(ref in m and "connection refused" in m for m in caplog.messages)
     r = env.client.get("/v1/memory/stats", params={"workspace_id": "ws-a"})
     assert r.status_code == 503
     h = env.client.get("/healthz")
@@ -351,9 +403,11 @@ def test_a_leaking_store_cannot_leak_through_the_engine(env: Env) -> None:
 
 def test_stats_health_healthz_metrics_openapi(env: Env) -> None:
     assert env.client.get("/v1/memory/stats", params={"workspace_id": "ws-a"}).json() == {
-        "indexed": 2, "dense": 1, "sparse_only": 1,
+        "indexed": 2, "dense": 1, "sparse_only": 1, "quarantined": 0,
     }  # fmt: skip
+    env.store.quarantined = 1
     assert env.client.get("/v1/memory/stats").json()["indexed"] == 3
+    assert env.client.get("/v1/memory/stats").json()["quarantined"] == 1
     r = env.client.get("/v1/memory/stats", params={"workspace_id": ""})
     assert r.status_code == 422 and r.json()["error"].startswith("workspace_id: ")
     r = env.client.get("/v1/memory/health", params={"workspace_id": "ws-a"})
@@ -427,3 +481,37 @@ def test_refuses_to_bind_beyond_loopback_without_tokens(bm25: Bm25Encoder, token
         create_app(settings=Settings(http_host="0.0.0.0"), **kw)
     create_app(settings=Settings(http_host="0.0.0.0"), insecure=True, **kw)
     create_app(settings=Settings(http_host="0.0.0.0", tokens_file=tokens_file), **kw)
+
+
+def test_rendering_and_encoding_run_off_the_event_loop(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In `episodic up` the loop also carries the gate and the consumer: the CPU work of a recall (the
+    render of up to 50 hits of 16k characters, the response's validation and JSON) runs in the pool."""
+    import asyncio
+
+    from recall import routes
+
+    seen: list[tuple[str, bool]] = []
+
+    def on_loop() -> bool:
+        try:
+            asyncio.get_running_loop()
+            return True
+        except RuntimeError:
+            return False
+
+    real_render, real_json = routes.render, routes._json
+
+    def render(*args: Any, **kwargs: Any) -> Any:
+        seen.append(("render", on_loop()))
+        return real_render(*args, **kwargs)
+
+    def to_json(model: Any) -> Any:
+        seen.append(("json", on_loop()))
+        return real_json(model)
+
+    monkeypatch.setattr(routes, "render", render)
+    monkeypatch.setattr(routes, "_json", to_json)
+    assert env.client.post("/v1/recall/render", json={**OK, "k": 50, "max_chars": 200_000}).status_code == 200
+    assert env.client.post("/v1/recall", json=OK).status_code == 200
+    assert seen == [("render", False), ("json", False), ("json", False)]
+    assert len(env.published) == 2  # published from the loop, after the pool's work

@@ -20,6 +20,7 @@ from episodic.store_query import (
     Match,
     MatchAny,
     Query,
+    RawScore,
     SparseLeg,
     TimesImportance,
     Vocabulary,
@@ -29,6 +30,7 @@ from episodic.store_query import (
     dense_leg,
     hybrid_prefetch,
     in_workspace,
+    nearest_filter,
     scope_filter,
     selection_filter,
     sparse_leg,
@@ -44,12 +46,12 @@ def test_own_scope_is_the_agents_memories_in_the_workspace() -> None:
     assert scope_filter(OWN) == Filter(must=(WS, Match("agent_id", "ag")))
 
 
-def test_crew_shared_scope_is_own_or_high_value_within_the_crew() -> None:
+def test_crew_shared_scope_is_own_or_the_crews_high_value() -> None:
     scope = ScopeFilter(workspace_id="ws-a", scope="crew_shared", agent_id="ag", crew_id="c", high_value=0.7)
     high = AtLeast("importance_score", 0.7)
-    assert scope_filter(scope) == Filter(
-        must=(WS, Match("crew_id", "c"), Filter(should=(Match("agent_id", "ag"), high)))
-    )
+    crew_high = Filter(must=(Match("crew_id", "c"), high))
+    # the agent's own memories whatever their crew (none included), or the crew's high-value ones
+    assert scope_filter(scope) == Filter(must=(WS, Filter(should=(Match("agent_id", "ag"), crew_high))))
     no_agent = ScopeFilter(workspace_id="ws-a", scope="crew_shared", crew_id="c", high_value=0.7)
     assert scope_filter(no_agent) == Filter(must=(WS, Match("crew_id", "c"), high))
 
@@ -211,6 +213,9 @@ class Recorder(Vocabulary):
     def times_importance(self, key: str, default: float) -> Any:
         return self._rec("times_importance", key, default)
 
+    def raw_score(self) -> Any:
+        return self._rec("raw_score")
+
 
 def test_lowering_builds_each_shared_node_once_and_reuses_it() -> None:
     vocab = Recorder()
@@ -332,3 +337,18 @@ def test_the_shared_store_modules_import_no_engine() -> None:
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert not {m for m in imported if m.split(".")[0] in engines or m in engines}, name
+
+
+def test_nearest_filter_is_the_workspace_with_vectors_without_the_memory_itself() -> None:
+    assert nearest_filter("ws-a") == Filter(must=(WS, HasDense()))
+    assert nearest_filter("ws-a", ("e1", "alias")) == Filter(
+        must=(WS, HasDense()), must_not=(MatchAny("entry_id", ("e1", "alias")),)
+    )
+
+
+def test_a_raw_score_query_lowers_to_the_engines_raw_score() -> None:
+    vocab = Recorder()
+    flt = nearest_filter("ws-a", ("e1",))
+    query = Query(dense_leg([1.0, 0.0], flt, 3), flt, 3, score=RawScore())
+    assert Lowering(vocab)(query.score) == ("raw_score",)
+    assert vocab.calls["times_importance"] == 0

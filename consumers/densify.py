@@ -1,0 +1,125 @@
+"""Dense vectors after the fact: the embedding consumer's densify loop (SPEC §5, §10 "Sparse-only").
+
+Memories written BM25-first (a deferred batch, sparse-only mode, a batch whose embedding failed) get their
+dense vectors here, oldest first, whenever the model is free, and a second `memory.indexed` ("vector")
+each. The missing vectors are found in the store, so a crash in between loses nothing; the same loop is the
+backfill after sparse-only mode.
+
+A text the model cannot embed must not stall the others: `Indexer.densify` embeds one by one after a
+failed batch, counts each failure in the memory's payload and quarantines a memory after
+`EPISODIC_DENSIFY_MAX_ATTEMPTS` failures (it stays BM25-only). The loop exports the failures
+(`episodic_densify_failures_total`) and the number quarantined (`episodic_densify_quarantined`, also in
+/v1/memory/stats and `episodic doctor`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+from episodic.bus import dumps
+from episodic.indexer import Indexer
+from episodic.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+DENSIFY_BATCH = 32  # small: the consumer waits for the model no longer than one of these
+DENSIFY_IDLE_S = 30.0  # look for missing vectors at least this often (backfill after sparse-only mode)
+DENSIFY_STOP_S = 30.0  # on stop, wait this long for the vectors being computed
+
+
+class Speed(Protocol):
+    def observe(self, chars: int, seconds: float) -> None: ...
+
+
+Publish = Callable[[Sequence[tuple[str, bytes | None, bytes]]], Awaitable[None]]
+
+
+class Densifier:
+    def __init__(
+        self,
+        *,
+        indexer: Indexer,
+        metrics: Metrics,
+        speed: Speed,
+        publish: Publish,
+        quarantine_after: int,
+        stopping: asyncio.Event,
+        indexed_topic: str | None = None,
+    ) -> None:
+        from schemas import topics
+
+        self.indexer = indexer
+        self.metrics = metrics
+        self.speed = speed
+        self.publish = publish
+        self.quarantine_after = quarantine_after
+        self.stopping = stopping
+        self.indexed_topic = indexed_topic or topics.MEMORY_INDEXED
+        self.busy = False  # the model is computing vectors for the backlog
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Fill missing dense vectors whenever the model is free; look again at least every DENSIFY_IDLE_S.
+        Store errors are retried on the next round."""
+        await self._count_quarantined()
+        while not self.stopping.is_set():
+            self._wake.clear()
+            filled = 0
+            try:
+                filled = await self.once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                self.metrics.consumer_errors.labels(stage="densify").inc()
+                log.warning("adding dense vectors failed (retried later): %s", e)
+            if filled:
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), DENSIFY_IDLE_S)
+
+    async def once(self) -> int:
+        """One round; returns how many memories it handled (filled, or failed and counted)."""
+        self.busy = True
+        try:
+            result = await asyncio.to_thread(
+                self.indexer.densify, DENSIFY_BATCH, quarantine_after=self.quarantine_after
+            )
+        finally:
+            self.busy = False
+        if result.embedded:
+            self.speed.observe(result.chars, result.embed_seconds)
+        if result.failed:
+            self.metrics.densify_failures.inc(result.failed)
+            await self._count_quarantined()
+        events = result.events
+        if events:
+            self.metrics.densified.inc(len(events))
+            await self.publish(
+                [(self.indexed_topic, ev.workspace_id.encode(), dumps(ev.to_json_dict())) for ev in events]
+            )
+        return len(events) + result.failed
+
+    async def _count_quarantined(self) -> None:
+        try:
+            n = await asyncio.to_thread(self.indexer.store.count_quarantined, None, self.quarantine_after)
+        except Exception as e:  # only a gauge: the next round tries again
+            log.debug("cannot count quarantined memories: %s", e)
+            return
+        self.metrics.densify_quarantined.set(n)
+
+    async def finish(self, task: asyncio.Task[Any]) -> None:
+        """On stop: let a batch of vectors in flight land before the store closes, then cancel."""
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), DENSIFY_STOP_S)
+        except BaseException:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

@@ -1,0 +1,48 @@
+"""What the embedding consumer does with records it cannot index: dead letters, and split batches.
+
+A batch the store rejects deterministically is split in halves until the records that fail alone are found
+(`consumers.batch.BatchApplier`); those records go to journal.dlq with their original bytes, the same
+`DlqRecord` shape as the gate's, and the results of the halves that were indexed are put back together.
+"""
+
+from __future__ import annotations
+
+from aiokafka import ConsumerRecord
+
+from episodic.indexer import BatchResult
+from schemas.events import DlqRecord
+
+BAD_EMBEDDABLE = "bad_embeddable"  # a record on journal.embeddable that does not decode
+BAD_CONTROL = "bad_control"  # a control record (a forget) that does not decode, or that this consumer cannot apply
+STORE_REJECTED = "store_rejected"  # a record the store (or the indexer) refuses, alone
+FORGET_FAILED = "forget_failed"  # a forget the store refuses to apply (its status says failed, with the error)
+
+
+class Abandoned(Exception):
+    """A transient failure outlasted the drain: the batch stays uncommitted and is re-delivered."""
+
+
+def merged(a: BatchResult, b: BatchResult) -> BatchResult:
+    """Two halves of a split batch as one result."""
+    return BatchResult(
+        events=[*a.events, *b.events],
+        embedded=a.embedded + b.embedded,
+        written=a.written + b.written,
+        embed_seconds=a.embed_seconds + b.embed_seconds,
+        upsert_seconds=a.upsert_seconds + b.upsert_seconds,
+        embed_failed=a.embed_failed or b.embed_failed,
+        deferred=a.deferred + b.deferred,
+        chars=a.chars + b.chars,
+    )
+
+
+def dead_letter(reason: str, error: BaseException | str, msg: ConsumerRecord[bytes, bytes]) -> DlqRecord:
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    return DlqRecord.build(
+        reason=reason,
+        error=text.splitlines()[0][:500] if text else reason,
+        raw=msg.value,
+        topic=msg.topic,
+        partition=msg.partition,
+        offset=msg.offset,
+    )

@@ -1,0 +1,165 @@
+"""Similar edges at index time (seed 001 "Memory relations", SPEC §8). Over the store port, no Kafka.
+
+For each `memory.indexed` event of mode `vector` (the memory's dense vector exists only then), the linker
+finds the `top_k` (3) memories of the same workspace nearest to it by raw cosine, and writes an edge
+new -> old of weight = cosine to each whose cosine is above `threshold` (0.80). With chunked multivectors
+the cosine of two memories is the best pair of chunks: the max over the new memory's chunks and the
+candidate's chunks (`MemoryStore.similar_to`).
+
+- **Once.** A memory linked once carries `linked_at`, and a later `vector` event for it (a re-delivery, a
+  second densify) changes nothing. A new version of the memory (a changed summary under the same id) comes
+  without `linked_at`, so it is linked again and its `similar` edges are replaced (its `supports` edges,
+  written by the indexer, stay). Edges are merged per (dst, relation), so no write can duplicate one.
+- **One edge per pair.** A candidate that already has an edge to the new memory (it was linked first: two
+  memories densified in the same batch, or a deferred vector that arrived late) is passed over, also within
+  one batch. Edges point from the memory linked later to the one linked earlier, which is new -> old but for
+  memories whose vectors arrive out of order.
+- **Duplicates** (`mode: "duplicate"`) are folded into an existing memory and get no edges of their own;
+  `sparse-only` events wait for their `vector` event.
+
+`supports` edges stay with the indexer: they need no vector, so the indexer writes them with the point
+itself, atomically, the moment the rule is searchable, also in sparse-only mode where this linker never
+runs. Both writers merge per (dst, relation) on the source memory, and the linker only replaces `similar`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from episodic.errors import StoreError
+from episodic.ports import MemoryStore, StoredHit, relations_payload
+from schemas.events import IndexedEvent
+
+log = logging.getLogger(__name__)
+
+SIMILAR = "similar"
+CANDIDATE_FACTOR = 3  # ask the store for top_k x this, to fill top_k after passing over existing pairs
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(dt: datetime) -> str:
+    return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    entry_id: str
+    cosine: float
+    links: frozenset[str]  # entry ids the candidate already has edges to
+
+
+def choose_similar(source: str, candidates: Iterable[Candidate], *, threshold: float, top_k: int) -> list[Candidate]:
+    """The `top_k` best candidates above `threshold`, best first, skipping the source itself and any
+    candidate that already has an edge to the source (one edge per pair)."""
+    picked: list[Candidate] = []
+    for c in sorted(candidates, key=lambda c: (-c.cosine, c.entry_id)):
+        if len(picked) == top_k or c.cosine <= threshold:
+            break
+        if c.entry_id == source or source in c.links or any(p.entry_id == c.entry_id for p in picked):
+            continue
+        picked.append(c)
+    return picked
+
+
+@dataclass
+class LinkResult:
+    events: int = 0  # events seen
+    linked: int = 0  # memories linked now
+    edges: int = 0  # similar edges written
+    already: int = 0  # memories linked before (re-delivery, densify twice)
+    ignored: int = 0  # duplicate and sparse-only events
+    missing: int = 0  # memories gone (forgotten, archived) or without their vector
+    failed: int = 0  # memories the store refused
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class Linker:
+    def __init__(
+        self,
+        *,
+        store: MemoryStore,
+        threshold: float = 0.80,
+        top_k: int = 3,
+        clock: Callable[[], datetime] = _now,
+    ) -> None:
+        if not 0.0 < threshold <= 1.0 or top_k < 1:
+            raise ValueError("threshold must be in (0, 1] and top_k at least 1")
+        self.store = store
+        self.threshold = threshold
+        self.top_k = top_k
+        self.clock = clock
+
+    def link(self, events: Sequence[IndexedEvent]) -> LinkResult:
+        """Link the memories of a batch of memory.indexed events; one store write for the batch."""
+        result = LinkResult(events=len(events))
+        todo: dict[str, IndexedEvent] = {}
+        for ev in events:
+            if ev.mode != "vector":
+                result.ignored += 1
+            elif ev.point_id in todo:
+                result.already += 1  # the same memory twice in one batch
+            else:
+                todo[ev.point_id] = ev
+        if not todo:
+            return result
+        points = self.store.fetch(list(todo), with_dense=True)
+        now = iso(self.clock())
+        new_edges: dict[str, set[str]] = {}  # entry id -> entry ids it points at (written in this batch)
+        updates: dict[str, dict[str, Any]] = {}
+        for pid, ev in todo.items():
+            point = points.get(pid)
+            if point is None or not point.dense or point.payload.get("workspace_id") != ev.workspace_id:
+                result.missing += 1
+                continue
+            if point.payload.get("linked_at"):
+                result.already += 1
+                continue
+            try:
+                chosen = self._neighbours(point, new_edges)
+            except StoreError as e:
+                log.warning("linker: cannot link %s/%s: %s", ev.workspace_id, ev.entry_id, e)
+                result.failed += 1
+                continue
+            source = str(point.payload.get("entry_id"))
+            new_edges[source] = {c.entry_id for c in chosen}
+            edges = [e for e in point.payload.get("relations") or [] if isinstance(e, dict)]
+            kept = [e for e in edges if e.get("relation") != SIMILAR]
+            similar = [
+                {"dst": c.entry_id, "relation": SIMILAR, "weight": round(min(1.0, c.cosine), 6), "created_at": now}
+                for c in chosen
+            ]
+            updates[pid] = {**relations_payload(kept + similar), "linked_at": now}
+            result.linked += 1
+            result.edges += len(similar)
+        self.store.set_payloads(updates)
+        return result
+
+    def _neighbours(self, point: StoredHit, new_edges: dict[str, set[str]]) -> list[Candidate]:
+        p = point.payload
+        source = str(p.get("entry_id"))
+        exclude = [source, *(str(a) for a in p.get("aliases") or [])]
+        hits = self.store.similar_to(
+            str(p.get("workspace_id")),
+            point.dense or [],
+            self.top_k * CANDIDATE_FACTOR,
+            exclude_entry_ids=exclude,
+            fields=("entry_id", "links"),
+        )
+        candidates = [
+            Candidate(
+                entry_id=str(h.payload.get("entry_id")),
+                cosine=float(h.score),
+                links=frozenset(h.payload.get("links") or []) | new_edges.get(str(h.payload.get("entry_id")), set()),
+            )
+            for h in hits
+        ]
+        return choose_similar(source, candidates, threshold=self.threshold, top_k=self.top_k)

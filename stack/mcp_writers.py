@@ -1,0 +1,67 @@
+"""Where the MCP server's `remember` writes (stack.mcp_server): `HttpWriter` (`POST /v1/journal`, the service
+checks the token's workspace) or `KafkaWriter` (straight to `journal.entries`, once the gate's own parser
+accepted the entry; `episodic mcp --writes kafka`)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal, Protocol
+
+from mcp.server.mcpserver.exceptions import ToolError
+
+from episodic.bus import dumps, make_producer, send_all
+from episodic.client import AsyncMemoryClient
+from schemas.journal import InvalidEntry, parse_entry
+from schemas.topics import JOURNAL_ENTRIES
+
+KAFKA_ACK_TIMEOUT_S = 30.0
+
+
+class Writer(Protocol):
+    """Where `remember` writes: the journal endpoint, or Kafka."""
+
+    via: Literal["http", "kafka"]
+
+    async def write(self, client: AsyncMemoryClient, entry: dict[str, Any]) -> None: ...
+
+
+class HttpWriter:
+    via: Literal["http", "kafka"] = "http"
+
+    async def write(self, client: AsyncMemoryClient, entry: dict[str, Any]) -> None:
+        answer = await client.remember_many([entry])
+        if answer.errors:
+            raise ToolError("entry refused: " + "; ".join(e.error for e in answer.errors))
+
+
+class KafkaWriter:
+    """Straight to `journal.entries` (keyed by workspace, acks=all), once the gate's parser accepted the entry."""
+
+    via: Literal["http", "kafka"] = "kafka"
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self._producer: Any = None
+        self._lock = asyncio.Lock()
+
+    async def write(self, client: AsyncMemoryClient, entry: dict[str, Any]) -> None:
+        value = dumps(entry)
+        try:
+            parse_entry(value)
+        except InvalidEntry as e:
+            raise ToolError(f"entry refused: {e.error}") from None
+        try:
+            async with self._lock:
+                if self._producer is None:
+                    producer = make_producer(self.bootstrap)
+                    await producer.start()
+                    self._producer = producer
+            records = [(str(entry["workspace_id"]).encode(), value)]
+            await asyncio.wait_for(send_all(self._producer, JOURNAL_ENTRIES, records), KAFKA_ACK_TIMEOUT_S)
+        except Exception as e:
+            raise ToolError(f"Kafka at {self.bootstrap} did not acknowledge the entry ({type(e).__name__}: {e})") from e
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None

@@ -1,0 +1,159 @@
+"""The nightly DecayAndReinforce job over the real store: values, only its own field, resume after a crash,
+one run at a time, the schedule's due rule, and retention (off by default; archive, then remove with edges)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from episodic.decay import DECAY_KEY, JOB_KIND, DecayJob, JobBusy, RetentionPolicy
+from episodic.identity import point_id
+from episodic.ports import MemoryStore, Relation, StateStore
+from episodic.schedule import Schedule
+from episodic.scoring import FLOOR_REACHED_DAYS, decay_importance
+from schemas.events import ArchivedRecord
+from tests.integration.maint_helpers import T0, Clock, Failing, memory
+
+pytestmark = pytest.mark.integration
+
+N = 60
+
+
+def seed(store: MemoryStore, n: int = N) -> None:
+    """n memories indexed i days before T0 + 200 days, with i % 4 references."""
+    store.upsert([memory(f"m{i}", indexed_at=T0 - timedelta(days=i), refs=i % 4, base=0.9) for i in range(n)])
+
+
+def importance(store: MemoryStore, entry_id: str) -> float:
+    return float(store.retrieve([point_id("ws-a", entry_id)])[point_id("ws-a", entry_id)]["importance_score"])
+
+
+def test_a_run_writes_the_formula_for_every_memory_and_nothing_else(
+    edge_stores: tuple[MemoryStore, StateStore],
+) -> None:
+    store, state = edge_stores
+    seed(store)
+    clock = Clock(T0 + timedelta(days=30))
+    report = DecayJob(store=store, state=state, clock=clock, page_size=16).run()
+    assert (report.scanned, report.updated, report.pages, report.resumed) == (N, N, 4, False)
+    for i in (0, 7, 59):
+        assert importance(store, f"m{i}") == pytest.approx(decay_importance(0.9, days=30 + i, refs=i % 4))
+    p = store.retrieve([point_id("ws-a", "m7")])[point_id("ws-a", "m7")]
+    assert p["reference_count"] == 3 and p["summary"] == "memory m7" and p["payload"]["n"] == 1
+    # the same reference time again: nothing changes, nothing is written
+    again = DecayJob(store=store, state=state, clock=clock, page_size=16).run()
+    assert (again.updated, again.unchanged) == (0, N)
+    assert state.get(JOB_KIND, DECAY_KEY)["status"] == "done"  # type: ignore[index]
+
+
+def test_a_reference_counted_during_the_run_is_not_lost(edge_stores: tuple[MemoryStore, StateStore]) -> None:
+    store, state = edge_stores
+    seed(store, 20)
+    pid = point_id("ws-a", "m3")
+
+    def concurrent_increment(updates: dict[str, dict[str, float]]) -> None:
+        if pid in updates:  # the importance agent counts a reference between the scan and the write
+            store.set_payloads({pid: {"reference_count": 99}})
+
+    racing = Failing(store, "set_payloads", n=0, before=concurrent_increment)
+    DecayJob(store=racing, state=state, clock=Clock(T0), page_size=8).run()  # type: ignore[arg-type]
+    assert store.retrieve([pid])[pid]["reference_count"] == 99
+    assert importance(store, "m3") == pytest.approx(decay_importance(0.9, days=3, refs=3))
+
+
+def test_a_run_that_crashed_half_way_resumes_at_its_page_with_its_reference_time(
+    edge_stores: tuple[MemoryStore, StateStore],
+) -> None:
+    store, state = edge_stores
+    seed(store)
+    clock = Clock(T0 + timedelta(days=10))
+    crashing = Failing(store, "set_payloads", n=3)
+    with pytest.raises(RuntimeError, match="crash"):
+        DecayJob(store=crashing, state=state, clock=clock, page_size=16).run()  # type: ignore[arg-type]
+    cursor = state.get(JOB_KIND, DECAY_KEY)
+    assert cursor is not None and cursor["status"] == "running" and cursor["pages"] == 2 and cursor["offset"]
+    clock.advance(hours=2)  # the restarted process runs it two hours later: same reference time
+    report = DecayJob(store=store, state=state, clock=clock, page_size=16).run()
+    assert report.resumed and report.scanned == N and report.pages == 4
+    assert report.reference_time == cursor["reference_time"]
+    for i in range(N):
+        assert importance(store, f"m{i}") == pytest.approx(decay_importance(0.9, days=10 + i, refs=i % 4))
+
+
+def test_one_run_at_a_time_and_the_schedule_decides_when_one_is_due(
+    edge_stores: tuple[MemoryStore, StateStore],
+) -> None:
+    store, state = edge_stores
+    seed(store, 5)
+    clock = Clock(T0)
+    nightly = Schedule("30 3 * * *")
+    mine = DecayJob(store=store, state=state, clock=clock, holder="a")
+    theirs = DecayJob(store=store, state=state, clock=clock, holder="b")
+    assert mine.due(nightly.last_due(clock()))  # never run
+    state.put(JOB_KIND, DECAY_KEY, {"status": "running", "holder": "b", "lease_until": 4e9, "reference_time": "x"})
+    with pytest.raises(JobBusy) as busy:
+        mine.run()
+    assert busy.value.progress["holder"] == "b"
+    assert not mine.due(nightly.last_due(clock())) and theirs.due(nightly.last_due(clock()))
+    state.put(JOB_KIND, DECAY_KEY, {"status": "running", "holder": "b", "lease_until": 1.0})  # b died
+    assert mine.due(nightly.last_due(clock()))
+    mine.run()
+    assert not mine.due(nightly.last_due(clock()))  # done for today
+    clock.now = nightly.next_after(clock()) + timedelta(minutes=1)
+    assert mine.due(nightly.last_due(clock()))  # the next night
+
+
+def test_retention_is_off_unless_asked_for(edge_stores: tuple[MemoryStore, StateStore]) -> None:
+    store, state = edge_stores
+    old = T0 - timedelta(days=FLOOR_REACHED_DAYS + 400)
+    store.upsert([memory("ancient", indexed_at=old, base=0.5)])
+    report = DecayJob(store=store, state=state, clock=Clock(T0)).run()
+    assert report.archived == 0 and not report.retention
+    assert importance(store, "ancient") == 0.05
+
+
+def test_retention_archives_then_removes_the_memory_and_every_edge_to_it(
+    edge_stores: tuple[MemoryStore, StateStore],
+) -> None:
+    store, state = edge_stores
+    floor = timedelta(days=FLOOR_REACHED_DAYS)
+    store.upsert(
+        [
+            memory("stale", indexed_at=T0 - floor - timedelta(days=31), base=0.5, payload={"log": "y" * 900}),
+            memory("young-stale", indexed_at=T0 - floor - timedelta(days=29), base=0.5),
+            memory("referenced", indexed_at=T0 - floor - timedelta(days=90), refs=1),
+            memory("pinned", indexed_at=T0 - floor - timedelta(days=90), priority="pin"),
+            memory("neighbour", indexed_at=T0, axis=1),
+            memory("stale", ws="ws-b", indexed_at=T0),
+        ]
+    )
+    store.add_relations(
+        [
+            Relation("neighbour", "stale", "similar", 0.9, "t", "ws-a"),
+            Relation("neighbour", "pinned", "similar", 0.85, "t", "ws-a"),
+            Relation("stale", "pinned", "similar", 0.85, "t", "ws-a"),
+        ]
+    )
+    archived: list[ArchivedRecord] = []
+    job = DecayJob(
+        store=store, state=state, clock=Clock(T0), retention=RetentionPolicy(floor_days=30), archive=archived.extend
+    )
+    report = job.run()
+    assert (report.archived, report.edges_removed, report.scanned) == (1, 1, 6)
+    [rec] = archived
+    assert (rec.entry_id, rec.workspace_id, rec.summary) == ("stale", "ws-a", "memory stale")
+    assert len(rec.payload) == 400 and rec.payload_truncated and rec.payload.startswith('{"log":"yyy')
+    assert rec.relations[0]["dst"] == "pinned" and json.loads(ArchivedRecord.from_json(rec.to_json()).to_json())
+    assert store.retrieve([point_id("ws-a", "stale")]) == {}
+    assert point_id("ws-b", "stale") in store.retrieve([point_id("ws-b", "stale")])  # another workspace's
+    left = {(r.src, r.dst) for r in store.relations_of("ws-a", ["neighbour", "pinned", "stale"])}
+    assert left == {("neighbour", "pinned")}
+    assert store.count("ws-a") == 4
+
+
+def test_retention_needs_somewhere_to_archive(edge_stores: tuple[MemoryStore, StateStore]) -> None:
+    store, state = edge_stores
+    with pytest.raises(ValueError, match="archive"):
+        DecayJob(store=store, state=state, retention=RetentionPolicy())

@@ -1,0 +1,123 @@
+"""The linker over the real store (Qdrant Edge), with vectors chosen so that cosines are known exactly."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from episodic.identity import point_id
+from episodic.linker import Linker
+from episodic.ports import MemoryPoint, MemoryStore, Relation, SparseVec
+from episodic.store_edge import EdgeStore
+from schemas.events import IndexedEvent
+from tests.contract.conftest import mix as unit
+
+pytestmark = pytest.mark.integration
+
+DIM = 8
+AT = datetime(2026, 11, 21, tzinfo=UTC)
+
+
+def at_cos(cos: float, axis: int = 1) -> list[float]:
+    """A unit vector whose cosine with e0 is `cos`."""
+    return unit((0, cos), (axis, math.sqrt(1 - cos * cos)))
+
+
+def point(entry_id: str, rows: list[list[float]] | None, ws: str = "ws-a", **extra: object) -> MemoryPoint:
+    payload = {"entry_id": entry_id, "workspace_id": ws, "agent_id": "a1", "summary": entry_id, "aliases": []}
+    payload.update(extra)
+    return MemoryPoint(point_id(ws, entry_id), SparseVec([], []), payload, rows)
+
+
+def vector_event(entry_id: str, ws: str = "ws-a", mode: str = "vector") -> IndexedEvent:
+    return IndexedEvent(entry_id=entry_id, workspace_id=ws, point_id=point_id(ws, entry_id), indexed_at=AT, mode=mode)  # type: ignore[arg-type]
+
+
+def similar(store: MemoryStore, entry_id: str, ws: str = "ws-a") -> dict[str, float]:
+    return {
+        r.dst: round(r.weight, 4)
+        for r in store.relations_of(ws, [entry_id])
+        if r.src == entry_id and r.relation == "similar"
+    }
+
+
+@pytest.fixture
+def store(fast_dir: Path) -> Iterator[MemoryStore]:
+    s = EdgeStore(fast_dir / "edge")
+    s.ensure_collection(DIM)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_top3_above_the_threshold_new_to_old_weighted_by_cosine(store: MemoryStore) -> None:
+    store.upsert(
+        [
+            point("c95", [at_cos(0.95)]),
+            point("c90", [at_cos(0.90, 2)]),
+            point("c85", [at_cos(0.85, 3)]),
+            point("c82", [at_cos(0.82, 4)]),  # fourth: not linked
+            point("c80", [at_cos(0.80, 5)]),  # not above 0.80
+            point("other-ws", [at_cos(0.99)], ws="ws-b"),
+            point("new", [unit((0, 1.0))]),
+        ]
+    )
+    result = Linker(store=store).link([vector_event("new")])
+    assert (result.linked, result.edges) == (1, 3)
+    assert similar(store, "new") == {"c95": 0.95, "c90": 0.9, "c85": 0.85}
+    assert store.retrieve([point_id("ws-a", "new")])[point_id("ws-a", "new")]["linked_at"]
+
+
+def test_chunked_memories_use_the_best_pair_of_chunks(store: MemoryStore) -> None:
+    store.upsert(
+        [
+            point("long-old", [unit((6, 1.0)), at_cos(0.9, 3)]),  # second chunk close to the new first chunk
+            point("new", [unit((0, 1.0)), unit((7, 1.0))]),
+        ]
+    )
+    Linker(store=store).link([vector_event("new")])
+    assert similar(store, "new") == {"long-old": 0.9}
+
+
+def test_redelivery_and_a_second_densify_add_nothing_and_duplicates_get_no_edges(store: MemoryStore) -> None:
+    store.upsert([point("old", [at_cos(0.9)]), point("new", [unit((0, 1.0))])])
+    linker = Linker(store=store)
+    assert linker.link([vector_event("new")]).edges == 1
+    store.upsert([point("newer", [at_cos(0.95, 2)])])  # a closer memory arrives later
+    again = linker.link([vector_event("new"), vector_event("new"), vector_event("dup", mode="duplicate")])
+    assert (again.linked, again.already, again.ignored, again.edges) == (0, 2, 1, 0)  # once linked, once repeated
+    assert similar(store, "new") == {"old": 0.9}
+    assert linker.link([vector_event("new", mode="sparse-only")]).ignored == 1
+
+
+def test_one_edge_per_pair_also_within_a_batch(store: MemoryStore) -> None:
+    store.upsert([point("a", [unit((0, 1.0))]), point("b", [at_cos(0.9)])])
+    result = Linker(store=store).link([vector_event("a"), vector_event("b")])
+    assert result.edges == 1
+    assert {(r.src, r.dst) for r in store.relations_of("ws-a", ["a", "b"])} in ({("a", "b")}, {("b", "a")})
+
+
+def test_a_new_version_is_linked_again_replacing_its_similar_edges_and_keeping_supports(store: MemoryStore) -> None:
+    other = unit((0, 0.9), (5, math.sqrt(0.19)))
+    store.upsert([point("old", [at_cos(0.9)]), point("other", [other]), point("rule", [unit((0, 1.0))])])
+    store.add_relations([Relation("rule", "evidence", "supports", 1.0, "t", "ws-a")])
+    Linker(store=store).link([vector_event("rule")])
+    assert similar(store, "rule") == {"old": 0.9, "other": 0.9}
+    # the summary changed: the indexer writes a new version (its edges kept, no linked_at) near 'other' only
+    version2 = unit((0, 0.6), (5, 0.8))
+    edges = store.retrieve([point_id("ws-a", "rule")])[point_id("ws-a", "rule")]["relations"]
+    store.upsert([point("rule", [version2], relations=edges)])
+    Linker(store=store).link([vector_event("rule")])
+    assert similar(store, "rule") == {"other": round(sum(a * b for a, b in zip(other, version2, strict=True)), 4)}
+    assert ("evidence", "supports") in {(r.dst, r.relation) for r in store.relations_of("ws-a", ["rule"])}
+
+
+def test_gone_or_vectorless_memories_are_counted_not_fatal(store: MemoryStore) -> None:
+    store.upsert([point("sparse", None)])
+    result = Linker(store=store).link([vector_event("sparse"), vector_event("never-written")])
+    assert (result.missing, result.linked) == (2, 0)

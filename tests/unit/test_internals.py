@@ -1,0 +1,72 @@
+"""The private names of Faust and aiokafka that the gate relies on (streams/internals.py) exist in the
+installed versions, and no other private name is used: an upgrade that renames one fails here."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import mode
+from aiokafka import AIOKafkaConsumer
+from faust.transport.consumer import Fetcher as FaustFetcher
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+from episodic.settings import Settings
+from streams import internals as I
+from streams.app import create_app
+from streams.transport import BatchConsumer, ShortFetchConsumerThread
+
+STREAMS = Path(__file__).resolve().parents[2] / "streams"
+
+
+def test_the_hooks_the_transport_overrides_exist_in_faust() -> None:
+    for name in I.FAUST_CONSUMER_OVERRIDES:
+        assert callable(getattr(faust_aiokafka.Consumer, name, None)), f"faust Consumer.{name} is gone"
+        assert name in vars(BatchConsumer), f"BatchConsumer no longer overrides {name}"
+    for name in I.FAUST_CONSUMER_THREAD_OVERRIDES:
+        assert callable(getattr(faust_aiokafka.AIOKafkaConsumerThread, name, None)), name
+        assert name in vars(ShortFetchConsumerThread), name
+    for name in I.FAUST_CONSUMER_METHODS:
+        assert callable(getattr(faust_aiokafka.Consumer, name, None)), f"faust Consumer.{name} is gone"
+
+
+async def test_the_state_the_transport_reads_exists_on_a_faust_consumer() -> None:
+    app = create_app(Settings(), app_id="internals-probe")
+    consumer = app.consumer
+    assert isinstance(consumer, BatchConsumer)
+    for name in I.FAUST_CONSUMER_STATE:
+        assert hasattr(consumer, name), f"faust Consumer has no {name}"
+    assert isinstance(getattr(app.topics, I.FAUST_CONDUCTOR_TOPIC_INDEX), dict)
+    assert I.channels_of(app, "no-such-topic") == []
+    assert callable(getattr(type(app.producer), I.FAUST_PRODUCER_ENSURE, None))
+
+
+async def test_the_aiokafka_names_exist_and_are_read_where_we_expect() -> None:
+    consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1")
+    assert getattr(consumer, I.AIOKAFKA_CONSUMER_FETCH_WAIT) == 500  # aiokafka's default
+    I.set_fetch_max_wait(consumer, 50)
+    assert getattr(consumer, I.AIOKAFKA_CONSUMER_FETCH_WAIT) == 50
+    # start() hands it to the Fetcher: setting it before start is what takes effect
+    assert f"self.{I.AIOKAFKA_CONSUMER_FETCH_WAIT}" in inspect.getsource(AIOKafkaConsumer.start)
+    # Faust's Fetcher is a mode Service: its stop event is the drain loop's exit condition
+    assert issubclass(FaustFetcher, mode.Service)
+    assert f"self.{I.MODE_SERVICE_STOPPED} = " in inspect.getsource(mode.Service.__init__)
+
+
+def test_no_other_private_name_of_faust_or_aiokafka_is_used() -> None:
+    listed = {
+        *I.FAUST_CONSUMER_OVERRIDES,
+        *I.FAUST_CONSUMER_THREAD_OVERRIDES,
+        *I.FAUST_CONSUMER_METHODS,
+        *I.FAUST_CONSUMER_STATE,
+    }
+    transport = (STREAMS / "transport.py").read_text()
+    own = set(re.findall(r"def (_[a-z_]+)\(", transport)) - listed  # BatchConsumer's own helpers
+    used = set(re.findall(r"\bself\._([a-z][a-z_]*)", transport))
+    foreign = {f"_{n}" for n in used} - own - listed
+    assert not foreign, f"private names used but not listed in streams/internals.py: {sorted(foreign)}"
+    for path in ("transport.py", "gate.py", "runner.py", "app.py"):
+        src = (STREAMS / path).read_text()
+        other = re.findall(r"\b(?!self\b)[a-z_]+\._[a-z][a-z_]*", src)
+        assert not other, f"{path}: reach private names through streams/internals.py: {other}"

@@ -1,0 +1,20 @@
+"""Consumer lag from high watermarks and committed offsets (the arithmetic of episodic.bus.LagProbe)."""
+
+from __future__ import annotations
+
+from episodic.bus import group_lag
+
+
+def test_lag_is_the_sum_over_partitions_of_high_watermark_minus_committed() -> None:
+    assert group_lag({0: 120, 1: 40}, {0: 100, 1: 40}) == 20
+    assert group_lag({0: 10, 1: 5}, {0: None, 1: None}) == 15  # nothing committed yet: from offset 0
+    assert group_lag({0: 10}, {}) == 10
+
+
+def test_a_commit_ahead_of_a_stale_watermark_is_no_negative_lag() -> None:
+    assert group_lag({0: 50, 1: 70}, {0: 60, 1: 65}) == 5
+
+
+def test_an_unknown_high_watermark_means_no_figure_rather_than_a_wrong_one() -> None:
+    assert group_lag({0: 10, 1: None}, {0: 0, 1: 0}) is None
+    assert group_lag({}, {}) == 0
