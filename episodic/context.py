@@ -144,10 +144,10 @@ class Member:
 @dataclass
 class Plan:
     """What `RunContext.plan` decided for a batch: the context vector of each new point, and the payload
-    fields to merge into stored neighbours (written before the points)."""
+    run edges to set on stored neighbours (written before the points)."""
 
     vectors: dict[str, SparseVec] = field(default_factory=dict)
-    neighbours: dict[str, dict[str, Any]] = field(default_factory=dict)
+    neighbours: dict[str, dict[str, str]] = field(default_factory=dict)  # point id -> {relation: entry id}
 
 
 def set_adjacent(payload: dict[str, Any], relation: str, dst: str | None, created_at: str) -> bool:
@@ -230,10 +230,7 @@ class RunContext:
             set_adjacent(m.payload, "next", nxt.entry_id if nxt else None, created_at)
             for other, rel in ((prev, "next"), (nxt, "previous")):
                 if other is not None and not other.new and set_adjacent(other.payload, rel, m.entry_id, created_at):
-                    plan.neighbours[other.point_id] = {
-                        "relations": other.payload["relations"],
-                        "links": other.payload["links"],
-                    }
+                    plan.neighbours.setdefault(other.point_id, {})[rel] = m.entry_id
             if not self.indexes_context:
                 continue
             # context: what was there when the entry came: stored, or before it in the batch (stream order)
@@ -266,10 +263,19 @@ class RunContext:
         m.payload["context_ids"] = [c.entry_id for c in context]
         plan.vectors[m.point_id] = self.bm25.document(folded_text(lines, m.summary))
 
-    def apply(self, plan: Plan) -> None:
-        """Write the neighbours' edges (before the points: see the module doc)."""
-        for pid, fields in plan.neighbours.items():
-            self.store.set_payload(pid, fields)
+    def apply(self, plan: Plan, created_at: str) -> None:
+        """Write the neighbours' edges (before the points: see the module doc). Each neighbour is read again
+        just before its write, so an edge another writer (the linker's `similar`) added since the plan's
+        read is kept."""
+        fresh = (
+            self.store.retrieve(sorted(plan.neighbours), fields=("entry_id", "relations")) if plan.neighbours else {}
+        )
+        for pid, edges in plan.neighbours.items():
+            payload = fresh.get(pid)
+            if payload is None:  # forgotten meanwhile
+                continue
+            if any([set_adjacent(payload, rel, dst, created_at) for rel, dst in edges.items()]):
+                self.store.set_payload(pid, {"relations": payload["relations"], "links": payload["links"]})
 
 
 def scrub(

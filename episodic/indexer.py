@@ -276,7 +276,9 @@ class Indexer:
                 sparse = self.bm25.document(texts[j])
                 points.append(MemoryPoint(pid, sparse, payload, dense=vecs, context=plan.vectors.get(pid)))
             t0 = self.perf()
-            self.runs.apply(plan)  # the neighbours' edges first: a crash in between loses none on re-delivery
+            self.runs.apply(
+                plan, indexed_at
+            )  # the neighbours' edges first: a crash in between loses none on re-delivery
             self.store.upsert(points)
             result.upsert_seconds = self.perf() - t0
             result.written = len(points)

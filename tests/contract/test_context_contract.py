@@ -269,3 +269,64 @@ def test_an_old_collection_runs_without_the_context_vector(
         assert "context" not in memory(store, "c2") and adjacency(store, "c2") == {"previous": "c1", "next": "c3"}
     finally:
         store.close()
+
+
+class _Interleaved:
+    """The store, with `during()` run once, inside the first call to `method` (another writer's turn)."""
+
+    def __init__(self, store: MemoryStore, method: str, during: Any) -> None:
+        self._store, self._method, self._during = store, method, during
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if name != self._method or self._during is None:
+            return attr
+
+        def call(*args: Any, **kw: Any) -> Any:
+            during, self._during = self._during, None
+            out = attr(*args, **kw)
+            during()
+            return out
+
+        return call
+
+
+def similar_of(store: MemoryStore, entry_id: str) -> set[str]:
+    return {e["dst"] for e in memory(store, entry_id)["relations"] if e["relation"] == "similar"}
+
+
+def test_the_linker_keeps_a_next_edge_the_indexer_wrote_while_it_searched(
+    store: MemoryStore, ix: Indexer, bm25: Bm25Encoder
+) -> None:
+    """Two writers of one memory's edges: the indexer gives c1 its `next` edge while the linker is looking
+    for c1's similar memories; the linker's write keeps it (and the indexer's later writes keep `similar`)."""
+    from episodic.linker import Linker
+    from schemas.events import IndexedEvent
+
+    c = chat()
+    ix.index_batch(c[:2])
+    for eid in ("c0", "c1"):
+        store.set_dense(point_id("ws-a", eid), [e(0)], {"has_dense": True})
+    event = IndexedEvent(
+        entry_id="c1", workspace_id="ws-a", point_id=point_id("ws-a", "c1"), indexed_at=T, mode="vector"
+    )
+    racing = _Interleaved(store, "similar_to", lambda: ix.index_batch([c[2]]))
+    Linker(store=racing, threshold=0.5, top_k=3).link([event])  # type: ignore[arg-type]
+    assert adjacency(store, "c1") == {"previous": "c0", "next": "c2"}
+    assert similar_of(store, "c1") == {"c0"}
+    # and the other way round: the indexer's neighbour write (c3 arrives, c2 gets `next`) keeps what the
+    # linker wrote on c2 after the indexer had read c2 for its plan
+    store.set_dense(point_id("ws-a", "c2"), [e(0)], {"has_dense": True})
+    late = IndexedEvent(
+        entry_id="c2", workspace_id="ws-a", point_id=point_id("ws-a", "c2"), indexed_at=T, mode="vector"
+    )
+    linker = Linker(store=store, threshold=0.5, top_k=3)
+    racing_ix = Indexer(
+        store=_Interleaved(store, "run_memories", lambda: linker.link([late])),  # type: ignore[arg-type]
+        embedder=None,
+        bm25=bm25,
+        context=ContextMode("prev", 2, 16),
+    )
+    racing_ix.index_batch([c[3]])
+    assert adjacency(store, "c2") == {"previous": "c1", "next": "c3"}
+    assert similar_of(store, "c2") == {"c0", "c1"}
