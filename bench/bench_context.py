@@ -10,7 +10,7 @@ the context vector, the neighbours' edges. The baseline in the same run is what 
 Recall: a store of `--memories` entries indexed with prev:2 (every memory's vectors are real BM25 vectors
 of its text; dense vectors are a real MiniLM vector of one of 512 sampled texts plus noise, as in
 bench_recall_latency), queried with the five-leg fusion (the default) and the four-leg one (no context
-leg), alternating, store query alone.
+leg), alternating, store query alone, on the store as production serves it (never optimised).
 
     python -m bench.bench_context              # 4000 entries, 20k memories, 300 queries
     python -m bench.bench_context --quick      # 800 entries, 2k memories, 60 queries
@@ -169,8 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     with tmp_dir() as d:
         index_all(d / "recall", many, 512, "prev:2", noisy)
         store = EdgeStore(d / "recall")
-        store.ensure_collection(384)
-        store.optimize()
+        store.ensure_collection(384)  # not optimised: what production serves (README, bench_recall_latency)
         qs = [(embedder.embed_query(q).tolist(), bm25.query(q)) for q in QUESTIONS]
         lat: dict[str, list[float]] = {"five": [], "four": []}
         for i in range(queries):

@@ -7,7 +7,8 @@ a context mode other than `off`, each new memory gets a second BM25 vector (`por
 the dense vector and the entry's own BM25 vector are unchanged; recall returns the summary as it was, and
 the hit's `context` shows the lines it was indexed with.
 
-Modes (`EPISODIC_CONTEXT_MODE`, words per line `EPISODIC_CONTEXT_WORDS`, default 16):
+Modes (`EPISODIC_CONTEXT_MODE`, words per line `EPISODIC_CONTEXT_WORDS`, default 16; `EPISODIC_CONTEXT_DATE`
+puts the entry's date line first, off by default: it cost LongMemEval 0 to 3 points):
 
 - `off`: no context vector (recall then runs the four-leg tree);
 - `prev:N` (default `prev:2`): the N memories before this one in its run;
@@ -63,18 +64,20 @@ class ContextMode:
     kind: Kind = PREV
     n: int = 2
     words: int = DEFAULT_WORDS
+    date: bool = False  # the entry's date line first in the folded text (not a default: eval/README.md)
 
     @property
     def off(self) -> bool:
         return self.kind == OFF
 
     def label(self) -> str:
-        if self.kind == PREV:
-            return f"prev:{self.n}/{self.words}w"
-        return self.kind if self.kind == OFF else f"{self.kind}/{self.words}w"
+        if self.kind == OFF:
+            return OFF
+        base = f"prev:{self.n}/{self.words}w" if self.kind == PREV else f"{self.kind}/{self.words}w"
+        return base + ("+date" if self.date else "")
 
 
-def parse_mode(text: str, words: int = DEFAULT_WORDS) -> ContextMode:
+def parse_mode(text: str, words: int = DEFAULT_WORDS, *, date: bool = False) -> ContextMode:
     """`off`, `prev:N` (1..8) or `run-header`; ValueError naming what is accepted otherwise."""
     t = text.strip().lower()
     if words < 1:
@@ -82,11 +85,18 @@ def parse_mode(text: str, words: int = DEFAULT_WORDS) -> ContextMode:
     if t == OFF:
         return ContextMode(OFF, 0, words)
     if t == HEADER:
-        return ContextMode(HEADER, 0, words)
+        return ContextMode(HEADER, 0, words, date)
     m = _PREV_MODE.match(t)
     if m and 1 <= int(m.group(1)) <= MAX_PREV:
-        return ContextMode(PREV, int(m.group(1)), words)
+        return ContextMode(PREV, int(m.group(1)), words, date)
     raise ValueError(f"context mode {text!r}: expected off, prev:N (N from 1 to {MAX_PREV}) or run-header")
+
+
+def date_line(at: datetime) -> str:
+    """The date an entry was written, in words and ISO form (UTC): 'Saturday 20 May 2023 (2023-05-20)', so
+    "in May", "on a Saturday" and "2023-05-20" all share terms with it (eval.context's date line)."""
+    d = at.astimezone(UTC)
+    return f"{d:%A} {d.day} {d:%B %Y} ({d:%Y-%m-%d})"
 
 
 def cut(text: str, words: int) -> str:
@@ -95,9 +105,10 @@ def cut(text: str, words: int) -> str:
     return text if len(parts) <= words else " ".join(parts[:words])
 
 
-def folded_text(lines: Sequence[str], summary: str) -> str:
-    """What the context vector indexes: the context lines, oldest first, then the entry's own summary."""
-    return "\n".join([*lines, summary])
+def folded_text(lines: Sequence[str], summary: str, date: str | None = None) -> str:
+    """What the context vector indexes: the date line (when asked for), the context lines, oldest first,
+    then the entry's own summary."""
+    return "\n".join([*([date] if date else []), *lines, summary])
 
 
 def shown_context(value: Any) -> list[dict[str, str]] | None:
@@ -261,7 +272,10 @@ class RunContext:
         lines = [cut(c.summary, self.mode.words) for c in context]
         m.payload["context"] = [{"entry_id": c.entry_id, "text": t} for c, t in zip(context, lines, strict=True)]
         m.payload["context_ids"] = [c.entry_id for c in context]
-        plan.vectors[m.point_id] = self.bm25.document(folded_text(lines, m.summary))
+        date = date_line(m.at) if self.mode.date else None
+        if date:
+            m.payload["context_date"] = date
+        plan.vectors[m.point_id] = self.bm25.document(folded_text(lines, m.summary, date))
 
     def apply(self, plan: Plan, created_at: str) -> None:
         """Write the neighbours' edges (before the points: see the module doc). Each neighbour is read again
@@ -290,7 +304,8 @@ def scrub(
             if pid in removed:
                 continue
             context = [c for c in payload.get("context") or [] if isinstance(c, dict) and c.get("entry_id") not in gone]
-            text = folded_text([str(c.get("text", "")) for c in context], str(payload.get("summary", "")))
+            lines = [str(c.get("text", "")) for c in context]
+            text = folded_text(lines, str(payload.get("summary", "")), payload.get("context_date") or None)
             fields = {"context": context, "context_ids": [str(c.get("entry_id")) for c in context]}
             store.set_context(pid, bm25.document(text), fields)
             touched += 1

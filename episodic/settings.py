@@ -90,6 +90,9 @@ class Settings(BaseSettings):
         "it in its run) or run-header (the run's first memory)",
     )
     context_words: int = Field(default=16, ge=1, le=256, description="words of each context entry")
+    context_date: bool = Field(
+        default=False, description="the entry's date line ('Saturday 20 May 2023 (2023-05-20)') first in the context"
+    )
     densify_max_attempts: int = Field(
         default=3,
         ge=1,
@@ -146,7 +149,7 @@ class Settings(BaseSettings):
     def context(self) -> ContextMode:
         from episodic.context import parse_mode
 
-        return parse_mode(self.context_mode, self.context_words)
+        return parse_mode(self.context_mode, self.context_words, date=self.context_date)
 
     # Maintenance agents (SPEC §8): the linker, the importance agent with its nightly decay, retention
     linker_enabled: bool = Field(default=True, description="run the linker (similar edges) in `episodic up`")

@@ -161,6 +161,33 @@ def test_mode_off_writes_no_context_but_still_links_the_run(store: MemoryStore, 
     assert hits(store, "yellow dress", CONTEXT_ONLY) == []  # no context vectors
 
 
+def test_the_date_line_is_folded_in_only_when_asked(store: MemoryStore, bm25: Bm25Encoder, ix: Indexer) -> None:
+    dated = Indexer(store=store, embedder=None, bm25=bm25, context=ContextMode("prev", 2, 16, date=True))
+    dated.index_batch(chat(ws="ws-a"))
+    ix.index_batch(chat(ws="ws-b"))
+    assert memory(store, "c2")["context_date"] == "Friday 20 November 2026 (2026-11-20)"
+    assert memory(store, "c2")["summary"] == CHAT[2] and context_ids(store, "c2") == ["c0", "c1"]
+    assert set(hits(store, "on friday in november", CONTEXT_ONLY)) == {"c0", "c1", "c2", "c3"}
+    b = ScopeFilter(workspace_id="ws-b", scope="own", agent_id="agent-1")
+    assert "context_date" not in memory(store, "c2", "ws-b") and hits(store, "friday november", CONTEXT_ONLY, b) == []
+
+
+def test_a_memory_indexed_without_context_is_still_recalled(store: MemoryStore, bm25: Bm25Encoder) -> None:
+    """Memories indexed before context was switched on (mode off, or an older version) have no context
+    vector: the default five-leg hybrid still finds them through its dense and own-BM25 legs, and the
+    memories indexed after them get them as context."""
+    from episodic.recall import fusion_from_settings
+    from episodic.settings import Settings
+
+    Indexer(store=store, embedder=None, bm25=bm25, context=ContextMode("off", 0, 16)).index_batch(chat()[:2])
+    Indexer(store=store, embedder=None, bm25=bm25, context=ContextMode("prev", 2, 16)).index_batch(chat()[2:])
+    assert "context" not in memory(store, "c0") and context_ids(store, "c2") == ["c0", "c1"]
+    default = fusion_from_settings(Settings())
+    assert default.context_weight > 0 and default.both_by_context  # the shipped tree, with the context leg
+    assert hits(store, "sister's birthday", default)[:2] == ["c0", "c2"]  # c0: its own BM25; c2: its context
+    assert "c0" not in hits(store, "sister's birthday", CONTEXT_ONLY)  # c0 has no context vector
+
+
 def test_forgetting_a_memory_takes_it_out_of_its_neighbours_context(
     store: MemoryStore, state: StateStore, ix: Indexer
 ) -> None:

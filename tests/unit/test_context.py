@@ -40,6 +40,9 @@ def test_settings_validate_the_mode_and_name_the_field() -> None:
     s = Settings(context_mode="prev:1", context_words=8)
     assert s.context == ContextMode("prev", 1, 8)
     assert Settings().context == ContextMode("prev", 2, 16)  # the default chosen in eval/README.md
+    dated = Settings(context_date=True).context
+    assert dated == ContextMode("prev", 2, 16, date=True) and dated.label() == "prev:2/16w+date"
+    assert Settings(context_mode="off", context_date=True).context.label() == "off"
     with pytest.raises(ValidationError, match="context_mode"):
         Settings(context_mode="prev:99")
     with pytest.raises(ValidationError, match="context_words"):
