@@ -298,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         "--env", action="append", default=[], metavar="KEY=VALUE", help="extra settings for the stack started here"
     )
     ap.add_argument("--index-timeout", type=float, default=7200.0)
+    # a TERM (a CI timeout, `kill`) unwinds like Ctrl-C, so the stack started here is stopped, not orphaned
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     a = ap.parse_args(argv)
 
     names = ["oracle", "s"] if a.set == "both" else [a.set]

@@ -195,8 +195,9 @@ def check_service(
                 "WARN",
                 "the memory collection has no bm25_context vector (created before context-aware indexing): "
                 "entries are indexed and recalled without their run context",
-                "rebuild the collection in the current layout (`episodic reindex` once it exists; until then "
-                "re-ingest into a new EPISODIC_COLLECTION), or set EPISODIC_CONTEXT_MODE=off to silence this",
+                "its memories are still recalled (dense and BM25 legs); to index with context, re-ingest the "
+                "journal into a new collection (EPISODIC_COLLECTION, or a new EPISODIC_DATA_DIR); or set "
+                "EPISODIC_CONTEXT_MODE=off to silence this",
             )
         )
     if health.get("kafka") not in (None, "ok"):

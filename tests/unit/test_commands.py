@@ -115,7 +115,7 @@ def test_doctor_warns_when_the_collection_has_no_context_vector() -> None:
 
     old = check_service(Settings(), "http://x", None, transport=answer("unavailable"))
     [warn] = [c for c in old if c.name == "context"]
-    assert warn.level == "WARN" and "bm25_context" in warn.message and warn.fix and "reindex" in warn.fix
+    assert warn.level == "WARN" and "bm25_context" in warn.message and warn.fix and "re-ingest" in warn.fix
     assert not [
         c for c in check_service(Settings(), "http://x", None, transport=answer("prev:2/16w")) if c.name == "context"
     ]
