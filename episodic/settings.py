@@ -115,9 +115,9 @@ class Settings(BaseSettings):
     # Recall
     high_value_threshold: float = Field(default=0.6, ge=0.0, le=1.0)
     prefetch_limit: int = Field(default=100, ge=10, le=2000)
-    # Hybrid fusion, chosen on LongMemEval (eval/README.md): weighted RRF (k=3) over four legs: dense (1),
-    # BM25 (1), the dense candidates re-scored by BM25 (0.5) and BM25's top 5 again (0.75). It beats both
-    # legs alone and the seed's equal-weight RRF k=60 ("rrf_equal") on every view measured.
+    # Hybrid fusion, chosen on LongMemEval dev (eval/README.md): weighted RRF (k=3) over five legs: dense (1),
+    # BM25 (1), the dense candidates re-scored by the context BM25 (0.5), BM25's top 5 again (0.75) and the
+    # context BM25 (1); with context off, or a collection without it, the first four (re-scored by BM25).
     fusion: Literal["rrf", "dbsf", "rrf_equal"] = "rrf"
     rrf_k: int = Field(default=3, ge=1)
     rrf_dense_weight: float = Field(default=1.0, ge=0.0)
