@@ -29,7 +29,8 @@ to the one after it (usually none yet), and those neighbours get the matching ed
 other relations: the source memory's payload `relations` + `links`). A memory has at most one of each:
 an entry that arrives late, between two stored memories, is linked in between them. The neighbours are
 written before the new points, so a crash in between leaves at worst an edge to a memory that the
-re-delivery then writes.
+re-delivery then writes. The linker rewrites the same `relations` list (its `similar` edges), so each
+neighbour is read again just before its write and only its run edge changes (the linker does the same).
 
 **Forget.** `scrub` (called by `episodic.forget`) removes a forgotten memory's lines from the context of
 the memories indexed with it (their context vector is rebuilt without them) and links its run neighbours
