@@ -298,6 +298,19 @@ def main(argv: list[str] | None = None) -> int:
         "--env", action="append", default=[], metavar="KEY=VALUE", help="extra settings for the stack started here"
     )
     ap.add_argument("--index-timeout", type=float, default=7200.0)
+    ap.add_argument(
+        "--start-timeout",
+        type=float,
+        default=600.0,
+        help="seconds for a stack to become healthy (a loaded CPU is slow)",
+    )
+    ap.add_argument(
+        "--restart",
+        action="append",
+        choices=list(RESTARTS),
+        default=None,
+        help="only these restarted columns (repeatable; default: all)",
+    )
     # a TERM (a CI timeout, `kill`) unwinds like Ctrl-C, so the stack started here is stopped, not orphaned
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     a = ap.parse_args(argv)
@@ -325,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             stack = Stack(data_dir, env=extra)
             print(f"starting episodic up (data {data_dir}, log {stack.log})", flush=True)
-            stack.start()
+            stack.start(a.start_timeout)
             url, bootstrap = stack.url, stack.bootstrap
         with httpx.Client(base_url=url, timeout=60) as client:
             if not a.no_ingest:
@@ -341,10 +354,16 @@ def main(argv: list[str] | None = None) -> int:
             if stack is None:
                 print("(restarted columns skipped: they need the stack started here)")
             for name, env in RESTARTS.items() if stack is not None else ():
+                if a.restart and name not in a.restart:
+                    continue
                 stack.stop()
                 slug = name.split(" ")[0]
                 stack = Stack(data_dir, env={**extra, **env}, log=data_dir / f"stack-{slug}.log")
-                stack.start()
+                try:
+                    stack.start(a.start_timeout)
+                except TimeoutError as e:  # keep the columns measured so far
+                    print(f"{name}: skipped: {e}", flush=True)
+                    continue
                 with httpx.Client(base_url=stack.url, timeout=60) as client:
                     for n, cs in sets.items():
                         results[n][name] = ask(client, cs, ("hybrid",), label=name)["hybrid"]
