@@ -136,6 +136,16 @@ def test_the_context_leg_and_the_both_leg_by_context_fall_back_without_the_vecto
     assert [getattr(leg, "using", "dense") for leg in off.legs] == ["dense", TURN]
 
 
+def test_the_five_legs_run_their_dense_legs_on_the_named_generation() -> None:
+    from episodic.ports import CONTEXT
+
+    fusion = Fusion(k=3, both_weight=0.5, head=5, head_weight=0.75, context_weight=1.0, both_by_context=True)
+    fused = hybrid_prefetch([1.0], SPARSE, OWN, scope_filter(OWN), 100, fusion, "dense_1", context=True)
+    dense, _, both, _, _ = fused.legs
+    assert isinstance(dense, DenseLeg) and dense.using == "dense_1"
+    assert isinstance(both, SparseLeg) and both.using == CONTEXT and both.inner is dense  # re-scored by C
+
+
 def test_head_is_capped_by_the_leg_limit() -> None:
     fused = hybrid_prefetch([1.0], SPARSE, OWN, scope_filter(OWN), 3, Fusion(head=10, head_weight=1.0))
     assert legs_of(fused)[-1] == ("sparse", 3, False)
