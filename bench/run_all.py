@@ -30,6 +30,7 @@ BENCHES: dict[str, str] = {
     "linker": "bench.bench_linker",
     "health": "bench.bench_health",
     "soak": "bench.bench_soak",  # 10 minutes (--quick: 2)
+    "context": "bench.bench_context",
 }
 # Other benchmarks in the repo (owned elsewhere) that follow the same --quick convention; run if present.
 OPTIONAL: dict[str, str] = {"gate": "bench.bench_gate"}
@@ -43,6 +44,7 @@ TIMEOUT_S = {
     "linker": 1800,
     "health": 1200,
     "soak": 1800,
+    "context": 1800,
 }
 
 

@@ -21,13 +21,16 @@ before the batch is indexed, `Forgetter.admit` on the batch's entries. What "bef
   and then removed; the consumer still applies the forget at its place in the stream.
 
 Applying removes the memories that match (a forgotten alias takes its whole memory with it: an alias is the
-same text), tombstones every id they carry, removes the edges of other memories that point at them (their
-own edges go with them), then deletes them; the memories' reference counts and importance live on their
-points, so they go too, and counts and health computed from the store no longer see them. The outcome is
-recorded in a status document (kind `forget`, key the forget id) that the recall service reads back.
-Re-applying an applied forget (re-delivery) changes nothing; a crash half-way is re-applied in full.
+same text), tombstones every id they carry, removes the edges of other memories that point at them (their own
+edges go with them), takes their text out of the run context other memories were indexed with and links their
+run neighbours to each other (`episodic.context.scrub`), then deletes them; the memories' reference counts and
+importance live on their points, so they go too, and counts and health computed from the store no longer see
+them. The outcome is recorded in a status document (kind `forget`, key the forget id) that the recall service
+reads back. Re-applying an applied forget (re-delivery) changes nothing; a crash half-way is re-applied in
+full.
 
-Size: just over 400 lines, the forget's three parts (apply, admit, the rules both read) kept together.
+Size: a little over 400 lines: applying a forget is one ordered, crash-safe procedure (tombstones, edges,
+run context, delete) that reads top to bottom here.
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ from typing import Any
 
 import msgspec
 
+from episodic.context import scrub
 from episodic.identity import point_id
 from episodic.ports import MemoryStore, Selection, StateStore
+from episodic.sparse import Bm25Encoder
 from schemas.events import MAX_FORGET_IDS, EmbeddableRecord, ForgetRecord, ForgetSelector, ForgottenEvent
 
 log = logging.getLogger(__name__)
@@ -215,10 +220,18 @@ class Handled:
 class Forgetter:
     """Applies forgets to the store and keeps forgotten entries out; state in the StateStore."""
 
-    def __init__(self, *, store: MemoryStore, state: StateStore, clock: Callable[[], datetime] = _now) -> None:
+    def __init__(
+        self,
+        *,
+        store: MemoryStore,
+        state: StateStore,
+        clock: Callable[[], datetime] = _now,
+        bm25: Bm25Encoder | None = None,
+    ) -> None:
         self.store = store
         self.state = state
         self.clock = clock
+        self.bm25 = bm25 or Bm25Encoder()
 
     def handle(
         self,
@@ -388,6 +401,7 @@ class Forgetter:
                     if len(keep) != len(edges):
                         self.store.set_payload(pid, {"relations": keep, "links": sorted({e["dst"] for e in keep})})
                         outcome.edges += len(edges) - len(keep)
+            scrub(self.store, self.bm25, ws, gone, targets)
         self.store.delete(sorted(targets))
 
 

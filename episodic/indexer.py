@@ -13,6 +13,9 @@ Pure orchestration over the ports: one `embed_documents` call and one store upse
   duplicates would count once more).
 - No embedder, or `defer_dense`: points get only the sparse vector ("sparse-only"); `densify` adds the
   dense vectors later (the consumer's densify loop, which is also the backfill after sparse-only mode).
+- Run context and adjacency (`episodic.context`): each new memory of a run is indexed with the memories
+  before it (a second BM25 vector over the context-folded text; `context` in its payload) and linked to its
+  run neighbours by `previous` / `next` edges. Neither changes the summary nor the dense vector.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from episodic.context import ContextMode, RunContext
 from episodic.errors import StoreError
 from episodic.identity import dedup_key, point_id
 from episodic.ports import DENSE, Embedder, MemoryPoint, MemoryStore, Relation, merge_relations
@@ -61,6 +65,7 @@ class BatchResult:
     written: int = 0  # points upserted
     embed_seconds: float = 0.0
     upsert_seconds: float = 0.0
+    context_seconds: float = 0.0  # run context and adjacency: the run look-ups and the context vectors
     embed_failed: bool = False
     deferred: int = 0  # points written sparse first; their dense vectors come from `densify`
     chars: int = 0  # characters of the texts that were (or would have been) embedded
@@ -139,6 +144,7 @@ class Indexer:
         bm25: Bm25Encoder,
         clock: Callable[[], datetime] = _now,
         perf: Callable[[], float] | None = None,
+        context: ContextMode | None = None,
         alias_limit: int = DEFAULT_ALIAS_LIMIT,
         switch: ModelSwitch | None = None,
     ) -> None:
@@ -153,6 +159,7 @@ class Indexer:
         # its vector (episodic.generations); `embedder` is then unused.
         self.switch = switch
         self.bm25 = bm25
+        self.runs = RunContext(store, bm25, context or ContextMode())
         self.clock = clock
         self.perf = perf or time.perf_counter
 
@@ -263,6 +270,9 @@ class Indexer:
         embedder, vector = self._model()
         if pending:
             items = list(pending.items())
+            t0 = self.perf()
+            plan = self.runs.plan([(pid, rec, payload) for pid, (rec, payload) in items], indexed_at)
+            result.context_seconds = self.perf() - t0
             texts = [index_text(rec) for _, (rec, _) in items]
             dense: list[Any] | None = None
             result.chars = sum(len(t) for t in texts)
@@ -282,10 +292,13 @@ class Indexer:
                 vecs = dense[j].tolist() if dense is not None else None
                 payload[model_field(vector)] = embedder.model_id if vecs is not None and embedder else None
                 payload["has_dense"] = vecs is not None
-                points.append(
-                    MemoryPoint(pid, self.bm25.document(texts[j]), payload=payload, dense=vecs, vector=vector)
-                )
+                sparse = self.bm25.document(texts[j])
+                context = plan.vectors.get(pid)
+                points.append(MemoryPoint(pid, sparse, payload, dense=vecs, vector=vector, context=context))
             t0 = self.perf()
+            self.runs.apply(
+                plan, indexed_at
+            )  # the neighbours' edges first: a crash in between loses none on re-delivery
             self.store.upsert(points)
             result.upsert_seconds = self.perf() - t0
             result.written = len(points)

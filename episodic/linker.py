@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from episodic.context import ADJACENT as RUN_EDGES
 from episodic.errors import StoreError
 from episodic.ports import MemoryStore, StoredHit, relations_payload
 from schemas.events import IndexedEvent
@@ -114,7 +115,7 @@ class Linker:
         points = self.store.fetch(list(todo), with_dense=True)
         now = iso(self.clock())
         new_edges: dict[str, set[str]] = {}  # entry id -> entry ids it points at (written in this batch)
-        updates: dict[str, dict[str, Any]] = {}
+        similar: dict[str, list[dict[str, Any]]] = {}  # point id -> its new similar edges
         for pid, ev in todo.items():
             point = points.get(pid)
             if point is None or not point.dense or point.payload.get("workspace_id") != ev.workspace_id:
@@ -131,15 +132,24 @@ class Linker:
                 continue
             source = str(point.payload.get("entry_id"))
             new_edges[source] = {c.entry_id for c in chosen}
-            edges = [e for e in point.payload.get("relations") or [] if isinstance(e, dict)]
-            kept = [e for e in edges if e.get("relation") != SIMILAR]
-            similar = [
+            similar[pid] = [
                 {"dst": c.entry_id, "relation": SIMILAR, "weight": round(min(1.0, c.cosine), 6), "created_at": now}
                 for c in chosen
             ]
-            updates[pid] = {**relations_payload(kept + similar), "linked_at": now}
+        # The other edges are read again just before the write: while the neighbours were searched, the
+        # indexer may have given a memory its run's `next` edge (episodic.context), which must not be lost.
+        fresh = self.store.retrieve(sorted(similar), fields=("relations",)) if similar else {}
+        updates: dict[str, dict[str, Any]] = {}
+        for pid, edges in similar.items():
+            if pid not in fresh:  # forgotten meanwhile
+                result.missing += 1
+                continue
+            kept = [
+                e for e in fresh[pid].get("relations") or [] if isinstance(e, dict) and e.get("relation") != SIMILAR
+            ]
+            updates[pid] = {**relations_payload(kept + edges), "linked_at": now}
             result.linked += 1
-            result.edges += len(similar)
+            result.edges += len(edges)
         self.store.set_payloads(updates)
         return result
 
@@ -152,14 +162,21 @@ class Linker:
             point.dense or [],
             self.top_k * CANDIDATE_FACTOR,
             exclude_entry_ids=exclude,
-            fields=("entry_id", "links"),
+            fields=("entry_id", "relations"),
         )
         candidates = [
             Candidate(
                 entry_id=str(h.payload.get("entry_id")),
                 cosine=float(h.score),
-                links=frozenset(h.payload.get("links") or []) | new_edges.get(str(h.payload.get("entry_id")), set()),
+                links=_linked(h.payload) | new_edges.get(str(h.payload.get("entry_id")), set()),
             )
             for h in hits
         ]
         return choose_similar(source, candidates, threshold=self.threshold, top_k=self.top_k)
+
+
+def _linked(payload: dict[str, Any]) -> frozenset[str]:
+    """The memories this one has an edge to, for "one edge per pair": a run's `previous` / `next` edges
+    (episodic.context) say where a memory sits in its run, not what it resembles, so they do not count."""
+    edges = payload.get("relations") or []
+    return frozenset(str(e.get("dst")) for e in edges if isinstance(e, dict) and e.get("relation") not in RUN_EDGES)

@@ -20,6 +20,7 @@ import hashlib
 import json
 from typing import Any
 
+from episodic.context import shown_context
 from episodic.forget import TOMBSTONE, tombstone_key
 from episodic.identity import point_id
 from episodic.ports import DENSE, MemoryStore, PagePosition, Selection, StateStore
@@ -119,6 +120,7 @@ def memory_detail(
         "accepted_at": _str(payload.get("accepted_at")),
         "model": _str(payload.get(model_field(vector))) if has_dense(payload, vector) else None,
         "relations": sorted(relations, key=lambda r: (r["src"] != own, r["relation"], r["src"], r["dst"])),
+        "context": shown_context(payload.get("context")),
     }
 
 

@@ -15,7 +15,10 @@ and nothing is written. Then, batch by batch:
 - the dense vectors are carried over when the target's model made them (same model id and size), else the
   text is embedded again with the target's model; without a model the memory is written BM25-only and the
   stack's backfill adds the vector when a model is there; BM25 vectors are always computed again (they are
-  a function of the text);
+  a function of the text), the context vector too: from the run context the memory was indexed with (its
+  `context` lines and `context_date`, carried in `extra`), the same folded text the indexer made
+  (`episodic.context`). A memory indexed without context, or a target collection without the context
+  vector, gets none (recall still finds it by its other legs);
 - a memory of the same workspace and id already in the target is replaced (so importing a file again
   changes nothing); memories of other ids are not touched.
 
@@ -33,10 +36,11 @@ from typing import Any
 
 import msgspec
 
+from episodic.context import folded_text, shown_context
 from episodic.forget import TOMBSTONE, Forgetter, tombstone_key
 from episodic.identity import dedup_key, point_id
 from episodic.indexer import iso, memory_payload
-from episodic.ports import DENSE, Embedder, MemoryPoint, MemoryStore, Selection, StateStore
+from episodic.ports import DENSE, Embedder, MemoryPoint, MemoryStore, Selection, SparseVec, StateStore
 from episodic.sparse import Bm25Encoder
 from episodic.store_rules import model_field
 from schemas.events import EmbeddableRecord
@@ -207,7 +211,7 @@ class Importer:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.store, self.state, self.embedder, self.bm25, self.clock = store, state, embedder, bm25, clock
-        self.forgetter = Forgetter(store=store, state=state, clock=clock)
+        self.forgetter = Forgetter(store=store, state=state, clock=clock, bm25=bm25)
 
     def run(self, items: Iterable[Imported]) -> ImportReport:
         report = ImportReport()
@@ -249,6 +253,7 @@ class Importer:
                     payload=payload,
                     dense=dense,
                     vector=vector,
+                    context=self._context(payload, rec.summary),
                 )
             )
         existing = self.store.retrieve([p.point_id for p in points], fields=("entry_id",))
@@ -258,6 +263,15 @@ class Importer:
             raise ImportFailed(report.written, e) from e
         report.written += len(points)
         report.replaced += len(existing)
+
+    def _context(self, payload: dict[str, Any], summary: str) -> SparseVec | None:
+        """The context vector, computed again from the context lines the memory was indexed with (None when
+        it was indexed without context, or the target has no context vector: the store then drops the lines)."""
+        lines = shown_context(payload.get("context"))
+        if lines is None or not self.store.has_context:
+            return None
+        date = payload.get("context_date")
+        return self.bm25.document(folded_text([c["text"] for c in lines], summary, str(date) if date else None))
 
     def _tombstoned_aliases(self, items: list[Imported]) -> set[tuple[str, str]]:
         keys = {

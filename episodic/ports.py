@@ -3,7 +3,10 @@
 The store: `episodic.store.QdrantStore`, written once over an engine backend: `episodic.store_edge.EdgeStore`
 (Qdrant Edge, embedded default) and `episodic.store_qdrant.QdrantServerStore` (qdrant-client against a
 Qdrant server, or its local mode in tests). One contract suite (tests/contract) runs against both.
-Size: one interface, its value types and their docs; splitting them apart would scatter the contract.
+
+Size: over 400 lines: the ports are the contract between the core and the engines, and every value type
+they speak is defined beside them (one interface, its value types and their docs; splitting them apart
+would scatter the contract).
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ Mode = Literal["hybrid", "dense", "sparse"]
 
 DENSE = "dense"  # named dense vector: a multivector (one row per chunk), cosine, max-sim
 SPARSE = "bm25"  # named sparse vector with the IDF modifier
+# Named sparse vector (IDF modifier) over the entry's text with its run context folded in (episodic.context).
+# A collection created before it existed lacks it: the store then runs without it (`has_context`).
+CONTEXT = "bm25_context"
 
 
 @runtime_checkable
@@ -52,6 +58,7 @@ class MemoryPoint:
     payload: dict[str, Any]
     dense: list[list[float]] | None = None  # chunk vectors (unit norm); None in sparse-only mode
     vector: str = DENSE  # the named dense vector (the embedding generation, episodic.generations) they go to
+    context: SparseVec | None = None  # BM25 of the context-folded text; None: not indexed with context
 
 
 SEVERITIES: tuple[str, ...] = ("debug", "info", "warn", "error")  # lowest first
@@ -136,8 +143,13 @@ class Fusion:
     - both (`both_weight` > 0): the dense leg's candidates re-scored by BM25, so memories near in meaning
       that also share the query's words rank first;
     - head (`head` > 0 and `head_weight` > 0): BM25's top `head` again, a stepped extra weight for the
-      best lexical matches.
-    Legs with weight 0 are left out. Without a query term the sparse-based legs are left out.
+      best lexical matches;
+    - context (`context_weight` > 0): BM25 over the entries' context-folded text (`CONTEXT`), which finds
+      replies whose meaning sits in the entries before them; with `both_by_context` the "both" leg
+      re-scores the dense candidates by it instead of by the entry's own BM25.
+    Legs with weight 0 are left out. Without a query term the sparse-based legs are left out; on a
+    collection without the context vector the context legs fall back to the entry's own BM25 (the
+    four-leg tree).
     """
 
     method: Literal["rrf", "dbsf"] = "rrf"
@@ -148,6 +160,8 @@ class Fusion:
     both_weight: float = 0.0
     head: int = 0
     head_weight: float = 0.0
+    context_weight: float = 0.0
+    both_by_context: bool = False
 
 
 @dataclass(slots=True)
@@ -162,7 +176,7 @@ class StoredHit:
 class Relation:
     src: str  # entry id
     dst: str
-    relation: Literal["similar", "supports", "contradicts"]
+    relation: Literal["similar", "supports", "contradicts", "next", "previous"]
     weight: float
     created_at: str
     workspace_id: str = ""
@@ -196,6 +210,9 @@ class MemoryStore(ABC):
     """
 
     backend: str = "abstract"
+    # The collection has the `CONTEXT` sparse vector (set by `ensure_collection`; false on a collection
+    # created before it existed, which is then indexed and queried without it).
+    has_context: bool = False
 
     @abstractmethod
     def ensure_collection(self, dim: int) -> None:
@@ -245,6 +262,28 @@ class MemoryStore(ABC):
     @abstractmethod
     def set_dense(self, point_id: str, dense: list[list[float]], fields: dict[str, Any]) -> None:
         """Add or replace the dense vectors of an existing point and merge `fields` into its payload."""
+
+    def set_context(self, point_id: str, context: SparseVec, fields: dict[str, Any]) -> None:
+        """Replace the point's context vector and merge `fields` into its payload (needs `has_context`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no context vector")
+
+    def run_memories(
+        self,
+        workspace_id: str,
+        run_id: str,
+        *,
+        limit: int,
+        until: str | None = None,
+        since: str | None = None,
+        oldest_first: bool = False,
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Up to `limit` memories of the run with `since` <= ts <= `until` (each optional, RFC 3339), newest
+        first, or oldest first; ties at one instant in no stated order."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list a run")
+
+    def find_by_context(self, workspace_id: str, entry_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
+        """(point id, payload) of the memories indexed with one of `entry_ids` in their context."""
+        return []
 
     @abstractmethod
     def missing_dense(self, limit: int, *, quarantine_after: int | None = None) -> list[tuple[str, dict[str, Any]]]:

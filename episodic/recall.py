@@ -23,9 +23,15 @@
   is fetched through the request's scope filter (so the walk never leaves the scope or the workspace),
   is marked `via="similar"|"supports"`, and competes with the direct hits for the k places (a direct hit
   wins a tie).
+- `adjacent` (request, default `settings.recall_adjacent`, off): each direct hit brings in its previous and
+  next memory in its run (the `previous` / `next` edges of `episodic.context`), fetched through the scope
+  filter, scored `adjacent_weight` (0.5) × the hit's score (so below it), marked `via="adjacent"`; they
+  compete for the k places. Off by default: it cost LongMemEval 2 to 12 points of R@5 (eval/README.md).
+- A hit carries `context`: the run context it was indexed with (`episodic.context`), or null.
 - Model changes (episodic.generations): with a `ModelSwitch`, the query is embedded by the active
-  generation's model and the store query names that generation's vector, so one ranking never mixes two
-  models; while that model is not loaded here, recall answers from BM25 (`degraded=True`).
+  generation's model and the store query names that generation's vector (its dense legs, the
+  context-re-scored one included), so one ranking never mixes two models; while that model is not loaded
+  here, recall answers from BM25 (`degraded=True`).
 
 Size: a little over 400 lines: the request's whole path (scope, legs, hits, walk) reads in one place.
 """
@@ -42,6 +48,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from episodic import recall_expand as expand
+from episodic.context import shown_context
 from episodic.errors import EpisodicError, StoreError
 from episodic.ports import SEVERITIES, Embedder, Fusion, MemoryStore, RecallFilter, ScopeFilter, SparseVec, StoredHit
 from episodic.scoring import parse_time
@@ -55,7 +63,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MIN_PREFETCH = 100
-WALKED_RELATIONS = ("similar", "supports")
 
 
 def _now() -> datetime:
@@ -76,6 +83,8 @@ def fusion_from_settings(settings: Settings) -> Fusion:
         both_weight=settings.rrf_both_weight,
         head=settings.rrf_head,
         head_weight=settings.rrf_head_weight,
+        context_weight=0.0 if settings.context.off else settings.rrf_context_weight,
+        both_by_context=settings.rrf_both_context and not settings.context.off,
     )
 
 
@@ -135,6 +144,8 @@ class RecallHit:
     point_id: str = ""
     workspace_id: str = ""
     importance: float | None = None
+    context: list[dict[str, str]] | None = None
+    relations: list[dict[str, Any]] = field(default_factory=list)
 
     def public(self) -> dict[str, Any]:
         """The fields of a hit in the HTTP response (SPEC §7)."""
@@ -151,6 +162,7 @@ class RecallHit:
             "payload": self.payload,
             "via": self.via,
             "aliases": self.aliases,
+            "context": self.context,
             "occurrences": self.occurrences,
         }
 
@@ -191,6 +203,8 @@ class RecallEngine:
         high_value: float = 0.6,
         clock: Callable[[], datetime] = _now,
         switch: ModelSwitch | None = None,
+        adjacent: bool = False,
+        adjacent_weight: float = 0.5,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -201,6 +215,8 @@ class RecallEngine:
         self.fusion = fusion or Fusion(prefetch_limit=MIN_PREFETCH)
         self.high_value = high_value
         self.clock = clock
+        self.adjacent = adjacent
+        self.adjacent_weight = adjacent_weight
 
     @classmethod
     def from_settings(
@@ -219,6 +235,8 @@ class RecallEngine:
             fusion=fusion_from_settings(settings),
             high_value=settings.high_value_threshold,
             switch=switch,
+            adjacent=settings.recall_adjacent,
+            adjacent_weight=settings.adjacent_weight,
         )
 
     @property
@@ -279,6 +297,8 @@ class RecallEngine:
                 continue
             hits.append(hit)
         hits = hits[: req.k]
+        if (self.adjacent if req.adjacent is None else req.adjacent) and hits:
+            hits = self._bring_in(hits, expand.adjacent(hits, self.adjacent_weight), scope, qvec, now, req.k)
         if req.walk_depth == 1 and hits:
             hits = self._walk(hits, scope, qvec, now, req.k)
         return RecallResult(
@@ -331,33 +351,29 @@ class RecallEngine:
     def _walk(
         self, hits: list[RecallHit], scope: ScopeFilter, qvec: np.ndarray | None, now: datetime, k: int
     ) -> list[RecallHit]:
-        by_id = {h.entry_id: h for h in hits}
-        try:
-            relations = self.store.relations_of(scope.workspace_id, list(by_id))
-        except EpisodicError:
-            raise
-        except Exception as e:
-            raise StoreError(f"store relation lookup failed: {type(e).__name__}: {e}") from e
-        neighbours: dict[str, tuple[float, str]] = {}
-        for r in relations:
-            if r.relation not in WALKED_RELATIONS:
-                continue
-            for here, there in ((r.src, r.dst), (r.dst, r.src)):
-                if here in by_id and there not in by_id:
-                    score = by_id[here].score * min(1.0, max(0.0, r.weight))
-                    if there not in neighbours or score > neighbours[there][0]:
-                        neighbours[there] = (score, r.relation)
-        if not neighbours:
+        ids = [h.entry_id for h in hits]
+        relations = self._guarded("relation lookup", lambda: self.store.relations_of(scope.workspace_id, ids))
+        return self._bring_in(hits, expand.walked(hits, relations), scope, qvec, now, k)
+
+    def _bring_in(
+        self,
+        hits: list[RecallHit],
+        near: expand.Near,
+        scope: ScopeFilter,
+        qvec: np.ndarray | None,
+        now: datetime,
+        k: int,
+    ) -> list[RecallHit]:
+        """The direct hits and the memories `near` them (fetched through the scope), the top k."""
+        if not near:
             return hits
-        walked: list[RecallHit] = []
-        for stored in self.store.find_entries(scope, sorted(neighbours), with_dense=qvec is not None):
+        found: list[RecallHit] = []
+        for stored in self.store.find_entries(scope, sorted(near), with_dense=qvec is not None):
             hit = self._to_hit(stored, qvec, now)
-            if hit.workspace_id != scope.workspace_id or hit.entry_id not in neighbours:
-                continue
-            hit.score, hit.via = neighbours[hit.entry_id]
-            walked.append(hit)
-        walked.sort(key=lambda h: -h.score)
-        return sorted([*hits, *walked], key=lambda h: -h.score)[:k]  # stable: a direct hit wins a tie
+            if hit.workspace_id == scope.workspace_id and hit.entry_id in near:
+                hit.score, hit.via = near[hit.entry_id]
+                found.append(hit)
+        return expand.merged(hits, found, k)
 
     def _to_hit(self, s: StoredHit, qvec: np.ndarray | None, now: datetime) -> RecallHit:
         """A stored point as a hit. Stored data is not trusted to be well-formed (hand-written points, older
@@ -385,6 +401,8 @@ class RecallEngine:
             point_id=s.point_id,
             workspace_id=_text(p.get("workspace_id")),
             importance=p.get("importance_score") if isinstance(p.get("importance_score"), int | float) else None,
+            context=shown_context(p.get("context")),
+            relations=[e for e in p.get("relations") or [] if isinstance(e, dict)],
         )
 
 

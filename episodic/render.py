@@ -23,6 +23,8 @@ Guarantees (tested adversarially in tests/unit/test_render.py):
   replacements are applied to the original text, so genuine non-Latin text survives.
 - Newlines and control characters in recalled text become spaces: one hit is one line, and recalled
   text can never start a line of its own.
+- A hit indexed with its run context (`context`, episodic.context) shows it after its summary:
+  `summary (after: earlier entry | the one just before)`; a short budget cuts the context first.
 - Fresher hits weigh more: weight = score × (0.5 + 0.5 × 2^(−age_days/30)). Hits are written in weight
   order and the character budget is shared in proportion to weight (each hit gets what it needs, the
   rest is water-filled); hits that cannot get a useful minimum are left out. `RenderResult.included`
@@ -94,6 +96,13 @@ def relative_age(seconds: float) -> str:
             n = int(s // size)
             return f"{n} {name}{'s' if n != 1 else ''} ago"
     return "just now"
+
+
+def body(hit: RenderableHit) -> str:
+    """The hit's summary, then the run context it was indexed with (when it has one)."""
+    lines = [str(c.get("text", "")) for c in getattr(hit, "context", None) or () if isinstance(c, dict)]
+    lines = [t for t in lines if t.strip()]
+    return f"{hit.summary} (after: {' | '.join(lines)})" if lines else hit.summary
 
 
 def freshness(age_seconds: float) -> float:
@@ -318,7 +327,7 @@ def render(hits: Sequence[RenderableHit], max_chars: int) -> RenderResult:
 
     prefixes = {i: _meta(hits[i]) for i in order}
     # Recalled text longer than the whole budget can never be shown: cut before the (linear) cleaning.
-    bodies = {i: neutralise(hits[i].summary[: max_chars + 256]) for i in order}
+    bodies = {i: neutralise(body(hits[i])[: max_chars + 256]) for i in order}
     avail = max_chars - len(_frame([]))
     # cost of a line = prefix + body + "\n"
     need = {i: len(prefixes[i]) + len(bodies[i]) + 1 for i in order}

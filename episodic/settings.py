@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from episodic.context import ContextMode
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
@@ -103,6 +106,17 @@ class Settings(BaseSettings):
     )
     chunk_tokens: int = Field(default=256, ge=16, le=512, description="word pieces per dense chunk")
     chunk_overlap_tokens: int = Field(default=32, ge=0, le=256)
+    # Context-aware indexing (episodic.context; chosen on LongMemEval dev, eval/README.md): a second BM25
+    # vector over the entry with the previous memories of its run (each cut to `context_words` words).
+    context_mode: str = Field(
+        default="prev:2",
+        description="what an entry is indexed with besides its own text: off, prev:N (the N memories before "
+        "it in its run) or run-header (the run's first memory)",
+    )
+    context_words: int = Field(default=16, ge=1, le=256, description="words of each context entry")
+    context_date: bool = Field(
+        default=False, description="the entry's date line ('Saturday 20 May 2023 (2023-05-20)') first in the context"
+    )
     densify_max_attempts: int = Field(
         default=3,
         ge=1,
@@ -125,9 +139,9 @@ class Settings(BaseSettings):
     # Recall
     high_value_threshold: float = Field(default=0.6, ge=0.0, le=1.0)
     prefetch_limit: int = Field(default=100, ge=10, le=2000)
-    # Hybrid fusion, chosen on LongMemEval (eval/README.md): weighted RRF (k=3) over four legs: dense (1),
-    # BM25 (1), the dense candidates re-scored by BM25 (0.5) and BM25's top 5 again (0.75). It beats both
-    # legs alone and the seed's equal-weight RRF k=60 ("rrf_equal") on every view measured.
+    # Hybrid fusion, chosen on LongMemEval dev (eval/README.md): weighted RRF (k=3) over five legs: dense (1),
+    # BM25 (1), the dense candidates re-scored by the context BM25 (0.5), BM25's top 5 again (0.75) and the
+    # context BM25 (1); with context off, or a collection without it, the first four (re-scored by BM25).
     fusion: Literal["rrf", "dbsf", "rrf_equal"] = "rrf"
     rrf_k: int = Field(default=3, ge=1)
     rrf_dense_weight: float = Field(default=1.0, ge=0.0)
@@ -135,6 +149,31 @@ class Settings(BaseSettings):
     rrf_both_weight: float = Field(default=0.5, ge=0.0, description="dense candidates re-scored by BM25; 0: off")
     rrf_head: int = Field(default=5, ge=0, le=100, description="BM25's top N as an extra leg; 0: off")
     rrf_head_weight: float = Field(default=0.75, ge=0.0)
+    rrf_context_weight: float = Field(
+        default=1.0, ge=0.0, description="BM25 over the context-folded text as a fifth leg; 0: off"
+    )
+    rrf_both_context: bool = Field(
+        default=True, description="the dense candidates are re-scored by the context-folded BM25 (not the entry's)"
+    )
+    # Episode adjacency at recall: a direct hit's previous/next memory in its run, scored below it, in k.
+    recall_adjacent: bool = Field(default=False, description="default of the recall request's `adjacent`")
+    adjacent_weight: float = Field(
+        default=0.5, gt=0.0, lt=1.0, description="an adjacent memory scores this fraction of its hit's score"
+    )
+
+    @field_validator("context_mode")
+    @classmethod
+    def _context_mode(cls, v: str) -> str:
+        from episodic.context import parse_mode
+
+        parse_mode(v)
+        return v.strip().lower()
+
+    @property
+    def context(self) -> ContextMode:
+        from episodic.context import parse_mode
+
+        return parse_mode(self.context_mode, self.context_words, date=self.context_date)
 
     # Maintenance agents (SPEC §8): the linker, the importance agent with its nightly decay, retention
     linker_enabled: bool = Field(default=True, description="run the linker (similar edges) in `episodic up`")

@@ -17,12 +17,13 @@ per model; `vector` is the active one (queries, "has a dense vector" filters, th
 query may name the one its query vector was made for, and the re-embed pass fills another one
 (`set_vectors`, `without_vector`) before `use_dense_vector` switches to it.
 
-Size: about 600 lines, because the whole store (its generations included) is written here once for both
-engines.
+Size: about 670 lines, because the whole store (its generations and the context vector included) is
+written here once for both engines.
 """
 
 from __future__ import annotations
 
+import logging
 from abc import abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -31,6 +32,7 @@ from typing import Any, Protocol
 from episodic.errors import StoreError
 from episodic.identity import point_id
 from episodic.ports import (
+    CONTEXT,
     DENSE,
     Fusion,
     MemoryPoint,
@@ -46,8 +48,10 @@ from episodic.ports import (
 )
 from episodic.store_query import (
     DENSIFY_FIELDS,
+    DatetimeRange,
     Filter,
     HasDense,
+    Match,
     MatchAny,
     Query,
     RawScore,
@@ -77,6 +81,8 @@ from episodic.store_rules import (
     validate_sparse,
     validate_vector,
 )
+
+log = logging.getLogger(__name__)
 
 # Candidates each leg fetches before the importance multiplier re-ranks them.
 DEFAULT_PREFETCH = 100
@@ -110,12 +116,15 @@ class Engine(Vocabulary):
 
     name: str  # MemoryStore.backend
     dense: str = DENSE  # the named dense vector whose rows reads `with_dense` return (the active generation)
+    has_context: bool = False  # set by `ensure`: the collection has the `CONTEXT` sparse vector
 
     @abstractmethod
     def ensure(self, dim: int, indexes: Mapping[str, IndexKind], vector: str = DENSE) -> None:
         """Create or open the collection (multivector `vector` of `dim`, cosine, max-sim; sparse `bm25`
-        with the IDF modifier), check its layout, and create the missing payload indexes. An existing
-        collection may hold other dense vectors too (other embedding generations, `add_dense`)."""
+        and `bm25_context` with the IDF modifier), check its layout, and create the missing payload indexes.
+        An existing collection may hold other dense vectors too (other embedding generations, `add_dense`).
+        A collection created before `bm25_context` existed is opened as it is, with `has_context` false
+        (the layout check: `vector` and `bm25` must be there; `bm25_context` may be missing)."""
 
     @abstractmethod
     def dense_vectors(self) -> dict[str, int]:
@@ -133,8 +142,8 @@ class Engine(Vocabulary):
     @abstractmethod
     def set_vectors(self, name: str, rows: Mapping[str, list[list[float]]], fields: dict[str, Any]) -> int:
         """Write the named vector `name` of many points (point id -> rows) and merge `fields` into their
-        payload, leaving their other vectors as they are. Points that do not exist are skipped; returns
-        how many were written."""
+        payload, leaving their other vectors (the sparse ones included) as they are. Points that do not
+        exist are skipped; returns how many were written."""
 
     @abstractmethod
     def upsert(self, points: Sequence[MemoryPoint]) -> None:
@@ -148,6 +157,10 @@ class Engine(Vocabulary):
     def set_dense(self, point_id: str, rows: list[list[float]], fields: dict[str, Any], vector: str = DENSE) -> None:
         """Replace an existing point's dense rows (of the named vector `vector`) and merge `fields` into its
         payload, in one call."""
+
+    @abstractmethod
+    def set_context(self, point_id: str, context: SparseVec, fields: dict[str, Any]) -> None:
+        """Replace an existing point's context vector and merge `fields` into its payload, in one call."""
 
     @abstractmethod
     def delete(self, point_ids: list[str]) -> None:
@@ -253,6 +266,13 @@ class QdrantStore(MemoryStore):
         self.engine.ensure(dim, PAYLOAD_INDEXES, vector)
         self._dims[vector] = dim
         self.use_dense_vector(vector)
+        if not self.engine.has_context:
+            log.warning(
+                "the memory collection has no %r vector (created before context-aware indexing): entries "
+                "are indexed and recalled without their run context until it is rebuilt in the new layout",
+                CONTEXT,
+            )
+        self.has_context = self.engine.has_context
 
     def flush(self) -> None:
         self.engine.flush()
@@ -325,7 +345,7 @@ class QdrantStore(MemoryStore):
             return
         for p in points:  # each point's dense rows are checked against the dim of the vector they go to
             validate_points([p], self._dims.get(p.vector))
-        self.engine.upsert([stored_point(p) for p in points])
+        self.engine.upsert([stored_point(p, context=self.has_context) for p in points])
 
     def set_payload(self, point_id: str, fields: dict[str, Any]) -> None:
         validate_payload(fields, what=f"point {point_id} payload update")
@@ -338,6 +358,12 @@ class QdrantStore(MemoryStore):
         validate_dense(dense, dim, what=f"point {point_id} dense vector")
         validate_payload(fields, what=f"point {point_id} payload update")
         self.engine.set_dense(point_id, float_rows(dense), {**fields, "has_dense": True}, name)
+
+    def set_context(self, point_id: str, context: SparseVec, fields: dict[str, Any]) -> None:
+        if not self.has_context:
+            raise StoreError(f"the collection has no {CONTEXT!r} vector")
+        validate_sparse(context, what=f"point {point_id} context vector")
+        self.engine.set_context(point_id, context, dict(fields))
 
     def delete(self, point_ids: list[str]) -> None:
         if point_ids:
@@ -417,6 +443,33 @@ class QdrantStore(MemoryStore):
         if not entry_ids:
             return []
         return list(self._scroll_payloads(in_workspace(workspace_id, MatchAny("links", tuple(sorted(set(entry_ids)))))))
+
+    def run_memories(
+        self,
+        workspace_id: str,
+        run_id: str,
+        *,
+        limit: int,
+        until: str | None = None,
+        since: str | None = None,
+        oldest_first: bool = False,
+    ) -> list[tuple[str, dict[str, Any]]]:
+        if limit <= 0:
+            return []
+        conditions: list[Any] = [Match("run_id", run_id)]
+        if until is not None or since is not None:
+            conditions.append(DatetimeRange("ts", gte=since, lte=until))
+        records, _ = self.engine.scroll(
+            in_workspace(workspace_id, *conditions), limit, None, False, order_by="ts", descending=not oldest_first
+        )
+        return [(str(r.id), dict(r.payload or {})) for r in records]
+
+    def find_by_context(self, workspace_id: str, entry_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
+        if not entry_ids:
+            return []
+        return list(
+            self._scroll_payloads(in_workspace(workspace_id, MatchAny("context_ids", tuple(sorted(entry_ids)))))
+        )
 
     def missing_dense(self, limit: int, *, quarantine_after: int | None = None) -> list[tuple[str, dict[str, Any]]]:
         if limit <= 0:
@@ -611,5 +664,5 @@ class QdrantStore(MemoryStore):
             return []
         flt = scope_filter(scope)
         prefetch = self._leg_limit(limit, fusion.prefetch_limit)
-        legs = hybrid_prefetch(vector, sparse, scope, flt, prefetch, fusion, name)
+        legs = hybrid_prefetch(vector, sparse, scope, flt, prefetch, fusion, name, context=self.has_context)
         return self._run(Query(legs, flt, limit, with_dense, using=name), name)

@@ -1,10 +1,11 @@
 """EdgeStore: the memory store on Qdrant Edge, an in-process Qdrant shard on disk (SPEC §6, embedded).
 
-`EdgeEngine` is the thin backend under `episodic.store.QdrantStore`: one shard directory holds the
-collection (a named multivector `dense`, cosine, max-sim over the chunk rows, and a named sparse vector
-`bm25` with the IDF modifier); it lowers the store's neutral filters and queries into qdrant-edge's types
-and wraps the engine's errors. Scores come from the engine: the legs are prefetches, fusion is Qdrant's
-RRF/DBSF, and the importance multiplier is a Formula over `$score`.
+`EdgeEngine` is the thin backend under `episodic.store.QdrantStore`: one shard directory holds the collection
+(a named multivector `dense`, cosine, max-sim over the chunk rows, and the named sparse vectors `bm25` and
+`bm25_context` with the IDF modifier; a shard created before `bm25_context` existed is loaded in its own
+layout, read from its `edge_config.json`, and runs without it); it lowers the store's neutral filters and
+queries into qdrant-edge's types and wraps the engine's errors. Scores come from the engine: the legs are
+prefetches, fusion is Qdrant's RRF/DBSF, and the importance multiplier is a Formula over `$score`.
 
 Qdrant Edge is single-process (the shard's WAL is locked by the process that opened it). Within the
 process, data calls (query, scroll, retrieve, count, update) run concurrently, with no lock of ours:
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from episodic.errors import StoreError, StoreUnavailable
-from episodic.ports import DENSE, SPARSE, MemoryPoint
+from episodic.ports import CONTEXT, DENSE, SPARSE, MemoryPoint, SparseVec
 from episodic.rwlock import ReadWriteLock
 from episodic.store import DEFAULT_PREFETCH, Engine, QdrantStore, Record, ScoredRecord
 from episodic.store_query import Filter, Lowering, Query
@@ -50,10 +51,14 @@ except ImportError as e:  # pragma: no cover - a core dependency; guard for a cl
 _FATAL = (KeyboardInterrupt, SystemExit, GeneratorExit)
 
 
-def _config(dim: int, vector: str = DENSE, others: Mapping[str, int] | None = None) -> qe.EdgeConfig:
+def _config(
+    dim: int, vector: str = DENSE, others: Mapping[str, int] | None = None, context: bool = True
+) -> qe.EdgeConfig:
     """The layout: the dense multivector `vector` of `dim` (and any `others`, the other embedding
-    generations the shard holds), cosine, max-sim; the IDF sparse vector."""
+    generations the shard holds), cosine, max-sim; the IDF sparse vectors `bm25` and, with `context`,
+    `bm25_context`."""
     dense = {**(others or {}), vector: dim}
+    sparse = [SPARSE, CONTEXT] if context else [SPARSE]
     return qe.EdgeConfig(
         vectors={
             name: qe.EdgeVectorParams(
@@ -63,11 +68,24 @@ def _config(dim: int, vector: str = DENSE, others: Mapping[str, int] | None = No
             )
             for name, size in dense.items()
         },
-        sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        sparse_vectors={name: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf) for name in sparse},
     )
 
 
 _MAXSIM = qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim)
+
+
+CONFIG_FILE = "edge_config.json"  # what qdrant-edge writes beside the shard's segments
+
+
+def stored_sparse_names(path: Path) -> set[str] | None:
+    """The sparse vector names of the shard at `path` as its config file records them (None: no readable
+    config; the engine's own check then decides)."""
+    try:
+        config = json.loads((path / CONFIG_FILE).read_text())
+        return set((config.get("sparse_vectors") or {}).keys())
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _index_schema(kind: IndexKind) -> Any:
@@ -149,6 +167,7 @@ class EdgeEngine(Engine):
                 if self._shard is None:
                     if not self._has_data():
                         raise StoreUnavailable(f"no Qdrant Edge shard at {self.path}: call ensure_collection(dim)")
+                    self.has_context = CONTEXT in (stored_sparse_names(self.path) or set())
                     self._shard = qe.EdgeShard.load(str(self.path))
         return self._shard
 
@@ -163,12 +182,18 @@ class EdgeEngine(Engine):
             if self._shard is None:
                 if self._has_data():
                     # The other generations on disk are part of the layout: the engine refuses a config
-                    # without them (it compares every vector storage).
+                    # without them (it compares every vector storage). `dense` (dim, max-sim) and `bm25`
+                    # are the engine's to verify against the config; `bm25_context` may be missing (a shard
+                    # from before it existed), so the config says what the shard's own file records.
                     others = {k: v for k, v in self._disk_vectors().items() if k != vector}
-                    self._shard = qe.EdgeShard.load(str(self.path), _config(dim, vector, others))
+                    names = stored_sparse_names(self.path)
+                    self.has_context = names is None or CONTEXT in names
+                    config = _config(dim, vector, others, self.has_context)
+                    self._shard = qe.EdgeShard.load(str(self.path), config)
                 else:
                     self.path.mkdir(parents=True, exist_ok=True)
                     self._shard = qe.EdgeShard.create(str(self.path), _config(dim, vector))
+                    self.has_context = True
             self._dim, self._vector = dim, vector
             present = set(self._shard.info().payload_schema)
             for name, kind in indexes.items():
@@ -194,7 +219,7 @@ class EdgeEngine(Engine):
         (`edge_config.json`, rewritten by the shard when a vector is created or deleted): Edge reports
         no layout through its API."""
         try:
-            config = json.loads((self.path / "edge_config.json").read_text())
+            config = json.loads((self.path / CONFIG_FILE).read_text())
             return {str(k): int(v["size"]) for k, v in (config.get("vectors") or {}).items()}
         except FileNotFoundError:
             return {}
@@ -257,6 +282,8 @@ class EdgeEngine(Engine):
                 vectors: dict[str, Any] = {SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))}
                 if p.dense is not None:
                     vectors[p.vector] = p.dense
+                if p.context is not None and self.has_context:
+                    vectors[CONTEXT] = qe.SparseVector(list(p.context.indices), list(p.context.values))
                 edge_points.append(qe.Point(_point_id(p.point_id), vectors, p.payload))
             self._open().update(qe.UpdateOperation.upsert_points(edge_points))
 
@@ -270,6 +297,14 @@ class EdgeEngine(Engine):
         with self._guard("set_dense"):
             shard = self._open()
             shard.update(qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {vector: rows})]))
+            shard.update(qe.UpdateOperation.set_payload([pid], fields))
+
+    def set_context(self, point_id: str, context: SparseVec, fields: dict[str, Any]) -> None:
+        pid = _point_id(point_id)
+        vector = qe.SparseVector(list(context.indices), list(context.values))
+        with self._guard("set_context"):
+            shard = self._open()
+            shard.update(qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {CONTEXT: vector})]))
             shard.update(qe.UpdateOperation.set_payload([pid], fields))
 
     def delete(self, point_ids: list[str]) -> None:
@@ -393,10 +428,10 @@ class EdgeEngine(Engine):
     def dense_leg(self, vector: list[float], flt: Any, limit: int, using: str = DENSE) -> qe.Prefetch:
         return qe.Prefetch(limit=limit, query=qe.Query.Nearest([vector], using=using), filter=flt)
 
-    def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None) -> qe.Prefetch:
+    def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None, using: str) -> qe.Prefetch:
         return qe.Prefetch(
             limit=limit,
-            query=qe.Query.Nearest(vector, using=SPARSE),
+            query=qe.Query.Nearest(vector, using=using),
             filter=flt,
             params=qe.SearchParams(idf=qe.IdfParams(corpus=idf)),
             prefetches=[inner] if inner is not None else None,

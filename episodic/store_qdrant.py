@@ -1,8 +1,9 @@
 """QdrantServerStore: the memory store on a Qdrant server or cluster through qdrant-client (SPEC §6).
 
 `ClientEngine` is the thin backend under `episodic.store.QdrantStore`: the same collection layout and the
-same engine-side scoring as Qdrant Edge (a named multivector `dense`, cosine, max-sim; a named sparse
-`bm25` with the IDF modifier; prefetch legs fused by the engine; a Formula that multiplies by
+same engine-side scoring as Qdrant Edge (a named multivector `dense`, cosine, max-sim; named sparse
+vectors `bm25` and `bm25_context` with the IDF modifier, a collection from before `bm25_context` opened
+as it is and run without it; prefetch legs fused by the engine; a Formula that multiplies by
 `importance_score`), in qdrant-client's types, with its errors wrapped.
 Size: one engine's whole translation (its calls, vocabulary and error mapping) stays in one module.
 
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from episodic.errors import StoreError, StoreUnavailable
-from episodic.ports import DENSE, SPARSE, MemoryPoint
+from episodic.ports import CONTEXT, DENSE, SPARSE, MemoryPoint, SparseVec
 from episodic.store import DEFAULT_PREFETCH, Engine, QdrantStore, Record, ScoredRecord
 from episodic.store_query import Filter, Lowering, Query
 from episodic.store_rules import IndexKind
@@ -144,7 +145,9 @@ class ClientEngine(Engine):
                         vectors_config={
                             vector: m.VectorParams(size=dim, distance=m.Distance.COSINE, multivector_config=_MAXSIM)
                         },
-                        sparse_vectors_config={SPARSE: m.SparseVectorParams(modifier=m.Modifier.IDF)},
+                        sparse_vectors_config={
+                            name: m.SparseVectorParams(modifier=m.Modifier.IDF) for name in (SPARSE, CONTEXT)
+                        },
                         # Multitenancy recipe: every vector query is filtered by workspace, so build
                         # per-tenant graphs (payload_m) instead of one global graph (m=0).
                         hnsw_config=m.HnswConfigDiff(m=0, payload_m=16),
@@ -171,9 +174,15 @@ class ClientEngine(Engine):
             raise StoreError(f"collection {self.collection!r} has no multivector {vector!r}")
         if dense.size != dim:
             raise StoreError(f"collection {self.collection!r} holds dim {dense.size} vectors, asked for {dim}")
-        sparse = (params.sparse_vectors or {}).get(SPARSE)
+        sparse_vectors = params.sparse_vectors or {}
+        sparse = sparse_vectors.get(SPARSE)
         if sparse is None or sparse.modifier != m.Modifier.IDF:
             raise StoreError(f"collection {self.collection!r} has no IDF sparse vector {SPARSE!r}")
+        context = sparse_vectors.get(CONTEXT)
+        if context is not None and context.modifier != m.Modifier.IDF:
+            raise StoreError(f"collection {self.collection!r}: sparse vector {CONTEXT!r} has no IDF modifier")
+        # missing: a collection created before context-aware indexing, used without it
+        self.has_context = context is not None
 
     def _layout(self) -> dict[str, int]:
         params = self.client.get_collection(self.collection).config.params
@@ -260,6 +269,8 @@ class ClientEngine(Engine):
             vectors: dict[str, Any] = {SPARSE: self.sparse_vector(list(p.sparse.indices), list(p.sparse.values))}
             if p.dense is not None:
                 vectors[p.vector] = p.dense
+            if p.context is not None and self.has_context:
+                vectors[CONTEXT] = self.sparse_vector(list(p.context.indices), list(p.context.values))
             structs.append(m.PointStruct(id=p.point_id, vector=vectors, payload=p.payload))
         with self._guard("upsert"):
             self.client.upsert(self.collection, points=structs, wait=True)
@@ -307,6 +318,15 @@ class ClientEngine(Engine):
             self._require(point_id)
             self.client.update_vectors(
                 self.collection, points=[m.PointVectors(id=point_id, vector={vector: rows})], wait=True
+            )
+            self.client.set_payload(self.collection, payload=fields, points=[point_id], wait=True)
+
+    def set_context(self, point_id: str, context: SparseVec, fields: dict[str, Any]) -> None:
+        vector = self.sparse_vector(list(context.indices), list(context.values))
+        with self._guard("set_context"):
+            self._require(point_id)
+            self.client.update_vectors(
+                self.collection, points=[m.PointVectors(id=point_id, vector={CONTEXT: vector})], wait=True
             )
             self.client.set_payload(self.collection, payload=fields, points=[point_id], wait=True)
 
@@ -423,11 +443,11 @@ class ClientEngine(Engine):
         # A one-row multivector: max-sim against it is the best chunk's cosine.
         return m.Prefetch(query=[vector], using=using, filter=flt, limit=limit)
 
-    def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None) -> m.Prefetch:
+    def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None, using: str) -> m.Prefetch:
         return m.Prefetch(
             prefetch=[inner] if inner is not None else None,
             query=vector,
-            using=SPARSE,
+            using=using,
             filter=flt,
             params=m.SearchParams(idf=m.IdfCorpusParams(corpus=idf)),
             limit=limit,

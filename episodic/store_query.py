@@ -11,7 +11,8 @@ The rules themselves live here, once: who may see what (`scope_filter`), the hyb
 (`hybrid_prefetch`), BM25's IDF over the request's workspace (`SparseLeg.idf`), and the importance
 multiplier with its neutral default (`TimesImportance`).
 
-Size: a little over 400 lines: the whole query vocabulary, its rules and its lowering stay in one place.
+Size: a little over 400 lines: the whole query vocabulary, its rules and its one lowering stay together, so
+the two engines cannot lower the same value differently.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from episodic.ports import DENSE, Fusion, RecallFilter, ScopeFilter, Selection, SparseVec
+from episodic.ports import CONTEXT, DENSE, SPARSE, Fusion, RecallFilter, ScopeFilter, Selection, SparseVec
 
 # A point without `importance_score` (never written by the indexer, but possible in hand-made data)
 # ranks as an info-level routine memory (SPEC §10 base table), not as the most important one.
@@ -215,13 +216,15 @@ class DenseLeg:
 @dataclass(frozen=True, slots=True)
 class SparseLeg:
     """BM25 over `filter`, with IDF statistics over `idf` only; with `inner`, over the inner prefetch's
-    candidates only (re-scoring them by the query's words)."""
+    candidates only (re-scoring them by the query's words). `using`: the entry's own BM25 vector (`bm25`)
+    or the context-folded one (`bm25_context`)."""
 
     sparse: SparseVec
     filter: Filter
     limit: int
     idf: Filter
     inner: Prefetch | None = None
+    using: str = SPARSE
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,11 +284,17 @@ def hybrid_prefetch(
     limit: int,
     fusion: Fusion,
     using: str = DENSE,
+    *,
+    context: bool = False,
 ) -> Fused:
     """The hybrid query's legs (see `Fusion`), each fetching `limit` candidates, fused with their weights.
-    The dense leg is one value, also the inner of the BM25-re-scored leg (an engine lowers it once)."""
+    The dense leg (of the named vector `using`, the active embedding generation) is one value, also the
+    inner of the BM25- or context-re-scored leg (an engine lowers it once). `context`: the collection has
+    the context vector; without it the context legs are left out and the "both" leg re-scores by the
+    entry's own BM25 (the four-leg tree)."""
     dense = dense_leg(vector, flt, limit, using)
     lexical = sparse_leg(sparse, scope, flt, limit)
+    use_context = context and fusion.context_weight > 0
     legs: list[Prefetch] = []
     weights: list[float] = []
 
@@ -298,9 +307,12 @@ def hybrid_prefetch(
     if sparse.indices:  # an empty sparse query contributes nothing; leave those legs out rather than ask the engine
         add(lexical, fusion.sparse_weight)
         if fusion.both_weight > 0:
-            add(SparseLeg(sparse, flt, limit, lexical.idf, inner=dense), fusion.both_weight)
+            both = CONTEXT if use_context and fusion.both_by_context else SPARSE
+            add(SparseLeg(sparse, flt, limit, lexical.idf, inner=dense, using=both), fusion.both_weight)
         if fusion.head > 0 and fusion.head_weight > 0:
             add(SparseLeg(sparse, flt, min(fusion.head, limit), lexical.idf), fusion.head_weight)
+        if use_context:
+            add(SparseLeg(sparse, flt, limit, lexical.idf, using=CONTEXT), fusion.context_weight)
     if not legs:  # every weight 0: the dense leg alone still ranks
         legs, weights = [dense], [1.0]
     return Fused(tuple(legs), fusion.method, fusion.k, tuple(weights), flt, limit * len(legs))
@@ -338,7 +350,7 @@ class Vocabulary(ABC):
     def dense_leg(self, vector: list[float], flt: Any, limit: int, using: str = DENSE) -> Any: ...
 
     @abstractmethod
-    def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None) -> Any: ...
+    def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None, using: str) -> Any: ...
 
     @abstractmethod
     def fused(self, legs: list[Any], method: str, k: int, weights: list[float], flt: Any, limit: int) -> Any: ...
@@ -389,7 +401,7 @@ def _filter(lo: Lowering, f: Filter) -> Any:
 
 def _sparse_leg(lo: Lowering, leg: SparseLeg) -> Any:
     inner = lo(leg.inner) if leg.inner is not None else None
-    return lo.vocab.sparse_leg(lo(leg.sparse), lo(leg.filter), leg.limit, lo(leg.idf), inner)
+    return lo.vocab.sparse_leg(lo(leg.sparse), lo(leg.filter), leg.limit, lo(leg.idf), inner, leg.using)
 
 
 def _dense_leg(lo: Lowering, leg: DenseLeg) -> Any:

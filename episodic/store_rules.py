@@ -32,6 +32,7 @@ PAYLOAD_INDEXES: dict[str, IndexKind] = {
     "dedup_key": "keyword",
     "aliases": "keyword",  # keyword array: a match on any element
     "links": "keyword",  # entry ids this memory has an edge to (relations, read in both directions)
+    "context_ids": "keyword",  # entry ids whose text this memory was indexed with (episodic.context)
     "importance_score": "float",
     "ts": "datetime",
     "indexed_at": "datetime",  # the densify backfill goes oldest first (order_by needs a range index)
@@ -115,6 +116,8 @@ def validate_points(points: Sequence[MemoryPoint], dim: int | None) -> None:
             raise StoreError(f"point {p.point_id}: payload has no workspace_id")
         validate_payload(p.payload, what=f"point {p.point_id}")
         validate_sparse(p.sparse, what=f"point {p.point_id} sparse vector")
+        if p.context is not None:
+            validate_sparse(p.context, what=f"point {p.point_id} context vector")
         if p.dense is not None:
             validate_dense(p.dense, dim, what=f"point {p.point_id} dense vector")
 
@@ -147,7 +150,13 @@ def stored_payload(point: MemoryPoint) -> dict[str, object]:
     return payload
 
 
-def stored_point(point: MemoryPoint) -> MemoryPoint:
-    """The point as an engine writes it: payload as stored, dense rows as float lists."""
+def stored_point(point: MemoryPoint, *, context: bool = True) -> MemoryPoint:
+    """The point as an engine writes it: payload as stored, dense rows as float lists; without the context
+    vector (and the payload that describes it) when the collection has none (`context` false)."""
     dense = float_rows(point.dense) if point.dense is not None else None
-    return MemoryPoint(point.point_id, point.sparse, stored_payload(point), dense, point.vector)
+    payload = stored_payload(point)
+    if not context or point.context is None:
+        for key in ("context", "context_ids", "context_date"):
+            payload.pop(key, None)
+        return MemoryPoint(point.point_id, point.sparse, payload, dense, point.vector)
+    return MemoryPoint(point.point_id, point.sparse, payload, dense, point.vector, point.context)

@@ -109,9 +109,3 @@ class Bm25Index:
 
     def score(self, q: sparse.csr_matrix) -> np.ndarray:
         return np.asarray((q @ self._weighted_t).todense())
-
-
-def scores(spec: Bm25Spec, docs: list[str], queries: list[str]) -> np.ndarray:
-    """BM25 scores, queries x docs, exactly as the store's sparse leg computes them."""
-    ix = Bm25Index(spec, docs)
-    return ix.score(ix.query(queries))

@@ -12,6 +12,8 @@ an indexer can reproduce it byte for byte::
 - previous entries (``prev=N``): the N entries before this one in the same session, oldest first, each
   as ``"role: content"`` cut to its first ``words`` whitespace-separated words when ``words`` is set
   (a long assistant answer would otherwise bury a short reply under its own terms).
+- run header (``header=True``): the session's first entry, cut the same way, before the previous ones
+  (once, when it is not already one of them): what the run is about, for every entry of it.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ class ContextSpec:
     prev: int = 0  # previous entries of the same session folded in
     date: bool = False  # the session's date line first
     words: int | None = None  # each previous entry cut to its first `words` words (None: whole)
+    header: bool = False  # the run's first entry (cut to `words`) instead of / before the previous ones
 
     @property
     def off(self) -> bool:
-        return self.prev == 0 and not self.date
+        return self.prev == 0 and not self.date and not self.header
 
     def label(self) -> str:
         if self.off:
@@ -39,6 +42,8 @@ class ContextSpec:
         parts = []
         if self.date:
             parts.append("date")
+        if self.header:
+            parts.append("header" + (f"/{self.words}w" if self.words and not self.prev else ""))
         if self.prev:
             parts.append(f"prev{self.prev}" + (f"/{self.words}w" if self.words else ""))
         return "+".join(parts)
@@ -70,8 +75,10 @@ def render(turn: Turn, before: Sequence[Turn], spec: ContextSpec, own: bool = Tr
         line = date_line(turn.date)
         if line:
             lines.append(line)
-    if spec.prev:
-        lines.extend(_cut(t.text(), spec.words) for t in before[-spec.prev :])
+    earlier = list(before[-spec.prev :]) if spec.prev else []
+    if spec.header and before and (not earlier or earlier[0] is not before[0]):
+        earlier.insert(0, before[0])  # the run's first entry, once (it may already be a previous one)
+    lines.extend(_cut(t.text(), spec.words) for t in earlier)
     if own:
         lines.append(turn.text())
     return "\n".join(lines)

@@ -13,7 +13,7 @@ from dataclasses import replace
 from eval.bm25 import Bm25Spec
 from eval.context import ContextSpec
 from eval.embcache import parse_ctx
-from eval.methods import Method, adjacent, dbsf, default_hybrid, rrf, single
+from eval.methods import Method, adjacent, dbsf, default_hybrid, formula, rrf, single
 from eval.prf import Rm3
 from eval.views import Dense, Sparse, Views, build
 
@@ -80,7 +80,7 @@ def dense_context(a: argparse.Namespace) -> Result:
 
 def adjacency(a: argparse.Namespace) -> Result:
     sctx = parse_ctx(a.sctx) if getattr(a, "sctx", None) else ContextSpec(prev=1, date=True)
-    views = build(a.sets, {"D": Dense(), "S": Sparse(), "Sc": Sparse(ctx=sctx)})
+    views = build(a.sets, {"D": Dense(), "S": Sparse(), "Sc": Sparse(ctx=sctx), "SC": Sparse(ctx=RECOMMENDED_CONTEXT)})
     ms = base_methods()
     for name, inner in (("default", default_hybrid()), ("Sc hybrid", default_hybrid("D", "Sc"))):
         ms[name] = inner
@@ -89,6 +89,11 @@ def adjacency(a: argparse.Namespace) -> Result:
                 ms[f"{name} + adjacent {which}, top {hits} hits, right below"] = adjacent(inner, which, 0.0, hits)
             for f in (0.5, 0.9):
                 ms[f"{name} + adjacent {which}, all hits, score x{f}"] = adjacent(inner, which, f, 10)
+    # the product (episodic.recall): k direct hits, each with its previous and next memory at f x its score,
+    # over the shipped five-leg tree
+    ms["shipped five-leg tree"] = recommended()
+    for f in (0.5, 0.9):
+        ms[f"shipped tree + adjacent (product: 10 direct, both, x{f})"] = adjacent(recommended(), "both", f, 10, 10)
     return views, ms, f"Episode adjacency (Sc = BM25 {sctx.label()})"
 
 
@@ -154,6 +159,7 @@ def fusion(a: argparse.Namespace) -> Result:
         ms[f"dbsf [D, S, {n}]"] = dbsf([("D", 100), ("S", 100), (c, 100)])
         ms[f"dbsf [D, {n}@D, {n}]"] = dbsf([("D", 100), (c, "D", 100), (c, 100)])
     ms["dbsf [D, S@D, S]"] = dbsf([("D", 100), ("S", "D", 100), ("S", 100)])
+    ms["formula cos + 4 bm25/(bm25+20) (phase 1's best score formula)"] = formula("D", "S", 1.0, 4.0, 20.0)
     ms["dbsf [D, S]"] = dbsf([("D", 100), ("S", 100)])
     return views, ms, "Fusion with a context-folded BM25 leg (C<N>/<w>w: previous N turns, each cut to w words)"
 
@@ -223,6 +229,68 @@ def final(a: argparse.Namespace) -> Result:
     return views, ms, f"Recommended configuration (C = BM25 over {RECOMMENDED_CONTEXT.label()})"
 
 
+def run_level(a: argparse.Namespace) -> Result:
+    """Run-level evidence at recall: the fused top N re-ranked by turn + lam * run score
+    (``eval.runlevel``), over today's tree, the recommended tree and its "C replaces S" variant."""
+    from eval.runlevel import run_level as rl
+
+    rows: dict = {"D": Dense(), "S": Sparse(), "SC": Sparse(ctx=RECOMMENDED_CONTEXT), "SR": Sparse(run_doc=True)}
+    views = build(a.sets, rows)
+    ms = base_methods()
+    ms["bm25 over the whole run (SR)"] = single("SR")
+    trees = {
+        "default": ([("D", 100), ("S", "D", 100), ("S", 100), ("S", 5)], [1.0, 0.5, 1.0, 0.75]),
+        "recommended": (
+            [("D", 100), ("SC", "D", 100), ("S", 100), ("S", 5), ("SC", 100)],
+            [1.0, 0.5, 1.0, 0.75, 1.0],
+        ),
+        "C extra leg": ([("D", 100), ("S", "D", 100), ("S", 100), ("S", 5), ("SC", 100)], [1, 0.5, 1, 0.75, 1]),
+        "C replaces S": ([("D", 100), ("SC", "D", 100), ("SC", 100), ("SC", 5)], [1.0, 0.5, 1.0, 0.75]),
+    }
+    for tn, (legs_, w) in trees.items():
+        ms[tn] = rrf(legs_, 3, w)
+        for n in (50, 100):
+            inner = rrf(legs_, 3, w, depth=n)
+            for agg in ("max", "top2", "top3", "sum"):
+                for own in (True, False):
+                    for lam in (0.1, 0.25, 0.5, 1.0):
+                        tag = "" if own else " siblings"
+                        ms[f"{tn} top{n}, + {lam} run {agg}{tag}"] = rl(inner, lam, "fused", agg, own)
+            for agg in ("max", "top2"):
+                for lam in (0.25, 0.5, 1.0):
+                    ms[f"{tn} top{n}, rrf with run rank ({agg}) w {lam}"] = rl(inner, lam, "fused", agg, True, "rrf")
+            for src, agg in (("S", "sum"), ("S", "max"), ("D", "max"), ("SR", "max")):
+                for lam in (0.1, 0.25, 0.5):
+                    ms[f"{tn} top{n}, + {lam} run {src} {agg}"] = rl(inner, lam, src, agg, src == "SR")
+    return views, ms, "Run-level evidence at recall (the fused top N re-ranked by turn + lam x run score)"
+
+
+CONTEXT_MODES = {
+    "prev1/16w": ContextSpec(prev=1, words=16),
+    "prev2/16w": ContextSpec(prev=2, words=16),
+    "prev3/16w": ContextSpec(prev=3, words=16),
+    "prev2/8w": ContextSpec(prev=2, words=8),
+    "prev2/32w": ContextSpec(prev=2, words=32),
+    "header/16w": ContextSpec(header=True, words=16),
+    "date+header/16w": ContextSpec(header=True, words=16, date=True),
+    "header+prev1/16w": ContextSpec(header=True, prev=1, words=16),
+    "date+prev2/16w": ContextSpec(prev=2, words=16, date=True),
+}
+
+
+def context_modes(a: argparse.Namespace) -> Result:
+    """The product's EPISODIC_CONTEXT_MODE choices (off / prev:N / run-header, words per entry) as the C leg
+    of the recommended tree, beside today's default (off)."""
+    rows: dict = {"D": Dense(), "S": Sparse()}
+    rows.update({f"SC{i}": Sparse(ctx=c) for i, c in enumerate(CONTEXT_MODES.values())})
+    views = build(a.sets, rows)
+    ms = base_methods()
+    for i, name in enumerate(CONTEXT_MODES):
+        ms[f"bm25 over {name}"] = single(f"SC{i}")
+        ms[f"recommended tree, C = {name}"] = recommended(c=f"SC{i}")
+    return views, ms, "Context modes as the C leg of the recommended tree (off = today's default)"
+
+
 EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "legs": legs,
     "bm25-options": bm25_options,
@@ -234,4 +302,6 @@ EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "fusion": fusion,
     "model": model,
     "final": final,
+    "run-level": run_level,
+    "context-modes": context_modes,
 }

@@ -59,18 +59,6 @@ def dbsf(legs: list[tuple[np.ndarray, np.ndarray]], weights: list[float] | None 
     return out
 
 
-def minmax(legs: list[tuple[np.ndarray, np.ndarray]], weights: list[float]) -> dict[int, float]:
-    """Per-query min-max normalised linear blend (not expressible in the engine; a reference point)."""
-    out: dict[int, float] = {}
-    for (idx, s), w in zip(legs, weights, strict=True):
-        s = np.asarray(s, dtype=np.float64)
-        span = s.max() - s.min() if len(s) else 0.0
-        n = (s - s.min()) / span if span > 0 else np.full(len(s), 0.5)
-        for i, v in zip(idx, n * w, strict=True):
-            out[int(i)] = out.get(int(i), 0.0) + float(v)
-    return out
-
-
 def formula(
     dense: tuple[np.ndarray, np.ndarray], bm25: tuple[np.ndarray, np.ndarray], wd: float, ws: float, c: float
 ) -> dict[int, float]:

@@ -7,11 +7,14 @@ Every turn becomes a journal entry (``summary.generated``, severity info, ``summ
 pooled workspace; s: one per question), one agent, scope ``own``. The entries are produced to
 ``journal.entries`` of an ``episodic up`` stack (started here on free ports under eval/results/stack
 unless ``--url``/``--bootstrap`` name a running one); once ``/v1/memory/stats`` shows them indexed, every
-question is asked through ``POST /v1/recall`` (k=10) in modes dense, sparse and hybrid. The seed's
-equal-weight RRF k=60 column is the same store served with ``EPISODIC_FUSION=rrf_equal`` (the stack is
-restarted on the same data directory; nothing is re-ingested).
+question is asked through ``POST /v1/recall`` (k=10) in modes dense, sparse and hybrid, and hybrid with
+``adjacent: true``. The other columns are the same store served with other settings (the stack is
+restarted on the same data directory; nothing is re-ingested): the seed's equal-weight RRF k=60
+(``EPISODIC_FUSION=rrf_equal``), the previous four-leg default (no context leg) and the context leg
+alone (every other leg weighted 0).
 
-Prints recall@5/@10 (and hit@10) side by side per set and writes eval/results/longmemeval-<ts>.json.
+Prints recall@5/@10 (and hit@10) per set, over all questions and split into dev and holdout
+(``eval.data.holdout``, as the sweeps), and writes eval/results/longmemeval-<ts>.json.
 """
 
 from __future__ import annotations
@@ -36,13 +39,26 @@ from typing import Any
 import httpx
 
 from episodic.identity import normalise_summary
-from eval.data import Corpus, load
+from eval.data import Corpus, holdout, load
 from eval.embcache import RESULTS
 from eval.metrics import Score, score
 
 AGENT = "lme-agent"
 MAX_SUMMARY = 16_384
-MODES = ("dense", "sparse", "hybrid")
+MODES = ("dense", "sparse", "hybrid", "hybrid+adjacent")
+# columns served by a restart of the same store with other settings: name -> environment
+RESTARTS: dict[str, dict[str, str]] = {
+    "rrf60 (seed)": {"EPISODIC_FUSION": "rrf_equal"},
+    "four legs (previous default)": {"EPISODIC_RRF_CONTEXT_WEIGHT": "0", "EPISODIC_RRF_BOTH_CONTEXT": "false"},
+    "context leg alone": {
+        "EPISODIC_RRF_DENSE_WEIGHT": "0",
+        "EPISODIC_RRF_SPARSE_WEIGHT": "0",
+        "EPISODIC_RRF_BOTH_WEIGHT": "0",
+        "EPISODIC_RRF_HEAD_WEIGHT": "0",
+    },
+}
+PARTS = ("all", "dev", "holdout")
+LATENCY: dict[str, list[float]] = {}  # mode -> seconds per POST /v1/recall (client side), this run
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -192,50 +208,74 @@ def wait_indexed(client: httpx.Client, corpora: list[Corpus], timeout: float) ->
     return stats
 
 
-def ask(client: httpx.Client, corpora: list[Corpus], modes: tuple[str, ...], k: int = 10) -> dict[str, Score]:
-    out: dict[str, Score] = {}
+def ask(
+    client: httpx.Client, corpora: list[Corpus], modes: tuple[str, ...], k: int = 10, label: str | None = None
+) -> dict[str, dict[str, Score]]:
+    """mode -> part (all, dev, holdout) -> Score. A mode "hybrid+adjacent" is hybrid with `adjacent: true`."""
+    hold = holdout(q.id for c in corpora for q in c.scored_questions)
+    out: dict[str, dict[str, Score]] = {}
     for mode in modes:
-        pairs = []
+        took: list[float] = []
+        pairs: dict[str, list[tuple[list[list[str]], frozenset[str]]]] = {p: [] for p in PARTS}
         for c in corpora:
             for q in c.scored_questions:
-                body = {
+                body: dict[str, Any] = {
                     "workspace_id": workspace(c),
                     "agent_id": AGENT,
                     "scope": "own",
                     "query": q.question,
                     "k": k,
-                    "mode": mode,
+                    "mode": mode.split("+")[0],
                 }
+                if mode.endswith("+adjacent"):
+                    body["adjacent"] = True
+                t0 = time.perf_counter()
                 r = client.post("/v1/recall", json=body)
+                took.append(time.perf_counter() - t0)
                 r.raise_for_status()
                 data = r.json()
                 if data.get("degraded"):
                     raise RuntimeError(f"{mode} answered degraded (sparse-only): the model is not loaded")
                 ranked = [[h["entry_id"], *h.get("aliases", [])] for h in data["hits"]]
-                pairs.append((ranked, q.evidence))
-        out[mode] = score(pairs)
+                pairs["all"].append((ranked, q.evidence))
+                pairs["holdout" if q.id in hold else "dev"].append((ranked, q.evidence))
+        out[mode] = {p: score(v) for p, v in pairs.items() if v}
+        if took:
+            LATENCY.setdefault(label or mode, []).extend(took)
     return out
 
 
-def print_table(results: dict[str, dict[str, Score]]) -> str:
+def print_table(results: dict[str, dict[str, dict[str, Score]]]) -> str:
+    """One row per method; per set and part: R@5 / R@10 (hit@10)."""
     sets = list(results)
-    cols = ["dense", "sparse", "hybrid", "rrf60 (seed)"]
-    head = f"{'method':<14}" + "".join(f"  {s + ' R@5':>12} {s + ' R@10':>12} {s + ' hit@10':>13}" for s in sets)
+    methods = list(dict.fromkeys(m for r in results.values() for m in r))
+    cols = [(s, p) for s in sets for p in PARTS]
+    head = f"{'method':<30}" + "".join(f" {s + '/' + p:>22}" for s, p in cols)
     lines = [head, "-" * len(head)]
-    for m in cols:
-        if not any(m in results[s] for s in sets):
-            continue
-        row = f"{m:<14}"
-        for s in sets:
-            sc = results[s].get(m)
-            row += (
-                f"  {sc.recall5:>12.3f} {sc.recall10:>12.3f} {sc.hit10:>13.3f}"
-                if sc
-                else f"  {'-':>12} {'-':>12} {'-':>13}"
-            )
+    for m in methods:
+        row = f"{m:<30}"
+        for s, p in cols:
+            sc = results[s].get(m, {}).get(p)
+            row += f" {f'{sc.recall5:.3f}/{sc.recall10:.3f} ({sc.hit10:.3f})' if sc else '-':>22}"
         lines.append(row)
-    lines.append("n questions: " + ", ".join(f"{s}={next(iter(results[s].values())).n}" for s in sets))
+    n = {
+        f"{s}/{p}": next(iter(results[s].values()))[p].n
+        for s, p in cols
+        if results[s] and p in next(iter(results[s].values()))
+    }
+    lines.append("cells: R@5/R@10 (hit@10); questions: " + ", ".join(f"{k}={v}" for k, v in n.items()))
     return "\n".join(lines)
+
+
+def latency_table() -> str:
+    """POST /v1/recall as the eval's client saw it, per column (one stack, the machine as it was)."""
+    rows = []
+    for mode, took in LATENCY.items():
+        ms = sorted(t * 1000 for t in took)
+        rows.append(
+            f"  {mode:<30} p50 {ms[len(ms) // 2]:6.1f} ms  p95 {ms[int(len(ms) * 0.95)]:6.1f} ms  (n={len(ms)})"
+        )
+    return "recall latency (client side):\n" + "\n".join(rows) if rows else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,13 +289,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--url", help="recall service of a running stack (needs --bootstrap); default: start one")
     ap.add_argument("--bootstrap", help="Kafka bootstrap of that running stack")
-    ap.add_argument("--no-baseline", action="store_true", help="skip the seed's RRF k=60 column (a second stack start)")
+    ap.add_argument(
+        "--no-baseline", action="store_true", help="skip the restarted columns (seed RRF, four legs, context leg)"
+    )
     ap.add_argument("--no-ingest", action="store_true", help="the store under --data-dir already holds the corpora")
     ap.add_argument("--data-dir", type=Path, default=None, help="stack data directory (default: a fresh one)")
     ap.add_argument(
         "--env", action="append", default=[], metavar="KEY=VALUE", help="extra settings for the stack started here"
     )
     ap.add_argument("--index-timeout", type=float, default=7200.0)
+    ap.add_argument(
+        "--start-timeout",
+        type=float,
+        default=600.0,
+        help="seconds for a stack to become healthy (a loaded CPU is slow)",
+    )
+    ap.add_argument(
+        "--restart",
+        action="append",
+        choices=list(RESTARTS),
+        default=None,
+        help="only these restarted columns (repeatable; default: all)",
+    )
+    # a TERM (a CI timeout, `kill`) unwinds like Ctrl-C, so the stack started here is stopped, not orphaned
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     a = ap.parse_args(argv)
 
     names = ["oracle", "s"] if a.set == "both" else [a.set]
@@ -270,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     data_dir = a.data_dir or RESULTS / f"stack-{stamp}"
-    results: dict[str, dict[str, Score]] = {n: {} for n in names}
+    results: dict[str, dict[str, dict[str, Score]]] = {n: {} for n in names}
     stack: Stack | None = None
     extra = dict(e.split("=", 1) for e in a.env)
     try:
@@ -281,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             stack = Stack(data_dir, env=extra)
             print(f"starting episodic up (data {data_dir}, log {stack.log})", flush=True)
-            stack.start()
+            stack.start(a.start_timeout)
             url, bootstrap = stack.url, stack.bootstrap
         with httpx.Client(base_url=url, timeout=60) as client:
             if not a.no_ingest:
@@ -295,19 +352,26 @@ def main(argv: list[str] | None = None) -> int:
                 results[n].update(ask(client, cs, MODES))
         if not a.no_baseline:
             if stack is None:
-                print("(rrf60 column skipped: it needs the stack started here, served with EPISODIC_FUSION=rrf_equal)")
-            else:
+                print("(restarted columns skipped: they need the stack started here)")
+            for name, env in RESTARTS.items() if stack is not None else ():
+                if a.restart and name not in a.restart:
+                    continue
                 stack.stop()
-                stack = Stack(data_dir, env={**extra, "EPISODIC_FUSION": "rrf_equal"}, log=data_dir / "stack-rrf60.log")
-                stack.start()
+                slug = name.split(" ")[0]
+                stack = Stack(data_dir, env={**extra, **env}, log=data_dir / f"stack-{slug}.log")
+                try:
+                    stack.start(a.start_timeout)
+                except TimeoutError as e:  # keep the columns measured so far
+                    print(f"{name}: skipped: {e}", flush=True)
+                    continue
                 with httpx.Client(base_url=stack.url, timeout=60) as client:
                     for n, cs in sets.items():
-                        results[n]["rrf60 (seed)"] = ask(client, cs, ("hybrid",))["hybrid"]
+                        results[n][name] = ask(client, cs, ("hybrid",), label=name)["hybrid"]
     finally:
         if stack:
             stack.stop()
 
-    text = print_table(results)
+    text = print_table(results) + "\n" + latency_table()
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"longmemeval-{stamp}.json"
@@ -315,8 +379,12 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps(
             {
                 "args": vars(a) | {"data_dir": str(data_dir)},
-                "results": {n: {m: asdict(s) for m, s in r.items()} for n, r in results.items()},
+                "results": {
+                    n: {m: {p: asdict(sc) for p, sc in parts.items()} for m, parts in r.items()}
+                    for n, r in results.items()
+                },
                 "table": text,
+                "latency_ms": {m: sorted(t * 1000 for t in took) for m, took in LATENCY.items()},
             },
             indent=1,
             default=str,

@@ -30,8 +30,8 @@ def leg(q: Q, spec: Leg) -> tuple[np.ndarray, np.ndarray]:
     return idx, q.rows[spec[0]][idx]
 
 
-def _ranked(acc: dict[int, float]) -> Ranked:
-    items = sorted(acc.items(), key=lambda kv: (-kv[1], kv[0]))[:DEPTH]
+def _ranked(acc: dict[int, float], depth: int = DEPTH) -> Ranked:
+    items = sorted(acc.items(), key=lambda kv: (-kv[1], kv[0]))[:depth]
     return np.array([i for i, _ in items], dtype=np.int64), np.array([v for _, v in items])
 
 
@@ -43,9 +43,9 @@ def single(row: str) -> Method:
     return run
 
 
-def rrf(legs: Sequence[Leg], k: float, weights: Sequence[float]) -> Method:
+def rrf(legs: Sequence[Leg], k: float, weights: Sequence[float], depth: int = DEPTH) -> Method:
     def run(q: Q) -> Ranked:
-        return _ranked(F.rrf([leg(q, s)[0] for s in legs], k, list(weights)))
+        return _ranked(F.rrf([leg(q, s)[0] for s in legs], k, list(weights)), depth)
 
     return run
 
@@ -57,14 +57,27 @@ def dbsf(legs: Sequence[Leg], weights: Sequence[float] | None = None) -> Method:
     return run
 
 
-def adjacent(inner: Method, which: str = "both", factor: float = 0.0, hits: int = 10) -> Method:
+def formula(d: str, s: str, wd: float, ws: float, c: float, n: int = 100) -> Method:
+    """A Formula query over D's and S's top n: wd * cos + ws * bm25 / (bm25 + c) (phase 1's score fusion)."""
+
+    def run(q: Q) -> Ranked:
+        return _ranked(F.formula(leg(q, (d, n)), leg(q, (s, n)), wd, ws, c))
+
+    return run
+
+
+def adjacent(
+    inner: Method, which: str = "both", factor: float = 0.0, hits: int = 10, direct: int | None = None
+) -> Method:
     """Episode adjacency: the top `hits` direct hits each bring their previous and/or next memory in the
     session. factor 0: a neighbour goes right below its hit; factor f > 0: it is scored f * the hit's
     score and everything is re-sorted (so it can fall below other direct hits). Duplicates keep their
-    best place."""
+    best place. `direct`: only that many direct hits compete (the recall service fetches k of them)."""
 
     def run(q: Q) -> Ranked:
         idx, sc = inner(q)
+        if direct is not None:
+            idx, sc = idx[:direct], sc[:direct]
         out: dict[int, float] = {}
         order: list[int] = []
         for r, (i, s) in enumerate(zip(idx.tolist(), sc.tolist(), strict=True)):

@@ -44,6 +44,7 @@ class Sparse:
     ctx_field: float = 0.0  # > 0: the context as a second field of this weight beside the turn's own vector
     rm3: Rm3 | None = None
     qweight: str | None = None  # eval.prf.weigh_query modes
+    run_doc: bool = False  # score each memory by its whole run (session) as one document (all its texts)
 
 
 Row = Dense | Sparse
@@ -56,6 +57,7 @@ class Memories:
     aliases: list[list[str]] = field(default_factory=list)
     prev: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # -1: none
     next: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    run: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # run (session) number
 
     @classmethod
     def build(cls, corpus: Corpus) -> Memories:
@@ -76,6 +78,8 @@ class Memories:
         m.prev = np.full(n, -1, dtype=np.int64)
         m.next = np.full(n, -1, dtype=np.int64)
         turns = corpus.turns
+        runs: dict[str, int] = {}
+        m.run = np.array([runs.setdefault(turns[i].session_id, len(runs)) for i in m.first], dtype=np.int64)
         for j, i in enumerate(m.first):
             if i > 0 and turns[i - 1].session_id == turns[i].session_id:
                 m.prev[j] = of_turn[i - 1]
@@ -155,6 +159,12 @@ def dense_rows(mem: Memories, queries: list[str], row: Dense) -> np.ndarray | No
 def sparse_rows(mem: Memories, queries: list[str], row: Sparse) -> np.ndarray:
     if row.ctx_field:
         ix = Bm25Index(row.bm25, mem.texts(ContextSpec()), mem.texts(row.ctx, own=False), row.ctx_field)
+    elif row.run_doc:  # one document per run: its memories' texts joined; every memory gets its run's score
+        docs: list[list[str]] = [[] for _ in range(int(mem.run.max()) + 1 if len(mem.run) else 0)]
+        for r, t in zip(mem.run.tolist(), mem.texts(row.ctx), strict=True):
+            docs[r].append(t)
+        ix = Bm25Index(row.bm25, ["\n".join(d) for d in docs])
+        return ix.score(ix.query(queries))[:, mem.run]
     else:
         ix = Bm25Index(row.bm25, mem.texts(row.ctx))
     q = ix.query(queries)

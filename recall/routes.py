@@ -16,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
 from episodic.auth import Principal, authorize, authorize_recall
+from episodic.context import ContextMode
 from episodic.recall import RecallHit, RecallResult
 from episodic.render import render
 from recall.deps import Services, current_principal, get_services
@@ -168,6 +169,13 @@ async def memory_stats(
     return await run_in_threadpool(counts)
 
 
+def context_state(mode: ContextMode, has_context: bool) -> str:
+    """What /healthz says about context-aware indexing."""
+    if mode.off:
+        return "off"
+    return mode.label() if has_context else "unavailable"
+
+
 @router.get("/healthz", response_model=HealthzResponse, tags=["ops"], summary="Liveness and mode (no auth)")
 async def healthz(response: Response, services: Services = Depends(get_services)) -> HealthzResponse:
     try:
@@ -184,6 +192,7 @@ async def healthz(response: Response, services: Services = Depends(get_services)
         kafka=kafka,
         qdrant=qdrant,
         kafka_bootstrap=st.get("kafka_bootstrap"),
+        context=context_state(services.settings.context, services.store.has_context),
     )
     if not store_ok:  # cannot serve recall at all: fail readiness probes
         response.status_code = 503

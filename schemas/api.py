@@ -9,6 +9,7 @@ Validation rules (every violation is a 422 that names the field, never a 5xx):
 - `agent_id`, `crew_id`: null or a string of 1..128 chars.
 - `query`: 1..`MAX_QUERY_CHARS` (4096) characters, not only whitespace.
 - `k`: integer 1..50, default 5. `mode`: "hybrid" (default), "dense" or "sparse". `walk_depth`: 0 or 1.
+  `adjacent`: true, false or null (the service default).
 - Types are strict (`"5"` is not an integer, `true` is not a number) and unknown fields are rejected.
 - Journal (`POST /v1/journal`): `entries`, 1..`MAX_JOURNAL_ENTRIES` journal entries (SPEC §3) in a body of
   at most `MAX_JOURNAL_BYTES`; each entry is validated on its own by the gate's parser.
@@ -45,7 +46,7 @@ MAX_ENTRY_TYPES = 50
 
 Scope = Literal["own", "crew_shared"]
 Mode = Literal["hybrid", "dense", "sparse"]
-Via = Literal["direct", "similar", "supports"]
+Via = Literal["direct", "similar", "supports", "adjacent"]
 Severity = Literal["debug", "info", "warn", "error"]
 
 IdStr = Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_LEN)]
@@ -66,6 +67,11 @@ class RecallRequest(BaseModel):
     mode: Mode = "hybrid"
     walk_depth: Literal[0, 1] = Field(
         default=0, description="1: also follow one hop of similar/supports relations (inside the scope)"
+    )
+    adjacent: bool | None = Field(
+        default=None,
+        description="true: each direct hit also brings its previous and next memory in its run, scored below "
+        'it ("via": "adjacent"), counted in k; null: the service default (EPISODIC_RECALL_ADJACENT, off)',
     )
     since: StrictStr | None = Field(default=None, description="only memories with ts >= since (RFC 3339)")
     until: StrictStr | None = Field(default=None, description="only memories with ts < until (RFC 3339)")
@@ -167,6 +173,11 @@ class RenderRequest(RecallRequest):
         return DEFAULT_RENDER_CHARS
 
 
+class ContextLine(BaseModel):
+    entry_id: str = Field(description="the earlier memory of the run")
+    text: str = Field(description="its summary as indexed: cut to its first EPISODIC_CONTEXT_WORDS words")
+
+
 class Hit(BaseModel):
     entry_id: str
     score: float
@@ -186,6 +197,11 @@ class Hit(BaseModel):
     )
     occurrences: int = Field(
         default=1, ge=1, description="how many entries this memory stands for: itself and every exact duplicate"
+    )
+    context: list[ContextLine] | None = Field(
+        default=None,
+        description="the earlier memories of its run it was indexed with, oldest first (the summary is the "
+        "entry's own, unchanged); null when indexed without context",
     )
 
 
@@ -223,6 +239,11 @@ class HealthzResponse(BaseModel):
     kafka: str
     qdrant: str
     kafka_bootstrap: str | None
+    context: str = Field(
+        default="off",
+        description="context-aware indexing: the mode (e.g. prev:2/16w), off, or unavailable (the collection "
+        "was created before it and has no bm25_context vector: recall runs without the context leg)",
+    )
 
 
 MAX_HEALTH_DAYS = 366
@@ -392,6 +413,9 @@ class MemoryDetail(BaseModel):
     aliases: list[str]
     occurrences: int
     relations: list[RelationOut] = Field(description="edges from and to this memory")
+    context: list[ContextLine] | None = Field(
+        default=None, description="the earlier memories of its run it was indexed with (null: without context)"
+    )
 
 
 class MemoryItem(BaseModel):

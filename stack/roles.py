@@ -200,13 +200,14 @@ class EmbedderRole(Role):
             clock=res.clock,
             alias_limit=res.settings.alias_limit,
             switch=res.switch,
+            context=res.settings.context,
         )
         self.consumer = EmbeddingConsumer(
             settings=res.settings,
             indexer=indexer,
             producer=res.need_producer(self.name),
             metrics=res.metrics,
-            forgetter=Forgetter(store=store, state=res.state),
+            forgetter=Forgetter(store=store, state=res.state, bm25=bm25),
             cores=res.cores,
         )
         self._task = asyncio.create_task(self._run(self.consumer, res.fail), name="embedding-consumer")

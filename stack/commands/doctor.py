@@ -222,6 +222,18 @@ def check_service(
         )
     else:
         out.append(Check("embedder", "OK", "vector mode (dense + sparse)"))
+    if health.get("context") == "unavailable":
+        out.append(
+            Check(
+                "context",
+                "WARN",
+                "the memory collection has no bm25_context vector (created before context-aware indexing): "
+                "entries are indexed and recalled without their run context",
+                "its memories are still recalled (dense and BM25 legs); to index with context, re-ingest the "
+                "journal into a new collection (EPISODIC_COLLECTION, or a new EPISODIC_DATA_DIR); or set "
+                "EPISODIC_CONTEXT_MODE=off to silence this",
+            )
+        )
     if health.get("kafka") not in (None, "ok"):
         out.append(
             Check(

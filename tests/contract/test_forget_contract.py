@@ -74,8 +74,11 @@ def rel(src: str, dst: str, ws: str = "ws-a") -> Relation:
 def test_forgetting_an_alias_forgets_its_memory_with_its_edges_both_ways(
     store: MemoryStore, state: StateStore, ix: Indexer, forgetter: Forgetter
 ) -> None:
-    ix.index_batch([rec("e1", "the checkout ran out of memory"), rec("e2", "The checkout ran out of  memory")])
-    ix.index_batch([rec("e3"), rec("e4"), rec("e1", "the checkout ran out of memory", ws="ws-b")])
+    # no run: these memories have no run neighbours (adjacency edges: test_context_contract.py)
+    ix.index_batch(
+        [rec("e1", "the checkout ran out of memory", run=None), rec("e2", "The checkout ran out of  memory", run=None)]
+    )
+    ix.index_batch([rec("e3", run=None), rec("e4", run=None), rec("e1", "the checkout ran out of memory", ws="ws-b")])
     assert store.retrieve([point_id("ws-a", "e1")])[point_id("ws-a", "e1")]["aliases"] == ["e2"]
     assert store.add_relations([rel("e3", "e1"), rel("e1", "e4"), rel("e4", "e3"), rel("e1", "e4", ws="ws-b")]) == 4
 

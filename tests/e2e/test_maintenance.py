@@ -36,9 +36,11 @@ def line(entry_id: str, summary: str, *, ws: str = "ws-a", agent: str = "a1", **
     return json.dumps(entry).encode()
 
 
-def edges(stack: Stack, ws: str, ids: list[str]) -> set[tuple[str, str, str, float]]:
+def edges(stack: Stack, ws: str, ids: list[str], *, run: bool = False) -> set[tuple[str, str, str, float]]:
+    """The edges touching `ids`: the linker's and the indexer's rules, or (`run`) the run's previous/next."""
     assert stack.store is not None
-    return {(r.src, r.dst, r.relation, round(r.weight, 2)) for r in stack.store.relations_of(ws, ids)}
+    got = {(r.src, r.dst, r.relation, round(r.weight, 2)) for r in stack.store.relations_of(ws, ids)}
+    return {e for e in got if (e[2] in ("previous", "next")) == run}
 
 
 def metric(stack: Stack, name: str, **labels: str) -> float:
@@ -83,6 +85,11 @@ async def test_similar_edges_through_the_pipeline_walk_redelivery_and_restart(
             ("oom-3", "oom-2", "similar", 0.82),
         }
         assert edges(stack, "ws-a", every) == want  # new -> old, weight = cosine; none for lunch or the alias
+        # the same memories carry their run's edges (the indexer's), written while the linker was linking
+        # them: neither writer dropped the other's, and run neighbours still got their similar edge
+        chain = [("oom-1", "lunch"), ("oom-2", "oom-1"), ("oom-3", "oom-2")]
+        run_edges = {(a, b, "previous", 1.0) for a, b in chain} | {(b, a, "next", 1.0) for a, b in chain}
+        assert edges(stack, "ws-a", every, run=True) == run_edges
         assert edges(stack, "ws-b", ["oom-b", "oom-1"]) == set()  # never across workspaces
         assert "oom-2-again" in store.retrieve([point_id("ws-a", "oom-2")])[point_id("ws-a", "oom-2")]["aliases"]
 

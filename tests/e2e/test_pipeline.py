@@ -130,3 +130,45 @@ async def test_sparse_only_mode_then_backfill(fresh_broker: str, tmp_path: Path)
         total = len(exp.memories)
         await poll(lambda: stack2.store.count(has_dense=True) == total, timeout=90, what="backfill")
         assert stack2.store.count(has_dense=False) == 0
+
+
+async def test_entries_are_indexed_with_their_run_context_through_the_stack(fresh_broker: str, tmp_path: Path) -> None:
+    chat = [
+        "user: what should I buy for my sister's birthday next week?",
+        "assistant: a scarf or a book are safe choices",
+        "user: I got her a yellow dress",
+        "assistant: she will love it",
+    ]
+
+    def line(i: int, run: str = "chat-1") -> bytes:
+        return json.dumps(
+            {
+                "id": f"{run}-{i}",
+                "workspace_id": "w-ctx",
+                "agent_id": "planner",
+                "run_id": run,
+                "ts": f"2026-11-21T10:00:{i:02d}Z",
+                "entry_type": "summary.generated",
+                "severity": "info",
+                "summary": chat[i],
+                "payload": {},
+            }
+        ).encode()
+
+    settings = stack_settings(fresh_broker, tmp_path)
+    async with running_stack(settings) as stack:
+        await produce_lines(fresh_broker, [line(0), line(1)])
+        await poll(lambda: stack.store.count("w-ctx") >= 2, timeout=60, what="the first two entries")
+        await produce_lines(fresh_broker, [line(2), line(3)])  # a later batch: its context comes from the store
+        await poll(lambda: stack.store.count("w-ctx") >= 4, timeout=60, what="all four entries")
+        base = f"http://127.0.0.1:{stack.http_port}"
+        async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+            assert (await http.get("/healthz")).json()["context"] == "prev:2/16w"
+            body = {"workspace_id": "w-ctx", "agent_id": "planner", "query": "sister birthday present", "k": 4}
+            hits = (await http.post("/v1/recall", json=body)).json()["hits"]
+            reply = next(h for h in hits if h["entry_id"] == "chat-1-2")
+            assert reply["summary"] == chat[2]
+            assert [c["entry_id"] for c in reply["context"]] == ["chat-1-0", "chat-1-1"]
+            shown = (await http.get("/v1/memory/chat-1-2", params={"workspace_id": "w-ctx"})).json()
+            own = {(r["relation"], r["dst"]) for r in shown["relations"] if r["src"] == "chat-1-2"}
+            assert own == {("previous", "chat-1-1"), ("next", "chat-1-3")}

@@ -184,7 +184,12 @@ def test_show_a_memory_with_everything_it_holds(shared: dict[str, Any]) -> None:
     assert {(x["src"], x["dst"], x["relation"]) for x in m["relations"]} == {
         ("old-oom", "old-dns", "supports"),
         ("old-db", "old-oom", "similar"),
+        ("old-oom", "old-dns", "next"),  # run r-old in time order: old-oom, old-dns, old-db, ...
+        ("old-dns", "old-oom", "previous"),
     }
+    assert m["context"] == []  # the first memory of its run
+    db = c.get("/v1/memory/old-db", params={"workspace_id": "ws-a"}).json()
+    assert [x["entry_id"] for x in db["context"]] == ["old-oom", "old-dns"]  # indexed with the two before it
     alias = c.get("/v1/memory/dup-b", params={"workspace_id": "ws-a"}).json()
     assert (alias["entry_id"], alias["requested_id"], alias["aliases"], alias["occurrences"]) == (
         "dup-a",
@@ -308,7 +313,8 @@ def test_forget_one_memory_and_it_is_gone_everywhere(env: dict[str, Any]) -> Non
     r = c.delete("/v1/memory/dup-b", params={"workspace_id": "ws-a"})  # an alias: the whole memory goes
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["status"] == "applied" and body["removed"] == {"memories": 1, "entry_ids": 2, "edges": 0}
+    # its run edges: previous old-db and next a/b:c, and theirs back to it
+    assert body["status"] == "applied" and body["removed"] == {"memories": 1, "entry_ids": 2, "edges": 4}
     assert sorted(body["removed_ids"]) == ["dup-a", "dup-b"] and body["selector"] == {"entry_ids": ["dup-b"]}
     gone = c.get("/v1/memory/dup-a", params={"workspace_id": "ws-a"})
     assert gone.status_code == 404 and "was forgotten" in gone.json()["error"]
@@ -317,7 +323,12 @@ def test_forget_one_memory_and_it_is_gone_everywhere(env: dict[str, Any]) -> Non
     assert status["status"] == "applied" and status["forget_id"] == body["forget_id"]
     # edges into a forgotten memory go with it
     c.delete("/v1/memory/old-oom", params={"workspace_id": "ws-a"})
-    assert c.get("/v1/memory/old-db", params={"workspace_id": "ws-a"}).json()["relations"] == []
+    left = {
+        (x["src"], x["dst"], x["relation"])
+        for x in c.get("/v1/memory/old-db", params={"workspace_id": "ws-a"}).json()["relations"]
+    }
+    assert not any("old-oom" in edge for edge in left)
+    assert ("old-db", "a/b:c", "next") in left  # its run neighbours are linked across the forgotten dup-a
     assert c.get("/v1/memory/old-oom", params={"workspace_id": "ws-b"}).status_code == 200
     hits = c.post("/v1/recall", json={"workspace_id": "ws-a", "agent_id": "a1", "query": "OOM killed", "k": 50})
     assert "old-oom" not in {h["entry_id"] for h in hits.json()["hits"]}

@@ -23,7 +23,7 @@ from episodic.identity import point_id
 from episodic.indexer import Indexer
 from episodic.memories import memory_detail
 from episodic.portable import BadExport, Importer, check_export, export_workspace, read_export
-from episodic.ports import MemoryStore, Relation, Selection, StateStore
+from episodic.ports import Fusion, MemoryStore, Relation, ScopeFilter, Selection, StateStore
 from episodic.recall import RecallEngine
 from episodic.sparse import Bm25Encoder
 from schemas.api import RecallRequest
@@ -107,6 +107,15 @@ def answers(store: MemoryStore, embedder: Any) -> list[list[tuple[Any, ...]]]:
     return out
 
 
+def context_answers(store: MemoryStore) -> list[list[str]]:
+    """The context leg alone (the run context each memory was indexed with, BM25)."""
+    only = Fusion(method="rrf", k=3, dense_weight=0.0, sparse_weight=0.0, context_weight=1.0)
+    scope = ScopeFilter(workspace_id=WS, agent_id="planner", scope="own")
+    bm25, zero = Bm25Encoder(), [0.0] * 384
+    zero[0] = 1.0
+    return [[h.payload["entry_id"] for h in store.query_hybrid(zero, bm25.query(q), scope, 5, only)] for q in QUERIES]
+
+
 def details(store: MemoryStore, state: StateStore) -> dict[str, Any]:
     ids = [t[0] for t in TEXTS if t[0] != "m06"] + ["m10"]
     return {i: memory_detail(store, state, WS, i) for i in ids}
@@ -138,12 +147,36 @@ def test_a_round_trip_gives_the_same_recall_and_the_same_memories(pair: Any, emb
         assert details(target, target_state) == want_details
         got = memory_detail(target, target_state, WS, "m06")  # the alias resolves to its memory
         assert got is not None and got["entry_id"] == "m02" and got["occurrences"] == 2
+        # the context vector is computed again from the run context the memory was indexed with
+        assert context_answers(target) == context_answers(source) and all(context_answers(target))
         m03 = target.retrieve([point_id(WS, "m03")])[point_id(WS, "m03")]
         assert (m03["reference_count"], m03["importance_score"], m03["linked_at"]) == (4, 0.93, "2026-11-22T09:00:00Z")
     # importing the same file again changes nothing
     again = Importer(store=target, state=target_state, embedder=embedder, bm25=Bm25Encoder()).run(read_export(lines))
     assert (again.written, again.replaced) == (9, 9) and target.count(WS) == 9
     same(answers(target, embedder), want)
+
+
+def test_the_run_context_comes_back_and_its_vector_is_computed_again(pair: Any) -> None:
+    """A run indexed in order (each memory with the two before it), exported and imported into the other
+    engine: the same context lines, and the context leg finds a reply by the question before it."""
+    (source, _), (target, target_state) = pair
+    turns = ["what did you buy for your sister's birthday", "tell me and I will remember it",
+             "a yellow dress, last Tuesday", "noted"]  # fmt: skip
+    indexer = Indexer(store=source, embedder=None, bm25=Bm25Encoder(), clock=lambda: NOW)
+    for i, text in enumerate(turns):  # one entry a batch: each sees the ones before it
+        ts = (NOW + timedelta(minutes=i)).isoformat()
+        indexer.index_batch([record(f"c{i}", "summary.generated", "info", text, ts=ts, run_id="chat")])
+    lines = list(export_workspace(source, WS))
+    Importer(store=target, state=target_state, embedder=None, bm25=Bm25Encoder()).run(read_export(lines))
+    for store in (source, target):
+        got = store.retrieve([point_id(WS, "c2")])[point_id(WS, "c2")]
+        assert got["context_ids"] == ["c0", "c1"] and got["context"][0]["text"] == turns[0]
+    only = Fusion(method="rrf", k=3, dense_weight=0.0, sparse_weight=0.0, context_weight=1.0)
+    scope = ScopeFilter(workspace_id=WS, agent_id="planner", scope="own")
+    q = Bm25Encoder().query("sister birthday present")
+    found = [h.payload["entry_id"] for h in target.query_hybrid([1.0] + [0.0] * 383, q, scope, 5, only)]
+    assert set(found) == {"c0", "c1", "c2"}  # c3's context (c1, c2) does not mention her
 
 
 class Renamed:
@@ -175,7 +208,9 @@ def test_another_model_embeds_again_and_the_target_forgets_hold(pair: Any, embed
     assert (report.written, report.embedded, report.vectors_kept) == (8, 8, 0) and other.calls >= 1
     assert target.retrieve([point_id(WS, "m01")]) == {}
     m08 = target.retrieve([point_id(WS, "m08")])[point_id(WS, "m08")]
-    assert m08["relations"] == [] and m08["links"] == [] and m08["model"] == "another-model"
+    # its similar edge to the forgotten m01 is dropped; its run edges (previous / next) are kept
+    assert {e["relation"]: e["dst"] for e in m08["relations"]} == {"previous": "m09", "next": "m07"}
+    assert m08["links"] == ["m07", "m09"] and m08["model"] == "another-model"
     m02 = target.retrieve([point_id(WS, "m02")])[point_id(WS, "m02")]
     assert m02["aliases"] == [] and m02["occurrences"] == 2
     hits = RecallEngine(store=target, embedder=other, bm25=Bm25Encoder(), clock=lambda: NOW).recall(

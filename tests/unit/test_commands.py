@@ -102,6 +102,31 @@ def test_serve_preflight_refuses(
     assert "tokens file" in capsys.readouterr().err
 
 
+def test_doctor_warns_when_the_collection_has_no_context_vector() -> None:
+    import httpx
+
+    from episodic.settings import Settings
+    from stack.commands.doctor import check_service
+
+    def answer(context: str) -> httpx.MockTransport:
+        def handler(request: httpx.Request) -> httpx.Response:
+            if request.url.path == "/healthz":
+                health = {"status": "ok", "episodic": "vector", "kafka": "ok", "qdrant": "ok", "context": context}
+                return httpx.Response(200, json={**health, "kafka_bootstrap": None})
+            if request.url.path == "/metrics":
+                return httpx.Response(200, text="")
+            return httpx.Response(200, json={"indexed": 1, "dense": 1, "sparse_only": 0})
+
+        return httpx.MockTransport(handler)
+
+    old = check_service(Settings(), "http://x", None, transport=answer("unavailable"))
+    [warn] = [c for c in old if c.name == "context"]
+    assert warn.level == "WARN" and "bm25_context" in warn.message and warn.fix and "re-ingest" in warn.fix
+    assert not [
+        c for c in check_service(Settings(), "http://x", None, transport=answer("prev:2/16w")) if c.name == "context"
+    ]
+
+
 def test_the_gate_batch_size_reaches_the_consumer(capsys: pytest.CaptureFixture[str]) -> None:
     """`episodic gate --batch-size N` bounds the fetched batches: Faust's max_poll_records."""
     from stack.commands.gate import _parser, gate_config

@@ -71,3 +71,24 @@ def test_query_weights() -> None:
     assert dropped.nnz < q.nnz
     with pytest.raises(ValueError, match="unknown query weighting"):
         weigh_query(index, q, "bogus")
+
+
+def test_run_level_rerank_lifts_a_candidate_whose_run_has_other_strong_candidates() -> None:
+    from eval.methods import Ranked
+    from eval.runlevel import run_level, run_scores
+    from eval.views import Memories, Q
+
+    mem = Memories(corpus=None)  # type: ignore[arg-type]
+    mem.run = np.array([0, 0, 1, 2])  # memories 0 and 1 share a run
+    q = Q({"S": np.array([1.0, 0.0, 2.0, 0.5])}, mem, frozenset(), "t")
+
+    def inner(_: Q) -> Ranked:  # fused ranking: 2, 0, 3, 1
+        return np.array([2, 0, 3, 1]), np.array([1.0, 0.9, 0.8, 0.7])
+
+    idx, sc = inner(q)
+    assert run_scores(q, idx, sc, "fused", "max", True).tolist() == [1.0, 0.9, 0.8, 0.9]
+    assert run_scores(q, idx, sc, "fused", "top2", True).tolist() == pytest.approx([1.0, 1.6, 0.8, 1.6])
+    assert run_scores(q, idx, sc, "fused", "max", False).tolist() == [0.0, 0.7, 0.0, 0.9]  # siblings only
+    assert run_scores(q, idx, sc, "S", "sum", True).tolist() == [2.0, 1.0, 0.5, 1.0]
+    assert run_level(inner, 0.0)(q)[0].tolist() == [2, 0, 3, 1]  # no weight: the fused order
+    assert run_level(inner, 1.0, agg="top2")(q)[0].tolist() == [0, 1, 2, 3]  # run 0 holds two good candidates

@@ -421,6 +421,7 @@ def test_stats_health_healthz_metrics_openapi(env: Env) -> None:
     assert env.client.get("/v1/memory/health").json()["error"].startswith("workspace_id: ")
     assert env.client.get("/healthz").json() == {
         "status": "ok", "episodic": "vector", "kafka": "ok", "qdrant": "ok", "kafka_bootstrap": "127.0.0.1:9092",
+        "context": "unavailable",  # the fake store has no context vector
     }  # fmt: skip
     env.client.post("/v1/recall", json=OK)
     m = env.client.get("/metrics")

@@ -120,6 +120,32 @@ def test_both_and_head_legs() -> None:
     assert lexical.idf is both.idf is head.idf
 
 
+def test_the_context_leg_and_the_both_leg_by_context_fall_back_without_the_vector() -> None:
+    from episodic.ports import CONTEXT
+    from episodic.ports import SPARSE as TURN
+
+    fusion = Fusion(k=3, both_weight=0.5, head=5, head_weight=0.75, context_weight=1.0, both_by_context=True)
+    fused = hybrid_prefetch([1.0], SPARSE, OWN, scope_filter(OWN), 100, fusion, context=True)
+    assert [(getattr(leg, "using", "dense"), leg.limit) for leg in fused.legs] == [
+        ("dense", 100), (TURN, 100), (CONTEXT, 100), (TURN, 5), (CONTEXT, 100),
+    ]  # fmt: skip
+    assert fused.weights == (1.0, 1.0, 0.5, 0.75, 1.0) and fused.limit == 500
+    old = hybrid_prefetch([1.0], SPARSE, OWN, scope_filter(OWN), 100, fusion, context=False)
+    assert [getattr(leg, "using", "dense") for leg in old.legs] == ["dense", TURN, TURN, TURN]  # the four legs
+    off = hybrid_prefetch([1.0], SPARSE, OWN, scope_filter(OWN), 100, Fusion(context_weight=0.0), context=True)
+    assert [getattr(leg, "using", "dense") for leg in off.legs] == ["dense", TURN]
+
+
+def test_the_five_legs_run_their_dense_legs_on_the_named_generation() -> None:
+    from episodic.ports import CONTEXT
+
+    fusion = Fusion(k=3, both_weight=0.5, head=5, head_weight=0.75, context_weight=1.0, both_by_context=True)
+    fused = hybrid_prefetch([1.0], SPARSE, OWN, scope_filter(OWN), 100, fusion, "dense_1", context=True)
+    dense, _, both, _, _ = fused.legs
+    assert isinstance(dense, DenseLeg) and dense.using == "dense_1"
+    assert isinstance(both, SparseLeg) and both.using == CONTEXT and both.inner is dense  # re-scored by C
+
+
 def test_head_is_capped_by_the_leg_limit() -> None:
     fused = hybrid_prefetch([1.0], SPARSE, OWN, scope_filter(OWN), 3, Fusion(head=10, head_weight=1.0))
     assert legs_of(fused)[-1] == ("sparse", 3, False)
@@ -188,8 +214,8 @@ class Recorder(Vocabulary):
     def dense_leg(self, vector: list[float], flt: Any, limit: int) -> Any:
         return self._rec("dense_leg", vector, flt, limit)
 
-    def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None) -> Any:
-        return self._rec("sparse_leg", vector, flt, limit, idf, inner)
+    def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None, using: str) -> Any:
+        return self._rec("sparse_leg", vector, flt, limit, idf, inner, using)
 
     def fused(self, legs: list[Any], method: str, k: int, weights: list[float], flt: Any, limit: int) -> Any:
         return self._rec("fused", legs, method, k, weights, flt, limit)
