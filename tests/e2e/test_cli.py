@@ -32,6 +32,9 @@ async def test_produce_recall_and_doctor_against_a_running_stack(
         assert sent == 43
         # 12 acme memories + 2 globex (one duplicate folded, noise and garbage dropped)
         await poll(lambda: stack.store.count("acme") == 12 and stack.store.count("globex") == 2, what="sample indexed")
+        # the ranking below is the hybrid's: every memory with its dense vector (a busy machine may write
+        # them BM25-first and add the vectors a moment later)
+        await poll(lambda: stack.store.count("acme", has_dense=True) == 12, timeout=120, what="vectors added")
 
         capsys.readouterr()
         rc = await asyncio.to_thread(
