@@ -243,7 +243,9 @@ async def fresh_highwaters(consumer: Any, tps: set[Any], *, wait_s: float = LAG_
 # -- reading a topic to the end it had ------------------------------------------------------------------
 
 
-async def topic_ends(bootstrap: str, topic: str, *, wait_s: float = 10.0) -> dict[int, int]:
+async def topic_ends(
+    bootstrap: str, topic: str, *, wait_s: float = 10.0, options: Mapping[str, Any] | None = None
+) -> dict[int, int]:
     """partition -> the offset after its last record now (the fetch high watermark, SPEC §10: not ListOffsets,
     which the embedded broker misreports). {} when the topic does not exist. BrokerUnavailable when the broker
     cannot be reached or a partition does not answer within `wait_s`."""
@@ -256,6 +258,7 @@ async def topic_ends(bootstrap: str, topic: str, *, wait_s: float = 10.0) -> dic
         fetch_max_wait_ms=50,
         max_partition_fetch_bytes=1,  # the high watermark is the point, not the records
         request_timeout_ms=10_000,
+        **(options or {}),  # TLS / SASL (episodic.client_options)
     )
     try:
         await probe.start()
@@ -278,7 +281,14 @@ async def topic_ends(bootstrap: str, topic: str, *, wait_s: float = 10.0) -> dic
             await probe.stop()
 
 
-async def read_to(bootstrap: str, topic: str, ends: dict[int, int], *, stall_s: float = 30.0) -> AsyncIterator[Any]:
+async def read_to(
+    bootstrap: str,
+    topic: str,
+    ends: dict[int, int],
+    *,
+    stall_s: float = 30.0,
+    options: Mapping[str, Any] | None = None,
+) -> AsyncIterator[Any]:
     """Every record of `topic` before `ends` (partition -> offset, `topic_ends`), partition by partition in
     offset order; records written after `ends` are not read. BrokerUnavailable when no record arrives for
     `stall_s` seconds while some are still to be read."""
@@ -288,7 +298,11 @@ async def read_to(bootstrap: str, topic: str, ends: dict[int, int], *, stall_s: 
     if not todo:
         return
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=50
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=50,
+        **(options or {}),  # TLS / SASL (episodic.client_options)
     )
     try:
         await consumer.start()

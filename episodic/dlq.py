@@ -29,7 +29,7 @@ import dataclasses
 import json
 import re
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -240,10 +240,14 @@ def replay_key(letter: Letter) -> bytes | None:
 # -- reading ------------------------------------------------------------------------------------------------
 
 
-async def read_ledger(bootstrap: str, topic: str) -> dict[tuple[int, int], ReplayMark]:
-    """(partition, offset) of every dead letter the ledger marks as replayed (the latest mark of each)."""
+async def read_ledger(
+    bootstrap: str, topic: str, *, options: Mapping[str, Any] | None = None
+) -> dict[tuple[int, int], ReplayMark]:
+    """(partition, offset) of every dead letter the ledger marks as replayed (the latest mark of each).
+    `options`: the Kafka clients' TLS / SASL keywords (episodic.client_options.kafka_options)."""
     marks: dict[tuple[int, int], ReplayMark] = {}
-    async for rec in read_to(bootstrap, topic, await topic_ends(bootstrap, topic)):
+    ends = await topic_ends(bootstrap, topic, options=options)
+    async for rec in read_to(bootstrap, topic, ends, options=options):
         try:
             mark = ReplayMark.from_json(rec.value or b"")
         except InvalidRecord:
@@ -252,11 +256,13 @@ async def read_ledger(bootstrap: str, topic: str) -> dict[tuple[int, int], Repla
     return marks
 
 
-async def letters(bootstrap: str, topics: DlqTopics = DlqTopics()) -> AsyncIterator[Letter]:
+async def letters(
+    bootstrap: str, topics: DlqTopics = DlqTopics(), *, options: Mapping[str, Any] | None = None
+) -> AsyncIterator[Letter]:
     """Every record of the dead-letter topic up to the end it had when this started, with its ledger mark."""
-    marks = await read_ledger(bootstrap, topics.replays)
-    ends = await topic_ends(bootstrap, topics.dlq)
-    async for rec in read_to(bootstrap, topics.dlq, ends):
+    marks = await read_ledger(bootstrap, topics.replays, options=options)
+    ends = await topic_ends(bootstrap, topics.dlq, options=options)
+    async for rec in read_to(bootstrap, topics.dlq, ends, options=options):
         letter = letter_of(rec.partition, rec.offset, rec.timestamp, rec.key, rec.value)
         mark = marks.get((rec.partition, rec.offset))
         yield letter if mark is None else dataclasses.replace(letter, mark=mark)
@@ -283,18 +289,19 @@ async def replay(
     dry_run: bool = False,
     partitions: int = 4,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    options: Mapping[str, Any] | None = None,
 ) -> ReplayReport:
     """Send the selected dead letters' original bytes back to journal.entries (see the module doc).
     Returns once the broker acknowledged every replayed record and its ledger mark. `partitions`: of the
     ledger topic, when this creates it."""
     report = ReplayReport()
-    producer = None if dry_run else make_producer(bootstrap)
+    producer = None if dry_run else make_producer(bootstrap, **(options or {}))
     if producer is not None:
-        await ensure_topics(bootstrap, partitions=partitions, topics=(topics.replays,))
+        await ensure_topics(bootstrap, partitions=partitions, topics=(topics.replays,), options=options)
         await producer.start()
     try:
         chunk: list[Letter] = []
-        async for letter in letters(bootstrap, topics):
+        async for letter in letters(bootstrap, topics, options=options):
             report.read += 1
             if not selector.matches(letter):
                 continue

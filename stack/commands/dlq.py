@@ -20,6 +20,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 
+from episodic.client_options import kafka_options
 from episodic.dlq import DEFAULT_MAX_REPLAYS, Letter, Selector, letters, parse_letter_id, parse_since, replay
 from episodic.errors import BrokerUnavailable
 from episodic.settings import Settings
@@ -76,7 +77,8 @@ def ls_main(argv: list[str]) -> int:
     selector = _selector(ap, args)
 
     async def collect() -> list[Letter]:
-        return [letter async for letter in letters(args.bootstrap) if selector.matches(letter)]
+        options = kafka_options(settings)
+        return [letter async for letter in letters(args.bootstrap, options=options) if selector.matches(letter)]
 
     try:
         found = asyncio.run(collect())
@@ -117,6 +119,7 @@ def replay_main(argv: list[str]) -> int:
                 force=args.force,
                 dry_run=args.dry_run,
                 partitions=settings.topic_partitions,
+                options=kafka_options(settings),
             )
         )
     except BrokerUnavailable as e:

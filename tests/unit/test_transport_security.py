@@ -367,3 +367,39 @@ def test_qdrant_client_gets_the_api_key_and_the_ca(tls_files: dict[str, Path], m
     with pytest.raises(StoreUnavailable):
         open_store(s, dim=384)  # what every role opens
     assert rec.calls[0]["api_key"] == API_KEY and isinstance(rec.calls[0]["verify"], ssl.SSLContext)
+
+
+async def test_the_dead_letter_tools_read_and_replay_with_the_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    import aiokafka
+
+    import episodic.bus
+    from episodic.dlq import Selector, letters, replay
+
+    opts = kafka_options(sasl())
+    rec = Recorder()
+    monkeypatch.setattr(aiokafka, "AIOKafkaConsumer", rec)  # episodic.bus imports it where it reads
+    with pytest.raises(Recorded):
+        await anext(letters("kafka.example:9093", options=opts))
+    assert_sasl(rec.calls[0])
+    rec = Recorder()
+    monkeypatch.setattr(episodic.bus, "AIOKafkaProducer", rec)
+    with pytest.raises(Recorded):
+        await replay("kafka.example:9093", Selector(), options=opts)
+    assert_sasl(rec.calls[0])
+
+
+def test_the_dlq_command_passes_the_settings_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    import aiokafka
+
+    from stack.commands.dlq import ls_main
+
+    monkeypatch.setenv("EPISODIC_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
+    monkeypatch.setenv("EPISODIC_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")
+    monkeypatch.setenv("EPISODIC_KAFKA_SASL_USERNAME", "episodic")
+    monkeypatch.setenv("EPISODIC_KAFKA_SASL_PASSWORD", PASSWORD)
+    monkeypatch.setenv("EPISODIC_KAFKA_BOOTSTRAP", "kafka.example:9093")
+    rec = Recorder()
+    monkeypatch.setattr(aiokafka, "AIOKafkaConsumer", rec)
+    with pytest.raises(Recorded):
+        ls_main([])
+    assert_sasl(rec.calls[0])
