@@ -30,8 +30,9 @@ demo: $(STAMP) ## produce the sample journal to a running stack and recall from 
 	$(BIN)/episodic produce infra/samples/journal.jsonl
 	$(BIN)/episodic recall "checkout OOM" --workspace acme --agent planner
 
-test: $(STAMP) ## run the test suite (unit, contract, integration, e2e)
-	$(BIN)/pytest -q
+TEST_WORKERS ?= 2
+test: $(STAMP) ## run the test suite (unit, contract, integration, e2e) on $(TEST_WORKERS) workers
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 test-fast: $(STAMP) ## unit tests only
 	$(BIN)/pytest -q tests/unit

@@ -4,8 +4,8 @@ A role is one stage of the pipeline in this process: the gate (Faust, `streams/`
 consumer (aiokafka, `consumers/`), the recall HTTP service (FastAPI, `recall/`), the linker and the
 importance agent with its nightly decay (Faust agents in `streams/`, each its own consumer group). The Stack opens the
 shared resources once (producer, store, model) and hands them to every role as `Resources`; it starts
-the roles in the table's order and drains them by `drain_rank`, so that the stage taking input stops
-first and the stages after it finish what is in flight.
+the roles together (each waits for its own consumer group) and drains them in waves by `drain_rank`, so
+that the stage taking input stops first and the stages after it finish what is in flight.
 
 Adding a role (the linker, importance, health and nudge agents) is one `Role` subclass here and one
 entry in `ROLES`; the Stack does not change. Each role imports its package lazily in `start`, so a

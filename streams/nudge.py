@@ -14,17 +14,18 @@ Runs in its own consumer group (`<prefix>-nudge`), independent of the gate's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import faust
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from episodic.bus import read_to, topic_ends
+from episodic.errors import BrokerUnavailable
 from episodic.metrics import Metrics
 from episodic.nudge import NudgeBook, Observed
 from schemas import topics as T
@@ -145,64 +146,29 @@ async def published_ids(
     timeout: float = CONFIRM_TIMEOUT_S,
     options: Mapping[str, Any] | None = None,
 ) -> set[str] | None:
-    """Which of the `wanted` nudge ids are already on `topic`: reads it from the start to the high
-    watermark that fetch responses carry (not ListOffsets, which the embedded broker misreports). None
-    when that could not be established within `timeout` (the caller then publishes: a nudge repeated
-    beats a nudge lost)."""
+    """Which of the `wanted` nudge ids are already on `topic`: reads it from the start to the fetch high
+    watermarks seen first (`episodic.bus.topic_ends` + `read_to`: not ListOffsets, which the embedded broker
+    misreports), stopping early once every wanted id is found. A topic that does not exist holds none of
+    them. None when that could not be established within `timeout` overall (the caller then publishes: a
+    nudge repeated beats a nudge lost)."""
     found: set[str] = set()
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        group_id=None,
-        fetch_max_wait_ms=100,
-        **(options or {}),  # TLS / SASL (episodic.client_options)
-    )
     try:
-        await consumer.start()
-        parts = await asyncio.wait_for(_partitions(consumer, topic), timeout)
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        if not tps:
-            return found
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            got = await consumer.getmany(timeout_ms=300)
-            for recs in got.values():
-                for rec in recs:
+        async with asyncio.timeout(timeout):
+            ends = await topic_ends(bootstrap, topic, wait_s=timeout, options=options)
+            async with contextlib.aclosing(read_to(bootstrap, topic, ends, stall_s=timeout, options=options)) as recs:
+                async for rec in recs:
                     try:
                         nid = NudgeEvent.from_json(rec.value or b"").nudge_id
                     except InvalidRecord:
                         continue
                     if nid in wanted:
                         found.add(nid)
-            if found >= wanted:
-                return found
-            if await _at_end(consumer, tps):
-                return found
+                        if found >= wanted:
+                            break
+        return found
+    except (BrokerUnavailable, KafkaError, OSError, TimeoutError) as e:
+        log.warning("nudge agent: cannot read %s to confirm unsent nudges: %s", topic, e or type(e).__name__)
         return None
-    except (KafkaError, OSError, TimeoutError) as e:
-        log.warning("nudge agent: cannot read %s to confirm unsent nudges: %s", topic, e)
-        return None
-    finally:
-        await consumer.stop()
-
-
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
-    while True:
-        await consumer.topics()  # refreshes the metadata
-        parts = consumer.partitions_for_topic(topic)
-        if parts is not None:
-            return set(parts)
-        await asyncio.sleep(0.2)
-
-
-async def _at_end(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> bool:
-    for tp in tps:
-        hw = consumer.highwater(tp)
-        if hw is None or await consumer.position(tp) < hw:
-            return False
-    return True
 
 
 async def recover(

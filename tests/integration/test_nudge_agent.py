@@ -222,3 +222,23 @@ async def test_the_outbox_publishes_each_nudge_exactly_once_after_a_crash(
         await producer.stop()
     on_topic = await read_all(broker, topic)
     assert sorted(e.run_id for e in on_topic) == ["run-a", "run-b"]
+
+
+async def test_published_ids_reads_past_garbage_stops_when_all_are_found_and_says_none_when_it_cannot_tell(
+    broker: str, state: StateStore, uid: str
+) -> None:
+    """The confirmation read: a topic that does not exist holds none of the ids; records that are not nudges
+    are skipped; an unreachable broker gives None (the caller then publishes) within the timeout."""
+    from infra.broker import free_port
+
+    assert await published_ids(broker, f"never-created-{uid}", {"x"}, timeout=10) == set()
+    topic = f"nudges-g-{uid}"
+    await ensure_topics(broker, partitions=2, topics=(topic,))
+    book = NudgeBook(state, threshold=60, idle_s=3600)
+    a, b = _decide(book, "run-a"), _decide(book, "run-b")
+    await produce(broker, topic, [b"not json", b'{"nudge_id": 7}', a.to_json(), b.to_json()], key="ws-o")
+    assert await published_ids(broker, topic, {a.nudge_id, "absent"}, timeout=20) == {a.nudge_id}
+    assert await published_ids(broker, topic, {a.nudge_id, b.nudge_id}, timeout=20) == {a.nudge_id, b.nudge_id}
+    t0 = time.monotonic()
+    assert await published_ids(f"127.0.0.1:{free_port()}", topic, {"x"}, timeout=3) is None
+    assert time.monotonic() - t0 < 15

@@ -317,7 +317,11 @@ async def test_the_async_client_does_the_same() -> None:
 ARGS = ["checkout oom", "--workspace", "acme", "--agent", "planner", "--url", "http://svc"]
 
 
-def test_recall_command_prints_a_table_json_or_the_block(capsys: pytest.CaptureFixture[str]) -> None:
+def test_recall_command_prints_a_table_json_or_the_block(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # the table fits the terminal; this one is wide enough for every column
+
     def t(*script: tuple[int, Any] | Exception) -> tuple[httpx.MockTransport, Service]:
         svc = Service(*script)
         return httpx.MockTransport(svc), svc
