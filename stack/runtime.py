@@ -166,14 +166,16 @@ class Stack:
             bm25=self.bm25,
             clock=self.clock,
         )
-        # Registered first (stop() drains a half-started role), then started together: the roles share only
-        # `res`, and each Faust agent spends most of its start waiting for its group's first assignment.
+        # Registered first (stop() drains a half-started role); the pipeline's roles start together (each Faust
+        # agent mostly waits for its group's assignment), the recall service after them (/healthz means up).
         for kind in self._kinds:
             self.running[kind.name] = kind()
-        started = await asyncio.gather(*(role.start(res) for role in self.running.values()), return_exceptions=True)
-        failed = [e for e in started if isinstance(e, BaseException)]
-        if failed:
-            raise failed[0]
+        for wave in (False, True):
+            roles = [self.running[k.name] for k in self._kinds if k.serves_http == wave]
+            started = await asyncio.gather(*(role.start(res) for role in roles), return_exceptions=True)
+            failed = [e for e in started if isinstance(e, BaseException)]
+            if failed:
+                raise failed[0]
         self.http_port = next((r.http_port for r in self.running.values() if r.http_port is not None), None)
         if not any(kind.serves_http for kind in self._kinds):
             self._start_metrics_server()
@@ -324,10 +326,9 @@ class Stack:
                 await asyncio.wait_for(self._stop.wait(), WATCH_EVERY_S)
 
     def _drain_waves(self) -> list[list[str]]:
-        """The roles in drain order: one wave per `drain_rank`, the roles of a wave drained together (they
-        do not feed each other). With Kafka gone (exit 3) there is nothing to hand on, and each Faust
-        consumer waits out its shutdown timeout against the dead broker: then every role drains at once,
-        so the stack stops in one timeout instead of one per role."""
+        """One wave per `drain_rank`, its roles drained together (they do not feed each other). With Kafka
+        gone (exit 3) there is nothing to hand on and each Faust consumer waits out its shutdown timeout
+        against the dead broker: every role drains at once, one timeout instead of one per role."""
         if self.exit_code == 3:
             return [sorted(self.running)]
         ranks = sorted({role.drain_rank for role in self.running.values()})

@@ -51,7 +51,7 @@ def test_the_role_table() -> None:
     assert set(ALL_ROLES) == set(ROLES)
     assert all(kind.name == name for name, kind in ROLES.items())
     assert all(issubclass(kind, Role) and not kind.__abstractmethods__ for kind in ROLES.values())
-    # started downstream first (the consumer is ready before the gate forwards), HTTP last ...
+    # the pipeline's roles start together (Stack.start), HTTP after them; listed downstream first ...
     assert list(ROLES) == ["embedder", "gate", "linker", "importance", "health", "nudge", "http"]
     # ... drained upstream first: the stages reading journal.entries (the gate, the nudge agent), the consumer
     # finishes its batch, then HTTP, then the agents that consume what the consumer and HTTP publish
@@ -66,6 +66,14 @@ def test_the_role_table() -> None:
     assert [n for n, kind in ROLES.items() if kind.serves_http] == ["http"]
     # only the recall service does without Kafka (it buffers memory.referenced): `serve` outlives Kafka
     assert [n for n, kind in ROLES.items() if not kind.needs_kafka] == ["http"]
+
+
+def test_drain_waves_follow_the_rank_and_are_one_wave_when_kafka_is_gone() -> None:
+    stack = Stack(Settings(), roles=tuple(ROLES))
+    stack.running = {name: kind() for name, kind in ROLES.items()}
+    assert stack._drain_waves() == [["gate", "nudge"], ["embedder"], ["http"], ["health", "importance", "linker"]]
+    stack.fail(3)  # Kafka is gone: nothing to hand on, every role stops at once
+    assert stack._drain_waves() == [sorted(ROLES)]
 
 
 def test_a_stack_refuses_an_unknown_role() -> None:
