@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -288,7 +288,7 @@ async def read_to(
     *,
     stall_s: float = 30.0,
     options: Mapping[str, Any] | None = None,
-) -> AsyncIterator[Any]:
+) -> AsyncGenerator[Any, None]:
     """Every record of `topic` before `ends` (partition -> offset, `topic_ends`), partition by partition in
     offset order; records written after `ends` are not read. BrokerUnavailable when no record arrives for
     `stall_s` seconds while some are still to be read."""
