@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from episodic.identity import point_id
+from episodic.ports import Selection
 from stack.roles import EmbedderRole
 from tests.e2e.conftest import poll, produce_lines, read_topic, running_stack, stack_settings
 from tests.e2e.journal import build
@@ -31,7 +32,16 @@ async def test_mixed_journal_gives_exact_memories_and_dead_letters(fresh_broker:
         # exactly the memories the policy keeps: one point per kept entry, none for skipped entries
         assert store.count() == len(exp.memories)
         present = store.retrieve([point_id(ws, i) for ws, i in exp.memories])
-        assert len(present) == len(exp.memories)
+        if len(present) != len(exp.memories):  # say which, and what the consumer said of them
+            wss = {w for w, _ in exp.memories}
+            stored = {(p["workspace_id"], p["entry_id"]) for w in wss for _, p in store.select(Selection(w))}
+            said = [json.loads(r.value) for r in events]
+            missing, extra = exp.memories - stored, stored - exp.memories
+            about = {i for _, i in missing | extra} | {exp.duplicates.get(k, "") for k in missing | extra}
+            raise AssertionError(
+                f"missing {sorted(missing)}, unexpected {sorted(extra)}; "
+                f"events {[e for e in said if e['entry_id'] in about]}; dlq {[json.loads(r.value) for r in dlq]}"
+            )
         assert store.retrieve([point_id(ws, i) for ws, i in exp.skipped | set(exp.duplicates)]) == {}
         for ws in {w for w, _ in exp.memories}:
             assert store.count(ws) == len([1 for w, _ in exp.memories if w == ws])
