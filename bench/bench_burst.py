@@ -98,12 +98,16 @@ class Stack:
 
 
 @contextlib.contextmanager
-def started_stack(name: str, tmp: Path, timeout: float) -> Iterator[tuple[Stack, Any, Path]]:
+def started_stack(
+    name: str, tmp: Path, timeout: float, extra: dict[str, str] | None = None
+) -> Iterator[tuple[Stack, Any, Path]]:
     from infra.broker import free_port
 
     broker_port, http_port = free_port(LOOPBACK), free_port(LOOPBACK)
     log_path = tmp / f"stack-{name}.log"
-    env = stack_env(tmp / f"data-{name}", broker_port=broker_port, http_port=http_port, EPISODIC_EMBED_BACKEND=name)
+    env = stack_env(
+        tmp / f"data-{name}", broker_port=broker_port, http_port=http_port, **(extra or {}), EPISODIC_EMBED_BACKEND=name
+    )
     with child_process(episodic_up_cmd(), env=env, log_path=log_path) as proc:
         base = f"http://{LOOPBACK}:{http_port}"
         wait_http(f"{base}/healthz", timeout=timeout, proc=proc, log_path=log_path)
@@ -161,7 +165,7 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
     with tmp_dir() as tmp, contextlib.ExitStack() as ctx:
         stacks: dict[str, Stack] = {}
         for b in args.backends:
-            stack, _proc, _log = ctx.enter_context(started_stack(b, tmp, args.start_timeout))
+            stack, _proc, _log = ctx.enter_context(started_stack(b, tmp, args.start_timeout, args.env))
             stacks[b] = stack
             await stack.start_consumer()
         try:
@@ -213,8 +217,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     ap.add_argument("--timeout", type=float, default=600.0, help="per burst, seconds")
     ap.add_argument("--start-timeout", type=float, default=300.0)
+    ap.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE",
+        help="a setting for the stacks (the shell's EPISODIC_* are not passed on): EPISODIC_LINKER_ENABLED=false",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     args.n = args.n or (300 if args.quick else 2000)
+    bad = [kv for kv in args.env if "=" not in kv or not kv.startswith("EPISODIC_")]
+    if bad:
+        ap.error(f"--env takes EPISODIC_KEY=VALUE, not {bad[0]!r}")
+    args.env = dict(kv.split("=", 1) for kv in args.env)
     args.rounds = args.rounds or (1 if args.quick else 3)
     logging.basicConfig(level=logging.WARNING)
     rows = asyncio.run(main_async(args))
