@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -329,15 +330,26 @@ def load_embedder(batch_size: int = 64) -> Any:
     return load_model("all-MiniLM-L6-v2", Settings(batch_size=batch_size))
 
 
+def _exit_on_signal(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 @contextlib.contextmanager
 def child_process(cmd: list[str], *, env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A child in its own process group, stopped with SIGTERM (then SIGKILL) on exit; its output goes to
-    `log_path`."""
+    `log_path`. The child does not get the terminal's signals (its own session), so a SIGTERM to the
+    benchmark becomes SystemExit here while a child runs: the exit path stops the child instead of leaving
+    a stack running."""
     fh = log_path.open("wb")
     proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
+    term = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    if term:
+        signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         yield proc
     finally:
+        if term:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
