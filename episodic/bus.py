@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -243,28 +243,41 @@ async def fresh_highwaters(consumer: Any, tps: set[Any], *, wait_s: float = LAG_
 # -- reading a topic to the end it had ------------------------------------------------------------------
 
 
+@contextlib.asynccontextmanager
+async def _reader(bootstrap: str, options: Mapping[str, Any] | None, **kw: Any) -> AsyncIterator[Any]:
+    """A started consumer without a group, for manual assignment from the start of a topic (`kw`: more
+    aiokafka settings); BrokerUnavailable when Kafka cannot be reached; stopped on exit."""
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=50,
+        **kw,
+        **(options or {}),  # TLS / SASL (episodic.client_options)
+    )
+    try:
+        await consumer.start()
+    except KafkaError as e:
+        raise BrokerUnavailable(f"cannot reach Kafka at {bootstrap}: {e}") from e
+    try:
+        yield consumer
+    finally:
+        with contextlib.suppress(Exception):
+            await consumer.stop()
+
+
 async def topic_ends(
     bootstrap: str, topic: str, *, wait_s: float = 10.0, options: Mapping[str, Any] | None = None
 ) -> dict[int, int]:
     """partition -> the offset after its last record now (the fetch high watermark, SPEC §10: not ListOffsets,
     which the embedded broker misreports). {} when the topic does not exist. BrokerUnavailable when the broker
     cannot be reached or a partition does not answer within `wait_s`."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import TopicPartition
 
-    probe = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        fetch_max_wait_ms=50,
-        max_partition_fetch_bytes=1,  # the high watermark is the point, not the records
-        request_timeout_ms=10_000,
-        **(options or {}),  # TLS / SASL (episodic.client_options)
-    )
-    try:
-        await probe.start()
-    except KafkaError as e:
-        raise BrokerUnavailable(f"cannot reach Kafka at {bootstrap}: {e}") from e
-    try:
+    # max_partition_fetch_bytes=1: the high watermark is the point, not the records
+    async with _reader(bootstrap, options, max_partition_fetch_bytes=1, request_timeout_ms=10_000) as probe:
         await probe.topics()
         tps = {TopicPartition(topic, p) for p in probe.partitions_for_topic(topic) or ()}
         if not tps:
@@ -276,9 +289,6 @@ async def topic_ends(
         if ends is None:
             raise BrokerUnavailable(f"{topic}: no fetch answer from every partition within {wait_s:g}s")
         return {tp.partition: hw for tp, hw in ends.items()}
-    finally:
-        with contextlib.suppress(Exception):
-            await probe.stop()
 
 
 async def read_to(
@@ -292,23 +302,12 @@ async def read_to(
     """Every record of `topic` before `ends` (partition -> offset, `topic_ends`), partition by partition in
     offset order; records written after `ends` are not read. BrokerUnavailable when no record arrives for
     `stall_s` seconds while some are still to be read."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import TopicPartition
 
     todo = {TopicPartition(topic, p): end for p, end in ends.items() if end > 0}
     if not todo:
         return
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        fetch_max_wait_ms=50,
-        **(options or {}),  # TLS / SASL (episodic.client_options)
-    )
-    try:
-        await consumer.start()
-    except KafkaError as e:
-        raise BrokerUnavailable(f"cannot reach Kafka at {bootstrap}: {e}") from e
-    try:
+    async with _reader(bootstrap, options) as consumer:
         consumer.assign(sorted(todo))
         for tp in todo:
             consumer.seek(tp, 0)
@@ -328,9 +327,6 @@ async def read_to(
                     del todo[tp]
             if todo and time.monotonic() - last > stall_s:
                 raise BrokerUnavailable(f"{topic}: nothing read for {stall_s:g}s before the end seen at the start")
-    finally:
-        with contextlib.suppress(Exception):
-            await consumer.stop()
 
 
 def group_lag_probe(
