@@ -1,9 +1,10 @@
 """Sentence-transformers embedder with chunking for long text (SPEC §10 "Long text").
 
-all-MiniLM-L6-v2 reads 256 word pieces. Texts longer than that are cut into overlapping windows of
-word pieces (cut on the tokenizer's character offsets, so every chunk is real text) and every chunk gets
-its own vector; the store keeps them as one multivector per point and scores with max-sim. All chunks of
-a batch go through one model call.
+A text is cut into pieces (episodic.chunking): by default its sentences packed into pieces of at most
+`chunk_words` words, each cut further when it is longer than the model reads (all-MiniLM-L6-v2: 256 word
+pieces) into overlapping windows of word pieces (cut on the tokenizer's character offsets, so every chunk
+is real text). Every piece gets its own vector; the store keeps them as one multivector per point and
+scores with max-sim. All pieces of a batch go through one model call.
 
 Backends (`EPISODIC_EMBED_BACKEND`, `EPISODIC_QUERY_BACKEND`): ONNX Runtime by default, on the project's
 own export of the model (episodic.onnx_encoder), for ingestion batches and for queries, each checked
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from episodic.chunking import ChunkMode, pieces
 from episodic.cores import CoreBudget, available_cores
 from episodic.errors import EmbedderUnavailable
 from episodic.metrics import Metrics
@@ -57,6 +59,8 @@ class SentenceTransformerEmbedder:
         batch_size: int = 64,
         chunk_tokens: int = 256,
         chunk_overlap: int = 32,
+        chunk_mode: ChunkMode = "window",
+        chunk_words: int = 32,
         document_threads: int | None = None,
         query_threads: int | None = None,
         model_path: str | None = None,
@@ -75,6 +79,8 @@ class SentenceTransformerEmbedder:
         # Room for [CLS] and [SEP].
         self._window = max(8, min(chunk_tokens, max_len) - 2)
         self._overlap = max(0, min(chunk_overlap, self._window // 2))
+        self.chunk_mode: ChunkMode = chunk_mode
+        self.chunk_words = chunk_words
         self._tokenizer = model.tokenizer
         self._documents_lock = threading.Lock()  # one ingestion batch on the model's core at a time
         self.model_path = model_path or model_id  # where the files are (keys the ONNX export cache)
@@ -131,6 +137,10 @@ class SentenceTransformerEmbedder:
         return self._model
 
     def chunk(self, text: str) -> list[str]:
+        """The pieces of `text` that get a vector each (episodic.chunking, `chunk_mode`)."""
+        return pieces(text, self.chunk_mode, self.chunk_words, self.windows)
+
+    def windows(self, text: str) -> list[str]:
         """Split `text` into windows of at most `window` word pieces (character-exact slices)."""
         if len(text) <= self._window:  # a word piece covers at least one character
             return [text]
@@ -363,5 +373,7 @@ def load_model(name: str, settings: Settings) -> SentenceTransformerEmbedder:
         batch_size=settings.encode_batch,
         chunk_tokens=settings.chunk_tokens,
         chunk_overlap=settings.chunk_overlap_tokens,
+        chunk_mode=settings.chunk_mode,
+        chunk_words=settings.chunk_words,
         model_path=path,
     )

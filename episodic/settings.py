@@ -104,7 +104,14 @@ class Settings(BaseSettings):
     model_cache_dir: Path | None = Field(
         default=None, description="ONNX export cache; unset: $XDG_CACHE_HOME/episodic/onnx (~/.cache/episodic/onnx)"
     )
-    chunk_tokens: int = Field(default=256, ge=16, le=512, description="word pieces per dense chunk")
+    chunk_mode: Literal["sentences", "window"] = Field(
+        default="sentences",
+        description="what gets a dense vector of its own: sentences (consecutive sentences packed into pieces "
+        "of at most chunk_words words; measured in eval/README.md) or window (windows of chunk_tokens word "
+        "pieces); either way a piece longer than chunk_tokens is cut into overlapping windows",
+    )
+    chunk_words: int = Field(default=32, ge=1, le=256, description="words per sentence piece (chunk_mode=sentences)")
+    chunk_tokens: int = Field(default=256, ge=16, le=512, description="word pieces per dense chunk (at most)")
     chunk_overlap_tokens: int = Field(default=32, ge=0, le=256)
     # Context-aware indexing (episodic.context; chosen on LongMemEval dev, eval/README.md): a second BM25
     # vector over the entry with the previous memories of its run (each cut to `context_words` words).

@@ -7,6 +7,7 @@ any other sentence-transformers directory in eval/results/emb/<its folder name>.
 
     python -m eval.embcache --set both                        # the turns as the store indexes them
     python -m eval.embcache --set oracle --ctx prev=1,words=64,date=1  # a context-aware dense text
+    python -m eval.embcache --set both --split p32                # sentence pieces (the shipped chunk mode)
     python -m eval.embcache --model /path/to/all-mpnet-base-v2 --set oracle --oracle-limit 150
 """
 
@@ -63,12 +64,13 @@ class EmbeddingCache:
         return self._embedder
 
     def chunker(self, chunk_tokens: int = 256, overlap: int = 32):
-        """A chunk function with the pipeline's exact logic for the given window."""
+        """The pipeline's token-window cutter for the given window (``EPISODIC_CHUNK_MODE=window``; the
+        sentence modes cut their long pieces with it, ``eval.sentences``)."""
         from episodic.embedder import SentenceTransformerEmbedder
 
         emb = self.embedder
         c = SentenceTransformerEmbedder(emb.model, emb.model_id, chunk_tokens=chunk_tokens, chunk_overlap=overlap)
-        return c.chunk
+        return c.windows
 
     def missing(self, texts: list[str], kind: str = "doc") -> list[str]:
         seen: set[str] = set()
@@ -110,6 +112,7 @@ class EmbeddingCache:
 def main() -> None:
     from eval.context import ContextSpec
     from eval.data import load
+    from eval.sentences import pieces as split_pieces
     from eval.views import Memories
 
     ap = argparse.ArgumentParser(description="fill the embedding cache for the eval sets")
@@ -118,6 +121,9 @@ def main() -> None:
     ap.add_argument("--ctx", action="append", default=None, help="context spec(s), e.g. prev=1,words=64,date=1")
     ap.add_argument("--s-limit", type=int, default=None, help="first N s haystacks (stratified by type)")
     ap.add_argument("--oracle-limit", type=int, default=None, help="pool only the first N oracle questions")
+    ap.add_argument(
+        "--split", default=None, help="sentence piece modes instead of windows, e.g. p32,s1 (eval.sentences)"
+    )
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -126,17 +132,20 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     cache = EmbeddingCache(a.model)
     specs = [parse_ctx(c) for c in a.ctx] if a.ctx else [ContextSpec()]
-    chunk = cache.chunker()
+    window = cache.chunker()
+    splits = a.split.split(",") if a.split else [""]
     for name in ["oracle", "s"] if a.set == "both" else [a.set]:
         corpora = load(name, limit=a.s_limit if name == "s" else a.oracle_limit)
         cache.fill([q.question for c in corpora for q in c.questions], kind="query")
-        for spec in specs:
+        for spec, split in ((sp, sl) for sp in specs for sl in splits):
             # s: one haystack at a time, types interleaved, so a partial fill is a fair sample
             for group in [[c] for c in corpora] if name == "s" else [corpora]:
                 texts = [t for c in group for t in Memories.build(c).texts(spec)]
-                pieces = [p for t in dict.fromkeys(texts) for p in chunk(t)]
-                log.info("%s %s ctx=%s: %d chunks", name, group[0].name, spec.label(), len(pieces))
-                cache.fill(pieces)
+                pieces = [
+                    p for t in dict.fromkeys(texts) for p in (split_pieces(t, split, window) if split else window(t))
+                ]
+                log.info("%s %s ctx=%s split=%s: %d chunks", name, group[0].name, spec.label(), split, len(pieces))
+                cache.fill(sorted(dict.fromkeys(pieces), key=len))  # similar lengths together: less padding
 
 
 def parse_ctx(text: str):

@@ -291,6 +291,35 @@ def context_modes(a: argparse.Namespace) -> Result:
     return views, ms, "Context modes as the C leg of the recommended tree (off = today's default)"
 
 
+def sentence_chunks(a: argparse.Namespace) -> Result:
+    """The dense leg over sentence pieces (``eval.sentences``; ``--split`` modes, comma-separated), alone and
+    in place of D in the shipped tree (what ``EPISODIC_CHUNK_MODE=sentences`` ships), and as an extra dense
+    leg beside D. ``--no-window``: without the 256/32 windows' row D (its cache not needed)."""
+    modes = (getattr(a, "split", None) or "p32").split(",")
+    window = not getattr(a, "no_window", False)
+    rows: dict = {"S": Sparse(), "SC": Sparse(ctx=RECOMMENDED_CONTEXT)}
+    if window:
+        rows["D"] = Dense()
+    rows.update({f"D{m}": Dense(split=m) for m in modes})
+    views = build(a.sets, rows)
+    ms: dict[str, Method] = {"bm25 (S)": single("S"), f"bm25 over {RECOMMENDED_CONTEXT.label()} (C)": single("SC")}
+    if window:
+        ms["dense, 256/32 windows (D)"] = single("D")
+        ms["shipped before (five legs, D = windows)"] = recommended()
+    for m in modes:
+        d = f"D{m}"
+        ms[f"dense {m}"] = single(d)
+        ms[f"five legs, D = {m}"] = recommended(d=d)
+        if window:
+            for w in (0.5, 1.0):
+                ms[f"five legs (windows) + {m} leg w{w}"] = rrf(
+                    [("D", 100), ("SC", "D", 100), ("S", 100), ("S", 5), ("SC", 100), (d, 100)],
+                    3,
+                    [1.0, 0.5, 1.0, 0.75, 1.0, w],
+                )
+    return views, ms, f"Sentence pieces for the dense leg ({', '.join(modes)})"
+
+
 EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "legs": legs,
     "bm25-options": bm25_options,
@@ -304,4 +333,5 @@ EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "final": final,
     "run-level": run_level,
     "context-modes": context_modes,
+    "sentences": sentence_chunks,
 }

@@ -15,6 +15,8 @@ Experiments (each prints a table and writes eval/results/sweep-<experiment>.txt)
 - ``fusion``: RRF (k, weights) and DBSF over the chosen legs.
 - ``model``: another sentence-transformers model's dense leg (``--model DIR``; needs its cache).
 - ``final``: the recommended configuration against today's default, every view.
+- ``sentences``: the dense leg over sentence pieces (``--split p32,s1,...``; needs ``eval.embcache
+  --split``), alone, in the five-leg tree and beside the windows.
 
 Every table has the dev and holdout parts of each set (``eval.data.holdout``: a third of the questions by
 a stable hash, never used to choose) and ``asst``: the oracle's dev single-session-assistant questions,
@@ -99,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="model experiment: a sentence-transformers directory")
     ap.add_argument("--ctx", default=None, help="dense context, e.g. prev=1,words=64,date=1")
     ap.add_argument("--sctx", default=None, help="BM25 context for the later experiments, e.g. prev=1,date=1")
+    ap.add_argument("--split", default=None, help="sentences experiment: split modes, e.g. p32,s1,+p32")
+    ap.add_argument("--no-window", action="store_true", help="sentences experiment: leave out the windows' row")
     ap.add_argument("--sort", action="store_true", help="rows by dev mean, best first")
     ap.add_argument("--tag", default="", help="suffix of the result files")
     a = ap.parse_args(argv)

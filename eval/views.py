@@ -24,6 +24,7 @@ from eval.context import ContextSpec, rendered
 from eval.data import Corpus, holdout, load
 from eval.embcache import EmbeddingCache
 from eval.prf import Rm3, expand, weigh_query
+from eval.sentences import pieces as split_pieces
 
 BM25 = Bm25Spec(k=1.2, b=1.0, avg_len=64.0)  # the shipped BM25 (eval/README.md, phase 1)
 MAXN = 200  # the deepest prefetch any method asks for
@@ -35,6 +36,7 @@ class Dense:
     model: str = "minilm"
     pool: str = "max"  # "max": multivector max-sim (the store); "head": first chunk only
     mix: float = 0.0  # > 0: unit(v + mix * v_prev) over the previous memory's vector (no re-embedding)
+    split: str = ""  # "": the store's 256/32 windows; else eval.sentences modes ("p32", "s1", "+p32": both)
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ def dense_rows(mem: Memories, queries: list[str], row: Dense) -> np.ndarray | No
     pieces: list[str] = []
     owner: list[int] = []
     for i, text in enumerate(mem.texts(row.ctx)):
-        ch = chunk(text)
+        ch = split_pieces(text, row.split, chunk) if row.split else chunk(text)
         if row.pool == "head":
             ch = ch[:1]
         pieces.extend(ch)

@@ -44,3 +44,34 @@ def test_model_threads_leave_a_core_to_the_other_stages() -> None:
 def test_missing_model_means_sparse_only_not_a_crash(tmp_path: Any) -> None:
     assert load_embedder(Settings(embed_model="none")) is None
     assert load_embedder(Settings(embed_model=str(tmp_path / "no-such-model"))) is None
+
+
+PASSING_FACT = (
+    "I was thinking of getting a tree stand for deer hunting this season. I have been reading reviews of "
+    "ladder stands and hang-on stands for weeks, comparing weight limits, seat comfort, safety harnesses and "
+    "how loud they are to climb in the dark. Can you tell me what to consider when buying one, and do you have "
+    "any recommendations for a good beginner stand that is easy to carry through thick woods? Oh, and by the "
+    "way, I caught 7 largemouth bass on my trip to Lake Michigan with Alex on 7/10 - that was a great day!"
+)
+
+
+def _best_cosine(embedder: Any, text: str, query: str) -> float:
+    rows = embedder.embed_documents([text])[0]
+    return float(np.max(rows @ embedder.embed_query(query)))
+
+
+def test_sentence_pieces_match_a_fact_said_in_passing(embedder: Any) -> None:
+    """The default chunk mode gives the passing sentence its own vector, so a question about it matches far
+    better than the window over the whole text (which is about tree stands); the window mode is unchanged."""
+    query = "How many largemouth bass did I catch with Alex at Lake Michigan?"
+    assert embedder.chunk_mode == "sentences" and embedder.chunk_words == 32
+    pieces = embedder.chunk(PASSING_FACT)
+    assert len(pieces) > 1 and pieces[-1].startswith("Oh, and by the way, I caught 7 largemouth bass")
+    sentences_cos = _best_cosine(embedder, PASSING_FACT, query)
+    embedder.chunk_mode = "window"
+    try:
+        assert embedder.chunk(PASSING_FACT) == [PASSING_FACT]  # shorter than one window
+        window_cos = _best_cosine(embedder, PASSING_FACT, query)
+    finally:
+        embedder.chunk_mode = "sentences"
+    assert sentences_cos > window_cos + 0.15, (sentences_cos, window_cos)

@@ -1,0 +1,93 @@
+"""episodic.chunking: the pieces of a memory that get a dense vector each (pure logic, a fake window cutter)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from episodic.chunking import pack, pieces, sentences
+
+
+def window_of(n_chars: int):
+    """A stand-in for the token-window cutter: slices of at most n_chars characters."""
+
+    def cut(text: str) -> list[str]:
+        return [text[i : i + n_chars] for i in range(0, len(text), n_chars)] or [text]
+
+    return cut
+
+
+WIDE = window_of(10_000)
+
+
+def test_sentences_split_on_end_marks_closing_quotes_and_line_breaks() -> None:
+    text = 'I went to the lake. "Was it cold?" she asked.\nYes! It was (very) cold.) Then we left'
+    assert sentences(text) == [
+        "I went to the lake.",
+        '"Was it cold?"',
+        "she asked.",
+        "Yes!",
+        "It was (very) cold.)",
+        "Then we left",
+    ]
+    assert sentences("no end mark at all") == ["no end mark at all"]
+    assert sentences("  \n\n ") == []
+    assert sentences("version 2.5 is out") == ["version 2.5 is out"]  # no white space after the dot
+
+
+def test_pack_joins_consecutive_sentences_up_to_the_word_budget() -> None:
+    parts = ["one two three.", "four five.", "six seven eight nine.", "ten."]
+    assert pack(parts, 5) == ["one two three. four five.", "six seven eight nine. ten."]
+    assert pack(parts, 1) == parts  # nothing fits beside anything: one sentence a piece
+    assert pack(["a b c d e f g"], 3) == ["a b c d e f g"]  # a longer sentence is a piece of its own
+    assert pack([], 5) == []
+
+
+def test_a_fact_said_in_passing_gets_a_piece_of_its_own() -> None:
+    text = (
+        "I was thinking of getting a tree stand for deer hunting this season, and I have been reading reviews "
+        "of ladder stands and hang-on stands for weeks without deciding anything at all. Can you tell me what "
+        "to consider when buying one? Oh, and by the way, I caught 7 largemouth bass on my trip to Lake "
+        "Michigan with Alex on 7/10 - that was a great day!"
+    )
+    got = pieces(text, "sentences", 32, WIDE)
+    assert got[-1] == (
+        "Oh, and by the way, I caught 7 largemouth bass on my trip to Lake Michigan with Alex on 7/10 - that "
+        "was a great day!"
+    )
+    assert len(got) == 3
+
+
+def test_window_mode_is_the_window_cutter_alone() -> None:
+    text = "First sentence. Second sentence."
+    assert pieces(text, "window", 32, window_of(10)) == window_of(10)(text)
+
+
+def test_a_piece_longer_than_the_model_reads_is_cut_by_the_window() -> None:
+    long_sentence = "word " * 50
+    got = pieces("Short one. " + long_sentence.strip() + ".", "sentences", 8, window_of(60))
+    assert got[0] == "Short one."
+    assert all(len(p) <= 60 for p in got) and len(got) > 2
+    assert "".join(got[1:]) == long_sentence.strip() + "."
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="chunk mode"):
+        pieces("x", "paragraphs", 32, WIDE)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="words"):
+        pieces("x", "sentences", 0, WIDE)
+
+
+def test_a_text_of_white_space_still_has_a_piece() -> None:
+    assert pieces("   ", "sentences", 32, WIDE) == ["   "]
+    assert pieces("", "sentences", 32, WIDE) == [""]
+
+
+@given(st.text(alphabet=st.sampled_from(list("ab .!?\n'\"")), max_size=300), st.integers(1, 40))
+def test_pieces_keep_every_word_in_order(text: str, words: int) -> None:
+    got = pieces(text, "sentences", words, WIDE)
+    assert got, "a text always has at least one piece"
+    assert " ".join(got).split() == text.split()
+    for p in got:  # a piece over the budget is a single sentence
+        assert len(p.split()) <= words or len(sentences(p)) <= 1 or p.strip() == ""
