@@ -31,6 +31,7 @@ BENCHES: dict[str, str] = {
     "health": "bench.bench_health",
     "soak": "bench.bench_soak",  # 10 minutes (--quick: 2)
     "context": "bench.bench_context",
+    "chunking": "bench.bench_chunking",
 }
 # Other benchmarks in the repo (owned elsewhere) that follow the same --quick convention; run if present.
 OPTIONAL: dict[str, str] = {"gate": "bench.bench_gate"}
@@ -45,6 +46,7 @@ TIMEOUT_S = {
     "health": 1200,
     "soak": 1800,
     "context": 1800,
+    "chunking": 1800,
 }
 
 

@@ -301,6 +301,8 @@ def sentence_chunks(a: argparse.Namespace) -> Result:
     if window:
         rows["D"] = Dense()
     rows.update({f"D{m}": Dense(split=m) for m in modes})
+    leads = [int(w) for w in (getattr(a, "lead", None) or "").split(",") if w]
+    rows.update({f"D{modes[0]}L{w}": Dense(split=modes[0], lead=ContextSpec(prev=1, words=w)) for w in leads})
     views = build(a.sets, rows)
     ms: dict[str, Method] = {"bm25 (S)": single("S"), f"bm25 over {RECOMMENDED_CONTEXT.label()} (C)": single("SC")}
     if window:
@@ -317,6 +319,10 @@ def sentence_chunks(a: argparse.Namespace) -> Result:
                     3,
                     [1.0, 0.5, 1.0, 0.75, 1.0, w],
                 )
+    for w in leads:
+        d = f"D{modes[0]}L{w}"
+        ms[f"dense {modes[0]}, first piece led by prev1/{w}w"] = single(d)
+        ms[f"five legs, D = {modes[0]} led by prev1/{w}w"] = recommended(d=d)
     return views, ms, f"Sentence pieces for the dense leg ({', '.join(modes)})"
 
 

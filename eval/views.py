@@ -37,6 +37,7 @@ class Dense:
     pool: str = "max"  # "max": multivector max-sim (the store); "head": first chunk only
     mix: float = 0.0  # > 0: unit(v + mix * v_prev) over the previous memory's vector (no re-embedding)
     split: str = ""  # "": the store's 256/32 windows; else eval.sentences modes ("p32", "s1", "+p32": both)
+    lead: ContextSpec | None = None  # the context lines (own=False) put before the first piece
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,11 @@ def dense_rows(mem: Memories, queries: list[str], row: Dense) -> np.ndarray | No
     chunk = c.chunker()
     pieces: list[str] = []
     owner: list[int] = []
+    leads = mem.texts(row.lead, own=False) if row.lead is not None else None
     for i, text in enumerate(mem.texts(row.ctx)):
         ch = split_pieces(text, row.split, chunk) if row.split else chunk(text)
+        if leads and leads[i]:
+            ch = [f"{leads[i]}\n{ch[0]}", *ch[1:]]
         if row.pool == "head":
             ch = ch[:1]
         pieces.extend(ch)
