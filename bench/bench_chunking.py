@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from bench.bench_context import QUESTIONS, WS, index_all, records
-from bench.common import Row, emit, journal_summaries, percentile, tmp_dir
+from bench.common import Row, emit, journal_summaries, percentile_rows, tmp_dir
 
 MODES = ("window", "sentences")
 
@@ -136,17 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     ]
     with tmp_dir() as d:
         lat = recall(embedder, memories, a.sample, queries, d)
-    for p in (50, 99):
-        rows.append(
-            Row(
-                "chunking",
-                f"hybrid store query p{p}, sentence pieces, {memories // 1000}k memories",
-                percentile(lat["sentences"], p) * 1000,
-                "ms",
-                percentile(lat["window"], p) * 1000,
-                "256/32 windows, same memories, alternating",
-            )
-        )
+    rows += percentile_rows(
+        "chunking",
+        f"hybrid store query p{{p}}, sentence pieces, {memories // 1000}k memories",
+        lat["sentences"],
+        lat["window"],
+        "256/32 windows, same memories, alternating",
+    )
     emit(rows, f"sentence pieces vs windows: {n} mixed summaries x {rounds} rounds; machine shared")
     return 0
 

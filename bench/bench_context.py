@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import Row, emit, journal_summary, load_embedder, percentile, tmp_dir
+from bench.common import Row, emit, journal_summary, load_embedder, percentile_rows, tmp_dir
 
 WS = "ws-bench"
 QUESTIONS = [
@@ -179,17 +179,13 @@ def main(argv: list[str] | None = None) -> int:
                 store.query_hybrid(vec, sp, scope, 10, fusion)
                 lat[name].append(time.perf_counter() - t0)
         store.close()
-    for p in (50, 99):
-        rows.append(
-            Row(
-                "context",
-                f"hybrid store query p{p}, five legs, {memories // 1000}k memories",
-                percentile(lat["five"], p) * 1000,
-                "ms",
-                percentile(lat["four"], p) * 1000,
-                "four legs (no context leg), same store, alternating",
-            )
-        )
+    rows += percentile_rows(
+        "context",
+        f"hybrid store query p{{p}}, five legs, {memories // 1000}k memories",
+        lat["five"],
+        lat["four"],
+        "four legs (no context leg), same store, alternating",
+    )
     emit(rows, f"context-aware indexing: {n} entries in {a.runs} runs, batches of {a.batch}; machine shared")
     return 0
 

@@ -111,6 +111,24 @@ def percentile(values: Sequence[float], p: float) -> float:
     return s[k]
 
 
+def percentile_rows(
+    bench: str, metric: str, values: Sequence[float], baseline: Sequence[float], baseline_label: str
+) -> list[Row]:
+    """p50 and p99 of `values` (seconds) in ms against the same percentile of `baseline`; `metric` names the
+    percentile with "{p}"."""
+    return [
+        Row(
+            bench,
+            metric.format(p=p),
+            percentile(values, p) * 1000,
+            "ms",
+            percentile(baseline, p) * 1000,
+            baseline_label,
+        )
+        for p in (50, 99)
+    ]
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
