@@ -323,6 +323,15 @@ def sentence_chunks(a: argparse.Namespace) -> Result:
         d = f"D{modes[0]}L{w}"
         ms[f"dense {modes[0]}, first piece led by prev1/{w}w"] = single(d)
         ms[f"five legs, D = {modes[0]} led by prev1/{w}w"] = recommended(d=d)
+    if getattr(a, "grid", False):  # the fusion re-tuned over the first mode's pieces (eval/README.md: a plateau)
+        d = f"D{modes[0]}"
+        for k in (2, 3, 5, 8):
+            for wd in (0.75, 1.0, 1.5, 2.0):
+                for wb in (0.0, 0.5, 1.0):
+                    for wh in (0.0, 0.75):
+                        ms[f"{modes[0]}: rrf k={k} [D {wd}, C@D {wb}, S 1, S5 {wh}, C 1]"] = rrf(
+                            [(d, 100), ("SC", d, 100), ("S", 100), ("S", 5), ("SC", 100)], k, [wd, wb, 1.0, wh, 1.0]
+                        )
     return views, ms, f"Sentence pieces for the dense leg ({', '.join(modes)})"
 
 

@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sctx", default=None, help="BM25 context for the later experiments, e.g. prev=1,date=1")
     ap.add_argument("--split", default=None, help="sentences experiment: split modes, e.g. p32,s1,+p32")
     ap.add_argument("--lead", default=None, help="sentences experiment: first piece led by prev1/Nw (N list)")
+    ap.add_argument("--grid", action="store_true", help="sentences experiment: 96 fusion variants over the pieces")
     ap.add_argument("--no-window", action="store_true", help="sentences experiment: leave out the windows' row")
     ap.add_argument("--sort", action="store_true", help="rows by dev mean, best first")
     ap.add_argument("--tag", default="", help="suffix of the result files")
