@@ -9,8 +9,10 @@ and pieces (vectors) per entry of each mode.
 Recall: two Qdrant Edge stores of `--memories` memories indexed by the real `Indexer` with prev:2 context,
 one per mode. Each memory's dense rows are the real rows of one of `--sample` texts under that mode, plus
 noise (as bench_context does), so each store holds the row count that mode gives real text. Queried with
-the default hybrid (five legs) through `query_hybrid`, alternating between the stores, on the stores as
-production serves them (never optimised).
+the default hybrid through `query_hybrid`, alternating between the stores, on the stores as production
+serves them (never optimised). On the sentence-pieces store the previous default fusion (five legs, the
+dense leg by its raw max-sim: no piece prior) is timed too, alternating with the shipped one: what the
+piece prior's nested prefetch and formula cost.
 
     python -m bench.bench_chunking               # 2048 texts x 3 rounds, 20k memories, 300 queries
     python -m bench.bench_chunking --quick       # 256 texts x 2 rounds, 2k memories, 60 queries
@@ -67,7 +69,12 @@ def ingestion(embedder: Any, texts: list[str], batch: int, rounds: int) -> dict[
     return {m: (float(np.median(rates[m])), pieces[m]) for m in MODES}
 
 
+PREVIOUS = "sentences, previous fusion"
+
+
 def recall(embedder: Any, memories: int, sample: int, queries: int, root: Path) -> dict[str, list[float]]:
+    from dataclasses import replace
+
     from episodic.ports import ScopeFilter
     from episodic.recall import fusion_from_settings
     from episodic.settings import Settings
@@ -82,17 +89,19 @@ def recall(embedder: Any, memories: int, sample: int, queries: int, root: Path) 
         stores[mode] = EdgeStore(root / mode)
         stores[mode].ensure_collection(384)  # not optimised: what production serves
     fusion = fusion_from_settings(Settings())
+    previous = replace(fusion, dense_weight=1.0, piece_penalty=0.0, head=5, head_weight=0.75)
     scope = ScopeFilter(workspace_id=WS, scope="own", agent_id="agent-3")
     bm25 = Bm25Encoder()
     qs = [(embedder.embed_query(q).tolist(), bm25.query(q)) for q in QUESTIONS]
-    lat: dict[str, list[float]] = {m: [] for m in MODES}
+    runs = [(m, m, fusion) for m in MODES] + [(PREVIOUS, "sentences", previous)]
+    lat: dict[str, list[float]] = {name: [] for name, _, _ in runs}
     try:
         for i in range(queries):
             vec, sp = qs[i % len(qs)]
-            for mode in MODES if i % 2 else MODES[::-1]:
+            for name, mode, f in runs if i % 2 else runs[::-1]:
                 t0 = time.perf_counter()
-                stores[mode].query_hybrid(vec, sp, scope, 10, fusion)
-                lat[mode].append(time.perf_counter() - t0)
+                stores[mode].query_hybrid(vec, sp, scope, 10, f)
+                lat[name].append(time.perf_counter() - t0)
     finally:
         for s in stores.values():
             s.close()
@@ -142,6 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         lat["sentences"],
         lat["window"],
         "256/32 windows, same memories, alternating",
+    )
+    rows += percentile_rows(
+        "chunking",
+        f"hybrid store query p{{p}}, shipped fusion (piece prior, four legs), {memories // 1000}k memories",
+        lat["sentences"],
+        lat[PREVIOUS],
+        "previous fusion (five legs, raw max-sim), same store, alternating",
     )
     emit(rows, f"sentence pieces vs windows: {n} mixed summaries x {rounds} rounds; machine shared")
     return 0

@@ -42,7 +42,7 @@ from episodic.identity import dedup_key, point_id
 from episodic.indexer import iso, memory_payload
 from episodic.ports import DENSE, Embedder, MemoryPoint, MemoryStore, Selection, SparseVec, StateStore
 from episodic.sparse import Bm25Encoder
-from episodic.store_rules import model_field
+from episodic.store_rules import is_pieces_field, model_field
 from schemas.events import EmbeddableRecord
 from schemas.journal import InvalidEntry, JournalEntry, parse_entry
 from schemas.portable import EXPORT_VERSION, ExportedMemory, parse_memory
@@ -78,8 +78,11 @@ def export_line(payload: dict[str, Any], dense: list[list[float]] | None, vector
     memory["model"] = payload.get(model_field(vector)) if has_dense else None
     memory["dense"] = dense if has_dense else None
     known = {*ENTRY_FIELDS, *MEMORY_FIELDS, *DERIVED}
-    # `model@<vector>`: which model made another generation's vector; derived again on import
-    memory["extra"] = {k: v for k, v in payload.items() if k not in known and not k.startswith("model@")}
+    # `model@<vector>`: which model made another generation's vector; `pieces*`: how many rows a vector has
+    # (the store writes it with the rows): both derived again on import
+    memory["extra"] = {
+        k: v for k, v in payload.items() if k not in known and not k.startswith("model@") and not is_pieces_field(k)
+    }
     return {**{k: v for k, v in entry.items() if v is not None}, "memory": memory}
 
 

@@ -138,7 +138,9 @@ class Fusion:
     """How the hybrid legs are fused. `method`: 'rrf' (weighted) or 'dbsf'.
 
     Legs (each a prefetch of `prefetch_limit` candidates unless said otherwise):
-    - dense: max-sim cosine (`dense_weight`);
+    - dense: max-sim cosine (`dense_weight`), ranked by `cosine - piece_penalty * ln(pieces)` when
+      `piece_penalty` > 0 (a memory cut into many pieces has more chances at a high best piece; the
+      penalty takes that back, `store_query.DenseLeg`);
     - sparse: BM25 (`sparse_weight`);
     - both (`both_weight` > 0): the dense leg's candidates re-scored by BM25, so memories near in meaning
       that also share the query's words rank first;
@@ -162,6 +164,7 @@ class Fusion:
     head_weight: float = 0.0
     context_weight: float = 0.0
     both_by_context: bool = False
+    piece_penalty: float = 0.0
 
 
 @dataclass(slots=True)

@@ -85,6 +85,7 @@ def fusion_from_settings(settings: Settings) -> Fusion:
         head_weight=settings.rrf_head_weight,
         context_weight=0.0 if settings.context.off else settings.rrf_context_weight,
         both_by_context=settings.rrf_both_context and not settings.context.off,
+        piece_penalty=settings.rrf_piece_penalty,
     )
 
 

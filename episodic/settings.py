@@ -146,18 +146,22 @@ class Settings(BaseSettings):
     # Recall
     high_value_threshold: float = Field(default=0.6, ge=0.0, le=1.0)
     prefetch_limit: int = Field(default=100, ge=10, le=2000)
-    # Hybrid fusion, chosen on LongMemEval dev (eval/README.md): weighted RRF (k=3) over five legs: dense (1),
-    # BM25 (1), the dense candidates re-scored by the context BM25 (0.5), BM25's top 5 again (0.75) and the
-    # context BM25 (1); with context off, or a collection without it, the first four (re-scored by BM25).
+    # Hybrid fusion, chosen on LongMemEval dev (eval/README.md): weighted RRF (k=3) over four legs: dense (2.5,
+    # ranked by cosine - 0.08 ln(pieces)), BM25 (1), the dense candidates re-scored by the context BM25 (0.5)
+    # and the context BM25 (1); with context off, or a collection without it, the first three (re-scored by
+    # BM25). BM25's top N again as a fifth leg (`rrf_head`, weight `rrf_head_weight`) is off since the prior.
     fusion: Literal["rrf", "dbsf", "rrf_equal"] = "rrf"
     rrf_k: int = Field(default=3, ge=1)
-    rrf_dense_weight: float = Field(default=1.0, ge=0.0)
+    rrf_dense_weight: float = Field(default=2.5, ge=0.0)
     rrf_sparse_weight: float = Field(default=1.0, ge=0.0)
     rrf_both_weight: float = Field(default=0.5, ge=0.0, description="dense candidates re-scored by BM25; 0: off")
-    rrf_head: int = Field(default=5, ge=0, le=100, description="BM25's top N as an extra leg; 0: off")
+    rrf_head: int = Field(default=0, ge=0, le=100, description="BM25's top N as an extra leg; 0: off")
     rrf_head_weight: float = Field(default=0.75, ge=0.0)
     rrf_context_weight: float = Field(
         default=1.0, ge=0.0, description="BM25 over the context-folded text as a fifth leg; 0: off"
+    )
+    rrf_piece_penalty: float = Field(
+        default=0.08, ge=0.0, le=1.0, description="the dense leg ranks by cosine - this x ln(pieces); 0: off"
     )
     rrf_both_context: bool = Field(
         default=True, description="the dense candidates are re-scored by the context-folded BM25 (not the entry's)"

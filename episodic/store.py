@@ -74,6 +74,7 @@ from episodic.store_rules import (
     IndexKind,
     dense_rows,
     float_rows,
+    pieces_field,
     stored_point,
     validate_dense,
     validate_payload,
@@ -317,7 +318,12 @@ class QdrantStore(MemoryStore):
         validate_payload(fields, what=f"vector {name!r} payload update")
         if not rows:
             return 0
-        return self.engine.set_vectors(name, {pid: float_rows(d) for pid, d in rows.items()}, dict(fields))
+        # Each point's payload also records how many rows it has: one engine call per distinct count.
+        by_count: dict[int, dict[str, list[list[float]]]] = {}
+        for pid, d in rows.items():
+            by_count.setdefault(len(d), {})[pid] = float_rows(d)
+        key = pieces_field(name)
+        return sum(self.engine.set_vectors(name, part, {**fields, key: n}) for n, part in by_count.items())
 
     def without_vector(
         self, name: str, limit: int, offset: str | None, *, fields: Sequence[str], failures: str, quarantine_after: int
@@ -357,7 +363,8 @@ class QdrantStore(MemoryStore):
         name, dim = self._query_vector(vector)
         validate_dense(dense, dim, what=f"point {point_id} dense vector")
         validate_payload(fields, what=f"point {point_id} payload update")
-        self.engine.set_dense(point_id, float_rows(dense), {**fields, "has_dense": True}, name)
+        fields = {**fields, "has_dense": True, pieces_field(name): len(dense)}
+        self.engine.set_dense(point_id, float_rows(dense), fields, name)
 
     def set_context(self, point_id: str, context: SparseVec, fields: dict[str, Any]) -> None:
         if not self.has_context:

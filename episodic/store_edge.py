@@ -118,6 +118,16 @@ def _times_importance(key: str, default: float) -> qe.Formula:
 _RAW_SCORE = qe.Formula(qe.Expression.Variable("$score"))  # the prefetch's score as it is
 
 
+@functools.lru_cache(maxsize=8)
+def _piece_prior(key: str, penalty: float) -> qe.Formula:
+    """`$score - penalty * ln(key)`, key 1 (no penalty) when the payload lacks it."""
+    e = qe.Expression
+    return qe.Formula(
+        e.Sum([e.Variable("$score"), e.Mult([e.Constant(-penalty), e.Ln(e.Variable(key))])]),
+        defaults={key: 1},
+    )
+
+
 def _with_payload(fields: Sequence[str] | None) -> list[str] | bool:
     return list(fields) if fields is not None else True
 
@@ -440,6 +450,9 @@ class EdgeEngine(Engine):
     def fused(self, legs: list[Any], method: str, k: int, weights: list[float], flt: Any, limit: int) -> qe.Prefetch:
         fuse: Any = qe.Fusion.Dbsf() if method == "dbsf" else qe.Fusion.Rrf(k=k, weights=weights)
         return qe.Prefetch(limit=limit, prefetches=legs, query=fuse, filter=flt)
+
+    def piece_prior(self, inner: Any, key: str, penalty: float, flt: Any, limit: int) -> qe.Prefetch:
+        return qe.Prefetch(limit=limit, prefetches=[inner], query=_piece_prior(key, penalty), filter=flt)
 
     def times_importance(self, key: str, default: float) -> qe.Formula:
         return _times_importance(key, default)

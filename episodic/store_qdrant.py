@@ -71,6 +71,15 @@ def _dt(text: str | None) -> datetime | None:
 _RAW_SCORE = m.FormulaQuery(formula="$score")  # the prefetch's score as it is
 
 
+@functools.lru_cache(maxsize=8)
+def _piece_prior(key: str, penalty: float) -> m.FormulaQuery:
+    """`$score - penalty * ln(key)`, key 1 (no penalty) when the payload lacks it."""
+    return m.FormulaQuery(
+        formula=m.SumExpression(sum=["$score", m.MultExpression(mult=[-penalty, m.LnExpression(ln=key)])]),
+        defaults={key: 1},
+    )
+
+
 _MAXSIM = m.MultiVectorConfig(comparator=m.MultiVectorComparator.MAX_SIM)
 
 
@@ -458,6 +467,9 @@ class ClientEngine(Engine):
             m.FusionQuery(fusion=m.Fusion.DBSF) if method == "dbsf" else m.RrfQuery(rrf=m.Rrf(k=k, weights=weights))
         )
         return m.Prefetch(prefetch=legs, query=fuse, filter=flt, limit=limit)
+
+    def piece_prior(self, inner: Any, key: str, penalty: float, flt: Any, limit: int) -> m.Prefetch:
+        return m.Prefetch(prefetch=[inner], query=_piece_prior(key, penalty), filter=flt, limit=limit)
 
     def times_importance(self, key: str, default: float) -> m.FormulaQuery:
         return _times_importance(key, default)

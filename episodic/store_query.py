@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from episodic.ports import CONTEXT, DENSE, SPARSE, Fusion, RecallFilter, ScopeFilter, Selection, SparseVec
+from episodic.store_rules import pieces_field
 
 # A point without `importance_score` (never written by the indexer, but possible in hand-made data)
 # ranks as an info-level routine memory (SPEC §10 base table), not as the most important one.
@@ -205,12 +206,24 @@ def count_filter(workspace_id: str | None, has_dense: bool | None, using: str = 
 @dataclass(frozen=True, slots=True)
 class DenseLeg:
     """Max-sim cosine of the stored chunk rows (of the named vector `using`) against one query row (the best
-    chunk's cosine)."""
+    chunk's cosine).
+
+    `piece_penalty` > 0 ranks by `cosine - piece_penalty * ln(pieces)` instead, `pieces` being the memory's
+    number of rows (`store_rules.pieces_field`; 1 when the payload does not say): the best of many pieces
+    is a maximum over more draws, so a long memory's best piece beats a short memory's one piece by chance
+    more often than by meaning (eval/README.md, "Piece prior"). The engine ranks the `PIECE_POOL` × `limit`
+    best cosines by it and keeps `limit`."""
 
     vector: list[float]
     filter: Filter
     limit: int
     using: str = DENSE
+    piece_penalty: float = 0.0
+
+
+# How many raw max-sim candidates a piece-penalised dense leg re-ranks, per candidate it keeps: at 2 the
+# mirror's recall over all memories is matched (eval/README.md, "Piece prior").
+PIECE_POOL = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,8 +280,8 @@ class Query:
     using: str | None = None  # whose dense rows `with_dense` returns; None: the engine's active vector
 
 
-def dense_leg(vector: list[float], flt: Filter, limit: int, using: str = DENSE) -> DenseLeg:
-    return DenseLeg(list(map(float, vector)), flt, limit, using)
+def dense_leg(vector: list[float], flt: Filter, limit: int, using: str = DENSE, piece_penalty: float = 0.0) -> DenseLeg:
+    return DenseLeg(list(map(float, vector)), flt, limit, using, piece_penalty)
 
 
 def sparse_leg(sparse: SparseVec, scope: ScopeFilter, flt: Filter, limit: int) -> SparseLeg:
@@ -292,7 +305,7 @@ def hybrid_prefetch(
     inner of the BM25- or context-re-scored leg (an engine lowers it once). `context`: the collection has
     the context vector; without it the context legs are left out and the "both" leg re-scores by the
     entry's own BM25 (the four-leg tree)."""
-    dense = dense_leg(vector, flt, limit, using)
+    dense = dense_leg(vector, flt, limit, using, fusion.piece_penalty)
     lexical = sparse_leg(sparse, scope, flt, limit)
     use_context = context and fusion.context_weight > 0
     legs: list[Prefetch] = []
@@ -356,6 +369,11 @@ class Vocabulary(ABC):
     def fused(self, legs: list[Any], method: str, k: int, weights: list[float], flt: Any, limit: int) -> Any: ...
 
     @abstractmethod
+    def piece_prior(self, inner: Any, key: str, penalty: float, flt: Any, limit: int) -> Any:
+        """The inner prefetch's candidates re-scored by `$score - penalty * ln(payload[key])` (key: 1 when
+        missing), the best `limit` kept."""
+
+    @abstractmethod
     def times_importance(self, key: str, default: float) -> Any: ...
 
     @abstractmethod
@@ -405,9 +423,14 @@ def _sparse_leg(lo: Lowering, leg: SparseLeg) -> Any:
 
 
 def _dense_leg(lo: Lowering, leg: DenseLeg) -> Any:
+    limit = leg.limit * PIECE_POOL if leg.piece_penalty > 0 else leg.limit
     if leg.using == DENSE:
-        return lo.vocab.dense_leg(leg.vector, lo(leg.filter), leg.limit)
-    return lo.vocab.dense_leg(leg.vector, lo(leg.filter), leg.limit, leg.using)
+        nearest = lo.vocab.dense_leg(leg.vector, lo(leg.filter), limit)
+    else:
+        nearest = lo.vocab.dense_leg(leg.vector, lo(leg.filter), limit, leg.using)
+    if leg.piece_penalty <= 0:
+        return nearest
+    return lo.vocab.piece_prior(nearest, pieces_field(leg.using), leg.piece_penalty, lo(leg.filter), leg.limit)
 
 
 def _fused(lo: Lowering, f: Fused) -> Any:

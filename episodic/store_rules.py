@@ -38,6 +38,7 @@ PAYLOAD_INDEXES: dict[str, IndexKind] = {
     "indexed_at": "datetime",  # the densify backfill goes oldest first (order_by needs a range index)
     "densify_failures": "float",  # the backfill skips memories whose text failed too often (quarantine)
     "has_dense": "bool",
+    "pieces": "float",  # read by the hybrid's piece prior (a Formula variable) for every dense candidate
 }
 
 # Sparse indices are u32 in Qdrant.
@@ -133,6 +134,17 @@ def model_field(vector: str) -> str:
     return "model" if vector == DENSE else f"model@{vector}"
 
 
+def pieces_field(vector: str) -> str:
+    """The payload field that records how many rows (pieces of the text, episodic.chunking) a memory's named
+    dense vector `vector` has: `pieces` for the first generation, `pieces_<vector>` for the others. The store
+    writes it with the rows; the hybrid's dense leg reads it (`store_query.DenseLeg.piece_penalty`)."""
+    return "pieces" if vector == DENSE else f"pieces_{vector}"
+
+
+def is_pieces_field(key: str) -> bool:
+    return key == "pieces" or key.startswith(f"pieces_{DENSE}")
+
+
 def dense_rows(vectors: object, using: str = DENSE) -> list[list[float]] | None:
     """The dense chunk rows (of the named vector `using`) out of an engine's named-vector dict, if it has them."""
     if not isinstance(vectors, dict):
@@ -144,9 +156,12 @@ def dense_rows(vectors: object, using: str = DENSE) -> list[list[float]] | None:
 
 
 def stored_payload(point: MemoryPoint) -> dict[str, object]:
-    """The payload as written: the caller's fields, with `has_dense` kept true to the vectors."""
+    """The payload as written: the caller's fields, with `has_dense` kept true to the vectors and the count of
+    the dense rows in `pieces_field(point.vector)`."""
     payload = dict(point.payload)
     payload["has_dense"] = point.dense is not None
+    if point.dense is not None:
+        payload[pieces_field(point.vector)] = len(point.dense)
     return payload
 
 

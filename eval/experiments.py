@@ -211,6 +211,61 @@ def recommended(d: str = "D", s: str = "S", c: str = "SC") -> Method:
     return rrf([(d, 100), (c, d, 100), (s, 100), (s, 5), (c, 100)], 3, [1.0, 0.5, 1.0, 0.75, 1.0])
 
 
+# The shipped hybrid since the piece prior: the dense leg ranked by max-sim - 0.08 ln(pieces) over sentence
+# pieces (the raw top 200 re-ranked, as the store does), weighted 2.5; BM25's top-5 leg (`head`) dropped.
+PIECE_PENALTY = 0.08
+SHIPPED_DENSE = Dense(split="p32", penalty=PIECE_PENALTY, candidates=200)
+
+
+def shipped(d: str = "DP", s: str = "S", c: str = "SC", wd: float = 2.5, head: float = 0.0, k: int = 3) -> Method:
+    if head > 0:
+        return rrf([(d, 100), (c, d, 100), (s, 100), (s, 5), (c, 100)], k, [wd, 0.5, 1.0, head, 1.0])
+    return rrf([(d, 100), (c, d, 100), (s, 100), (c, 100)], k, [wd, 0.5, 1.0, 1.0])
+
+
+def piece_prior(a: argparse.Namespace) -> Result:
+    """The piece prior of the dense leg (``EPISODIC_RRF_PIECE_PENALTY``): max-sim - beta x ln(pieces), alone
+    and in the five-leg tree (BM25's top-5 leg kept, weight 0.75) with dense weights 1-3 (k=3), beta over
+    ``--betas``; then, at the chosen beta, the tree without the top-5 leg (what ships) and its fusion grid
+    (k, dense weight, the re-scored leg's weight); ``--pool``: the store's inner prefetch (the raw top N
+    re-ranked) against re-ranking every memory; ``--windows``: the same over the 256/32 windows (oracle
+    only: the windows' s cache is not built)."""
+    betas = [float(b) for b in (getattr(a, "betas", None) or "0.02,0.04,0.065,0.08,0.1,0.12,0.16,0.24").split(",")]
+    rows: dict = {"S": Sparse(), "SC": Sparse(ctx=RECOMMENDED_CONTEXT), "D": Dense(split="p32")}
+    rows.update({f"D{b}": Dense(split="p32", penalty=b) for b in betas})
+    pools = [int(n) for n in (getattr(a, "pool", None) or "").split(",") if n]
+    rows.update({f"DP{n}": Dense(split="p32", penalty=PIECE_PENALTY, candidates=n) for n in pools})
+    windows = getattr(a, "windows", False)
+    if windows:
+        rows.update({"Dw": Dense(), **{f"Dw{b}": Dense(penalty=b) for b in betas}})
+    views = build(a.sets, rows)
+    ms: dict[str, Method] = {"bm25 (S)": single("S"), "dense, sentence pieces (D)": single("D")}
+    ms["five legs, no prior (previous default)"] = recommended()
+    for b in betas:
+        ms[f"dense - {b} ln(pieces)"] = single(f"D{b}")
+        for wd in (1.0, 1.5, 2.0, 2.5, 3.0):
+            ms[f"five legs, dense - {b} ln(pieces), w {wd}"] = shipped(f"D{b}", wd=wd, head=0.75)
+    chosen = f"D{PIECE_PENALTY}" if PIECE_PENALTY in betas else None
+    if chosen:
+        ms[f"SHIPPED: beta {PIECE_PENALTY}, w 2.5, no top-5 leg (k 3)"] = shipped(chosen)
+        for k in (2, 3, 4):
+            for wd in (1.5, 2.5, 3.5):
+                for wb in (0.0, 0.5, 1.0):
+                    ms[f"no top-5 leg: rrf k={k} [D {wd}, C@D {wb}, S 1, C 1]"] = rrf(
+                        [(chosen, 100), ("SC", chosen, 100), ("S", 100), ("SC", 100)], k, [wd, wb, 1.0, 1.0]
+                    )
+    for n in pools:
+        ms[f"shipped (beta {PIECE_PENALTY}, w 2.5, no top-5 leg), raw top {n} re-ranked"] = shipped(f"DP{n}")
+    if windows:
+        ms["five legs over windows (no prior)"] = recommended("Dw")
+        for b in betas:
+            ms[f"windows: dense - {b} ln(windows)"] = single(f"Dw{b}")
+            for wd in (1.0, 2.5):
+                ms[f"windows: five legs, dense - {b} ln(windows), w {wd}"] = shipped(f"Dw{b}", wd=wd, head=0.75)
+                ms[f"windows: no top-5 leg, dense - {b} ln(windows), w {wd}"] = shipped(f"Dw{b}", wd=wd)
+    return views, ms, "Piece prior: the dense leg ranked by max-sim - beta x ln(pieces)"
+
+
 def final(a: argparse.Namespace) -> Result:
     """The recommendation against today's default and the single legs, every view."""
     rows: dict = {"D": Dense(), "S": Sparse(), "SC": Sparse(ctx=RECOMMENDED_CONTEXT)}
@@ -349,4 +404,5 @@ EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "run-level": run_level,
     "context-modes": context_modes,
     "sentences": sentence_chunks,
+    "piece-prior": piece_prior,
 }

@@ -49,7 +49,19 @@ MODES = ("dense", "sparse", "hybrid", "hybrid+adjacent")
 # columns served by a restart of the same store with other settings: name -> environment
 RESTARTS: dict[str, dict[str, str]] = {
     "rrf60 (seed)": {"EPISODIC_FUSION": "rrf_equal"},
-    "four legs (previous default)": {"EPISODIC_RRF_CONTEXT_WEIGHT": "0", "EPISODIC_RRF_BOTH_CONTEXT": "false"},
+    # the default before the piece prior: dense weight 1, the dense leg ranked by its raw max-sim
+    "no piece prior (previous default)": {
+        "EPISODIC_RRF_PIECE_PENALTY": "0",
+        "EPISODIC_RRF_DENSE_WEIGHT": "1",
+        "EPISODIC_RRF_HEAD": "5",
+    },
+    "four legs (default before context)": {
+        "EPISODIC_RRF_CONTEXT_WEIGHT": "0",
+        "EPISODIC_RRF_BOTH_CONTEXT": "false",
+        "EPISODIC_RRF_PIECE_PENALTY": "0",
+        "EPISODIC_RRF_DENSE_WEIGHT": "1",
+        "EPISODIC_RRF_HEAD": "5",
+    },
     "context leg alone": {
         "EPISODIC_RRF_DENSE_WEIGHT": "0",
         "EPISODIC_RRF_SPARSE_WEIGHT": "0",
@@ -290,7 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--url", help="recall service of a running stack (needs --bootstrap); default: start one")
     ap.add_argument("--bootstrap", help="Kafka bootstrap of that running stack")
     ap.add_argument(
-        "--no-baseline", action="store_true", help="skip the restarted columns (seed RRF, four legs, context leg)"
+        "--no-baseline",
+        action="store_true",
+        help="skip the restarted columns (seed RRF, no piece prior, four legs, context leg)",
     )
     ap.add_argument("--no-ingest", action="store_true", help="the store under --data-dir already holds the corpora")
     ap.add_argument("--data-dir", type=Path, default=None, help="stack data directory (default: a fresh one)")

@@ -17,6 +17,8 @@ Experiments (each prints a table and writes eval/results/sweep-<experiment>.txt)
 - ``final``: the recommended configuration against today's default, every view.
 - ``sentences``: the dense leg over sentence pieces (``--split p32,s1,...``; needs ``eval.embcache
   --split``), alone, in the five-leg tree and beside the windows.
+- ``piece-prior``: the dense leg ranked by max-sim - beta x ln(pieces) (``--betas``), alone and in the
+  five-leg tree with dense weights 1-3; ``--pool 100,200``: the store's inner prefetch; ``--windows``.
 
 Every table has the dev and holdout parts of each set (``eval.data.holdout``: a third of the questions by
 a stable hash, never used to choose) and ``asst``: the oracle's dev single-session-assistant questions,
@@ -105,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lead", default=None, help="sentences experiment: first piece led by prev1/Nw (N list)")
     ap.add_argument("--grid", action="store_true", help="sentences experiment: 96 fusion variants over the pieces")
     ap.add_argument("--no-window", action="store_true", help="sentences experiment: leave out the windows' row")
+    ap.add_argument("--betas", default=None, help="piece-prior experiment: penalties, e.g. 0.04,0.08")
+    ap.add_argument("--pool", default=None, help="piece-prior experiment: raw top N re-ranked, e.g. 100,200,400")
+    ap.add_argument("--windows", action="store_true", help="piece-prior experiment: also over the 256/32 windows")
     ap.add_argument("--sort", action="store_true", help="rows by dev mean, best first")
     ap.add_argument("--tag", default="", help="suffix of the result files")
     a = ap.parse_args(argv)

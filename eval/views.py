@@ -38,6 +38,8 @@ class Dense:
     mix: float = 0.0  # > 0: unit(v + mix * v_prev) over the previous memory's vector (no re-embedding)
     split: str = ""  # "": the store's 256/32 windows; else eval.sentences modes ("p32", "s1", "+p32": both)
     lead: ContextSpec | None = None  # the context lines (own=False) put before the first piece
+    penalty: float = 0.0  # > 0: max-sim - penalty * ln(pieces), the hybrid's dense leg (EPISODIC_RRF_PIECE_PENALTY)
+    candidates: int = 0  # > 0 with a penalty: only the raw max-sim top N are re-ranked (the store's inner prefetch)
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,16 @@ def dense_rows(mem: Memories, queries: list[str], row: Dense) -> np.ndarray | No
         prev = mem.prev[np.asarray(owner)]
         dm = dm + row.mix * np.where((prev >= 0)[:, None], dm[starts[np.maximum(prev, 0)]], 0.0)
         dm /= np.linalg.norm(dm, axis=1, keepdims=True)
-    return np.maximum.reduceat(qm @ dm.T, starts, axis=1)
+    sims = np.maximum.reduceat(qm @ dm.T, starts, axis=1)
+    if row.penalty:  # the store's piece prior over its count of rows (store_query.DenseLeg.piece_penalty)
+        penalised = sims - row.penalty * np.log(np.diff(np.r_[starts, len(owner)]))[None, :]
+        if row.candidates and row.candidates < sims.shape[1]:
+            raw_top = np.argpartition(-sims, row.candidates - 1, axis=1)[:, : row.candidates]
+            keep = np.zeros(sims.shape, dtype=bool)
+            np.put_along_axis(keep, raw_top, True, axis=1)
+            penalised = np.where(keep, penalised, -np.inf)
+        sims = penalised
+    return sims
 
 
 def sparse_rows(mem: Memories, queries: list[str], row: Sparse) -> np.ndarray:

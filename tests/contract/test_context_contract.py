@@ -184,7 +184,8 @@ def test_a_memory_indexed_without_context_is_still_recalled(store: MemoryStore, 
     assert "context" not in memory(store, "c0") and context_ids(store, "c2") == ["c0", "c1"]
     default = fusion_from_settings(Settings())
     assert default.context_weight > 0 and default.both_by_context  # the shipped tree, with the context leg
-    assert hits(store, "sister's birthday", default)[:2] == ["c0", "c2"]  # c0: its own BM25; c2: its context
+    # c0 through its own BM25, c2 through its context: each first in one leg of equal weight (a tie)
+    assert set(hits(store, "sister's birthday", default)[:2]) == {"c0", "c2"}
     assert "c0" not in hits(store, "sister's birthday", CONTEXT_ONLY)  # c0 has no context vector
 
 

@@ -393,7 +393,8 @@ def test_hybrid_default_fusion_ranks_the_lexical_matches_first(
 
     _lexical_vs_semantic(store, mk)
     fusion = fusion_from_settings(Settings())
-    assert fusion.both_weight > 0 and fusion.head > 0  # the shipped default uses all four legs
+    # the shipped default: dense (with the piece prior), BM25 and the dense candidates re-scored by BM25
+    assert fusion.both_weight > 0 and fusion.piece_penalty > 0 and fusion.head == 0
     hits = store.query_hybrid(e(0), bm25.query("rollback"), OWN, 7, fusion)
     got = ids(hits)
     # in a pool this small every memory is a dense candidate: the two BM25 matches lead

@@ -139,6 +139,7 @@ def test_a_round_trip_gives_the_same_recall_and_the_same_memories(pair: Any, emb
         assert len(lines) == 9 and check_export(lines) == 9 and target.count(WS) == 0
         first = json.loads(lines[0])
         assert first["id"] == "m01" and first["memory"]["model"] == embedder.model_id
+        assert not any(k.startswith("pieces") for k in first["memory"]["extra"])  # derived by the store again
         report = Importer(store=target, state=target_state, embedder=embedder, bm25=Bm25Encoder()).run(
             read_export(lines)
         )
@@ -151,6 +152,7 @@ def test_a_round_trip_gives_the_same_recall_and_the_same_memories(pair: Any, emb
         assert context_answers(target) == context_answers(source) and all(context_answers(target))
         m03 = target.retrieve([point_id(WS, "m03")])[point_id(WS, "m03")]
         assert (m03["reference_count"], m03["importance_score"], m03["linked_at"]) == (4, 0.93, "2026-11-22T09:00:00Z")
+        assert m03["pieces"] == source.retrieve([point_id(WS, "m03")])[point_id(WS, "m03")]["pieces"] >= 1
     # importing the same file again changes nothing
     again = Importer(store=target, state=target_state, embedder=embedder, bm25=Bm25Encoder()).run(read_export(lines))
     assert (again.written, again.replaced) == (9, 9) and target.count(WS) == 9

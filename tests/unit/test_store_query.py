@@ -220,6 +220,9 @@ class Recorder(Vocabulary):
     def fused(self, legs: list[Any], method: str, k: int, weights: list[float], flt: Any, limit: int) -> Any:
         return self._rec("fused", legs, method, k, weights, flt, limit)
 
+    def piece_prior(self, inner: Any, key: str, penalty: float, flt: Any, limit: int) -> Any:
+        return self._rec("piece_prior", inner, key, penalty, flt, limit)
+
     def times_importance(self, key: str, default: float) -> Any:
         return self._rec("times_importance", key, default)
 
@@ -247,6 +250,31 @@ def test_lowering_builds_each_shared_node_once_and_reuses_it() -> None:
     assert head[3] == 2
     assert score == ("times_importance", "importance_score", 0.5)
     assert top == ("filter", [("match", "workspace_id", "ws-a"), ("match", "agent_id", "ag")], None, None)
+
+
+def test_a_piece_penalty_wraps_the_dense_leg_once_and_the_re_scored_leg_reads_the_wrapped_one() -> None:
+    vocab = Recorder()
+    flt = scope_filter(OWN)
+    fusion = Fusion(both_weight=0.5, head=5, head_weight=0.75, piece_penalty=0.08)
+    fused = Lowering(vocab)(hybrid_prefetch([1.0, 0.0], SPARSE, OWN, flt, 100, fusion))
+    dense, _, both, _ = fused[1]
+    kind, inner, key, penalty, prior_filter, limit = dense
+    assert (kind, key, penalty, limit) == ("piece_prior", "pieces", 0.08, 100)
+    assert inner[0] == "dense_leg" and inner[3] == 200  # the raw top 2 x limit, re-ranked by the prior
+    assert prior_filter is inner[2]
+    assert both[5] is dense  # the BM25-re-scored leg re-scores the penalised candidates
+    assert vocab.calls["dense_leg"] == 1 and vocab.calls["piece_prior"] == 1
+
+
+def test_the_piece_prior_reads_the_count_of_the_generation_it_ranks() -> None:
+    class Named(Recorder):
+        def dense_leg(self, vector: list[float], flt: Any, limit: int, using: str = "dense") -> Any:
+            return self._rec("dense_leg", vector, flt, limit, using)
+
+    leg = DenseLeg([1.0], scope_filter(OWN), 10, "dense_1", piece_penalty=0.1)
+    kind, inner, key, _, _, limit = Lowering(Named())(leg)
+    assert (kind, key, limit, inner[4]) == ("piece_prior", "pieces_dense_1", 10, "dense_1")
+    assert Lowering(Named())(DenseLeg([1.0], scope_filter(OWN), 10))[0] == "dense_leg"  # no penalty: as before
 
 
 def test_lowering_conditions() -> None:
