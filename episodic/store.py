@@ -266,6 +266,10 @@ class QdrantStore(MemoryStore):
             raise StoreError(f"dimension must be positive, got {dim}")
         self.engine.ensure(dim, PAYLOAD_INDEXES, vector)
         self._dims[vector] = dim
+        # every generation's row count is read by the piece prior of its queries: indexed like `pieces`
+        others: dict[str, IndexKind] = {pieces_field(n): "float" for n in self.engine.dense_vectors() if n != DENSE}
+        if others:
+            self.engine.ensure(dim, others, vector)
         self.use_dense_vector(vector)
         if not self.engine.has_context:
             log.warning(
@@ -294,6 +298,9 @@ class QdrantStore(MemoryStore):
             raise StoreError(f"dimension must be positive, got {dim}")
         self.engine.add_dense(name, dim)
         self._dims[name] = dim
+        active = self._dims.get(self.vector)
+        if active is not None:  # the piece prior reads `pieces_<name>` for every candidate: index it
+            self.engine.ensure(active, {pieces_field(name): "float"}, self.vector)
 
     def drop_dense_vector(self, name: str) -> None:
         if name == self.vector:

@@ -61,6 +61,8 @@ def test_a_second_generation_records_its_own_count(store: MemoryStore, mk: MakeP
     assert (got[pid("a")]["pieces"], got[pid("a")]["pieces_dense_1"]) == (4, 2)
     assert (got[pid("b")]["pieces"], got[pid("b")]["pieces_dense_1"]) == (1, 1)
     assert got[pid("a")]["model@dense_1"] == "m2"
+    if hasattr(s, "payload_indexes"):  # the engine that reports them (Edge): both counts are indexed
+        assert {"pieces", "pieces_dense_1"} <= s.payload_indexes()
 
 
 def test_the_penalty_ranks_a_short_memory_above_a_long_ones_lucky_piece(store: MemoryStore, mk: MakePoint) -> None:
