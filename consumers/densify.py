@@ -12,6 +12,9 @@ failed batch, counts each failure in the memory's payload and quarantines a memo
 `EPISODIC_DENSIFY_MAX_ATTEMPTS` failures (it stays BM25-only). The loop exports the failures
 (`episodic_densify_failures_total`) and the number quarantined (`episodic_densify_quarantined`, also in
 /v1/memory/stats and `episodic doctor`).
+
+When no vector is missing, the loop records the row count (`pieces`, the hybrid's piece prior reads it) of
+memories whose vectors were written before the store recorded it, DENSIFY_BULK a round, no model needed.
 """
 
 from __future__ import annotations
@@ -80,6 +83,10 @@ class Densifier:
             filled = 0
             try:
                 filled = await self.once()
+                if not filled:  # no vector missing: record the piece count of memories written before it
+                    filled = await asyncio.to_thread(self.indexer.store.backfill_pieces, DENSIFY_BULK)
+                    if filled:
+                        log.info("recorded the piece count of %d memories written before it existed", filled)
             except asyncio.CancelledError:
                 raise
             except Exception as e:

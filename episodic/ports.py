@@ -314,6 +314,11 @@ class MemoryStore(ABC):
         """Memories inside `scope` that have no dense vector yet (written BM25-first, or quarantined)."""
 
     @abstractmethod
+    def backfill_pieces(self, limit: int) -> int:
+        """Record the row count (`pieces`) of up to `limit` memories whose active dense vector was written
+        before the store recorded it; returns how many it wrote (0: none is left)."""
+
+    @abstractmethod
     def count_quarantined(self, workspace_id: str | None, quarantine_after: int) -> int:
         """Memories (of one workspace, or all) still without a dense vector after `quarantine_after` or more
         failed attempts to embed them: the backfill no longer tries them."""

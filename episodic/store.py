@@ -51,6 +51,7 @@ from episodic.store_query import (
     DatetimeRange,
     Filter,
     HasDense,
+    IsEmpty,
     Match,
     MatchAny,
     Query,
@@ -536,6 +537,13 @@ class QdrantStore(MemoryStore):
 
     def count_quarantined(self, workspace_id: str | None, quarantine_after: int) -> int:
         return self.engine.count(quarantined_filter(workspace_id, quarantine_after, self.vector))
+
+    def backfill_pieces(self, limit: int) -> int:
+        key = pieces_field(self.vector)
+        flt = Filter(must=(HasDense(self.vector), IsEmpty(key)))
+        records, _ = self.engine.scroll(flt, limit, None, True, ("entry_id",))
+        counts = {str(r.id): {key: len(rows)} for r in records if (rows := dense_rows(r.vector, self.vector))}
+        return self.engine.set_payloads(counts) if counts else 0
 
     def workspaces(self, limit: int = WORKSPACES_LIMIT) -> dict[str, int]:
         return self.engine.facet("workspace_id", None, limit)

@@ -429,6 +429,9 @@ class EdgeEngine(Engine):
     def has_dense(self, using: str = DENSE) -> qe.HasVectorCondition:
         return qe.HasVectorCondition(using)  # qdrant-edge cannot match booleans (see store_query.HasDense)
 
+    def is_empty(self, key: str) -> qe.IsEmptyCondition:
+        return qe.IsEmptyCondition(key)
+
     def filter(self, must: list[Any] | None, should: list[Any] | None, must_not: list[Any] | None) -> qe.Filter:
         return qe.Filter(must=must, should=should, must_not=must_not)
 

@@ -442,6 +442,9 @@ class ClientEngine(Engine):
     def has_dense(self, using: str = DENSE) -> m.HasVectorCondition:
         return m.HasVectorCondition(has_vector=using)
 
+    def is_empty(self, key: str) -> m.IsEmptyCondition:
+        return m.IsEmptyCondition(is_empty=m.PayloadField(key=key))
+
     def filter(self, must: list[Any] | None, should: list[Any] | None, must_not: list[Any] | None) -> m.Filter:
         return m.Filter(must=must, should=should, must_not=must_not)
 

@@ -87,7 +87,14 @@ class Filter:
     must_not: tuple[Condition, ...] = ()
 
 
-Condition = Match | MatchAny | AtLeast | DatetimeRange | HasDense | Filter
+@dataclass(frozen=True, slots=True)
+class IsEmpty:
+    """The payload field `key` is missing, null or an empty array (a memory written before the field was)."""
+
+    key: str
+
+
+Condition = Match | MatchAny | AtLeast | DatetimeRange | HasDense | IsEmpty | Filter
 
 
 def workspace(workspace_id: str) -> Match:
@@ -354,6 +361,9 @@ class Vocabulary(ABC):
     def has_dense(self, using: str = DENSE) -> Any: ...
 
     @abstractmethod
+    def is_empty(self, key: str) -> Any: ...
+
+    @abstractmethod
     def filter(self, must: list[Any] | None, should: list[Any] | None, must_not: list[Any] | None) -> Any: ...
 
     @abstractmethod
@@ -448,6 +458,7 @@ _LOWER: dict[type, Callable[[Lowering, Any], Any]] = {
     # `using` only when it is not the first generation's vector: a vocabulary written before generations
     # (one named dense vector) still lowers every query that does not name another one.
     HasDense: lambda lo, n: lo.vocab.has_dense() if n.using == DENSE else lo.vocab.has_dense(n.using),
+    IsEmpty: lambda lo, n: lo.vocab.is_empty(n.key),
     DenseLeg: _dense_leg,
     SparseLeg: _sparse_leg,
     Fused: _fused,

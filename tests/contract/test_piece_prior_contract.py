@@ -103,3 +103,22 @@ def test_the_penalised_leg_still_feeds_the_re_scored_leg(store: MemoryStore, mk:
     fusion = Fusion(k=3, dense_weight=2.5, both_weight=0.5, head=5, head_weight=0.75, piece_penalty=PENALTY)
     got = ids(store.query_hybrid(e(0), bm25.query("kafka consumer lag"), OWN, 5, fusion))  # type: ignore[attr-defined]
     assert got[0] == "both" and set(got) == {"both", "dense-only", "sparse-only"}
+
+
+def test_the_backfill_records_the_count_of_memories_written_before_it(store: MemoryStore, mk: MakePoint) -> None:
+    engine = q(store).engine
+    for eid, rows in (("old-long", many_pieces(0.80, 20)), ("old-short", [e(3), e(4)])):
+        old = stored_point(mk(eid, eid, rows))
+        old.payload.pop("pieces")  # as written before the store recorded it
+        engine.upsert([MemoryPoint(old.point_id, old.sparse, old.payload, old.dense, old.vector)])
+    store.upsert([mk("new", "counted", e(1)), mk("sparse", "no vector", None)])
+    store.upsert([mk("short", "a short one", one_piece(0.75))])
+    penalised = Fusion(k=3, dense_weight=1.0, sparse_weight=0.0, piece_penalty=PENALTY)
+    assert ids(store.query_hybrid(e(0), NO_TERMS, OWN, 2, penalised)) == ["old-long", "short"]
+    assert store.backfill_pieces(1) == 1  # one page at a time
+    assert store.backfill_pieces(10) == 1  # the other one; counted and sparse-only memories are left alone
+    assert store.backfill_pieces(10) == 0  # nothing left
+    got = store.retrieve([pid("old-long"), pid("old-short"), pid("sparse")])
+    assert (got[pid("old-long")]["pieces"], got[pid("old-short")]["pieces"]) == (20, 2)
+    assert "pieces" not in got[pid("sparse")]
+    assert ids(store.query_hybrid(e(0), NO_TERMS, OWN, 2, penalised)) == ["short", "old-long"]  # ranked as new ones

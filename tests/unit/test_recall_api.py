@@ -77,6 +77,9 @@ class FakeStore(MemoryStore):
     def count_quarantined(self, workspace_id: str | None, quarantine_after: int) -> int:
         return self.quarantined
 
+    def backfill_pieces(self, limit: int) -> int:
+        return 0  # its hits carry no vectors to count
+
     def find_entries(self, scope: ScopeFilter, entry_ids: Any, *, with_dense: bool = False) -> list[StoredHit]:
         return []
 

@@ -205,6 +205,9 @@ class Recorder(Vocabulary):
     def has_dense(self) -> Any:
         return self._rec("has_dense")
 
+    def is_empty(self, key: str) -> Any:
+        return self._rec("is_empty", key)
+
     def filter(self, must: list[Any] | None, should: list[Any] | None, must_not: list[Any] | None) -> Any:
         return self._rec("filter", must, should, must_not)
 
