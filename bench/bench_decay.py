@@ -56,7 +56,7 @@ def seed(store: Any, n: int, dim: int, now: datetime, rng: random.Random) -> Non
             priority = rng.choice(["pin", "high", "permanent"]) if rng.random() < 0.02 else None
             indexed = now - timedelta(days=rng.uniform(0, 400))
             base = base_importance(et, sev, priority)
-            payload = {
+            payload: dict[str, Any] = {
                 "entry_id": f"m-{i}", "workspace_id": ws, "crew_id": "crew-1", "agent_id": f"agent-{i % 3}",
                 "run_id": f"run-{i % 50}", "ts": iso(indexed), "entry_type": et, "severity": sev,
                 "summary": journal_summary(rng, "short"), "payload": {"ticket": f"OPS-{i}", "attempt": i % 7},

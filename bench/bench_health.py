@@ -55,11 +55,12 @@ def seed(store: Any, state: Any, embedder: Any, n: int, sample: int) -> None:
     rng, np_rng, bm25 = random.Random(11), np.random.default_rng(11), Bm25Encoder()
     texts = [journal_summary(rng, "short") for _ in range(sample)]
     t0 = time.perf_counter()
-    base = np.stack([v[0] for v in embedder.embed_documents(texts)]).astype(np.float32)
+    base = np.stack([np.asarray(v[0], dtype=np.float32) for v in embedder.embed_documents(texts)])
     print(f"  embedded {sample} seed texts with the real model in {time.perf_counter() - t0:.1f}s")
 
     def vector() -> list[float]:
-        v = base[np_rng.integers(0, len(base))] + np_rng.normal(0, NOISE_SIGMA, base.shape[1]).astype(np.float32)
+        noise = np.asarray(np_rng.normal(0, NOISE_SIGMA, base.shape[1]), dtype=np.float32)
+        v = base[np_rng.integers(0, len(base))] + noise
         return (v / np.linalg.norm(v)).tolist()  # type: ignore[no-any-return]
 
     t0 = time.perf_counter()

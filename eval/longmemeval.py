@@ -364,10 +364,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"indexed in {time.monotonic() - t0:.0f}s", flush=True)
             for n, cs in sets.items():
                 results[n].update(ask(client, cs, MODES))
-        if not a.no_baseline:
-            if stack is None:
-                print("(restarted columns skipped: they need the stack started here)")
-            for name, env in RESTARTS.items() if stack is not None else ():
+        if not a.no_baseline and stack is None:
+            print("(restarted columns skipped: they need the stack started here)")
+        if not a.no_baseline and stack is not None:
+            for name, env in RESTARTS.items():
                 if a.restart and name not in a.restart:
                     continue
                 stack.stop()

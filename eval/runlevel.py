@@ -78,7 +78,7 @@ def run_level(
             final = _unit(sc) + lam * _unit(rs)
         else:  # rrf over the turn's own rank and its run's rank
             runs = q.mem.run[idx]
-            best = {}
+            best: dict[int, float] = {}
             for r, v in zip(runs.tolist(), rs.tolist(), strict=True):
                 best[r] = max(best.get(r, -np.inf), v)
             order = sorted(best, key=lambda r: -best[r])
