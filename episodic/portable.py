@@ -310,7 +310,8 @@ class Importer:
         m, ws = item.memory, rec.workspace_id
         key = dedup_key(ws, rec.agent_id, rec.entry_type, rec.summary)
         model = self.embedder.model_id if dense and self.embedder is not None else None
-        extra = {k: v for k, v in m.extra.items() if not k.startswith("densify_")}  # the source's backfill state
+        # the source's backfill state, and row counts (the store writes its own with the rows)
+        extra = {k: v for k, v in m.extra.items() if not k.startswith("densify_") and not is_pieces_field(k)}
         payload = {**extra, **memory_payload(rec, indexed_at=m.indexed_at or iso(self.clock()), model=model, key=key)}
         aliases = [a for a in m.aliases if (ws, a) not in gone]
         report.aliases_dropped += len(m.aliases) - len(aliases)

@@ -51,6 +51,7 @@ from episodic.store_query import (
     DatetimeRange,
     Filter,
     HasDense,
+    HasId,
     IsEmpty,
     Match,
     MatchAny,
@@ -200,6 +201,11 @@ class Engine(Vocabulary):
     def set_payloads(self, updates: Mapping[str, dict[str, Any]]) -> int:
         """Merge different fields into many points in one call (point id -> fields). Points that do not
         exist (deleted meanwhile) are skipped; returns how many were written."""
+
+    @abstractmethod
+    def set_payload_where(self, flt: Filter, fields: dict[str, Any]) -> None:
+        """Merge `fields` into the payload of the points that match `flt` when the write applies (one
+        conditional write: a point changed meanwhile so that it no longer matches is left alone)."""
 
     def query_batch(self, queries: Sequence[Query]) -> list[Sequence[ScoredRecord]]:
         """Several queries at once, results in order (engines with a batch call override this)."""
@@ -539,11 +545,21 @@ class QdrantStore(MemoryStore):
         return self.engine.count(quarantined_filter(workspace_id, quarantine_after, self.vector))
 
     def backfill_pieces(self, limit: int) -> int:
-        key = pieces_field(self.vector)
-        flt = Filter(must=(HasDense(self.vector), IsEmpty(key)))
+        # One read of the active vector: a generation switch meanwhile makes the scroll return the other
+        # vector's rows, which `dense_rows` does not take for this one (nothing is written this round).
+        vector = self.vector
+        key = pieces_field(vector)
+        flt = Filter(must=(HasDense(vector), IsEmpty(key)))
         records, _ = self.engine.scroll(flt, limit, None, True, ("entry_id",))
-        counts = {str(r.id): {key: len(rows)} for r in records if (rows := dense_rows(r.vector, self.vector))}
-        return self.engine.set_payloads(counts) if counts else 0
+        by_count: dict[int, list[str]] = {}
+        for r in records:
+            if rows := dense_rows(r.vector, vector):
+                by_count.setdefault(len(rows), []).append(str(r.id))
+        # Written only where the count is still missing: a memory replaced since the scroll (its new rows
+        # came with their own count) keeps that one.
+        for n, ids in by_count.items():
+            self.engine.set_payload_where(Filter(must=(HasId(tuple(ids)), IsEmpty(key))), {key: n})
+        return sum(len(ids) for ids in by_count.values())
 
     def workspaces(self, limit: int = WORKSPACES_LIMIT) -> dict[str, int]:
         return self.engine.facet("workspace_id", None, limit)

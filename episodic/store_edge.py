@@ -338,6 +338,10 @@ class EdgeEngine(Engine):
                         raise
         return written
 
+    def set_payload_where(self, flt: Filter, fields: dict[str, Any]) -> None:
+        with self._guard("set_payload_where"):
+            self._open().update(qe.UpdateOperation.set_payload_by_filter(Lowering(self)(flt), fields))
+
     def sibling(self, suffix: str) -> EdgeEngine:
         """Another shard directory beside this one (`<name>_<suffix>`): Edge has one collection per shard."""
         return EdgeEngine(self.path.with_name(f"{self.path.name}_{suffix}"))
@@ -431,6 +435,9 @@ class EdgeEngine(Engine):
 
     def is_empty(self, key: str) -> qe.IsEmptyCondition:
         return qe.IsEmptyCondition(key)
+
+    def has_id(self, ids: list[str]) -> qe.HasIdCondition:
+        return qe.HasIdCondition({_point_id(i) for i in ids})
 
     def filter(self, must: list[Any] | None, should: list[Any] | None, must_not: list[Any] | None) -> qe.Filter:
         return qe.Filter(must=must, should=should, must_not=must_not)

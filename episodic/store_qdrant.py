@@ -298,6 +298,12 @@ class ClientEngine(Engine):
             self._require(point_id)
             self.client.set_payload(self.collection, payload=fields, points=[point_id], wait=True)
 
+    def set_payload_where(self, flt: Filter, fields: dict[str, Any]) -> None:
+        with self._guard("set_payload_where"):
+            self.client.set_payload(
+                self.collection, payload=fields, points=m.FilterSelector(filter=Lowering(self)(flt)), wait=True
+            )
+
     def set_payloads(self, updates: Mapping[str, dict[str, Any]]) -> int:
         """One batch request (`batch_update_points`) for the points that exist; a point deleted between the
         check and the batch fails it (the server applies none of it after the failure; local mode stops
@@ -444,6 +450,9 @@ class ClientEngine(Engine):
 
     def is_empty(self, key: str) -> m.IsEmptyCondition:
         return m.IsEmptyCondition(is_empty=m.PayloadField(key=key))
+
+    def has_id(self, ids: list[str]) -> m.HasIdCondition:
+        return m.HasIdCondition(has_id=list(ids))
 
     def filter(self, must: list[Any] | None, should: list[Any] | None, must_not: list[Any] | None) -> m.Filter:
         return m.Filter(must=must, should=should, must_not=must_not)

@@ -94,7 +94,14 @@ class IsEmpty:
     key: str
 
 
-Condition = Match | MatchAny | AtLeast | DatetimeRange | HasDense | IsEmpty | Filter
+@dataclass(frozen=True, slots=True)
+class HasId:
+    """The point is one of `ids`."""
+
+    ids: tuple[str, ...]
+
+
+Condition = Match | MatchAny | AtLeast | DatetimeRange | HasDense | IsEmpty | HasId | Filter
 
 
 def workspace(workspace_id: str) -> Match:
@@ -364,6 +371,9 @@ class Vocabulary(ABC):
     def is_empty(self, key: str) -> Any: ...
 
     @abstractmethod
+    def has_id(self, ids: list[str]) -> Any: ...
+
+    @abstractmethod
     def filter(self, must: list[Any] | None, should: list[Any] | None, must_not: list[Any] | None) -> Any: ...
 
     @abstractmethod
@@ -459,6 +469,7 @@ _LOWER: dict[type, Callable[[Lowering, Any], Any]] = {
     # (one named dense vector) still lowers every query that does not name another one.
     HasDense: lambda lo, n: lo.vocab.has_dense() if n.using == DENSE else lo.vocab.has_dense(n.using),
     IsEmpty: lambda lo, n: lo.vocab.is_empty(n.key),
+    HasId: lambda lo, n: lo.vocab.has_id(list(n.ids)),
     DenseLeg: _dense_leg,
     SparseLeg: _sparse_leg,
     Fused: _fused,

@@ -142,7 +142,8 @@ def pieces_field(vector: str) -> str:
 
 
 def is_pieces_field(key: str) -> bool:
-    return key == "pieces" or key.startswith(f"pieces_{DENSE}")
+    """A row count that the store derives (`pieces_field` of any vector name)."""
+    return key == "pieces" or key.startswith("pieces_")
 
 
 def dense_rows(vectors: object, using: str = DENSE) -> list[list[float]] | None:

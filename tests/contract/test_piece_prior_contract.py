@@ -10,6 +10,7 @@ import pytest
 
 from episodic.identity import point_id
 from episodic.ports import Fusion, MemoryPoint, MemoryStore, ScopeFilter, SparseVec, StoredHit
+from episodic.store_query import Filter, HasId, IsEmpty
 from episodic.store_rules import stored_point
 from tests.contract.conftest import DIM, MakePoint, e, mix
 from tests.contract.conftest import as_qdrant as q
@@ -122,3 +123,21 @@ def test_the_backfill_records_the_count_of_memories_written_before_it(store: Mem
     assert (got[pid("old-long")]["pieces"], got[pid("old-short")]["pieces"]) == (20, 2)
     assert "pieces" not in got[pid("sparse")]
     assert ids(store.query_hybrid(e(0), NO_TERMS, OWN, 2, penalised)) == ["short", "old-long"]  # ranked as new ones
+
+
+def test_the_backfill_leaves_a_count_written_meanwhile_alone(store: MemoryStore, mk: MakePoint) -> None:
+    """The count is written only where it is still missing: a memory replaced between the backfill's read and
+    its write (new rows, their own count) keeps the new count."""
+    s = q(store)
+    old = stored_point(mk("m", "old text", many_pieces(0.8, 9)))
+    old.payload.pop("pieces")
+    s.engine.upsert([MemoryPoint(old.point_id, old.sparse, old.payload, old.dense, old.vector)])
+    store.upsert([mk("m", "new text", [e(1), e(2)])])  # replaced: 2 rows, count 2
+    key_missing = Filter(must=(HasId((pid("m"),)), IsEmpty("pieces")))
+    s.engine.set_payload_where(key_missing, {"pieces": 9})  # the backfill's stale write, as it would land
+    assert store.retrieve([pid("m")])[pid("m")]["pieces"] == 2
+    old2 = stored_point(mk("m2", "old", many_pieces(0.8, 4)))
+    old2.payload.pop("pieces")
+    s.engine.upsert([MemoryPoint(old2.point_id, old2.sparse, old2.payload, old2.dense, old2.vector)])
+    s.engine.set_payload_where(Filter(must=(HasId((pid("m2"),)), IsEmpty("pieces"))), {"pieces": 4})
+    assert store.retrieve([pid("m2")])[pid("m2")]["pieces"] == 4  # still missing there: written

@@ -208,6 +208,9 @@ class Recorder(Vocabulary):
     def is_empty(self, key: str) -> Any:
         return self._rec("is_empty", key)
 
+    def has_id(self, ids: list[str]) -> Any:
+        return self._rec("has_id", ids)
+
     def filter(self, must: list[Any] | None, should: list[Any] | None, must_not: list[Any] | None) -> Any:
         return self._rec("filter", must, should, must_not)
 
