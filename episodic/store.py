@@ -271,12 +271,10 @@ class QdrantStore(MemoryStore):
         """Create or open the collection with its dense vector `vector` of `dim` (the active one)."""
         if dim < 1:
             raise StoreError(f"dimension must be positive, got {dim}")
-        self.engine.ensure(dim, PAYLOAD_INDEXES, vector)
-        self._dims[vector] = dim
         # every generation's row count is read by the piece prior of its queries: indexed like `pieces`
         others: dict[str, IndexKind] = {pieces_field(n): "float" for n in self.engine.dense_vectors() if n != DENSE}
-        if others:
-            self.engine.ensure(dim, others, vector)
+        self.engine.ensure(dim, {**PAYLOAD_INDEXES, **others}, vector)
+        self._dims[vector] = dim
         self.use_dense_vector(vector)
         if not self.engine.has_context:
             log.warning(

@@ -208,7 +208,7 @@ RECOMMENDED_CONTEXT = ContextSpec(prev=2, words=16)
 
 
 def recommended(d: str = "D", s: str = "S", c: str = "SC") -> Method:
-    return rrf([(d, 100), (c, d, 100), (s, 100), (s, 5), (c, 100)], 3, [1.0, 0.5, 1.0, 0.75, 1.0])
+    return shipped(d, s, c, wd=1.0, head=0.75)
 
 
 # The shipped hybrid since the piece prior: the dense leg ranked by max-sim - 0.08 ln(pieces) over sentence

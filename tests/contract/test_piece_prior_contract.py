@@ -5,6 +5,7 @@ memory has (`pieces`, per generation), and a `Fusion.piece_penalty` ranks the de
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -141,3 +142,24 @@ def test_the_backfill_leaves_a_count_written_meanwhile_alone(store: MemoryStore,
     s.engine.upsert([MemoryPoint(old2.point_id, old2.sparse, old2.payload, old2.dense, old2.vector)])
     s.engine.set_payload_where(Filter(must=(HasId((pid("m2"),)), IsEmpty("pieces"))), {"pieces": 4})
     assert store.retrieve([pid("m2")])[pid("m2")]["pieces"] == 4  # still missing there: written
+
+
+def test_a_store_opened_with_an_older_generation_indexes_its_count_at_start(tmp_path: Path) -> None:
+    """Edge (the engine that reports its payload indexes): a generation whose count index is missing (made
+    before the index existed) gets it when the store is opened again."""
+    import qdrant_edge as qe
+
+    from episodic.store_edge import EdgeStore
+
+    first = EdgeStore(tmp_path / "edge", prefetch_limit=50)
+    first.ensure_collection(DIM)
+    first.add_dense_vector("dense_1", 3)
+    first._edge._open().update(qe.UpdateOperation.delete_field_index("pieces_dense_1"))
+    assert "pieces_dense_1" not in first.payload_indexes()
+    first.close()
+    again = EdgeStore(tmp_path / "edge", prefetch_limit=50)
+    try:
+        again.ensure_collection(DIM)
+        assert {"pieces", "pieces_dense_1"} <= again.payload_indexes()
+    finally:
+        again.close()
