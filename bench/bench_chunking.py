@@ -42,6 +42,10 @@ class SampledRows:
         self.rng = np.random.default_rng(seed)
         self.inner, self.dim, self.model_id = embedder, embedder.dim, embedder.model_id
 
+    @property
+    def pieces(self) -> str:
+        return self.inner.pieces
+
     def embed_documents(self, texts: list[str]) -> list[np.ndarray]:
         out = []
         for i in self.rng.integers(0, len(self.base), len(texts)):

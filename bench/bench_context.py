@@ -96,7 +96,7 @@ class NoisyEmbedder:
         self.inner = embedder
         self.rng = np.random.default_rng(seed)
         self.base = np.stack([v[0] for v in embedder.embed_documents(texts[:sample])])
-        self.dim, self.model_id = embedder.dim, embedder.model_id
+        self.dim, self.model_id, self.pieces = embedder.dim, embedder.model_id, embedder.pieces
 
     def embed_documents(self, texts: list[str]) -> list[np.ndarray]:
         rows = self.base[self.rng.integers(0, len(self.base), len(texts))]

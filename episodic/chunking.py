@@ -13,13 +13,17 @@ cosine), so a piece is the unit a query is matched against. Two modes (`EPISODIC
 
 Either way no piece is longer than the model reads: `window` (the token-window cutter the embedder
 supplies) cuts a piece that is, so the tail of a long memory stays findable (SPEC §10 "Long text").
+
+A `Scheme` names how a model's vectors were cut; it is part of an embedding generation's identity
+(episodic.generations), so a change of the cut re-embeds the store like a change of model.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Literal
+from dataclasses import dataclass
+from typing import Literal, cast
 
 ChunkMode = Literal["sentences", "window"]
 
@@ -62,3 +66,39 @@ def pieces(text: str, mode: ChunkMode, words: int, window: Callable[[str], list[
     packed = pack(sentences(text), words)
     out = [c for p in packed for c in window(p)]
     return out or window(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Scheme:
+    """How a text is cut into vectors: the mode, the words per sentence piece (0 in `window` mode) and the
+    token windows (word pieces per window, the model's limit applied, and their overlap). `key()` is its
+    compact form, as the generations document records it: ``sentences:32:254:32`` or ``window:254:32``."""
+
+    mode: ChunkMode
+    words: int
+    window: int
+    overlap: int
+
+    def key(self) -> str:
+        if self.mode == "window":
+            return f"window:{self.window}:{self.overlap}"
+        return f"sentences:{self.words}:{self.window}:{self.overlap}"
+
+    @classmethod
+    def parse(cls, key: str) -> Scheme:
+        parts = key.split(":")
+        try:
+            if parts[0] == "window" and len(parts) == 3:
+                return cls("window", 0, int(parts[1]), int(parts[2]))
+            if parts[0] == "sentences" and len(parts) == 4:
+                return cls(cast(ChunkMode, "sentences"), int(parts[1]), int(parts[2]), int(parts[3]))
+        except ValueError:
+            pass
+        raise ValueError(
+            f"not a piece scheme: {key!r} (window:<tokens>:<overlap> or sentences:<words>:<tokens>:<overlap>)"
+        )
+
+
+# What a generation recorded before schemes were: the 256-word-piece windows with a 32 overlap that every
+# store was cut into before sentence pieces (all-MiniLM-L6-v2 reads 256, less [CLS] and [SEP]).
+LEGACY = Scheme("window", 0, 254, 32).key()

@@ -16,6 +16,7 @@ pass: every core while the gate and recall are idle, one fewer while they need o
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import threading
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from episodic.chunking import ChunkMode, pieces
+from episodic.chunking import ChunkMode, Scheme, pieces
 from episodic.cores import CoreBudget, available_cores
 from episodic.errors import EmbedderUnavailable
 from episodic.metrics import Metrics
@@ -135,6 +136,24 @@ class SentenceTransformerEmbedder:
     @property
     def model(self) -> Any:
         return self._model
+
+    @property
+    def pieces(self) -> str:
+        """How this embedder cuts a text into vectors (episodic.chunking.Scheme's key): part of an embedding
+        generation's identity."""
+        words = self.chunk_words if self.chunk_mode == "sentences" else 0
+        return Scheme(self.chunk_mode, words, self._window, self._overlap).key()
+
+    def with_pieces(self, key: str) -> SentenceTransformerEmbedder:
+        """The same model (weights, encoders, cores, lock shared) cutting texts by another scheme: the
+        embedder of a generation that differs from this one only in its pieces."""
+        scheme = Scheme.parse(key)
+        other = copy.copy(self)
+        other.chunk_mode = scheme.mode
+        other.chunk_words = scheme.words or self.chunk_words
+        other._window = scheme.window
+        other._overlap = scheme.overlap
+        return other
 
     def chunk(self, text: str) -> list[str]:
         """The pieces of `text` that get a vector each (episodic.chunking, `chunk_mode`)."""

@@ -1,9 +1,12 @@
 """Embedding generations: which model's vectors recall ranks with, and the switch to another model.
 
 A generation is one model's dense vectors: a named dense vector of the memories' collection (`dense` for
-the first, `dense_1`, `dense_2`, ... after), the model that makes them and their dim. Every memory records
-the model of each of its vectors in its payload (`model_field`: `model` for `dense`, `model@<vector>`
-for the others).
+the first, `dense_1`, `dense_2`, ... after), the model that makes them, their dim, and how a text is cut
+into them (`pieces`, episodic.chunking.Scheme's key: `EPISODIC_CHUNK_MODE` and its sizes). A change of any
+of the three starts a new generation: re-chunking a store is a re-embed like a change of model. A
+generation recorded before the cut was part of it is taken as the windows every store was cut into then
+(`chunking.LEGACY`). Every memory records the model of each of its vectors in its payload (`model_field`:
+`model` for `dense`, `model@<vector>` for the others).
 
 One document in the state store (kind `embedding`, key `generations`) says which generation is active
 and which one is being filled (`pending`, with the re-embed pass's cursor and counts; see
@@ -23,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from episodic.chunking import LEGACY
 from episodic.errors import StoreError
 from episodic.ports import DENSE, Embedder, StateStore
 from episodic.settings import DEFAULT_MODEL
@@ -50,19 +54,34 @@ class Generation:
     vector: str
     model: str
     dim: int
+    pieces: str = LEGACY
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What an embedder must be to make this generation's vectors (the dim follows the model)."""
+        return model_key(self.model), self.pieces
 
     def made_by(self, embedder: Embedder) -> bool:
-        return model_key(self.model) == model_key(embedder.model_id) and self.dim == embedder.dim
+        return self.key == embedder_key(embedder) and self.dim == embedder.dim
 
     def as_doc(self) -> dict[str, Any]:
-        return {"vector": self.vector, "model": self.model, "dim": self.dim}
+        return {"vector": self.vector, "model": self.model, "dim": self.dim, "pieces": self.pieces}
 
     @classmethod
     def of(cls, doc: dict[str, Any]) -> Generation:
         try:
-            return cls(str(doc["vector"]), str(doc["model"]), int(doc["dim"]))
-        except (KeyError, TypeError, ValueError) as e:
+            pieces = doc.get("pieces")
+            return cls(str(doc["vector"]), str(doc["model"]), int(doc["dim"]), str(pieces) if pieces else LEGACY)
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
             raise StoreError(f"state {KIND}/{KEY}: malformed generation {doc!r}") from e
+
+    @classmethod
+    def made(cls, vector: str, embedder: Embedder) -> Generation:
+        return cls(vector, embedder.model_id, embedder.dim, embedder.pieces)
+
+
+def embedder_key(embedder: Embedder) -> tuple[str, str]:
+    return model_key(embedder.model_id), embedder.pieces
 
 
 def read(state: StateStore) -> dict[str, Any] | None:
@@ -89,14 +108,18 @@ def next_vector(layout: dict[str, int], doc: dict[str, Any] | None) -> str:
 
 def adopt(store: QdrantStore, state: StateStore, configured: Embedder | None) -> dict[str, Any]:
     """The document, created for a store that has none (new, or written before generations): its one dense
-    vector is the active generation, made by the model its memories record (else the configured one)."""
+    vector is the active generation, made by the model its memories record (else the configured one). Its
+    pieces: the configured embedder's while no memory has a vector yet, else the windows every store was
+    cut into before generations (`chunking.LEGACY`)."""
     doc = read(state)
     if doc is not None:
         return doc
     layout = store.dense_layout()
     vector = DENSE if DENSE in layout else sorted(layout)[0]
     model = _recorded_model(store, vector) or (configured.model_id if configured is not None else UNKNOWN_MODEL)
-    doc = {"active": Generation(vector, model, layout[vector]).as_doc(), "pending": None, "retired": []}
+    fresh = configured is not None and store.count(has_dense=True) == 0
+    pieces = configured.pieces if fresh and configured is not None else LEGACY
+    doc = {"active": Generation(vector, model, layout[vector], pieces).as_doc(), "pending": None, "retired": []}
     write(state, doc)
     return doc
 
@@ -111,10 +134,10 @@ def _recorded_model(store: QdrantStore, vector: str) -> str | None:
 
 
 def plan(store: QdrantStore, state: StateStore, configured: Embedder | None, *, wall: Callable[[], float]) -> dict:
-    """Reconcile the document with the configured model: nothing to do when the active generation is the
-    configured model's (a pending one for another model is abandoned); resume the pending one when it is
-    the configured model's; else start a new pending generation (a new named vector) for it. Sparse-only
-    (no model) changes nothing. Returns the document as saved."""
+    """Reconcile the document with the configured model and pieces: nothing to do when the active generation
+    is the configured embedder's (a pending one for another is abandoned); resume the pending one when it
+    is the configured embedder's; else start a new pending generation (a new named vector) for it.
+    Sparse-only (no model) changes nothing. Returns the document as saved."""
     doc = adopt(store, state, configured)
     if configured is None:
         return doc
@@ -122,20 +145,26 @@ def plan(store: QdrantStore, state: StateStore, configured: Embedder | None, *, 
     pending = Generation.of(doc["pending"]) if doc.get("pending") else None
     if active.made_by(configured) or (pending is not None and pending.made_by(configured)):
         if active.made_by(configured) and pending is not None:
-            log.info("embedding: %s is active again; abandoning the re-embed to %s", active.model, pending.model)
+            log.info("embedding: %s is active again; abandoning the re-embed to %s", _name(active), _name(pending))
             doc = {**doc, "pending": None, "retired": [*doc.get("retired", []), _retired(pending, wall())]}
             write(state, doc)
         return doc
     if pending is not None:
-        log.info("embedding: re-embed to %s replaced by one to %s", pending.model, configured.model_id)
+        log.info(
+            "embedding: re-embed to %s replaced by one to %s", _name(pending), _name(Generation.made("", configured))
+        )
         doc = {**doc, "retired": [*doc.get("retired", []), _retired(pending, wall())]}
     vector = next_vector(store.dense_layout(), doc)
     store.add_dense_vector(vector, configured.dim)
-    gen = Generation(vector, configured.model_id, configured.dim)
+    gen = Generation.made(vector, configured)
     doc = {**doc, "pending": {**gen.as_doc(), **fresh_progress(wall())}}
     write(state, doc)
-    log.info("embedding: re-embedding the store from %s to %s (vector %s)", active.model, gen.model, vector)
+    log.info("embedding: re-embedding the store from %s to %s (vector %s)", _name(active), _name(gen), vector)
     return doc
+
+
+def _name(gen: Generation) -> str:
+    return f"{gen.model} (pieces {gen.pieces})"
 
 
 def fresh_progress(now: float) -> dict[str, Any]:
@@ -146,7 +175,7 @@ def _retired(gen: Generation, now: float) -> dict[str, Any]:
     return {"vector": gen.vector, "model": gen.model, "at": now}
 
 
-Loader = Callable[[str], Embedder | None]
+Loader = Callable[[Generation], Embedder | None]  # an embedder that makes the generation's vectors
 
 
 class ModelSwitch:
@@ -175,8 +204,8 @@ class ModelSwitch:
         self.loader = loader
         self.poll_s = poll_s
         self.monotonic = monotonic
-        self._embedders: dict[str, Embedder] = {model_key(e.model_id): e for e in embedders or []}
-        self._loading: set[str] = set()
+        self._embedders: dict[tuple[str, str], Embedder] = {embedder_key(e): e for e in embedders or []}
+        self._loading: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._doc: dict[str, Any] = {}
         self._active: Generation | None = None
@@ -188,10 +217,10 @@ class ModelSwitch:
         return self._doc
 
     def add(self, embedder: Embedder) -> None:
-        self._embedders[model_key(embedder.model_id)] = embedder
+        self._embedders[embedder_key(embedder)] = embedder
 
-    def embedder_for(self, model: str) -> Embedder | None:
-        return self._embedders.get(model_key(model))
+    def embedder_for(self, gen: Generation) -> Embedder | None:
+        return self._embedders.get(gen.key)
 
     def refresh(self, *, force: bool = False) -> None:
         now = self.monotonic()
@@ -214,29 +243,35 @@ class ModelSwitch:
             if active != self._active:
                 self.store.use_dense_vector(active.vector)
                 if self._active is not None:
-                    log.info("embedding: switched to %s (vector %s)", active.model, active.vector)
+                    log.info("embedding: switched to %s (vector %s)", _name(active), active.vector)
                 self._active = active
         if changed and self.on_change is not None:
             self.on_change(doc)
-        self._ensure_loaded(active.model)
+        self._ensure_loaded(active)
 
-    def _ensure_loaded(self, model: str) -> None:
-        key = model_key(model)
-        if key in self._embedders or key in self._loading or self.loader is None or model == UNKNOWN_MODEL:
+    def _ensure_loaded(self, gen: Generation) -> None:
+        key = gen.key
+        if key in self._embedders or key in self._loading or self.loader is None or gen.model == UNKNOWN_MODEL:
             return
         self._loading.add(key)
         loader = self.loader
 
         def load() -> None:
             try:
-                embedder = loader(model)
+                embedder = loader(gen)
             except Exception as e:
-                log.warning("embedding: cannot load %s here (%s); recall uses BM25 until it can", model, e)
+                log.warning("embedding: cannot load %s here (%s); recall uses BM25 until it can", _name(gen), e)
                 return
-            if embedder is not None:
+            if embedder is not None and not gen.made_by(embedder):
+                log.warning(
+                    "embedding: %s was asked for and %s loaded; recall uses BM25",
+                    _name(gen),
+                    _name(Generation.made(gen.vector, embedder)),
+                )
+            elif embedder is not None:
                 self.add(embedder)
 
-        threading.Thread(target=load, name=f"load-{key[-24:]}", daemon=True).start()
+        threading.Thread(target=load, name=f"load-{key[0][-24:]}", daemon=True).start()
 
     def current(self) -> tuple[Generation, Embedder | None]:
         """The active generation and the embedder of its model (None: not loaded here)."""
@@ -244,7 +279,7 @@ class ModelSwitch:
         active = self._active
         if active is None:  # pragma: no cover - refresh(force=True) at construction sets it or raised
             raise StoreError("no active embedding generation")
-        return active, self.embedder_for(active.model)
+        return active, self.embedder_for(active)
 
     def pending(self) -> Generation | None:
         self.refresh()

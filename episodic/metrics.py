@@ -12,6 +12,7 @@ from typing import Any, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from episodic.chunking import LEGACY
 from episodic.health import BANDS, METRICS, gauge_workspaces
 from episodic.policy import DECISIONS
 from schemas.events import IndexMode
@@ -239,8 +240,9 @@ class Metrics:
             self.reembed_points.labels(outcome=outcome)
         self.embedding_generation = Gauge(
             "episodic_embedding_generation_info",
-            "1 for the active embedding generation (its model and vector) and for a pending one (state=pending)",
-            ["state", "model", "vector"],
+            "1 for the active embedding generation (its model, vector and pieces) and for a pending one "
+            "(state=pending)",
+            ["state", "model", "vector", "pieces"],
             registry=r,
         )
         self.reembed_switches = Counter(
@@ -253,8 +255,9 @@ class Metrics:
         for state in ("active", "pending"):
             gen = doc.get(state)
             if isinstance(gen, dict):
+                pieces = str(gen.get("pieces") or LEGACY)  # a generation recorded before its pieces were
                 self.embedding_generation.labels(
-                    state=state, model=str(gen.get("model")), vector=str(gen.get("vector"))
+                    state=state, model=str(gen.get("model")), vector=str(gen.get("vector")), pieces=pieces
                 ).set(1)
         if not doc.get("pending"):
             self.reembed_ratio.set(1.0)

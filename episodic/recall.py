@@ -77,11 +77,11 @@ def fusion_from_settings(settings: Settings) -> Fusion:
     return Fusion(
         method="dbsf" if settings.fusion == "dbsf" else "rrf",
         k=settings.rrf_k,
-        dense_weight=settings.rrf_dense_weight,
+        dense_weight=settings.dense_weight,
         sparse_weight=settings.rrf_sparse_weight,
         prefetch_limit=prefetch,
         both_weight=settings.rrf_both_weight,
-        head=settings.rrf_head,
+        head=settings.head,
         head_weight=settings.rrf_head_weight,
         context_weight=0.0 if settings.context.off else settings.rrf_context_weight,
         both_by_context=settings.rrf_both_context and not settings.context.off,

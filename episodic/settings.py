@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from episodic.context import ContextMode
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+# The hybrid's dense weight and BM25 top-N leg by chunk mode, when not set (eval/README.md, "Piece prior").
+FUSION_BY_CHUNK_MODE: dict[str, tuple[float, int]] = {"sentences": (2.5, 0), "window": (1.0, 5)}
 
 
 class Settings(BaseSettings):
@@ -150,12 +152,21 @@ class Settings(BaseSettings):
     # ranked by cosine - 0.08 ln(pieces)), BM25 (1), the dense candidates re-scored by the context BM25 (0.5)
     # and the context BM25 (1); with context off, or a collection without it, the first three (re-scored by
     # BM25). BM25's top N again as a fifth leg (`rrf_head`, weight `rrf_head_weight`) is off since the prior.
+    # The dense weight and the top-N leg follow the chunk mode when unset: those two were chosen over sentence
+    # pieces, and over the windows their own tree is better (`dense_weight`, `head`).
     fusion: Literal["rrf", "dbsf", "rrf_equal"] = "rrf"
     rrf_k: int = Field(default=3, ge=1)
-    rrf_dense_weight: float = Field(default=2.5, ge=0.0)
+    rrf_dense_weight: float | None = Field(
+        default=None, ge=0.0, description="unset: 2.5 with sentence pieces, 1 with windows"
+    )
     rrf_sparse_weight: float = Field(default=1.0, ge=0.0)
     rrf_both_weight: float = Field(default=0.5, ge=0.0, description="dense candidates re-scored by BM25; 0: off")
-    rrf_head: int = Field(default=0, ge=0, le=100, description="BM25's top N as an extra leg; 0: off")
+    rrf_head: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="BM25's top N as an extra leg; 0: off; unset: 0 with sentence pieces, 5 with windows",
+    )
     rrf_head_weight: float = Field(default=0.75, ge=0.0)
     rrf_context_weight: float = Field(
         default=1.0, ge=0.0, description="BM25 over the context-folded text as a fifth leg; 0: off"
@@ -311,6 +322,22 @@ class Settings(BaseSettings):
             if hi <= lo:
                 raise ValueError(f"health_{name}_ceiling ({hi}) must be above health_{name}_floor ({lo})")
         return self
+
+    @property
+    def dense_weight(self) -> float:
+        """The dense leg's RRF weight: `rrf_dense_weight`, else the chunk mode's (eval/README.md, "Piece prior":
+        2.5 over sentence pieces; over the windows 1, their own tree, oracle dev R@5 0.613 against 0.599)."""
+        if self.rrf_dense_weight is not None:
+            return self.rrf_dense_weight
+        return FUSION_BY_CHUNK_MODE[self.chunk_mode][0]
+
+    @property
+    def head(self) -> int:
+        """BM25's top N as an extra leg: `rrf_head`, else the chunk mode's (off over sentence pieces, 5 over
+        the windows)."""
+        if self.rrf_head is not None:
+            return self.rrf_head
+        return FUSION_BY_CHUNK_MODE[self.chunk_mode][1]
 
     @property
     def embedded_broker(self) -> bool:

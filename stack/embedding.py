@@ -15,7 +15,8 @@ import logging
 import threading
 import time
 
-from episodic.generations import Generation, Loader, ModelSwitch, plan
+from episodic.chunking import Scheme
+from episodic.generations import Generation, Loader, ModelSwitch, model_key, plan
 from episodic.metrics import Metrics
 from episodic.ports import Embedder, StateStore
 from episodic.reembed import Progress, Reembedder
@@ -27,14 +28,30 @@ log = logging.getLogger(__name__)
 STOP_S = 30.0  # a page in flight (one model call and its write) when the stack stops
 
 
-def model_loader(settings: Settings, *, shared_process: bool, queries: bool) -> Loader:
-    """Loads another model than the configured one, with the same settings (None when it cannot)."""
-    from episodic.embedder import load_embedder
+def model_loader(
+    settings: Settings, *, shared_process: bool, queries: bool, configured: Embedder | None = None
+) -> Loader:
+    """The embedder of another generation than the configured one's (None when it cannot be had): the
+    configured model itself cutting texts the generation's way when only the pieces differ (no second
+    copy of the weights), else that model loaded with the same settings but its pieces."""
+    from episodic.embedder import SentenceTransformerEmbedder, load_embedder
 
-    def load(name: str) -> Embedder | None:
-        return load_embedder(
-            settings.model_copy(update={"embed_model": name}), shared_process=shared_process, queries=queries
-        )
+    def load(gen: Generation) -> Embedder | None:
+        if (
+            isinstance(configured, SentenceTransformerEmbedder)
+            and model_key(configured.model_id) == model_key(gen.model)
+            and configured.dim == gen.dim
+        ):
+            return configured.with_pieces(gen.pieces)
+        scheme = Scheme.parse(gen.pieces)
+        update = {
+            "embed_model": gen.model,
+            "chunk_mode": scheme.mode,
+            "chunk_words": scheme.words or settings.chunk_words,
+            "chunk_tokens": scheme.window + 2,  # the embedder takes [CLS] and [SEP] off again
+            "chunk_overlap_tokens": scheme.overlap,
+        }
+        return load_embedder(settings.model_copy(update=update), shared_process=shared_process, queries=queries)
 
     return load
 
@@ -51,16 +68,22 @@ def open_switch(
 ) -> ModelSwitch:
     doc = plan(store, state, embedder, wall=time.time)
     # Sparse-only (EPISODIC_EMBED_MODEL=none, or the model would not load) stays so: no other model is loaded.
-    loader = model_loader(settings, shared_process=shared_process, queries=queries) if embedder is not None else None
+    loader = (
+        model_loader(settings, shared_process=shared_process, queries=queries, configured=embedder)
+        if embedder is not None
+        else None
+    )
     embedders = [embedder] if embedder is not None else []
     active = Generation.of(doc["active"])
     if loader is not None and embedder is not None and not active.made_by(embedder):
-        old = loader(active.model)  # now, not lazily: recall keeps its dense leg from the first request
-        if old is not None and old.dim == active.dim:
+        old = loader(active)  # now, not lazily: recall keeps its dense leg from the first request
+        if old is not None and active.made_by(old):
             embedders.append(old)
         else:
             log.warning(
-                "embedding: %s cannot be loaded here; recall uses BM25 until the re-embed is done", active.model
+                "embedding: %s (pieces %s) cannot be loaded here; recall uses BM25 until the re-embed is done",
+                active.model,
+                active.pieces,
             )
     switch = ModelSwitch(
         store=store, state=state, embedders=embedders, loader=loader, on_change=metrics.observe_generations

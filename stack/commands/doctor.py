@@ -109,6 +109,12 @@ def _lag_from_metrics(text: str) -> dict[str, float]:
     return lags
 
 
+def _named(labels: dict[str, str]) -> str:
+    """A generation's model, and its pieces when the service reports them (episodic.generations)."""
+    pieces = labels.get("pieces")
+    return f"{labels.get('model')}, pieces {pieces}" if pieces else str(labels.get("model"))
+
+
 def check_embedding(text: str) -> Check:
     """The active embedding generation and a re-embed's progress, from the service's /metrics."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -126,13 +132,13 @@ def check_embedding(text: str) -> Check:
     active, pending = gens.get("active"), gens.get("pending")
     if active is None:
         return Check("embedding", "OK", "no embedding generation reported (sparse-only, or an older service)")
-    now = f"recall ranks with {active.get('model')} (vector {active.get('vector')})"
+    now = f"recall ranks with {_named(active)} (vector {active.get('vector')})"
     if pending is None:
         return Check("embedding", "OK", now)
     return Check(
         "embedding",
         "WARN",
-        f"{now}; re-embedding to {pending.get('model')}: {ratio:.0%} done, {int(remaining)} memories to go",
+        f"{now}; re-embedding to {_named(pending)}: {ratio:.0%} done, {int(remaining)} memories to go",
         "nothing to do: recall switches to the new model by itself when the pass is done "
         "(a process with the new EPISODIC_EMBED_MODEL must be running the embedder role)",
     )

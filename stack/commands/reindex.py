@@ -1,5 +1,9 @@
 """`episodic reindex --model M`: re-embed the store with another model, then switch recall to it.
 
+The pieces are the configured ones (`EPISODIC_CHUNK_MODE`, `EPISODIC_CHUNK_WORDS`, ...): without `--model`
+it re-embeds with the configured model, which re-cuts a store whose vectors were cut another way (its
+generation records how: episodic.generations) and does nothing when they are the configured ones.
+
 Runs the re-embed pass (episodic.reembed) in this process, in the foreground, with a progress line, until
 the new model's vectors are complete and it is the active generation; Ctrl-C stops it with its cursor saved
 (run it again to resume). `--status` prints where the store stands.
@@ -40,15 +44,21 @@ def _status(store: Any, state: Any) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="episodic reindex", description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--model", help="the new model: the bundled name, or a local sentence-transformers directory")
+    ap.add_argument(
+        "--model",
+        help="the new model: the bundled name, or a local sentence-transformers directory "
+        "(default: EPISODIC_EMBED_MODEL)",
+    )
     ap.add_argument("--status", action="store_true", help="print the generations and the progress, change nothing")
     ap.add_argument("--page-size", type=int, default=64, help="memories per model call (default 64)")
     args = ap.parse_args(argv)
-    if not args.status and not args.model:
-        ap.error("--model is required (or --status)")
     if args.page_size < 1:
         ap.error("--page-size must be at least 1")
     settings = Settings()
+    if not args.status and not args.model:
+        if settings.sparse_only_forced:
+            ap.error("--model is required: EPISODIC_EMBED_MODEL=none configures no model")
+        args.model = settings.embed_model
     try:
         return _run(settings, args)
     except EmbedderUnavailable as e:
@@ -77,7 +87,11 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
             assert isinstance(store, QdrantStore)
             doc = plan(store, state, embedder, wall=time.time)
             if doc.get("pending") is None:
-                print(f"{embedder.model_id} is already the active model (vector {doc['active']['vector']})")
+                active = doc["active"]
+                print(
+                    f"{embedder.model_id} is already the active model, pieces {embedder.pieces} "
+                    f"(vector {active['vector']})"
+                )
                 return 0
             last = [0.0]
 
@@ -101,7 +115,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
                 print("stopped; the cursor is saved: run the same command again to resume", file=sys.stderr)
                 return 130
             active = Generation.of(_status(store, state)["active"])
-            print(f"done: recall now ranks with {active.model} (vector {active.vector})")
+            print(f"done: recall now ranks with {active.model}, pieces {active.pieces} (vector {active.vector})")
             if settings.embed_model != args.model:
                 print(
                     f"set EPISODIC_EMBED_MODEL={args.model} for the stack: started with another model, "

@@ -8,7 +8,9 @@ import hashlib
 import numpy as np
 import pytest
 
-from episodic.generations import ModelSwitch, next_vector, plan, read
+from episodic.chunking import LEGACY
+from episodic.errors import StoreError
+from episodic.generations import Generation, ModelSwitch, next_vector, plan, read, write
 from episodic.identity import point_id
 from episodic.ports import DENSE, MemoryStore, ScopeFilter, StateStore
 from episodic.reembed import FAILURES, Progress, Reembedder
@@ -22,8 +24,8 @@ class Hashed:
     """A deterministic embedder: a text's words hashed into `dim` buckets (unit norm). `fail_on`: texts it
     raises on."""
 
-    def __init__(self, model_id: str, dim: int, fail_on: frozenset[str] = frozenset()) -> None:
-        self.model_id, self.dim, self.fail_on = model_id, dim, fail_on
+    def __init__(self, model_id: str, dim: int, fail_on: frozenset[str] = frozenset(), pieces: str = "whole") -> None:
+        self.model_id, self.dim, self.fail_on, self.pieces = model_id, dim, fail_on, pieces
         self.calls = 0
 
     def _vec(self, text: str) -> np.ndarray:
@@ -49,11 +51,12 @@ def test_the_pass_fills_the_new_vector_then_switches_every_switch(
     s = q(store)
     a, b = Hashed("model-a", DIM), Hashed("model-b", 5, fail_on=frozenset({"poison text"}))
     texts = [f"memory number {i} about topic {i % 3}" for i in range(30)] + ["poison text"]
+    assert plan(s, state, a, wall=lambda: 0.0)["pending"] is None  # a new store: its generation is model A's
     s.upsert([mk(f"e{i}", t, a.embed_documents([t])[0].tolist(), model="model-a") for i, t in enumerate(texts)])
     assert plan(s, state, a, wall=lambda: 0.0)["pending"] is None  # the store's own model: nothing to do
 
     doc = plan(s, state, b, wall=lambda: 0.0)
-    assert doc["active"] == {"vector": DENSE, "model": "model-a", "dim": DIM}
+    assert doc["active"] == {"vector": DENSE, "model": "model-a", "dim": DIM, "pieces": "whole"}
     assert doc["pending"]["vector"] == "dense_1" and doc["pending"]["dim"] == 5
     assert plan(s, state, b, wall=lambda: 0.0)["pending"]["vector"] == "dense_1"  # a restart resumes it
     other = ModelSwitch(store=s, state=state, embedders=[a], poll_s=0.0)  # another process, on model A
@@ -103,8 +106,8 @@ def test_changing_the_model_again_mid_pass_abandons_the_first_target(
 ) -> None:
     s = q(store)
     a, b, c = Hashed("model-a", DIM), Hashed("model-b", 5), Hashed("model-c", 6)
-    s.upsert([mk(f"e{i}", f"text {i}", a.embed_documents([f"text {i}"])[0].tolist()) for i in range(10)])
     plan(s, state, a, wall=lambda: 0.0)
+    s.upsert([mk(f"e{i}", f"text {i}", a.embed_documents([f"text {i}"])[0].tolist()) for i in range(10)])
     plan(s, state, b, wall=lambda: 0.0)
     Reembedder(store=s, state=state, embedder=b, page_size=4).step()
     doc = plan(s, state, c, wall=lambda: 0.0)  # started again with yet another model
@@ -115,3 +118,31 @@ def test_changing_the_model_again_mid_pass_abandons_the_first_target(
     assert doc["pending"] is None and doc["active"]["model"] == "model-a"
     r = Reembedder(store=s, state=state, embedder=a, retire_after_s=0.0)
     assert sorted(r.retire()) == ["dense_1", "dense_2"] and s.dense_layout() == {DENSE: DIM}
+
+
+def test_vectors_from_before_generations_or_their_pieces_are_taken_as_the_old_windows(
+    store: MemoryStore, state: StateStore, mk: MakePoint
+) -> None:
+    s = q(store)
+    windows, sentences = Hashed("model-a", DIM, pieces=LEGACY), Hashed("model-a", DIM, pieces="sentences:32:254:32")
+    s.upsert([mk(f"e{i}", f"text {i}", windows.embed_documents([f"text {i}"])[0].tolist()) for i in range(4)])
+    # No document, and memories with vectors: a store from before generations, cut into windows then.
+    doc = plan(s, state, sentences, wall=lambda: 0.0)
+    assert doc["active"] == {"vector": DENSE, "model": "model-a", "dim": DIM, "pieces": LEGACY}
+    assert doc["pending"]["vector"] == "dense_1" and doc["pending"]["model"] == "model-a"
+    assert doc["pending"]["pieces"] == "sentences:32:254:32"
+    assert plan(s, state, windows, wall=lambda: 0.0)["pending"] is None  # the windows again: nothing to do
+
+    # A document written before generations recorded their pieces reads the same way.
+    write(state, {"active": {"vector": DENSE, "model": "model-a", "dim": DIM}, "pending": None, "retired": []})
+    switch = ModelSwitch(store=s, state=state, embedders=[sentences, windows], poll_s=0.0)
+    assert switch.current() == (Generation(DENSE, "model-a", DIM, LEGACY), windows)
+    assert plan(s, state, sentences, wall=lambda: 0.0)["pending"]["pieces"] == "sentences:32:254:32"
+    with pytest.raises(StoreError, match="malformed"):
+        Generation.of({"vector": DENSE, "model": "m"})
+
+
+def test_a_new_store_takes_the_configured_pieces(store: MemoryStore, state: StateStore) -> None:
+    sentences = Hashed("model-a", DIM, pieces="sentences:32:254:32")
+    doc = plan(q(store), state, sentences, wall=lambda: 0.0)
+    assert doc["active"]["pieces"] == "sentences:32:254:32" and doc["pending"] is None

@@ -188,6 +188,7 @@ class Renamed:
         self.inner = inner
         self.model_id = "another-model"
         self.dim = inner.dim
+        self.pieces = inner.pieces
         self.calls = 0
 
     def embed_documents(self, texts: list[str]) -> Any:

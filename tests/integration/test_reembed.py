@@ -278,9 +278,98 @@ def test_reindex_command_switches_the_store_and_says_so(
     assert "set EPISODIC_EMBED_MODEL=" in out.err  # the stack is still configured with the old model
     assert main(["reindex", "--status"]) == 0
     status = json.loads(capsys.readouterr().out)
-    assert status["active"] == {"vector": "dense_1", "model": model_b.model_id, "dim": 256}
+    assert status["active"] == {"vector": "dense_1", "model": model_b.model_id, "dim": 256, "pieces": model_b.pieces}
     assert status["pending"] is None and status["retired"] == [] and status["memories"] == 20
     assert main(["reindex", "--model", model_b.model_id]) == 0
     assert "already the active model" in capsys.readouterr().out
+    # The same model cut another way is another generation: the command re-cuts the store.
+    monkeypatch.setenv("EPISODIC_CHUNK_MODE", "window")
+    assert main(["reindex", "--model", model_b.model_id, "--page-size", "8"]) == 0
+    assert "pieces window:" in capsys.readouterr().out
+    assert main(["reindex", "--status"]) == 0
+    active = json.loads(capsys.readouterr().out)["active"]
+    assert (active["vector"], active["model"], active["pieces"]) == ("dense_2", model_b.model_id, "window:254:32")
+    monkeypatch.setenv("EPISODIC_EMBED_MODEL", "none")
+    with pytest.raises(SystemExit):
+        main(["reindex"])  # no model configured, none named
+    assert "--model is required" in capsys.readouterr().err
+    monkeypatch.delenv("EPISODIC_EMBED_MODEL")
     assert main(["reindex", "--model", str(fast_dir / "no-such-model")]) == 2
     assert "no-such-model" in capsys.readouterr().err
+
+
+FACTS = [
+    f"We spent the morning on the {t} rollout and argued about the timeout budget for an hour. The canary looked "
+    f"fine until lunch. By the way, the on-call rotation for {t} moves to team t{i} on the first of next month."
+    for i, t in enumerate(TOPICS)
+]
+
+
+def test_a_change_of_pieces_re_embeds_the_store_with_the_same_model_and_no_second_copy_of_it(
+    fast_dir: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    """EPISODIC_CHUNK_MODE is part of a generation: a store cut into the old windows, started with sentence
+    pieces, is re-embedded in the background by the same weights, recall ranking the windows meanwhile."""
+    from episodic.chunking import LEGACY
+    from episodic.metrics import Metrics
+    from stack.embedding import ReembedRunner, open_switch
+
+    windows = embedder.with_pieces(LEGACY)
+    assert windows.model is embedder.model and windows.pieces == LEGACY != embedder.pieces
+    assert embedder.chunk_mode == "sentences" and len(embedder.chunk(FACTS[0])) > 1
+    assert windows.chunk(FACTS[0]) == [FACTS[0]]  # one window holds it
+    store, state = open_edge(fast_dir / "edge")
+    try:
+        # The store as a stack in window mode wrote it.
+        plan(store, state, windows, wall=time.time)
+        Indexer(
+            store=store,
+            embedder=None,
+            bm25=Bm25Encoder(),
+            switch=ModelSwitch(store=store, state=state, embedders=[windows]),
+        ).index_batch([rec(i, f) for i, f in enumerate(FACTS)])
+        e3 = point_id("w1", "e3")
+        assert store.retrieve([e3])[e3]["pieces"] == 1
+
+        # Started again in sentence mode (the default): same model, another cut, so a pending generation.
+        settings = Settings(chunk_mode="sentences")
+        switch = open_switch(
+            settings, store=store, state=state, embedder=embedder, metrics=Metrics(), shared_process=True, queries=False
+        )
+        doc = read(state)
+        assert doc is not None
+        assert doc["active"] == {"vector": DENSE, "model": embedder.model_id, "dim": 384, "pieces": LEGACY}
+        assert doc["pending"]["vector"] == "dense_1" and doc["pending"]["pieces"] == embedder.pieces
+        assert doc["pending"]["model"] == embedder.model_id
+        gen, active_embedder = switch.current()
+        assert gen.vector == DENSE and active_embedder is not None and active_embedder.pieces == LEGACY
+        assert active_embedder.model is embedder.model  # derived from the loaded model, not loaded again
+        assert ReembedRunner.wanted(switch, embedder)
+        # Meanwhile new memories are cut the active generation's way.
+        Indexer(store=store, embedder=None, bm25=Bm25Encoder(), switch=switch).index_batch(
+            [rec(99, FACTS[9] + " Late.")]
+        )
+        late = point_id("w1", "e99")
+        assert store.retrieve([late])[late]["pieces"] == 1
+
+        assert Reembedder(store=store, state=state, embedder=embedder, retire_after_s=0.0).run(threading.Event())
+        switch.refresh(force=True)
+        gen, active_embedder = switch.current()
+        assert (gen.vector, gen.pieces) == ("dense_1", embedder.pieces) and active_embedder is embedder
+        rows = store.fetch([e3], with_dense=True)[e3].dense
+        assert rows is not None and len(rows) == len(embedder.chunk(FACTS[3])) > 1
+        assert store.retrieve([e3])[e3]["pieces_dense_1"] == len(rows)
+        assert store.dense_layout() == {"dense_1": 384}  # the windows retired
+
+        # The passing fact is now a piece of its own: recall finds its memory first.
+        engine = RecallEngine(store=store, embedder=None, bm25=Bm25Encoder(), switch=switch)
+        q = "which team takes over the on-call rotation for dns"
+        res = engine.recall(RecallRequest(query=q, workspace_id="w1", agent_id="a1", k=3, mode="dense"))
+        assert res.hits[0].entry_id == "e2", [h.entry_id for h in res.hits]
+
+        # And back to windows: another generation, the same model again.
+        doc = plan(store, state, windows, wall=time.time)
+        assert doc["pending"]["vector"] == "dense_2" and doc["pending"]["pieces"] == LEGACY
+    finally:
+        state.close()
+        store.close()

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from episodic.chunking import pack, pieces, sentences
+from episodic.chunking import LEGACY, Scheme, pack, pieces, sentences
 
 
 def window_of(n_chars: int):
@@ -91,3 +91,22 @@ def test_pieces_keep_every_word_in_order(text: str, words: int) -> None:
     assert " ".join(got).split() == text.split()
     for p in got:  # a piece over the budget is a single sentence
         assert len(p.split()) <= words or len(sentences(p)) <= 1 or p.strip() == ""
+
+
+@pytest.mark.parametrize(
+    "scheme", [Scheme("sentences", 32, 254, 32), Scheme("window", 0, 254, 32), Scheme("sentences", 8, 126, 0)]
+)
+def test_a_scheme_round_trips_through_its_key(scheme: Scheme) -> None:
+    assert Scheme.parse(scheme.key()) == scheme
+
+
+def test_the_legacy_scheme_is_the_windows_before_sentence_pieces() -> None:
+    assert LEGACY == "window:254:32" and Scheme.parse(LEGACY).mode == "window"
+
+
+@pytest.mark.parametrize(
+    "key", ["", "window", "window:254", "sentences:32:254", "pages:1:2:3", "window:a:32", "x" * 300]
+)
+def test_a_garbage_key_is_refused_naming_it(key: str) -> None:
+    with pytest.raises(ValueError, match="not a piece scheme"):
+        Scheme.parse(key)

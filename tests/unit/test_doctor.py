@@ -63,18 +63,24 @@ def test_a_reembed_in_progress_is_shown_with_its_progress() -> None:
     steady = by_name(
         check_service(Settings(), "http://svc", None, transport=service(stats, generate_latest(m.registry).decode()))
     )
-    assert steady["embedding"].level == "OK" and "all-MiniLM-L6-v2 (vector dense)" in steady["embedding"].message
+    steady_message = steady["embedding"].message
+    assert (
+        steady["embedding"].level == "OK" and "all-MiniLM-L6-v2, pieces window:254:32 (vector dense)" in steady_message
+    )
     m.observe_generations(
         {
             "active": {"model": "all-MiniLM-L6-v2", "vector": "dense", "dim": 384},
-            "pending": {"model": "/models/new", "vector": "dense_1", "dim": 256},
+            "pending": {"model": "/models/new", "vector": "dense_1", "dim": 256, "pieces": "sentences:32:254:32"},
         }
     )
     m.reembed_ratio.set(0.25)
     m.reembed_remaining.set(300)
     text = generate_latest(m.registry).decode()
     moving = by_name(check_service(Settings(), "http://svc", None, transport=service(stats, text)))["embedding"]
-    assert moving.level == "WARN" and "re-embedding to /models/new: 25% done, 300 memories to go" in moving.message
+    assert (
+        moving.level == "WARN"
+        and "re-embedding to /models/new, pieces sentences:32:254:32: 25% done, 300 memories to go" in moving.message
+    )
     old = by_name(check_service(Settings(), "http://svc", None, transport=service(stats)))["embedding"]
     assert old.level == "OK" and "no embedding generation reported" in old.message
 

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import mode
+import pytest
 from aiokafka import AIOKafkaConsumer
 from faust.transport.consumer import Fetcher as FaustFetcher
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -70,3 +71,25 @@ def test_no_other_private_name_of_faust_or_aiokafka_is_used() -> None:
         src = (STREAMS / path).read_text()
         other = re.findall(r"\b(?!self\b)[a-z_]+\._[a-z][a-z_]*", src)
         assert not other, f"{path}: reach private names through streams/internals.py: {other}"
+
+
+def test_the_fusion_follows_the_chunk_mode_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dense weight and BM25's top-N leg were chosen over sentence pieces; over the windows their own
+    tree is the default (eval/README.md, "Piece prior"). A value set in the environment wins either way."""
+    from episodic.recall import fusion_from_settings
+
+    for var in ("EPISODIC_CHUNK_MODE", "EPISODIC_RRF_DENSE_WEIGHT", "EPISODIC_RRF_HEAD"):
+        monkeypatch.delenv(var, raising=False)
+    pieces = fusion_from_settings(Settings())
+    assert (pieces.dense_weight, pieces.head) == (2.5, 0)
+    windows = fusion_from_settings(Settings(chunk_mode="window"))
+    assert (windows.dense_weight, windows.head) == (1.0, 5)
+    assert windows.piece_penalty == pieces.piece_penalty > 0  # the prior helps over both (0.613 vs 0.606)
+    monkeypatch.setenv("EPISODIC_CHUNK_MODE", "window")
+    monkeypatch.setenv("EPISODIC_RRF_DENSE_WEIGHT", "2")
+    monkeypatch.setenv("EPISODIC_RRF_HEAD", "0")
+    chosen = fusion_from_settings(Settings())
+    assert (chosen.dense_weight, chosen.head) == (2.0, 0)
+    monkeypatch.setenv("EPISODIC_RRF_HEAD", "-1")
+    with pytest.raises(ValueError, match="rrf_head"):
+        Settings()

@@ -147,6 +147,7 @@ class FakeStore(MemoryStore):
 class FakeEmbedder:
     dim = DIM
     model_id = "fake"
+    pieces = "whole"
 
     def embed_documents(self, texts: list[str]) -> list[np.ndarray]:
         return [np.eye(DIM, dtype=np.float32)[:1] for _ in texts]
