@@ -329,8 +329,8 @@ class RecallEngine:
                 return self.store.query_dense(qvec.tolist(), scope, req.k, **named)
             sparse = self.bm25.query(req.query)
             if req.mode == "hybrid" and qvec is not None:
-                if not sparse.indices:  # no searchable term: the dense leg alone ranks
-                    return self.store.query_dense(qvec.tolist(), scope, req.k, **named)
+                # With no searchable term (only stop words) the BM25 legs are left out and the hybrid's dense
+                # leg alone ranks, the piece prior included: the same order as that leg in any other query.
                 return self.store.query_hybrid(qvec.tolist(), sparse, scope, req.k, self.fusion, **named)
             if not sparse.indices:  # no searchable term (e.g. only stop words): nothing matches
                 return []

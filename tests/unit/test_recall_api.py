@@ -235,6 +235,16 @@ def test_modes_reach_their_leg(env: Env, mode: str) -> None:
     assert env.store.calls[-1][0] == mode
 
 
+def test_a_hybrid_query_of_stop_words_only_stays_hybrid(env: Env) -> None:
+    """No searchable term: the hybrid's dense leg ranks alone (its piece prior included), not the dense mode
+    (cosine x importance), so the order is the one that leg gives in any other hybrid query."""
+    r = env.client.post("/v1/recall", json={**OK, "query": "what did you do to it?", "mode": "hybrid"})
+    assert r.status_code == 200 and r.json()["mode"] == "hybrid"
+    assert env.store.calls[-1][0] == "hybrid"
+    r = env.client.post("/v1/recall", json={**OK, "query": "what did you do to it?", "mode": "sparse"})
+    assert r.status_code == 200 and r.json()["hits"] == []  # nothing can match lexically
+
+
 @pytest.mark.parametrize("mode", ["dense", "hybrid"])
 def test_sparse_only_answers_dense_and_hybrid_degraded(bm25: Bm25Encoder, mode: str) -> None:
     env = Env(bm25, embedder=None)
