@@ -163,6 +163,7 @@ class Linker:
             self.top_k * CANDIDATE_FACTOR,
             exclude_entry_ids=exclude,
             fields=("entry_id", "relations"),
+            using=point.vector,  # the generation its rows were read from, even if a switch came in between
         )
         candidates = [
             Candidate(

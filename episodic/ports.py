@@ -179,6 +179,7 @@ class StoredHit:
     score: float
     payload: dict[str, Any]
     dense: list[list[float]] | None = None  # only when asked for (with_dense=True)
+    vector: str | None = None  # the named dense vector (embedding generation) `dense` was read from
 
 
 @dataclass(slots=True)
@@ -376,11 +377,14 @@ class MemoryStore(ABC):
         *,
         exclude_entry_ids: Sequence[str] = (),
         fields: Sequence[str] | None = None,
+        using: str | None = None,
     ) -> list[StoredHit]:
         """The `limit` memories of the workspace nearest to `rows` (a memory's chunk vectors) by raw cosine,
         with no importance multiplier: a memory's score is the max over pairs of (row, its chunk). Only
         memories with a dense vector; never those whose entry_id is in `exclude_entry_ids`. Best first.
-        `fields`: only these payload fields (default: the whole payload)."""
+        `fields`: only these payload fields (default: the whole payload). `using`: the named vector the rows
+        were read from (`StoredHit.vector`), so that a generation switch in between cannot rank one
+        generation's rows against another's (default: the active one)."""
 
     # -- relations: stored on the source memory (payload `relations` + keyword array `links`) ------------
     @abstractmethod

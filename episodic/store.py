@@ -249,7 +249,13 @@ def _newest_first(records: Iterable[Record]) -> list[Record]:
 
 def _hit(record: Record, score: float, with_dense: bool, vector: str = DENSE) -> StoredHit:
     dense = dense_rows(record.vector, vector) if with_dense else None
-    return StoredHit(point_id=str(record.id), score=score, payload=dict(record.payload or {}), dense=dense)
+    return StoredHit(
+        point_id=str(record.id),
+        score=score,
+        payload=dict(record.payload or {}),
+        dense=dense,
+        vector=vector if dense is not None else None,
+    )
 
 
 class QdrantStore(MemoryStore):
@@ -654,8 +660,9 @@ class QdrantStore(MemoryStore):
         *,
         exclude_entry_ids: Sequence[str] = (),
         fields: Sequence[str] | None = None,
+        using: str | None = None,
     ) -> list[StoredHit]:
-        name, dim = self._query_vector(None)
+        name, dim = self._query_vector(using)
         validate_dense(rows, dim, what="similar_to rows")
         if limit <= 0:
             return []

@@ -111,3 +111,24 @@ def test_generations_survive_a_restart(backend: str, tmp_path: Path, mk: MakePoi
         assert [h.payload["entry_id"] for h in s.query_dense(u(0), OWN, 1)] == ["e1"]
     finally:
         s.close()
+
+
+def test_the_neighbours_of_a_memory_are_searched_in_the_generation_its_rows_came_from(
+    store: MemoryStore, mk: MakePoint
+) -> None:
+    """The linker reads a memory's rows, then searches its neighbours: a switch in between must not rank the
+    old generation's rows against the new one's vectors (or fail on their dim)."""
+    s = q(store)
+    s.upsert([mk("e1", "one", e(0)), mk("e2", "two", e(1)), mk("e3", "three", e(1))])
+    s.add_dense_vector(NEXT, NEXT_DIM)
+    s.set_vectors(NEXT, {pid("e1"): [u(0)], pid("e2"): [u(0)], pid("e3"): [u(2)]}, {})
+    read = s.fetch([pid("e2")], with_dense=True)[pid("e2")]
+    assert (read.vector, read.dense) == (DENSE, [e(1)])
+    s.use_dense_vector(NEXT)  # the switch, between the read and the search
+    hits = s.similar_to("ws-a", read.dense or [], 1, exclude_entry_ids=["e2"], using=read.vector)
+    assert [h.payload["entry_id"] for h in hits] == ["e3"]  # e3 is e2's twin in the old generation
+    assert [h.payload["entry_id"] for h in s.similar_to("ws-a", [u(0)], 1, exclude_entry_ids=["e2"])] == ["e1"]
+    assert s.fetch([pid("e2")], with_dense=True)[pid("e2")].vector == NEXT
+    assert s.fetch([pid("e2")])[pid("e2")].vector is None  # no rows read, no vector named
+    with pytest.raises(StoreError):
+        s.similar_to("ws-a", read.dense or [], 1)  # the old rows against the active (3-d) generation

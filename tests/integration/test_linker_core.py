@@ -121,3 +121,25 @@ def test_gone_or_vectorless_memories_are_counted_not_fatal(store: MemoryStore) -
     store.upsert([point("sparse", None)])
     result = Linker(store=store).link([vector_event("sparse"), vector_event("never-written")])
     assert (result.missing, result.linked) == (2, 0)
+
+
+def test_a_generation_switch_between_reading_and_searching_links_in_the_generation_read(
+    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The linker searches the neighbours in the generation the new memory's rows were read from: a switch
+    to a 3-d generation right after the read neither fails the link nor mixes the two."""
+    assert isinstance(store, EdgeStore)
+    store.upsert([point("c95", [at_cos(0.95)]), point("new", [unit((0, 1.0))])])
+    store.add_dense_vector("dense_1", 3)
+    store.set_vectors("dense_1", {point_id("ws-a", "c95"): [[0, 0, 1.0]], point_id("ws-a", "new"): [[1.0, 0, 0]]}, {})
+    fetch = store.fetch
+
+    def fetch_then_switch(ids: list[str], *, with_dense: bool = False) -> dict:
+        got = fetch(ids, with_dense=with_dense)
+        store.use_dense_vector("dense_1")
+        return got
+
+    monkeypatch.setattr(store, "fetch", fetch_then_switch)
+    result = Linker(store=store).link([vector_event("new")])
+    assert (result.linked, result.failed) == (1, 0)
+    assert similar(store, "new") == {"c95": 0.95}  # the cosine in the generation read (0 in the new one)

@@ -111,7 +111,14 @@ class FakeStore(MemoryStore):
         return 0
 
     def similar_to(
-        self, workspace_id: Any, rows: Any, limit: int, *, exclude_entry_ids: Any = (), fields: Any = None
+        self,
+        workspace_id: Any,
+        rows: Any,
+        limit: int,
+        *,
+        exclude_entry_ids: Any = (),
+        fields: Any = None,
+        using: Any = None,
     ) -> list[Any]:
         return []
 
