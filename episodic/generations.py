@@ -88,6 +88,12 @@ def read(state: StateStore) -> dict[str, Any] | None:
     return state.get(KIND, KEY)
 
 
+def active_pieces(state: StateStore) -> str | None:
+    """How the active generation cut its vectors (None: no generation recorded yet)."""
+    doc = read(state)
+    return Generation.of(doc["active"]).pieces if doc and isinstance(doc.get("active"), dict) else None
+
+
 def write(state: StateStore, doc: dict[str, Any]) -> None:
     state.put(KIND, KEY, doc)
     flush = getattr(state, "flush", None)  # the Qdrant state store: make the switch durable now

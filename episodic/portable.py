@@ -12,7 +12,8 @@ and nothing is written. Then, batch by batch:
 - a memory whose id (or whose entry, by its agent, run or workspace) a forget of the target removed stays
   forgotten: the target's tombstones and forget rules (`episodic.forget.Forgetter.admit`) leave it out, and
   its aliases that a forget removed, and edges to memories left out, are dropped;
-- the dense vectors are carried over when the target's model made them (same model id and size), else the
+- the dense vectors are carried over when the target's model made them and cut the text the same way (same
+  model id, size and `pieces`; a file without `pieces` was cut into the windows of its time), else the
   text is embedded again with the target's model; without a model the memory is written BM25-only and the
   stack's backfill adds the vector when a model is there; BM25 vectors are always computed again (they are
   a function of the text), the context vector too: from the run context the memory was indexed with (its
@@ -36,6 +37,7 @@ from typing import Any
 
 import msgspec
 
+from episodic.chunking import LEGACY
 from episodic.context import folded_text, shown_context
 from episodic.forget import TOMBSTONE, Forgetter, tombstone_key
 from episodic.identity import dedup_key, point_id
@@ -59,9 +61,12 @@ DERIVED = ("entry_id", "has_dense", "dedup_key", "links", "relations")
 # -- export -------------------------------------------------------------------------------------------------
 
 
-def export_line(payload: dict[str, Any], dense: list[list[float]] | None, vector: str = DENSE) -> dict[str, Any]:
+def export_line(
+    payload: dict[str, Any], dense: list[list[float]] | None, vector: str = DENSE, pieces: str | None = None
+) -> dict[str, Any]:
     """One memory as an export line (a JSON object); `dense` are the rows of the store's active vector
-    `vector` (an embedding generation, episodic.generations), whose model the payload records."""
+    `vector` (an embedding generation, episodic.generations), whose model the payload records and whose
+    cut is `pieces` (the generation's)."""
     entry = {name: payload.get(name) for name in ENTRY_FIELDS}
     entry["id"] = payload.get("entry_id")
     memory: dict[str, Any] = {"v": EXPORT_VERSION}
@@ -76,6 +81,7 @@ def export_line(payload: dict[str, Any], dense: list[list[float]] | None, vector
     ]
     has_dense = dense is not None and (payload.get("has_dense") is True or vector != DENSE)
     memory["model"] = payload.get(model_field(vector)) if has_dense else None
+    memory["pieces"] = pieces if has_dense else None
     memory["dense"] = dense if has_dense else None
     known = {*ENTRY_FIELDS, *MEMORY_FIELDS, *DERIVED}
     # `model@<vector>`: which model made another generation's vector; `pieces*`: how many rows a vector has
@@ -86,8 +92,9 @@ def export_line(payload: dict[str, Any], dense: list[list[float]] | None, vector
     return {**{k: v for k, v in entry.items() if v is not None}, "memory": memory}
 
 
-def export_workspace(store: MemoryStore, workspace_id: str) -> Iterator[bytes]:
-    """Every memory of the workspace as export lines (JSON, no newline), newest first."""
+def export_workspace(store: MemoryStore, workspace_id: str, *, pieces: str | None = None) -> Iterator[bytes]:
+    """Every memory of the workspace as export lines (JSON, no newline), newest first. `pieces`: how the
+    active generation cut its rows (`active_pieces`), written beside them so an import can tell."""
     selection = Selection(workspace_id=workspace_id)
     vector = getattr(store, "vector", DENSE)  # the active embedding generation (QdrantStore)
     after = None
@@ -96,7 +103,7 @@ def export_workspace(store: MemoryStore, workspace_id: str) -> Iterator[bytes]:
         hits = store.fetch([pid for pid, _ in rows], with_dense=True)
         for pid, payload in rows:
             hit = hits.get(pid)
-            line = export_line(payload, hit.dense if hit is not None else None, vector)
+            line = export_line(payload, hit.dense if hit is not None else None, vector, pieces)
             yield json.dumps(line, ensure_ascii=False, separators=(",", ":")).encode()
         if after is None:
             return
@@ -283,8 +290,9 @@ class Importer:
         return {keys[k] for k in self.state.get_many(TOMBSTONE, sorted(keys))} if keys else set()
 
     def _vectors(self, items: list[Imported], report: ImportReport) -> list[list[list[float]] | None]:
-        """Each memory's dense rows: carried over when the target's model made them, else embedded again
-        (one model call for the batch), else None (BM25 only; the backfill embeds it later)."""
+        """Each memory's dense rows: carried over when the target's model made them and cut them the same
+        way (a file without `pieces` was cut into the windows of its time), else embedded again (one model
+        call for the batch), else None (BM25 only; the backfill embeds it later)."""
         embedder = self.embedder
         out: list[list[list[float]] | None] = [None] * len(items)
         again: list[int] = []
@@ -292,7 +300,12 @@ class Importer:
             m = item.memory
             if embedder is None:
                 report.sparse_only += 1
-            elif m.dense is not None and m.model == embedder.model_id and len(m.dense[0]) == embedder.dim:
+            elif (
+                m.dense is not None
+                and m.model == embedder.model_id
+                and len(m.dense[0]) == embedder.dim
+                and (m.pieces or LEGACY) == embedder.pieces
+            ):
                 out[i] = m.dense
                 report.vectors_kept += 1
             else:

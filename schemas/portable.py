@@ -38,8 +38,10 @@ Count = Annotated[int, Meta(ge=0)]
 
 class ExportedMemory(msgspec.Struct, frozen=True, kw_only=True):
     """The `memory` object of an export line. `dense`: the chunk vectors (one row per chunk) made by
-    `model`, or null (BM25 only). `extra`: the other fields the store kept on the memory (the linker's
-    `linked_at`, the backfill's counters), put back as they were."""
+    `model`, or null (BM25 only); `pieces`: how the text was cut into those rows (episodic.chunking.Scheme's
+    key; absent in files written before it was recorded: the 256-word-piece windows of that time).
+    `extra`: the other fields the store kept on the memory (the linker's `linked_at`, the backfill's
+    counters), put back as they were."""
 
     v: Literal[1]
     base_importance: float
@@ -52,6 +54,7 @@ class ExportedMemory(msgspec.Struct, frozen=True, kw_only=True):
     occurrences: Annotated[int, Meta(ge=1)] = 1
     relations: list[ExportedRelation] = msgspec.field(default_factory=list)
     model: str | None = None
+    pieces: Annotated[str, Meta(max_length=64)] | None = None
     dense: list[list[float]] | None = None
     extra: dict[str, Any] = msgspec.field(default_factory=dict)
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from episodic.errors import StoreError, StoreUnavailable
+from episodic.generations import active_pieces
 from episodic.portable import BadExport, Importer, ImportFailed, check_export, export_workspace, read_export
 from episodic.settings import Settings
 
@@ -59,11 +60,9 @@ def export_main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     settings = Settings()
     try:
-        with opened(settings) as (store, _state, _embedder):
-            if args.out is None:
-                n = _write(export_workspace(store, args.workspace), sys.stdout.buffer)
-            else:
-                n = _write_file(export_workspace(store, args.workspace), args.out)
+        with opened(settings) as (store, state, _embedder):
+            lines = export_workspace(store, args.workspace, pieces=active_pieces(state))
+            n = _write(lines, sys.stdout.buffer) if args.out is None else _write_file(lines, args.out)
     except (StoreError, StoreUnavailable, OSError) as e:
         print(f"episodic export: {e}", file=sys.stderr)
         return 1

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -134,11 +135,12 @@ def test_a_round_trip_gives_the_same_recall_and_the_same_memories(pair: Any, emb
     assert all(want) and any(h[2] != "direct" for hits in want for h in hits)  # the walk follows edges
     # Edge -> qdrant-client, then that import exported again -> the Edge store emptied
     for (source, _), (target, target_state) in (pair, pair[::-1]):
-        lines = list(export_workspace(source, WS))
+        lines = list(export_workspace(source, WS, pieces=embedder.pieces))
         target.delete([pid for pid, _ in target.select(Selection(workspace_id=WS))])
         assert len(lines) == 9 and check_export(lines) == 9 and target.count(WS) == 0
         first = json.loads(lines[0])
         assert first["id"] == "m01" and first["memory"]["model"] == embedder.model_id
+        assert first["memory"]["pieces"] == embedder.pieces
         assert not any(k.startswith("pieces") for k in first["memory"]["extra"])  # derived by the store again
         report = Importer(store=target, state=target_state, embedder=embedder, bm25=Bm25Encoder()).run(
             read_export(lines)
@@ -157,6 +159,29 @@ def test_a_round_trip_gives_the_same_recall_and_the_same_memories(pair: Any, emb
     again = Importer(store=target, state=target_state, embedder=embedder, bm25=Bm25Encoder()).run(read_export(lines))
     assert (again.written, again.replaced) == (9, 9) and target.count(WS) == 9
     same(answers(target, embedder), want)
+
+
+def test_rows_cut_another_way_are_embedded_again(pair: Any, embedder: Any) -> None:
+    """The same model, but the file's rows were cut into windows (or it does not say: a file from before
+    `pieces`, cut into the windows of its time) while the target cuts sentence pieces: embedded again, so
+    the target's memories are all cut its way."""
+    from episodic.chunking import LEGACY
+
+    (source, _), (target, target_state) = pair
+    fill(source, embedder)
+    importer = Importer(store=target, state=target_state, embedder=embedder, bm25=Bm25Encoder())
+    for pieces in (LEGACY, None):
+        lines = [
+            json.dumps({**(d := json.loads(line)), "memory": {**d["memory"], "pieces": pieces}}).encode()
+            for line in export_workspace(source, WS)
+        ]
+        report = importer.run(read_export(lines))
+        assert (report.written, report.vectors_kept, report.embedded) == (9, 0, 9)
+    long_one = max(TEXTS, key=lambda t: len(embedder.chunk(t[3])))
+    rows = target.fetch([point_id(WS, long_one[0])], with_dense=True)[point_id(WS, long_one[0])].dense
+    assert rows is not None and len(rows) == len(embedder.chunk(long_one[3]))
+    report = importer.run(read_export(list(export_workspace(source, WS, pieces=embedder.pieces))))
+    assert (report.vectors_kept, report.embedded) == (9, 0)  # the same cut: carried over
 
 
 def test_the_run_context_comes_back_and_its_vector_is_computed_again(pair: Any) -> None:
@@ -232,13 +257,18 @@ def test_a_bad_file_names_every_bad_line_and_writes_nothing(pair: Any, embedder:
     bad_severity = json.loads(lines[4])
     bad_severity["severity"] = "fatal"
     lines[4] = json.dumps(bad_severity).encode()
-    lines.insert(6, b"")  # blank lines are fine
+    for i, pieces in ((5, 32), (6, "x" * 65)):  # not a string; longer than any scheme's key
+        odd = json.loads(lines[i])
+        odd["memory"]["pieces"] = pieces
+        lines[i] = json.dumps(odd).encode()
+    lines.insert(7, b"")  # blank lines are fine
     lines.append(b"{not json")
     with pytest.raises(BadExport) as e:
         Importer(store=target, state=target_state, embedder=embedder, bm25=Bm25Encoder()).run(read_export(lines))
     text = str(e.value)
     assert "line 3: memory.reference_count" in text and "line 5: severity" in text and "line 11" in text
-    assert e.value.total_bad == 3 and "nothing imported" in text
+    assert "line 6: memory.pieces" in text and "line 7: memory.pieces" in text
+    assert e.value.total_bad == 5 and "nothing imported" in text
     assert target.count(WS) == 0
 
 
@@ -246,13 +276,19 @@ def test_a_bad_file_names_every_bad_line_and_writes_nothing(pair: Any, embedder:
 def test_the_cli_exports_to_a_file_and_imports_it_into_another_data_dir(
     tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from episodic.generations import plan
     from episodic.settings import Settings
+    from episodic.store import QdrantStore
     from stack.cli import main
-    from stack.stores import open_store
+    from stack.stores import open_state, open_store
 
     source_dir, target_dir, out = tmp_path / "a", tmp_path / "b", tmp_path / "acme.jsonl"
     monkeypatch.setenv("EPISODIC_DATA_DIR", str(source_dir))
     store = open_store(Settings(), dim=embedder.dim)
+    assert isinstance(store, QdrantStore)
+    state = open_state(store)
+    plan(store, state, embedder, wall=time.time)  # as `episodic up` does first: the generation, its pieces
+    state.close()
     fill(store, embedder)
     want = answers(store, embedder)
     # the embedded store is single-process: a running stack (here: this open store) keeps export out, clearly
@@ -261,6 +297,7 @@ def test_the_cli_exports_to_a_file_and_imports_it_into_another_data_dir(
     store.close()
     assert main(["export", "--workspace", WS, "--out", str(out)]) == 0
     assert "exported 9 memories" in capsys.readouterr().err and len(out.read_bytes().splitlines()) == 9
+    assert json.loads(out.read_bytes().splitlines()[0])["memory"]["pieces"] == embedder.pieces
 
     monkeypatch.setenv("EPISODIC_DATA_DIR", str(target_dir))
     bad = tmp_path / "bad.jsonl"
