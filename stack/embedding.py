@@ -37,13 +37,17 @@ def model_loader(
     from episodic.embedder import SentenceTransformerEmbedder, load_embedder
 
     def load(gen: Generation) -> Embedder | None:
+        try:
+            scheme = Scheme.parse(gen.pieces)
+        except ValueError as e:  # a document written by hand, or by an embedder that does not chunk
+            log.warning("embedding: generation %s: %s; it cannot be loaded here", gen.vector, e)
+            return None
         if (
             isinstance(configured, SentenceTransformerEmbedder)
             and model_key(configured.model_id) == model_key(gen.model)
             and configured.dim == gen.dim
         ):
             return configured.with_pieces(gen.pieces)
-        scheme = Scheme.parse(gen.pieces)
         update = {
             "embed_model": gen.model,
             "chunk_mode": scheme.mode,

@@ -373,3 +373,16 @@ def test_a_change_of_pieces_re_embeds_the_store_with_the_same_model_and_no_secon
     finally:
         state.close()
         store.close()
+
+
+def test_a_generation_whose_pieces_cannot_be_read_is_not_loaded_and_nothing_crashes(
+    embedder: SentenceTransformerEmbedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    from episodic.generations import Generation
+    from stack.embedding import model_loader
+
+    load = model_loader(Settings(), shared_process=True, queries=False, configured=embedder)
+    assert load(Generation("dense_3", embedder.model_id, 384, "pages:7")) is None
+    assert "not a piece scheme: 'pages:7'" in caplog.text
+    legacy = load(Generation("dense", embedder.model_id, 384))  # the windows: the same weights, no second load
+    assert legacy is not None and legacy.pieces == "window:254:32" and legacy.model is embedder.model
