@@ -72,7 +72,8 @@ def pieces(text: str, mode: ChunkMode, words: int, window: Callable[[str], list[
 class Scheme:
     """How a text is cut into vectors: the mode, the words per sentence piece (0 in `window` mode) and the
     token windows (word pieces per window, the model's limit applied, and their overlap). `key()` is its
-    compact form, as the generations document records it: ``sentences:32:254:32`` or ``window:254:32``."""
+    compact form, as the generations document records it: ``sentences:32:254:32`` or ``window:254:32``;
+    ``window`` alone (`LEGACY`, window 0) is windows whose sizes were not recorded."""
 
     mode: ChunkMode
     words: int
@@ -81,24 +82,43 @@ class Scheme:
 
     def key(self) -> str:
         if self.mode == "window":
-            return f"window:{self.window}:{self.overlap}"
+            return f"window:{self.window}:{self.overlap}" if self.window else "window"
         return f"sentences:{self.words}:{self.window}:{self.overlap}"
 
     @classmethod
     def parse(cls, key: str) -> Scheme:
         parts = key.split(":")
+        scheme: Scheme | None = None
         try:
+            if parts == ["window"]:
+                return cls("window", 0, 0, 0)
             if parts[0] == "window" and len(parts) == 3:
-                return cls("window", 0, int(parts[1]), int(parts[2]))
-            if parts[0] == "sentences" and len(parts) == 4:
-                return cls(cast(ChunkMode, "sentences"), int(parts[1]), int(parts[2]), int(parts[3]))
+                scheme = cls("window", 0, int(parts[1]), int(parts[2]))
+            elif parts[0] == "sentences" and len(parts) == 4:
+                scheme = cls(cast(ChunkMode, "sentences"), int(parts[1]), int(parts[2]), int(parts[3]))
         except ValueError:
             pass
-        raise ValueError(
-            f"not a piece scheme: {key!r} (window:<tokens>:<overlap> or sentences:<words>:<tokens>:<overlap>)"
-        )
+        if scheme is None:
+            raise ValueError(
+                f"not a piece scheme: {key!r} (window:<tokens>:<overlap> or sentences:<words>:<tokens>:<overlap>)"
+            )
+        # as the embedder makes them: a window of at least 8 word pieces, an overlap of at most half of it
+        if (
+            scheme.window < 8
+            or not 0 <= scheme.overlap <= scheme.window // 2
+            or (scheme.mode == "sentences" and scheme.words < 1)
+        ):
+            raise ValueError(f"not a piece scheme: {key!r} (window >= 8, 0 <= overlap <= window/2, words >= 1)")
+        return scheme
 
 
-# What a generation recorded before schemes were: the 256-word-piece windows with a 32 overlap that every
-# store was cut into before sentence pieces (all-MiniLM-L6-v2 reads 256, less [CLS] and [SEP]).
-LEGACY = Scheme("window", 0, 254, 32).key()
+# What a generation recorded before its pieces were: the token windows every store was cut into before
+# sentence pieces, of the sizes configured then (EPISODIC_CHUNK_TOKENS / _OVERLAP_TOKENS, taken to be the
+# ones configured now).
+LEGACY = "window"
+
+
+def same_cut(a: str, b: str) -> bool:
+    """Whether two pieces keys cut texts the same way: equal, or windows where one side's sizes were not
+    recorded (`LEGACY`)."""
+    return a == b or (LEGACY in (a, b) and all(k == LEGACY or k.startswith(LEGACY + ":") for k in (a, b)))

@@ -78,6 +78,7 @@ class SentenceTransformerEmbedder:
         self._dim = int(dim)
         max_len = int(getattr(model, "max_seq_length", chunk_tokens) or chunk_tokens)
         # Room for [CLS] and [SEP].
+        self._max_window = max(8, max_len - 2)
         self._window = max(8, min(chunk_tokens, max_len) - 2)
         self._overlap = max(0, min(chunk_overlap, self._window // 2))
         self.chunk_mode: ChunkMode = chunk_mode
@@ -145,14 +146,15 @@ class SentenceTransformerEmbedder:
         return Scheme(self.chunk_mode, words, self._window, self._overlap).key()
 
     def with_pieces(self, key: str) -> SentenceTransformerEmbedder:
-        """The same model (weights, encoders, cores, lock shared) cutting texts by another scheme: the
-        embedder of a generation that differs from this one only in its pieces."""
+        """The same model (weights, encoders, cores, lock shared) cutting texts by another scheme (windows of
+        unrecorded sizes, `LEGACY`: this one's), never longer than the model reads. ValueError: no scheme."""
         scheme = Scheme.parse(key)
         other = copy.copy(self)
         other.chunk_mode = scheme.mode
         other.chunk_words = scheme.words or self.chunk_words
-        other._window = scheme.window
-        other._overlap = scheme.overlap
+        if scheme.window:
+            other._window = min(scheme.window, self._max_window)
+            other._overlap = min(scheme.overlap, other._window // 2)
         return other
 
     def chunk(self, text: str) -> list[str]:

@@ -5,8 +5,9 @@ the first, `dense_1`, `dense_2`, ... after), the model that makes them, their di
 into them (`pieces`, episodic.chunking.Scheme's key: `EPISODIC_CHUNK_MODE` and its sizes). A change of any
 of the three starts a new generation: re-chunking a store is a re-embed like a change of model. A
 generation recorded before the cut was part of it is taken as the windows every store was cut into then
-(`chunking.LEGACY`). Every memory records the model of each of its vectors in its payload (`model_field`:
-`model` for `dense`, `model@<vector>` for the others).
+(`chunking.LEGACY`, of the sizes configured now); a process that makes it records the exact key. Every
+memory records the model of each of its vectors in its payload (`model_field`: `model` for `dense`,
+`model@<vector>` for the others).
 
 One document in the state store (kind `embedding`, key `generations`) says which generation is active
 and which one is being filled (`pending`, with the re-embed pass's cursor and counts; see
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from episodic.chunking import LEGACY
+from episodic.chunking import LEGACY, same_cut
 from episodic.errors import StoreError
 from episodic.ports import DENSE, Embedder, StateStore
 from episodic.settings import DEFAULT_MODEL
@@ -58,11 +59,15 @@ class Generation:
 
     @property
     def key(self) -> tuple[str, str]:
-        """What an embedder must be to make this generation's vectors (the dim follows the model)."""
+        """The model and the pieces (the dim follows the model)."""
         return model_key(self.model), self.pieces
 
     def made_by(self, embedder: Embedder) -> bool:
-        return self.key == embedder_key(embedder) and self.dim == embedder.dim
+        return (
+            model_key(self.model) == model_key(embedder.model_id)
+            and self.dim == embedder.dim
+            and same_cut(self.pieces, embedder.pieces)
+        )
 
     def as_doc(self) -> dict[str, Any]:
         return {"vector": self.vector, "model": self.model, "dim": self.dim, "pieces": self.pieces}
@@ -84,14 +89,48 @@ def embedder_key(embedder: Embedder) -> tuple[str, str]:
     return model_key(embedder.model_id), embedder.pieces
 
 
+def _recorded(doc: dict[str, Any], state: StateStore, configured: Embedder) -> dict[str, Any]:
+    """The document with the active generation's pieces recorded exactly, when they were not (`LEGACY`) and
+    the configured embedder makes that generation (windows of its sizes)."""
+    active = doc["active"]
+    if Generation.of(active).pieces != LEGACY or configured.pieces == LEGACY:
+        return doc
+    doc = {**doc, "active": {**active, "pieces": configured.pieces}}
+    write(state, doc)
+    return doc
+
+
 def read(state: StateStore) -> dict[str, Any] | None:
     return state.get(KIND, KEY)
 
 
-def active_pieces(state: StateStore) -> str | None:
-    """How the active generation cut its vectors (None: no generation recorded yet)."""
+def follow_active(store: QdrantStore, state: StateStore) -> Generation | None:
+    """For a command that opens the store without a ModelSwitch (export, import): the store reads and
+    writes the active generation's vector, which is returned (None: no generation recorded yet, the store
+    as it opened). Opening picks a vector by name, which is not the active one after a switch until the
+    old vector is dropped."""
     doc = read(state)
-    return Generation.of(doc["active"]).pieces if doc and isinstance(doc.get("active"), dict) else None
+    if not doc or not isinstance(doc.get("active"), dict):
+        return None
+    active = Generation.of(doc["active"])
+    if active.vector in store.dense_layout():
+        store.use_dense_vector(active.vector)
+    return active
+
+
+def embedder_making(gen: Generation, embedder: Embedder | None) -> Embedder | None:
+    """An embedder that makes `gen`'s vectors: `embedder` itself, or the same model cutting texts `gen`'s
+    way (`with_pieces`, when it has it); None when `embedder` is another model (or none)."""
+    if embedder is None or gen.made_by(embedder):
+        return embedder
+    rechunk = getattr(embedder, "with_pieces", None)
+    if model_key(gen.model) != model_key(embedder.model_id) or gen.dim != embedder.dim or rechunk is None:
+        return None
+    try:
+        other: Embedder = rechunk(gen.pieces)
+    except ValueError:
+        return None
+    return other if gen.made_by(other) else None
 
 
 def write(state: StateStore, doc: dict[str, Any]) -> None:
@@ -150,6 +189,8 @@ def plan(store: QdrantStore, state: StateStore, configured: Embedder | None, *, 
     active = Generation.of(doc["active"])
     pending = Generation.of(doc["pending"]) if doc.get("pending") else None
     if active.made_by(configured) or (pending is not None and pending.made_by(configured)):
+        if active.made_by(configured):
+            doc = _recorded(doc, state, configured)
         if active.made_by(configured) and pending is not None:
             log.info("embedding: %s is active again; abandoning the re-embed to %s", _name(active), _name(pending))
             doc = {**doc, "pending": None, "retired": [*doc.get("retired", []), _retired(pending, wall())]}
@@ -226,7 +267,10 @@ class ModelSwitch:
         self._embedders[embedder_key(embedder)] = embedder
 
     def embedder_for(self, gen: Generation) -> Embedder | None:
-        return self._embedders.get(gen.key)
+        found = self._embedders.get(gen.key)
+        if found is None:  # pieces not recorded exactly (LEGACY): any embedder that makes them
+            found = next((e for e in list(self._embedders.values()) if gen.made_by(e)), None)
+        return found
 
     def refresh(self, *, force: bool = False) -> None:
         now = self.monotonic()
@@ -257,7 +301,7 @@ class ModelSwitch:
 
     def _ensure_loaded(self, gen: Generation) -> None:
         key = gen.key
-        if key in self._embedders or key in self._loading or self.loader is None or gen.model == UNKNOWN_MODEL:
+        if key in self._loading or self.loader is None or gen.model == UNKNOWN_MODEL or self.embedder_for(gen):
             return
         self._loading.add(key)
         loader = self.loader

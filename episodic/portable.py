@@ -37,9 +37,10 @@ from typing import Any
 
 import msgspec
 
-from episodic.chunking import LEGACY
+from episodic.chunking import LEGACY, same_cut
 from episodic.context import folded_text, shown_context
 from episodic.forget import TOMBSTONE, Forgetter, tombstone_key
+from episodic.generations import Generation, model_key
 from episodic.identity import dedup_key, point_id
 from episodic.indexer import iso, memory_payload
 from episodic.ports import DENSE, Embedder, MemoryPoint, MemoryStore, Selection, SparseVec, StateStore
@@ -219,8 +220,12 @@ class Importer:
         embedder: Embedder | None,
         bm25: Bm25Encoder,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        generation: Generation | None = None,
     ) -> None:
+        """`generation`: the target's active generation (its model and pieces decide which rows are carried
+        over; `embedder`, if any, must make it); None: the embedder's own (a store without generations)."""
         self.store, self.state, self.embedder, self.bm25, self.clock = store, state, embedder, bm25, clock
+        self.generation = generation
         self.forgetter = Forgetter(store=store, state=state, clock=clock, bm25=bm25)
 
     def run(self, items: Iterable[Imported]) -> ImportReport:
@@ -294,22 +299,25 @@ class Importer:
         way (a file without `pieces` was cut into the windows of its time), else embedded again (one model
         call for the batch), else None (BM25 only; the backfill embeds it later)."""
         embedder = self.embedder
+        target = self._target()
         out: list[list[list[float]] | None] = [None] * len(items)
         again: list[int] = []
         for i, item in enumerate(items):
             m = item.memory
-            if embedder is None:
-                report.sparse_only += 1
-            elif (
-                m.dense is not None
-                and m.model == embedder.model_id
-                and len(m.dense[0]) == embedder.dim
-                and (m.pieces or LEGACY) == embedder.pieces
+            if (
+                target is not None
+                and m.dense is not None
+                and m.model is not None
+                and model_key(m.model) == model_key(target.model)
+                and len(m.dense[0]) == target.dim
+                and same_cut(m.pieces or LEGACY, target.pieces)
             ):
                 out[i] = m.dense
                 report.vectors_kept += 1
-            else:
+            elif embedder is not None:
                 again.append(i)
+            else:
+                report.sparse_only += 1
         if again and embedder is not None:
             rows = embedder.embed_documents([items[i].entry.summary for i in again])
             for i, r in zip(again, rows, strict=True):
@@ -317,12 +325,19 @@ class Importer:
             report.embedded += len(again)
         return out
 
+    def _target(self) -> Generation | None:
+        """The generation the rows are written to: the target's, else the embedder's own."""
+        if self.generation is not None:
+            return self.generation
+        return Generation.made(DENSE, self.embedder) if self.embedder is not None else None
+
     def _payload(
         self, item: Imported, rec: EmbeddableRecord, dense: bool, gone: set[tuple[str, str]], report: ImportReport
     ) -> dict[str, Any]:
         m, ws = item.memory, rec.workspace_id
         key = dedup_key(ws, rec.agent_id, rec.entry_type, rec.summary)
-        model = self.embedder.model_id if dense and self.embedder is not None else None
+        target = self._target()
+        model = target.model if dense and target is not None else None
         # the source's backfill state, and row counts (the store writes its own with the rows)
         extra = {k: v for k, v in m.extra.items() if not k.startswith("densify_") and not is_pieces_field(k)}
         payload = {**extra, **memory_payload(rec, indexed_at=m.indexed_at or iso(self.clock()), model=model, key=key)}

@@ -16,7 +16,7 @@ import threading
 import time
 
 from episodic.chunking import Scheme
-from episodic.generations import Generation, Loader, ModelSwitch, model_key, plan
+from episodic.generations import Generation, Loader, ModelSwitch, adopt, model_key, plan
 from episodic.metrics import Metrics
 from episodic.ports import Embedder, StateStore
 from episodic.reembed import Progress, Reembedder
@@ -48,13 +48,14 @@ def model_loader(
             and configured.dim == gen.dim
         ):
             return configured.with_pieces(gen.pieces)
-        update = {
+        update: dict[str, object] = {
             "embed_model": gen.model,
             "chunk_mode": scheme.mode,
             "chunk_words": scheme.words or settings.chunk_words,
-            "chunk_tokens": scheme.window + 2,  # the embedder takes [CLS] and [SEP] off again
-            "chunk_overlap_tokens": scheme.overlap,
         }
+        if scheme.window:  # else windows of unrecorded sizes (LEGACY): the configured ones
+            update["chunk_tokens"] = scheme.window + 2  # the embedder takes [CLS] and [SEP] off again
+            update["chunk_overlap_tokens"] = scheme.overlap
         return load_embedder(settings.model_copy(update=update), shared_process=shared_process, queries=queries)
 
     return load
@@ -69,8 +70,12 @@ def open_switch(
     metrics: Metrics,
     shared_process: bool,
     queries: bool,
+    documents: bool = True,
 ) -> ModelSwitch:
-    doc = plan(store, state, embedder, wall=time.time)
+    # Only a process that embeds documents reconciles the store with its settings (starts, resumes or
+    # abandons a re-embed); one that only embeds queries follows the active generation, whatever its own
+    # model and pieces settings say (a query's vector does not depend on the pieces).
+    doc = plan(store, state, embedder, wall=time.time) if documents else adopt(store, state, embedder)
     # Sparse-only (EPISODIC_EMBED_MODEL=none, or the model would not load) stays so: no other model is loaded.
     loader = (
         model_loader(settings, shared_process=shared_process, queries=queries, configured=embedder)

@@ -232,20 +232,13 @@ class Stack:
         self.state = state = await asyncio.to_thread(open_state, store)
         self.bm25 = Bm25Encoder()
         if isinstance(store, QdrantStore):
+            # Where documents are embedded (`up`, the embedder role): the store is reconciled, the pass runs.
+            documents = any(k.embeds_documents for k in self._kinds)
+            opened = {"shared_process": shared, "queries": queries, "documents": documents}
             switch = await asyncio.to_thread(
-                lambda: open_switch(
-                    s,
-                    store=store,
-                    state=state,
-                    embedder=embedder,
-                    metrics=self.metrics,
-                    shared_process=shared,
-                    queries=queries,
-                )
+                lambda: open_switch(s, store=store, state=state, embedder=embedder, metrics=self.metrics, **opened)
             )
             self.switch = switch
-            # The pass runs where documents are embedded with the new model (`up`, or the embedder role).
-            documents = any(k.embeds_documents for k in self._kinds)
             if embedder is not None and documents and ReembedRunner.wanted(switch, embedder):
                 self.reembed = ReembedRunner(
                     store=store, state=state, embedder=embedder, switch=switch, metrics=self.metrics

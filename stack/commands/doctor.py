@@ -140,7 +140,8 @@ def check_embedding(text: str) -> Check:
         "WARN",
         f"{now}; re-embedding to {_named(pending)}: {ratio:.0%} done, {int(remaining)} memories to go",
         "nothing to do: recall switches to the new model by itself when the pass is done "
-        "(a process with the new EPISODIC_EMBED_MODEL must be running the embedder role)",
+        "(a process with the new EPISODIC_EMBED_MODEL or EPISODIC_CHUNK_* settings must be running the embedder "
+        "role)",
     )
 
 

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from episodic.errors import StoreError, StoreUnavailable
-from episodic.generations import active_pieces
+from episodic.generations import Generation, adopt, embedder_making, follow_active
 from episodic.portable import BadExport, Importer, ImportFailed, check_export, export_workspace, read_export
 from episodic.settings import Settings
+from episodic.store import QdrantStore
 
 DEFAULT_DIM = 384  # the collection's dense size when no model loads (stack.runtime.DEFAULT_DIM)
 
@@ -61,7 +62,8 @@ def export_main(argv: list[str]) -> int:
     settings = Settings()
     try:
         with opened(settings) as (store, state, _embedder):
-            lines = export_workspace(store, args.workspace, pieces=active_pieces(state))
+            active = follow_active(store, state) if isinstance(store, QdrantStore) else None
+            lines = export_workspace(store, args.workspace, pieces=active.pieces if active else None)
             n = _write(lines, sys.stdout.buffer) if args.out is None else _write_file(lines, args.out)
     except (StoreError, StoreUnavailable, OSError) as e:
         print(f"episodic export: {e}", file=sys.stderr)
@@ -118,7 +120,21 @@ def import_main(argv: list[str]) -> int:
 
     try:
         with opened(Settings()) as (store, state, embedder):
-            importer = Importer(store=store, state=state, embedder=embedder, bm25=Bm25Encoder())
+            target: Generation | None = None
+            if isinstance(store, QdrantStore):  # rows go to the active generation, cut its way
+                adopt(store, state, embedder)  # a new store: the configured model and pieces, as `up` would
+                target = follow_active(store, state)
+            if target is not None:
+                maker = embedder_making(target, embedder)
+                if embedder is not None and maker is None:
+                    print(
+                        f"episodic import: the store ranks with {target.model} (pieces {target.pieces}), not the "
+                        f"configured {embedder.model_id}: memories whose vectors cannot be carried over are "
+                        "written BM25-only, and the stack's backfill embeds them",
+                        file=sys.stderr,
+                    )
+                embedder = maker
+            importer = Importer(store=store, state=state, embedder=embedder, bm25=Bm25Encoder(), generation=target)
             report = importer.run(read_export(_lines(args.file)))
             store.flush()
     except (StoreError, StoreUnavailable, ImportFailed, OSError) as e:

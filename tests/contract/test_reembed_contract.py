@@ -142,6 +142,22 @@ def test_vectors_from_before_generations_or_their_pieces_are_taken_as_the_old_wi
         Generation.of({"vector": DENSE, "model": "m"})
 
 
+def test_windows_of_unrecorded_sizes_are_the_configured_windows_and_get_recorded(
+    store: MemoryStore, state: StateStore, mk: MakePoint
+) -> None:
+    s = q(store)
+    s.upsert([mk("e0", "text 0", [1.0] + [0.0] * (DIM - 1))])
+    write(state, {"active": {"vector": DENSE, "model": "model-a", "dim": DIM}, "pending": None, "retired": []})
+    exact = Hashed("model-a", DIM, pieces="window:126:16")
+    switch = ModelSwitch(store=s, state=state, embedders=[exact], poll_s=0.0)
+    assert switch.current()[1] is exact  # the windows of the configured sizes make the unrecorded ones
+    doc = plan(s, state, exact, wall=lambda: 0.0)
+    assert doc["pending"] is None and doc["active"]["pieces"] == "window:126:16"  # recorded exactly now
+    assert read(state)["active"]["pieces"] == "window:126:16"  # type: ignore[index]
+    other = plan(s, state, Hashed("model-a", DIM, pieces="window:254:32"), wall=lambda: 0.0)
+    assert other["pending"]["pieces"] == "window:254:32"  # other sizes, once recorded: another generation
+
+
 def test_a_new_store_takes_the_configured_pieces(store: MemoryStore, state: StateStore) -> None:
     sentences = Hashed("model-a", DIM, pieces="sentences:32:254:32")
     doc = plan(q(store), state, sentences, wall=lambda: 0.0)

@@ -308,6 +308,12 @@ def test_the_cli_exports_to_a_file_and_imports_it_into_another_data_dir(
     assert main(["import", str(out), "--check"]) == 0
     assert main(["import", str(out)]) == 0
     assert "imported 9 of 9 memories into acme (0 replaced; vectors: 9 carried over" in capsys.readouterr().out
+    # Imported again from a shell configured for windows: the target's generation (sentence pieces) decides
+    # what is carried over and how anything is cut, not the shell's settings.
+    monkeypatch.setenv("EPISODIC_CHUNK_MODE", "window")
+    assert main(["import", str(out)]) == 0
+    assert "(9 replaced; vectors: 9 carried over, 0 embedded again" in capsys.readouterr().out
+    monkeypatch.delenv("EPISODIC_CHUNK_MODE")
     target = open_store(Settings(), dim=embedder.dim)
     try:
         assert target.count(WS) == 9

@@ -309,13 +309,14 @@ def test_a_change_of_pieces_re_embeds_the_store_with_the_same_model_and_no_secon
     fast_dir: Path, embedder: SentenceTransformerEmbedder
 ) -> None:
     """EPISODIC_CHUNK_MODE is part of a generation: a store cut into the old windows, started with sentence
-    pieces, is re-embedded in the background by the same weights, recall ranking the windows meanwhile."""
+    pieces, is re-embedded in the background by the same weights, recall ranking the windows meanwhile. A
+    process that only answers queries follows the active generation and starts nothing."""
     from episodic.chunking import LEGACY
     from episodic.metrics import Metrics
     from stack.embedding import ReembedRunner, open_switch
 
-    windows = embedder.with_pieces(LEGACY)
-    assert windows.model is embedder.model and windows.pieces == LEGACY != embedder.pieces
+    windows = embedder.with_pieces(LEGACY)  # windows of the configured sizes
+    assert windows.model is embedder.model and windows.pieces == "window:254:32" != embedder.pieces
     assert embedder.chunk_mode == "sentences" and len(embedder.chunk(FACTS[0])) > 1
     assert windows.chunk(FACTS[0]) == [FACTS[0]]  # one window holds it
     store, state = open_edge(fast_dir / "edge")
@@ -331,18 +332,33 @@ def test_a_change_of_pieces_re_embeds_the_store_with_the_same_model_and_no_secon
         e3 = point_id("w1", "e3")
         assert store.retrieve([e3])[e3]["pieces"] == 1
 
-        # Started again in sentence mode (the default): same model, another cut, so a pending generation.
+        # A recall-only process configured for sentence pieces: it follows the windows, starts no re-embed.
         settings = Settings(chunk_mode="sentences")
+        recall_only = open_switch(
+            settings,
+            store=store,
+            state=state,
+            embedder=embedder,
+            metrics=Metrics(),
+            shared_process=True,
+            queries=True,
+            documents=False,
+        )
+        assert read(state)["pending"] is None  # type: ignore[index]
+        follows = recall_only.current()[1]
+        assert follows is not None and follows.pieces == windows.pieces and follows.model is embedder.model
+
+        # Started again in sentence mode (the default): same model, another cut, so a pending generation.
         switch = open_switch(
             settings, store=store, state=state, embedder=embedder, metrics=Metrics(), shared_process=True, queries=False
         )
         doc = read(state)
         assert doc is not None
-        assert doc["active"] == {"vector": DENSE, "model": embedder.model_id, "dim": 384, "pieces": LEGACY}
+        assert doc["active"] == {"vector": DENSE, "model": embedder.model_id, "dim": 384, "pieces": windows.pieces}
         assert doc["pending"]["vector"] == "dense_1" and doc["pending"]["pieces"] == embedder.pieces
         assert doc["pending"]["model"] == embedder.model_id
         gen, active_embedder = switch.current()
-        assert gen.vector == DENSE and active_embedder is not None and active_embedder.pieces == LEGACY
+        assert gen.vector == DENSE and active_embedder is not None and active_embedder.pieces == windows.pieces
         assert active_embedder.model is embedder.model  # derived from the loaded model, not loaded again
         assert ReembedRunner.wanted(switch, embedder)
         # Meanwhile new memories are cut the active generation's way.
@@ -369,7 +385,7 @@ def test_a_change_of_pieces_re_embeds_the_store_with_the_same_model_and_no_secon
 
         # And back to windows: another generation, the same model again.
         doc = plan(store, state, windows, wall=time.time)
-        assert doc["pending"]["vector"] == "dense_2" and doc["pending"]["pieces"] == LEGACY
+        assert doc["pending"]["vector"] == "dense_2" and doc["pending"]["pieces"] == windows.pieces
     finally:
         state.close()
         store.close()
@@ -386,3 +402,19 @@ def test_a_generation_whose_pieces_cannot_be_read_is_not_loaded_and_nothing_cras
     assert "not a piece scheme: 'pages:7'" in caplog.text
     legacy = load(Generation("dense", embedder.model_id, 384))  # the windows: the same weights, no second load
     assert legacy is not None and legacy.pieces == "window:254:32" and legacy.model is embedder.model
+    assert embedder.with_pieces("window:1000:32").pieces == "window:254:32"  # never longer than the model reads
+
+
+def test_an_embedder_for_the_targets_generation_is_derived_only_from_the_same_model(
+    embedder: SentenceTransformerEmbedder, model_b: SentenceTransformerEmbedder
+) -> None:
+    """What an import (or any command without a ModelSwitch) embeds with: the target's generation decides."""
+    from episodic.generations import Generation, embedder_making
+
+    windows = Generation("dense", embedder.model_id, 384, "window:126:16")
+    made = embedder_making(windows, embedder)
+    assert made is not None and made.pieces == "window:126:16" and windows.made_by(made)
+    assert embedder_making(Generation("dense", embedder.model_id, 384, embedder.pieces), embedder) is embedder
+    assert embedder_making(windows, model_b) is None  # another model: not made here
+    assert embedder_making(Generation("dense", embedder.model_id, 384, "pages"), embedder) is None
+    assert embedder_making(windows, None) is None

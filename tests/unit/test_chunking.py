@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from episodic.chunking import LEGACY, Scheme, pack, pieces, sentences
+from episodic.chunking import LEGACY, Scheme, pack, pieces, same_cut, sentences
 
 
 def window_of(n_chars: int):
@@ -100,13 +100,18 @@ def test_a_scheme_round_trips_through_its_key(scheme: Scheme) -> None:
     assert Scheme.parse(scheme.key()) == scheme
 
 
-def test_the_legacy_scheme_is_the_windows_before_sentence_pieces() -> None:
-    assert LEGACY == "window:254:32" and Scheme.parse(LEGACY).mode == "window"
+def test_the_legacy_scheme_is_windows_of_unrecorded_sizes_and_cuts_like_any_windows() -> None:
+    assert LEGACY == "window" and Scheme.parse(LEGACY) == Scheme("window", 0, 0, 0)
+    assert same_cut(LEGACY, "window:254:32") and same_cut("window:126:16", LEGACY) and same_cut(LEGACY, LEGACY)
+    assert not same_cut(LEGACY, "sentences:32:254:32") and not same_cut("window:254:32", "window:126:16")
+    assert not same_cut(LEGACY, "whole") and same_cut("whole", "whole")  # an embedder that does not chunk
 
 
 @pytest.mark.parametrize(
-    "key", ["", "window", "window:254", "sentences:32:254", "pages:1:2:3", "window:a:32", "x" * 300]
-)
+    "key",
+    ["", "window:254", "sentences:32:254", "pages:1:2:3", "window:a:32", "x" * 300, "window:254:254",
+     "window:-3:0", "window:0:0", "window:7:0", "sentences:0:254:32", "sentences:32:254:-1", "window:"],
+)  # fmt: skip
 def test_a_garbage_key_is_refused_naming_it(key: str) -> None:
     with pytest.raises(ValueError, match="not a piece scheme"):
         Scheme.parse(key)
