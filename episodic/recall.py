@@ -33,7 +33,7 @@
   context-re-scored one included), so one ranking never mixes two models; while that model is not loaded
   here, recall answers from BM25 (`degraded=True`).
 
-Size: a little over 400 lines: the request's whole path (scope, legs, hits, walk) reads in one place.
+Size: about 450 lines: the request's whole path (scope, legs, hits, walk) reads in one place.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -53,7 +53,7 @@ from episodic.context import shown_context
 from episodic.errors import EpisodicError, StoreError
 from episodic.ports import SEVERITIES, Embedder, Fusion, MemoryStore, RecallFilter, ScopeFilter, SparseVec, StoredHit
 from episodic.scoring import parse_time
-from episodic.settings import Settings
+from episodic.settings import FUSION_BY_CHUNK_MODE, Settings
 from episodic.sparse import Bm25Encoder
 from schemas.api import RecallRequest
 
@@ -87,6 +87,14 @@ def fusion_from_settings(settings: Settings) -> Fusion:
         both_by_context=settings.rrf_both_context and not settings.context.off,
         piece_penalty=settings.rrf_piece_penalty,
     )
+
+
+def fusions_by_mode(settings: Settings) -> dict[str, Fusion]:
+    """The fusion for each chunk mode, when its weights follow the mode (`rrf_dense_weight` or `rrf_head`
+    unset); empty when both are set (one fusion for any cut)."""
+    if settings.rrf_dense_weight is not None and settings.rrf_head is not None:
+        return {}
+    return {m: fusion_from_settings(settings.model_copy(update={"chunk_mode": m})) for m in FUSION_BY_CHUNK_MODE}
 
 
 def recall_filter(req: RecallRequest) -> RecallFilter:
@@ -206,6 +214,7 @@ class RecallEngine:
         switch: ModelSwitch | None = None,
         adjacent: bool = False,
         adjacent_weight: float = 0.5,
+        fusion_by_mode: Mapping[str, Fusion] | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -214,6 +223,9 @@ class RecallEngine:
         self.switch = switch
         self.bm25 = bm25
         self.fusion = fusion or Fusion(prefetch_limit=MIN_PREFETCH)
+        # With a switch: the fusion of the chunk mode the active generation was cut in (the weights that
+        # follow the mode were chosen per cut), e.g. windows still ranked while a re-cut pass runs.
+        self.fusion_by_mode = dict(fusion_by_mode or {})
         self.high_value = high_value
         self.clock = clock
         self.adjacent = adjacent
@@ -238,11 +250,19 @@ class RecallEngine:
             switch=switch,
             adjacent=settings.recall_adjacent,
             adjacent_weight=settings.adjacent_weight,
+            fusion_by_mode=fusions_by_mode(settings),
         )
 
     @property
     def sparse_only(self) -> bool:
         return self._query_model()[0] is None
+
+    def _fusion(self) -> Fusion:
+        """The hybrid fusion for the active generation's cut (the configured one without a switch)."""
+        if self.switch is None or not self.fusion_by_mode:
+            return self.fusion
+        pieces = self.switch.current()[0].pieces
+        return self.fusion_by_mode.get(pieces.split(":", 1)[0], self.fusion)
 
     def _query_model(self) -> tuple[Embedder | None, str | None]:
         """The query embedder and the vector its queries run on (None: the store's active one)."""
@@ -331,7 +351,7 @@ class RecallEngine:
             if req.mode == "hybrid" and qvec is not None:
                 # With no searchable term (only stop words) the BM25 legs are left out and the hybrid's dense
                 # leg alone ranks, the piece prior included: the same order as that leg in any other query.
-                return self.store.query_hybrid(qvec.tolist(), sparse, scope, req.k, self.fusion, **named)
+                return self.store.query_hybrid(qvec.tolist(), sparse, scope, req.k, self._fusion(), **named)
             if not sparse.indices:  # no searchable term (e.g. only stop words): nothing matches
                 return []
             return self.store.query_sparse(sparse, scope, req.k, with_dense=with_dense)

@@ -93,3 +93,26 @@ def test_the_fusion_follows_the_chunk_mode_unless_set(monkeypatch: pytest.Monkey
     monkeypatch.setenv("EPISODIC_RRF_HEAD", "-1")
     with pytest.raises(ValueError, match="rrf_head"):
         Settings()
+
+
+def test_recall_ranks_with_the_fusion_of_the_active_generations_cut() -> None:
+    """While a re-cut pass runs, the active generation is still the windows: recall fuses them with the
+    windows' weights, and with the sentence pieces' once the switch is made. Set weights hold for both."""
+    from types import SimpleNamespace
+
+    from episodic.generations import Generation
+    from episodic.recall import RecallEngine
+    from episodic.sparse import Bm25Encoder
+
+    active = [Generation("dense", "m", 8, "window")]
+    switch = SimpleNamespace(current=lambda: (active[0], None))
+    engine = RecallEngine.from_settings(Settings(), store=None, embedder=None, bm25=Bm25Encoder(), switch=switch)  # type: ignore[arg-type]
+    assert (engine._fusion().dense_weight, engine._fusion().head) == (1.0, 5)
+    active[0] = Generation("dense_1", "m", 8, "sentences:32:254:32")
+    assert (engine._fusion().dense_weight, engine._fusion().head) == (2.5, 0)
+    active[0] = Generation("dense_2", "m", 8, "whole")  # a cut of no known mode: the configured fusion
+    assert engine._fusion() is engine.fusion
+    fixed = Settings(rrf_dense_weight=2.0, rrf_head=0)
+    engine = RecallEngine.from_settings(fixed, store=None, embedder=None, bm25=Bm25Encoder(), switch=switch)  # type: ignore[arg-type]
+    active[0] = Generation("dense", "m", 8, "window")
+    assert (engine._fusion().dense_weight, engine._fusion().head) == (2.0, 0)
