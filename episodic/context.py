@@ -310,12 +310,13 @@ def scrub(
             fields = {"context": context, "context_ids": [str(c.get("entry_id")) for c in context]}
             store.set_context(pid, bm25.document(text), fields)
             touched += 1
-    touched += _relink(store, workspace_id, gone, removed.values())
+    touched += relink(store, workspace_id, gone, removed.values())
     return touched
 
 
-def _relink(store: MemoryStore, workspace_id: str, gone: set[str], removed: Iterable[dict[str, Any]]) -> int:
-    """The neighbours of removed run members, joined across the gap (a chain of removed memories skipped)."""
+def relink(store: MemoryStore, workspace_id: str, gone: set[str], removed: Iterable[dict[str, Any]]) -> int:
+    """The neighbours of removed run members (payloads `removed`, ids `gone`), joined across the gap (a chain
+    of removed memories skipped): after a forget, and after retention archived them."""
     prev_of: dict[str, str] = {}
     next_of: dict[str, str] = {}
     for p in removed:

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from episodic.context import relink
 from episodic.errors import EpisodicError
 from episodic.forget import tombstone_retired
 from episodic.metrics import DECAY_ACTIONS, Metrics
@@ -341,10 +342,12 @@ class DecayJob:
         self.archive([archived_record(p, at) for p in full.values()])
         # before the delete: a crash after it must not leave an archived memory that a replay brings back
         tombstone_retired(self.state, full.values(), at, reason="retention")
-        by_ws: dict[str, list[str]] = {}
+        by_ws: dict[str, list[dict[str, Any]]] = {}
         for p in full.values():
-            by_ws.setdefault(str(p.get("workspace_id")), []).append(str(p.get("entry_id")))
-        for ws, ids in by_ws.items():
+            by_ws.setdefault(str(p.get("workspace_id")), []).append(p)
+        for ws, removed in by_ws.items():
+            ids = [str(p.get("entry_id")) for p in removed]
             report.edges_removed += self.store.remove_edges_to(ws, ids)
+            relink(self.store, ws, set(ids), removed)  # a run stays walkable across what retention took
         self.store.delete(list(full))
         report.archived += len(full)

@@ -107,6 +107,35 @@ def test_one_run_at_a_time_and_the_schedule_decides_when_one_is_due(
     assert mine.due(nightly.last_due(clock()))  # the next night
 
 
+def test_retention_joins_a_runs_neighbours_across_what_it_archived(
+    edge_stores: tuple[MemoryStore, StateStore],
+) -> None:
+    """a -> b -> c -> d in one run; b and c reached the floor long ago: archived, a and d become neighbours
+    (the run's `next` / `previous` edges, as a forget leaves them), so adjacency and the walk go on."""
+    store, state = edge_stores
+    stale = T0 - timedelta(days=FLOOR_REACHED_DAYS + 31)
+    store.upsert(
+        [
+            memory("a", indexed_at=T0),
+            memory("b", indexed_at=stale, base=0.5),
+            memory("c", indexed_at=stale, base=0.5),
+            memory("d", indexed_at=T0),
+        ]
+    )
+    run = [("a", "b"), ("b", "c"), ("c", "d")]
+    store.add_relations(
+        [Relation(x, y, "next", 1.0, "t", "ws-a") for x, y in run]  # type: ignore[arg-type]
+        + [Relation(y, x, "previous", 1.0, "t", "ws-a") for x, y in run]  # type: ignore[arg-type]
+    )
+    archived: list[ArchivedRecord] = []
+    job = DecayJob(
+        store=store, state=state, clock=Clock(T0), retention=RetentionPolicy(floor_days=30), archive=archived.extend
+    )
+    assert job.run().archived == 2
+    edges = {(r.src, r.relation, r.dst) for r in store.relations_of("ws-a", ["a", "d"])}
+    assert edges == {("a", "next", "d"), ("d", "previous", "a")}
+
+
 def test_retention_is_off_unless_asked_for(edge_stores: tuple[MemoryStore, StateStore]) -> None:
     store, state = edge_stores
     old = T0 - timedelta(days=FLOOR_REACHED_DAYS + 400)
@@ -138,12 +167,17 @@ def test_retention_archives_then_removes_the_memory_and_every_edge_to_it(
             Relation("stale", "pinned", "similar", 0.85, "t", "ws-a"),
         ]
     )
+    from episodic.health_inputs import ACCEPTED_KIND, accepted_ids
+
+    ledger = {f"ws-a/{e}": {"workspace_id": "ws-a", "entry_id": e, "agent_id": "agent-1"} for e in ("stale", "pinned")}
+    state.put_many(ACCEPTED_KIND, ledger)  # the health agent's ledger of accepted entries
     archived: list[ArchivedRecord] = []
     job = DecayJob(
         store=store, state=state, clock=Clock(T0), retention=RetentionPolicy(floor_days=30), archive=archived.extend
     )
     report = job.run()
     assert (report.archived, report.edges_removed, report.scanned) == (1, 1, 6)
+    assert set(accepted_ids(state, "ws-a")) == {"pinned"}  # health's coverage stops counting what was archived
     [rec] = archived
     assert (rec.entry_id, rec.workspace_id, rec.summary) == ("stale", "ws-a", "memory stale")
     assert len(rec.payload) == 400 and rec.payload_truncated and rec.payload.startswith('{"log":"yyy')
