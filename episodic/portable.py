@@ -38,7 +38,7 @@ from typing import Any
 import msgspec
 
 from episodic.chunking import LEGACY, same_cut
-from episodic.context import folded_text, shown_context
+from episodic.context import folded_text, relink, shown_context
 from episodic.forget import TOMBSTONE, Forgetter, tombstone_key
 from episodic.generations import Generation, model_key
 from episodic.identity import dedup_key, point_id
@@ -230,16 +230,26 @@ class Importer:
 
     def run(self, items: Iterable[Imported]) -> ImportReport:
         report = ImportReport()
+        left: dict[str, list[dict[str, Any]]] = {}  # workspace -> the memories its forgets left out
         batch: list[Imported] = []
         for item in items:
             batch.append(item)
             if len(batch) >= BATCH:
-                self._write(batch, report)
+                self._write(batch, report, left)
                 batch = []
-        self._write(batch, report)
+        self._write(batch, report, left)
+        self._close_gaps(left)
         return report
 
-    def _write(self, batch: list[Imported], report: ImportReport) -> None:
+    def _close_gaps(self, left: dict[str, list[dict[str, Any]]]) -> None:
+        """After the last batch: no imported memory keeps an edge to one left out (a batch only knows its own
+        left-outs), and a run's neighbours are joined across those gaps, as after a forget."""
+        for ws, removed in left.items():
+            gone = {str(p["entry_id"]) for p in removed}
+            self.store.remove_edges_to(ws, sorted(gone))
+            relink(self.store, ws, gone, removed)
+
+    def _write(self, batch: list[Imported], report: ImportReport, left: dict[str, list[dict[str, Any]]]) -> None:
         if not batch:
             return
         now = self.clock()
@@ -248,6 +258,10 @@ class Importer:
         _, out = self.forgetter.admit(records)
         report.forgotten += [f"{r.workspace_id}/{r.id}" for r in out]
         gone = {(r.workspace_id, r.id) for r in out}
+        for item, rec in zip(batch, records, strict=True):
+            if (rec.workspace_id, rec.id) in gone:
+                edges = [msgspec.to_builtins(r) for r in item.memory.relations]
+                left.setdefault(rec.workspace_id, []).append({"entry_id": rec.id, "relations": edges})
         todo = [(item, rec) for item, rec in zip(batch, records, strict=True) if (rec.workspace_id, rec.id) not in gone]
         if not todo:
             return

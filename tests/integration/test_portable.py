@@ -206,6 +206,26 @@ def test_the_run_context_comes_back_and_its_vector_is_computed_again(pair: Any) 
     assert set(found) == {"c0", "c1", "c2"}  # c3's context (c1, c2) does not mention her
 
 
+def test_a_run_is_joined_across_what_the_targets_forgets_left_out(pair: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """c0 -> c1 -> c2 -> c3 in one run; the target forgot c1 and c2. One memory a batch, so the left-out ones
+    come in other batches than the edges to them: none is kept, and c0 / c3 become neighbours."""
+    import episodic.portable as portable
+
+    (source, _), (target, target_state) = pair
+    indexer = Indexer(store=source, embedder=None, bm25=Bm25Encoder(), clock=lambda: NOW)
+    for i in range(4):
+        ts = (NOW + timedelta(minutes=i)).isoformat()
+        indexer.index_batch([record(f"c{i}", "summary.generated", "info", f"turn {i}", ts=ts, run_id="chat")])
+    tomb = {"workspace_id": WS, "forget_id": "f1", "at": "2026-11-23T00:00:00Z"}
+    target_state.put_many(TOMBSTONE, {tombstone_key(WS, i): {**tomb, "entry_id": i} for i in ("c1", "c2")})
+    monkeypatch.setattr(portable, "BATCH", 1)
+    lines = list(export_workspace(source, WS))
+    report = Importer(store=target, state=target_state, embedder=None, bm25=Bm25Encoder()).run(read_export(lines))
+    assert sorted(report.forgotten) == [f"{WS}/c1", f"{WS}/c2"] and report.written == 2
+    edges = {(r.src, r.relation, r.dst) for r in target.relations_of(WS, ["c0", "c3"])}
+    assert edges == {("c0", "next", "c3"), ("c3", "previous", "c0")}
+
+
 class Renamed:
     """The real model under another id: the import must embed the texts again."""
 
