@@ -4,11 +4,13 @@ The store keeps a memory's piece vectors as one multivector and scores it by max
 cosine), so a piece is the unit a query is matched against. Two modes (`EPISODIC_CHUNK_MODE`):
 
 - ``sentences`` (the default): consecutive sentences packed greedily into pieces of at most ``words``
-  whitespace-separated words; a longer sentence is a piece of its own. A memory that says one thing in
-  passing ("... by the way, I caught 7 largemouth bass with Alex on 7/10") gets that sentence matched on
-  its own instead of averaged into a 256-word-piece window about something else. Measured on LongMemEval
-  (eval/README.md, "Sentence pieces"): the dense leg alone on the pooled oracle R@5 0.330 -> 0.494 (dev),
-  0.302 -> 0.471 (holdout); single sentences (``words`` small) did worse than packing to 32 words.
+  whitespace-separated words; a longer sentence is a piece of its own, and a fragment of fewer than
+  `MIN_SENTENCE_WORDS` words (a list's "2.", a closing "Good luck!") goes with its neighbour. A memory
+  that says one thing in passing ("... by the way, I caught 7 largemouth bass with Alex on 7/10") gets that
+  sentence matched on its own instead of averaged into a 256-word-piece window about something else.
+  Measured on LongMemEval (eval/README.md, "Sentence pieces"): the dense leg alone on the pooled oracle R@5
+  0.330 -> 0.494 (dev), 0.302 -> 0.471 (holdout); single sentences (``words`` small) did worse than packing
+  to 32 words.
 - ``window``: windows of the model's word pieces with an overlap (the mode before sentences).
 
 Either way no piece is longer than the model reads: `window` (the token-window cutter the embedder
@@ -38,6 +40,34 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
 
 
+# A sentence of fewer words is no piece of its own: a list's "2." or a closing "Good luck!" has no meaning to
+# match a query on, and two memories sharing one would look identical to the linker (cosine 1.0 on it).
+# Measured on LongMemEval (eval/README.md, "Sentence fragments"): recall unchanged, the linker's edges whose
+# best pair is a piece under 8 words 128 -> 53 of ~2,700. Part of the `sentences` cut: a change to it or to
+# the splitter must change `Scheme.key`, so that stores are cut again (episodic.generations).
+MIN_SENTENCE_WORDS = 5
+
+
+def join_fragments(parts: list[str], min_words: int = MIN_SENTENCE_WORDS) -> list[str]:
+    """`parts` with every one of fewer than `min_words` words joined to the one after it (the last one to
+    the one before): "2." goes with its item, "Good luck!" with the sentence it closes."""
+    out: list[str] = []
+    carry = ""
+    for s in parts:
+        s = f"{carry} {s}" if carry else s
+        if len(s.split()) < min_words:
+            carry = s
+            continue
+        out.append(s)
+        carry = ""
+    if carry:
+        if out:
+            out[-1] = f"{out[-1]} {carry}"
+        else:
+            out.append(carry)
+    return out
+
+
 def pack(parts: list[str], words: int) -> list[str]:
     """Consecutive `parts` joined by a space while a piece stays within `words` words."""
     out: list[str] = []
@@ -63,7 +93,7 @@ def pieces(text: str, mode: ChunkMode, words: int, window: Callable[[str], list[
         raise ValueError(f"unknown chunk mode {mode!r} (sentences or window)")
     if words < 1:
         raise ValueError("words must be >= 1")
-    packed = pack(sentences(text), words)
+    packed = pack(join_fragments(sentences(text)), words)
     out = [c for p in packed for c in window(p)]
     return out or window(text)
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from episodic.chunking import LEGACY, Scheme, pack, pieces, same_cut, sentences
+from episodic.chunking import LEGACY, MIN_SENTENCE_WORDS, Scheme, join_fragments, pack, pieces, same_cut, sentences
 
 
 def window_of(n_chars: int):
@@ -59,6 +59,22 @@ def test_a_fact_said_in_passing_gets_a_piece_of_its_own() -> None:
     assert len(got) == 3
 
 
+def test_list_markers_and_short_closers_go_with_a_neighbour() -> None:
+    """A list's "2." or a closing "Good luck!" is no piece of its own: two memories sharing one would be
+    cosine 1.0 on it (the linker measured 1.0 edges between unrelated answers on LongMemEval)."""
+    text = (
+        "Here are three ideas for the weekend trip with your family and the dog. 1. Rent a cabin near the "
+        "lake. 2. Visit the old harbour and its market. 3. Try the coastal trail. Good luck!"
+    )
+    got = pieces(text, "sentences", 8, WIDE)
+    assert "2. Visit the old harbour and its market." in got and "3. Try the coastal trail. Good luck!" in got
+    assert all(len(p.split()) >= MIN_SENTENCE_WORDS for p in got)
+    assert join_fragments(["Yes.", "Done.", "OK."]) == ["Yes. Done. OK."]  # all short: one sentence
+    assert join_fragments(["A whole sentence here.", "Thanks!"]) == ["A whole sentence here. Thanks!"]
+    assert join_fragments(["Thanks!", "A whole sentence here."]) == ["Thanks! A whole sentence here."]
+    assert join_fragments([]) == []
+
+
 def test_window_mode_is_the_window_cutter_alone() -> None:
     text = "First sentence. Second sentence."
     assert pieces(text, "window", 32, window_of(10)) == window_of(10)(text)
@@ -66,8 +82,8 @@ def test_window_mode_is_the_window_cutter_alone() -> None:
 
 def test_a_piece_longer_than_the_model_reads_is_cut_by_the_window() -> None:
     long_sentence = "word " * 50
-    got = pieces("Short one. " + long_sentence.strip() + ".", "sentences", 8, window_of(60))
-    assert got[0] == "Short one."
+    got = pieces("A short one but whole. " + long_sentence.strip() + ".", "sentences", 8, window_of(60))
+    assert got[0] == "A short one but whole."
     assert all(len(p) <= 60 for p in got) and len(got) > 2
     assert "".join(got[1:]) == long_sentence.strip() + "."
 
@@ -89,8 +105,10 @@ def test_pieces_keep_every_word_in_order(text: str, words: int) -> None:
     got = pieces(text, "sentences", words, WIDE)
     assert got, "a text always has at least one piece"
     assert " ".join(got).split() == text.split()
-    for p in got:  # a piece over the budget is a single sentence
-        assert len(p.split()) <= words or len(sentences(p)) <= 1 or p.strip() == ""
+    for p in got:  # a piece over the budget is a single sentence (its fragments joined to it)
+        assert len(p.split()) <= words or len(join_fragments(sentences(p))) <= 1 or p.strip() == ""
+    if len(text.split()) >= MIN_SENTENCE_WORDS:  # no fragment stands alone
+        assert all(len(p.split()) >= MIN_SENTENCE_WORDS for p in got)
 
 
 @pytest.mark.parametrize(
