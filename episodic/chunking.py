@@ -44,7 +44,8 @@ def sentences(text: str) -> list[str]:
 # match a query on, and two memories sharing one would look identical to the linker (cosine 1.0 on it).
 # Measured on LongMemEval (eval/README.md, "Sentence fragments"): recall unchanged, the linker's edges whose
 # best pair is a piece under 8 words 128 -> 53 of ~2,700. Part of the `sentences` cut: a change to it or to
-# the splitter must change `Scheme.key`, so that stores are cut again (episodic.generations).
+# the splitter must change `Scheme.key`, so that stores are cut again (episodic.generations); a unit test
+# pins the cut (tests/unit/test_chunking.py, test_the_sentences_cut_is_the_one_its_key_names).
 MIN_SENTENCE_WORDS = 5
 
 

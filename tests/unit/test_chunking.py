@@ -75,6 +75,28 @@ def test_list_markers_and_short_closers_go_with_a_neighbour() -> None:
     assert join_fragments([]) == []
 
 
+REFERENCE = (
+    "Thanks! I moved the checkout service to the new cluster yesterday, and the canary looked fine. "
+    '1. Drain the old nodes. 2. Update the DNS records before Friday. 3. Ping "ops" on call.\n'
+    "The rollback went well. Version 2.5 is out (finally). Good luck!"
+)
+
+
+def test_the_sentences_cut_is_the_one_its_key_names() -> None:
+    """Stores record how their vectors were cut as `Scheme.key` (episodic.generations), and a key must cut
+    the same way for good: a store whose key still matches is never cut again. If this fails, the splitter,
+    `join_fragments` or `MIN_SENTENCE_WORDS` changed: give that cut a key of its own (a field of `Scheme`),
+    so that stores recorded under the old key are re-embedded, then update this list."""
+    assert Scheme("sentences", 8, 254, 32).key() == "sentences:8:254:32"
+    assert pieces(REFERENCE, "sentences", 8, WIDE) == [
+        "Thanks! I moved the checkout service to the new cluster yesterday, and the canary looked fine.",
+        "1. Drain the old nodes.",
+        "2. Update the DNS records before Friday.",
+        '3. Ping "ops" on call.',
+        "The rollback went well. Version 2.5 is out (finally). Good luck!",
+    ]
+
+
 def test_window_mode_is_the_window_cutter_alone() -> None:
     text = "First sentence. Second sentence."
     assert pieces(text, "window", 32, window_of(10)) == window_of(10)(text)
