@@ -149,7 +149,14 @@ class Scheme:
 LEGACY = "window"
 
 
+def mode_of(key: str) -> str | None:
+    """The chunk mode a pieces key names (`window`, `sentences`), None for a key of no known mode (an
+    embedder that does not chunk)."""
+    mode = key.split(":", 1)[0]
+    return mode if mode in ("window", "sentences") else None
+
+
 def same_cut(a: str, b: str) -> bool:
     """Whether two pieces keys cut texts the same way: equal, or windows where one side's sizes were not
     recorded (`LEGACY`)."""
-    return a == b or (LEGACY in (a, b) and all(k == LEGACY or k.startswith(LEGACY + ":") for k in (a, b)))
+    return a == b or (LEGACY in (a, b) and mode_of(a) == mode_of(b) == "window")

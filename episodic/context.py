@@ -314,6 +314,16 @@ def scrub(
     return touched
 
 
+def cut_out(store: MemoryStore, workspace_id: str, removed: list[dict[str, Any]]) -> int:
+    """After memories (payloads `removed`) left the workspace outside a forget (retention archived them, an
+    import's target forgets kept them out): every edge to them cut and their run neighbours joined across
+    the gap. Returns the number of edges cut."""
+    gone = {str(p.get("entry_id")) for p in removed}
+    cut = store.remove_edges_to(workspace_id, sorted(gone))
+    relink(store, workspace_id, gone, removed)
+    return cut
+
+
 def relink(store: MemoryStore, workspace_id: str, gone: set[str], removed: Iterable[dict[str, Any]]) -> int:
     """The neighbours of removed run members (payloads `removed`, ids `gone`), joined across the gap (a chain
     of removed memories skipped): after a forget, and after retention archived them."""

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from episodic.context import relink
+from episodic.context import cut_out
 from episodic.errors import EpisodicError
 from episodic.forget import tombstone_retired
 from episodic.metrics import DECAY_ACTIONS, Metrics
@@ -345,9 +345,7 @@ class DecayJob:
         by_ws: dict[str, list[dict[str, Any]]] = {}
         for p in full.values():
             by_ws.setdefault(str(p.get("workspace_id")), []).append(p)
-        for ws, removed in by_ws.items():
-            ids = [str(p.get("entry_id")) for p in removed]
-            report.edges_removed += self.store.remove_edges_to(ws, ids)
-            relink(self.store, ws, set(ids), removed)  # a run stays walkable across what retention took
+        for ws, removed in by_ws.items():  # edges to them cut; a run stays walkable across what retention took
+            report.edges_removed += cut_out(self.store, ws, removed)
         self.store.delete(list(full))
         report.archived += len(full)

@@ -38,7 +38,7 @@ from typing import Any
 import msgspec
 
 from episodic.chunking import LEGACY, same_cut
-from episodic.context import folded_text, relink, shown_context
+from episodic.context import cut_out, folded_text, shown_context
 from episodic.forget import TOMBSTONE, Forgetter, tombstone_key
 from episodic.generations import Generation, model_key
 from episodic.identity import dedup_key, point_id
@@ -95,7 +95,7 @@ def export_line(
 
 def export_workspace(store: MemoryStore, workspace_id: str, *, pieces: str | None = None) -> Iterator[bytes]:
     """Every memory of the workspace as export lines (JSON, no newline), newest first. `pieces`: how the
-    active generation cut its rows (`active_pieces`), written beside them so an import can tell."""
+    active generation cut its rows (`generations.follow_active`), written beside them so an import can tell."""
     selection = Selection(workspace_id=workspace_id)
     vector = getattr(store, "vector", DENSE)  # the active embedding generation (QdrantStore)
     after = None
@@ -225,7 +225,8 @@ class Importer:
         """`generation`: the target's active generation (its model and pieces decide which rows are carried
         over; `embedder`, if any, must make it); None: the embedder's own (a store without generations)."""
         self.store, self.state, self.embedder, self.bm25, self.clock = store, state, embedder, bm25, clock
-        self.generation = generation
+        # the generation the rows are written to: the target's, else the embedder's own
+        self.target = generation or (Generation.made(DENSE, embedder) if embedder is not None else None)
         self.forgetter = Forgetter(store=store, state=state, clock=clock, bm25=bm25)
 
     def run(self, items: Iterable[Imported]) -> ImportReport:
@@ -245,9 +246,7 @@ class Importer:
         """After the last batch: no imported memory keeps an edge to one left out (a batch only knows its own
         left-outs), and a run's neighbours are joined across those gaps, as after a forget."""
         for ws, removed in left.items():
-            gone = {str(p["entry_id"]) for p in removed}
-            self.store.remove_edges_to(ws, sorted(gone))
-            relink(self.store, ws, gone, removed)
+            cut_out(self.store, ws, removed)
 
     def _write(self, batch: list[Imported], report: ImportReport, left: dict[str, list[dict[str, Any]]]) -> None:
         if not batch:
@@ -312,8 +311,7 @@ class Importer:
         """Each memory's dense rows: carried over when the target's model made them and cut them the same
         way (a file without `pieces` was cut into the windows of its time), else embedded again (one model
         call for the batch), else None (BM25 only; the backfill embeds it later)."""
-        embedder = self.embedder
-        target = self._target()
+        embedder, target = self.embedder, self.target
         out: list[list[list[float]] | None] = [None] * len(items)
         again: list[int] = []
         for i, item in enumerate(items):
@@ -339,19 +337,12 @@ class Importer:
             report.embedded += len(again)
         return out
 
-    def _target(self) -> Generation | None:
-        """The generation the rows are written to: the target's, else the embedder's own."""
-        if self.generation is not None:
-            return self.generation
-        return Generation.made(DENSE, self.embedder) if self.embedder is not None else None
-
     def _payload(
         self, item: Imported, rec: EmbeddableRecord, dense: bool, gone: set[tuple[str, str]], report: ImportReport
     ) -> dict[str, Any]:
         m, ws = item.memory, rec.workspace_id
         key = dedup_key(ws, rec.agent_id, rec.entry_type, rec.summary)
-        target = self._target()
-        model = target.model if dense and target is not None else None
+        model = self.target.model if dense and self.target is not None else None
         # the source's backfill state, and row counts (the store writes its own with the rows)
         extra = {k: v for k, v in m.extra.items() if not k.startswith("densify_") and not is_pieces_field(k)}
         payload = {**extra, **memory_payload(rec, indexed_at=m.indexed_at or iso(self.clock()), model=model, key=key)}

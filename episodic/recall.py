@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from episodic import recall_expand as expand
+from episodic.chunking import mode_of
 from episodic.context import shown_context
 from episodic.errors import EpisodicError, StoreError
 from episodic.ports import SEVERITIES, Embedder, Fusion, MemoryStore, RecallFilter, ScopeFilter, SparseVec, StoredHit
@@ -261,8 +262,8 @@ class RecallEngine:
         """The hybrid fusion for the active generation's cut (the configured one without a switch)."""
         if self.switch is None or not self.fusion_by_mode:
             return self.fusion
-        pieces = self.switch.current()[0].pieces
-        return self.fusion_by_mode.get(pieces.split(":", 1)[0], self.fusion)
+        mode = mode_of(self.switch.current()[0].pieces)
+        return self.fusion_by_mode.get(mode, self.fusion) if mode else self.fusion
 
     def _query_model(self) -> tuple[Embedder | None, str | None]:
         """The query embedder and the vector its queries run on (None: the store's active one)."""

@@ -10,6 +10,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import replace
 
+from episodic.settings import Settings
 from eval.bm25 import Bm25Spec
 from eval.context import ContextSpec
 from eval.embcache import parse_ctx
@@ -213,8 +214,7 @@ def recommended(d: str = "D", s: str = "S", c: str = "SC") -> Method:
 
 # The shipped hybrid since the piece prior: the dense leg ranked by max-sim - 0.08 ln(pieces) over sentence
 # pieces (the raw top 200 re-ranked, as the store does), weighted 2.5; BM25's top-5 leg (`head`) dropped.
-PIECE_PENALTY = 0.08
-SHIPPED_DENSE = Dense(split="p32", penalty=PIECE_PENALTY, candidates=200)
+PIECE_PENALTY = float(Settings.model_fields["rrf_piece_penalty"].default)  # 0.08
 
 
 def shipped(d: str = "DP", s: str = "S", c: str = "SC", wd: float = 2.5, head: float = 0.0, k: int = 3) -> Method:

@@ -16,7 +16,7 @@ import threading
 import time
 
 from episodic.chunking import Scheme
-from episodic.generations import Generation, Loader, ModelSwitch, adopt, model_key, plan
+from episodic.generations import Generation, Loader, ModelSwitch, adopt, embedder_making, model_key, plan
 from episodic.metrics import Metrics
 from episodic.ports import Embedder, StateStore
 from episodic.reembed import Progress, Reembedder
@@ -34,7 +34,7 @@ def model_loader(
     """The embedder of another generation than the configured one's (None when it cannot be had): the
     configured model itself cutting texts the generation's way when only the pieces differ (no second
     copy of the weights), else that model loaded with the same settings but its pieces."""
-    from episodic.embedder import SentenceTransformerEmbedder, load_embedder
+    from episodic.embedder import load_embedder
 
     def load(gen: Generation) -> Embedder | None:
         try:
@@ -42,12 +42,8 @@ def model_loader(
         except ValueError as e:  # a document written by hand, or by an embedder that does not chunk
             log.warning("embedding: generation %s: %s; it cannot be loaded here", gen.vector, e)
             return None
-        if (
-            isinstance(configured, SentenceTransformerEmbedder)
-            and model_key(configured.model_id) == model_key(gen.model)
-            and configured.dim == gen.dim
-        ):
-            return configured.with_pieces(gen.pieces)
+        if configured is not None and model_key(configured.model_id) == model_key(gen.model):
+            return embedder_making(gen, configured)  # the same weights cutting the generation's way
         update: dict[str, object] = {
             "embed_model": gen.model,
             "chunk_mode": scheme.mode,
