@@ -393,14 +393,7 @@ class Forgetter:
         if not forget.selector.all:  # edges never cross workspaces: a whole-workspace forget leaves none behind
             gone = set(roles)
             for chunk in _chunks(sorted(gone), PAGE):
-                for pid, payload in self.store.linked_to(ws, chunk):
-                    if pid in targets:
-                        continue
-                    edges = [e for e in payload.get("relations") or [] if isinstance(e, dict)]
-                    keep = [e for e in edges if e.get("dst") not in gone]
-                    if len(keep) != len(edges):
-                        self.store.set_payload(pid, {"relations": keep, "links": sorted({e["dst"] for e in keep})})
-                        outcome.edges += len(edges) - len(keep)
+                outcome.edges += self.store.remove_edges_to(ws, chunk, sparing=targets)
             scrub(self.store, self.bm25, ws, gone, targets)
         self.store.delete(sorted(targets))
 

@@ -12,7 +12,7 @@ would scatter the contract).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -399,9 +399,10 @@ class MemoryStore(ABC):
         """Every edge that starts or ends at one of `entry_ids` in the workspace (both directions)."""
 
     @abstractmethod
-    def remove_edges_to(self, workspace_id: str, entry_ids: list[str]) -> int:
+    def remove_edges_to(self, workspace_id: str, entry_ids: list[str], *, sparing: Collection[str] = ()) -> int:
         """Drop every edge of the workspace that points at one of `entry_ids` (stored on other memories);
-        returns how many were removed. A memory's own outgoing edges go with the memory when it is deleted."""
+        returns how many were removed. A memory's own outgoing edges go with the memory when it is deleted:
+        the points in `sparing` (point ids about to be deleted) are left as they are."""
 
     @abstractmethod
     def flush(self) -> None: ...

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from abc import abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -592,11 +592,13 @@ class QdrantStore(MemoryStore):
             self.set_payload(pids[key], relations_payload(merged))
         return added
 
-    def remove_edges_to(self, workspace_id: str, entry_ids: list[str]) -> int:
+    def remove_edges_to(self, workspace_id: str, entry_ids: list[str], *, sparing: Collection[str] = ()) -> int:
         gone = set(entry_ids)
         updates: dict[str, dict[str, Any]] = {}
         removed = 0
         for pid, payload in self.linked_to(workspace_id, sorted(gone)):
+            if pid in sparing:
+                continue
             edges = [e for e in payload.get("relations") or [] if isinstance(e, dict)]
             kept = [e for e in edges if e.get("dst") not in gone]
             if len(kept) != len(edges) or set(payload.get("links") or []) & gone:

@@ -135,6 +135,21 @@ def test_remove_edges_to_drops_incoming_edges_and_keeps_the_rest(store: MemorySt
     assert store.remove_edges_to("ws-a", ["nothing-points-here"]) == 0
 
 
+def test_remove_edges_to_leaves_the_spared_points_as_they_are(store: MemoryStore, mk: MakePoint) -> None:
+    """A forget spares the memories it is about to delete: their own edges go with them, unwritten."""
+    store.upsert([mk(f"m{i}", f"text {i}", e(i)) for i in range(3)])
+    store.add_relations(
+        [
+            Relation(src=s, dst=d, relation="similar", weight=0.9, created_at="t", workspace_id="ws-a")
+            for s, d in (("m1", "m0"), ("m2", "m0"), ("m2", "m1"))
+        ]
+    )
+    assert store.remove_edges_to("ws-a", ["m0", "m1"], sparing={pid("m2")}) == 1  # m1 -> m0 only
+    got = store.retrieve([pid("m1"), pid("m2")])
+    assert got[pid("m1")]["links"] == []
+    assert sorted(got[pid("m2")]["links"]) == ["m0", "m1"]
+
+
 def test_similar_to_returns_only_the_fields_asked_for(store: MemoryStore, mk: MakePoint) -> None:
     store.upsert([mk("a", "alpha", e(0), links=["z"])])
     [hit] = store.similar_to("ws-a", [e(0)], 1, fields=["entry_id", "links"])

@@ -98,7 +98,7 @@ class FakeStore(MemoryStore):
     def relations_of(self, workspace_id: Any, entry_ids: Any) -> list[Any]:
         return []
 
-    def remove_edges_to(self, workspace_id: Any, entry_ids: Any) -> int:
+    def remove_edges_to(self, workspace_id: Any, entry_ids: Any, *, sparing: Any = ()) -> int:
         return 0
 
     def fetch(self, point_ids: Any, *, with_dense: bool = False) -> dict[str, Any]:
