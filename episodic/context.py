@@ -317,9 +317,14 @@ def scrub(
 def cut_out(store: MemoryStore, workspace_id: str, removed: list[dict[str, Any]]) -> int:
     """After memories (payloads `removed`) left the workspace outside a forget (retention archived them, an
     import's target forgets kept them out): every edge to them cut and their run neighbours joined across
-    the gap. Returns the number of edges cut."""
+    the gap. Returns the number of edges cut.
+
+    The removed memories keep their own edges (they are deleted after this, or were never stored): were
+    they cut too, a crash before the join would leave a retry with no run to join across."""
+    from episodic.identity import point_id
+
     gone = {str(p.get("entry_id")) for p in removed}
-    cut = store.remove_edges_to(workspace_id, sorted(gone))
+    cut = store.remove_edges_to(workspace_id, sorted(gone), sparing={point_id(workspace_id, e) for e in gone})
     relink(store, workspace_id, gone, removed)
     return cut
 

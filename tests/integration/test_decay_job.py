@@ -136,6 +136,40 @@ def test_retention_joins_a_runs_neighbours_across_what_it_archived(
     assert edges == {("a", "next", "d"), ("d", "previous", "a")}
 
 
+def test_a_retention_that_dies_between_cutting_and_joining_joins_the_run_on_the_retry(
+    edge_stores: tuple[MemoryStore, StateStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The edges to b and c are cut, then the process dies before a and d are joined: the retry reads b and c
+    again, and they still say where they sat in the run (the cut leaves the memories it removes as they are)."""
+    import episodic.context
+
+    store, state = edge_stores
+    stale = T0 - timedelta(days=FLOOR_REACHED_DAYS + 31)
+    store.upsert([memory(e, indexed_at=stale if e in "bc" else T0, base=0.5) for e in "abcd"])
+    run = [("a", "b"), ("b", "c"), ("c", "d")]
+    store.add_relations(
+        [Relation(x, y, "next", 1.0, "t", "ws-a") for x, y in run]  # type: ignore[arg-type]
+        + [Relation(y, x, "previous", 1.0, "t", "ws-a") for x, y in run]  # type: ignore[arg-type]
+    )
+    real = episodic.context.relink
+
+    def die(*args: object, **kwargs: object) -> int:
+        raise RuntimeError("killed between the cut and the join")
+
+    job = DecayJob(store=store, state=state, clock=Clock(T0), retention=RetentionPolicy(floor_days=30), archive=[].extend)
+    monkeypatch.setattr(episodic.context, "relink", die)
+    with pytest.raises(RuntimeError, match="killed"):
+        job.run()
+    cut = store.relations_of("ws-a", ["a", "d"])
+    assert {(r.src, r.dst) for r in cut if r.src in "ad"} == set()  # a and d: cut, not yet joined
+    assert {(r.src, r.dst) for r in cut} == {("b", "a"), ("c", "d")}  # b and c still say where they sat
+    monkeypatch.setattr(episodic.context, "relink", real)
+    state.delete(JOB_KIND, [DECAY_KEY])  # the dead holder's lease
+    assert job.run().archived == 2
+    edges = {(r.src, r.relation, r.dst) for r in store.relations_of("ws-a", ["a", "d"])}
+    assert edges == {("a", "next", "d"), ("d", "previous", "a")}
+
+
 def test_retention_is_off_unless_asked_for(edge_stores: tuple[MemoryStore, StateStore]) -> None:
     store, state = edge_stores
     old = T0 - timedelta(days=FLOOR_REACHED_DAYS + 400)
