@@ -156,7 +156,9 @@ def test_a_retention_that_dies_between_cutting_and_joining_joins_the_run_on_the_
     def die(*args: object, **kwargs: object) -> int:
         raise RuntimeError("killed between the cut and the join")
 
-    job = DecayJob(store=store, state=state, clock=Clock(T0), retention=RetentionPolicy(floor_days=30), archive=[].extend)
+    job = DecayJob(
+        store=store, state=state, clock=Clock(T0), retention=RetentionPolicy(floor_days=30), archive=[].extend
+    )
     monkeypatch.setattr(episodic.context, "relink", die)
     with pytest.raises(RuntimeError, match="killed"):
         job.run()
