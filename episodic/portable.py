@@ -13,7 +13,8 @@ and nothing is written. Then, batch by batch:
   forgotten: the target's tombstones and forget rules (`episodic.forget.Forgetter.admit`) leave it out, and
   its aliases that a forget removed, and edges to memories left out, are dropped;
 - the dense vectors are carried over when the target's model made them and cut the text the same way (same
-  model id, size and `pieces`; a file without `pieces` was cut into the windows of its time), else the
+  model id, size and `pieces` key; a file without `pieces` was cut into windows of unrecorded sizes, which
+  are carried only into a store whose window sizes were not recorded either), else the
   text is embedded again with the target's model; without a model the memory is written BM25-only and the
   stack's backfill adds the vector when a model is there; BM25 vectors are always computed again (they are
   a function of the text), the context vector too: from the run context the memory was indexed with (its
@@ -37,7 +38,7 @@ from typing import Any
 
 import msgspec
 
-from episodic.chunking import LEGACY, same_cut
+from episodic.chunking import LEGACY
 from episodic.context import cut_out, folded_text, shown_context
 from episodic.forget import TOMBSTONE, Forgetter, tombstone_key
 from episodic.generations import Generation, model_key
@@ -309,8 +310,10 @@ class Importer:
 
     def _vectors(self, items: list[Imported], report: ImportReport) -> list[list[list[float]] | None]:
         """Each memory's dense rows: carried over when the target's model made them and cut them the same
-        way (a file without `pieces` was cut into the windows of its time), else embedded again (one model
-        call for the batch), else None (BM25 only; the backfill embeds it later)."""
+        way, else embedded again (one model call for the batch), else None (BM25 only; the backfill embeds it
+        later). The same way means the same pieces key: windows of sizes not recorded (`LEGACY`, and a file
+        without `pieces`) are carried only into a store whose windows were not recorded either, since the
+        sizes the two stores were configured with cannot be compared."""
         embedder, target = self.embedder, self.target
         out: list[list[list[float]] | None] = [None] * len(items)
         again: list[int] = []
@@ -322,7 +325,7 @@ class Importer:
                 and m.model is not None
                 and model_key(m.model) == model_key(target.model)
                 and len(m.dense[0]) == target.dim
-                and same_cut(m.pieces or LEGACY, target.pieces)
+                and (m.pieces or LEGACY) == target.pieces
             ):
                 out[i] = m.dense
                 report.vectors_kept += 1

@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 
 from episodic.forget import TOMBSTONE, tombstone_key
+from episodic.generations import Generation
 from episodic.identity import point_id
 from episodic.indexer import Indexer
 from episodic.memories import memory_detail
 from episodic.portable import BadExport, Importer, check_export, export_workspace, read_export
-from episodic.ports import Fusion, MemoryStore, Relation, ScopeFilter, Selection, StateStore
+from episodic.ports import DENSE, Fusion, MemoryStore, Relation, ScopeFilter, Selection, StateStore
 from episodic.recall import RecallEngine
 from episodic.sparse import Bm25Encoder
 from schemas.api import RecallRequest
@@ -182,6 +183,29 @@ def test_rows_cut_another_way_are_embedded_again(pair: Any, embedder: Any) -> No
     assert rows is not None and len(rows) == len(embedder.chunk(long_one[3]))
     report = importer.run(read_export(list(export_workspace(source, WS, pieces=embedder.pieces))))
     assert (report.vectors_kept, report.embedded) == (9, 0)  # the same cut: carried over
+
+
+def test_windows_of_unrecorded_sizes_are_carried_only_into_windows_of_unrecorded_sizes(
+    pair: Any, embedder: Any
+) -> None:
+    """A file labelled `window` (the sizes its store was configured with were never recorded) cannot be
+    compared with a target whose windows have recorded sizes: embedded again. Into a target whose windows
+    were not recorded either (the two stores' settings are all there is to go on), carried over."""
+    from episodic.chunking import LEGACY
+
+    (source, _), (target, target_state) = pair
+    windows = embedder.with_pieces("window:254:32")
+    fill(source, windows)
+    lines = [
+        json.dumps({**(d := json.loads(line)), "memory": {**d["memory"], "pieces": LEGACY}}).encode()
+        for line in export_workspace(source, WS)
+    ]
+    recorded = Generation.made(DENSE, windows)
+    unrecorded = Generation(vector=recorded.vector, model=recorded.model, dim=recorded.dim, pieces=LEGACY)
+    for gen, kept in ((recorded, 0), (unrecorded, 9)):
+        importer = Importer(store=target, state=target_state, embedder=windows, bm25=Bm25Encoder(), generation=gen)
+        report = importer.run(read_export(lines))
+        assert (report.written, report.vectors_kept, report.embedded) == (9, kept, 9 - kept)
 
 
 def test_the_run_context_comes_back_and_its_vector_is_computed_again(pair: Any) -> None:
