@@ -151,8 +151,10 @@ LEGACY = "window"
 
 def mode_of(key: str) -> str | None:
     """The chunk mode a pieces key names (`window`, `sentences`), None for a key of no known mode (an
-    embedder that does not chunk)."""
-    mode = key.split(":", 1)[0]
+    embedder that does not chunk). A later cutter of a mode is to be keyed `<mode>.<version>:...` (the
+    cutters here are version 1, keyed without one); such a key keeps its mode (and its fusion) for a
+    process that cannot make its pieces."""
+    mode = key.split(":", 1)[0].split(".", 1)[0]
     return mode if mode in ("window", "sentences") else None
 
 

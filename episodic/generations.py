@@ -323,13 +323,26 @@ class ModelSwitch:
 
         threading.Thread(target=load, name=f"load-{key[0][-24:]}", daemon=True).start()
 
-    def current(self) -> tuple[Generation, Embedder | None]:
-        """The active generation and the embedder of its model (None: not loaded here)."""
+    def current(self, *, queries: bool = False) -> tuple[Generation, Embedder | None]:
+        """The active generation and an embedder that makes its vectors (None: not loaded here). `queries`:
+        for query vectors only, which a query embeds whole whatever the pieces: any embedder of the
+        generation's model and dim serves while one of its exact cut is loading, or when its pieces key
+        cannot be made here (a newer key during a rolling upgrade)."""
         self.refresh()
         active = self._active
         if active is None:  # pragma: no cover - refresh(force=True) at construction sets it or raised
             raise StoreError("no active embedding generation")
-        return active, self.embedder_for(active)
+        found = self.embedder_for(active)
+        if found is None and queries:
+            found = next(
+                (
+                    e
+                    for e in list(self._embedders.values())
+                    if model_key(e.model_id) == model_key(active.model) and e.dim == active.dim
+                ),
+                None,
+            )
+        return active, found
 
     def pending(self) -> Generation | None:
         self.refresh()

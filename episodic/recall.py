@@ -258,19 +258,15 @@ class RecallEngine:
     def sparse_only(self) -> bool:
         return self._query_model()[0] is None
 
-    def _fusion(self) -> Fusion:
-        """The hybrid fusion for the active generation's cut (the configured one without a switch)."""
-        if self.switch is None or not self.fusion_by_mode:
-            return self.fusion
-        mode = mode_of(self.switch.current()[0].pieces)
-        return self.fusion_by_mode.get(mode, self.fusion) if mode else self.fusion
-
-    def _query_model(self) -> tuple[Embedder | None, str | None]:
-        """The query embedder and the vector its queries run on (None: the store's active one)."""
+    def _query_model(self) -> tuple[Embedder | None, str | None, Fusion]:
+        """The query embedder, the vector its queries run on (None: the store's active one) and the hybrid
+        fusion for that generation's cut (the configured one without a switch): read once per request, so a
+        switch meanwhile cannot pair one generation's vector with the other's fusion."""
         if self.switch is None:
-            return self.embedder, None
-        gen, embedder = self.switch.current()
-        return embedder, gen.vector
+            return self.embedder, None, self.fusion
+        gen, embedder = self.switch.current(queries=True)
+        mode = mode_of(gen.pieces) if self.fusion_by_mode else None
+        return embedder, gen.vector, (self.fusion_by_mode.get(mode, self.fusion) if mode else self.fusion)
 
     def scope_filter(self, req: RecallRequest) -> ScopeFilter:
         return ScopeFilter(
@@ -282,15 +278,14 @@ class RecallEngine:
             filters=recall_filter(req),
         )
 
-    def _embed_query(self, text: str) -> tuple[np.ndarray | None, str | None]:
-        embedder, using = self._query_model()
+    def _embed_query(self, text: str, embedder: Embedder | None) -> np.ndarray | None:
         if embedder is None:
-            return None, using
+            return None
         try:
-            return np.asarray(embedder.embed_query(text), dtype=np.float32), using
+            return np.asarray(embedder.embed_query(text), dtype=np.float32)
         except Exception:  # a failing model degrades to the sparse leg, never a 5xx
             log.exception("query embedding failed; answering from the sparse leg")
-            return None, using
+            return None
 
     def recall(self, req: RecallRequest) -> RecallResult:
         """Run one recall. Raises ValueError for an invalid scope, StoreUnavailable/StoreError on store failure."""
@@ -298,11 +293,12 @@ class RecallEngine:
         scope = self.scope_filter(req)
         # Sparse mode needs no query vector: skipping it keeps BM25 recalls cheap (their hits carry
         # cosine null in memory.referenced).
-        qvec, using = self._embed_query(req.query) if req.mode != "sparse" else (None, None)
+        embedder, using, fusion = self._query_model()
+        qvec = self._embed_query(req.query, embedder) if req.mode != "sparse" else None
         degraded = req.mode != "sparse" and qvec is None
         # Ask for the candidates' dense vectors only where the query cosine can be computed.
         with_dense = qvec is not None
-        stored = self._query(req, scope, qvec, with_dense, using)
+        stored = self._query(req, scope, qvec, with_dense, using, fusion)
         if req.mode == "dense" and not degraded:
             # Memories written BM25-first (or quarantined) are invisible to the dense leg: say so rather
             # than leave a silent gap. Hybrid finds them through its BM25 legs.
@@ -339,6 +335,7 @@ class RecallEngine:
         qvec: np.ndarray | None,
         with_dense: bool,
         using: str | None = None,
+        fusion: Fusion | None = None,
     ) -> list[StoredHit]:
         sparse: SparseVec | None = None
         # The generation the query vector was made for (only with a switch: other stores take no `using`).
@@ -352,7 +349,7 @@ class RecallEngine:
             if req.mode == "hybrid" and qvec is not None:
                 # With no searchable term (only stop words) the BM25 legs are left out and the hybrid's dense
                 # leg alone ranks, the piece prior included: the same order as that leg in any other query.
-                return self.store.query_hybrid(qvec.tolist(), sparse, scope, req.k, self._fusion(), **named)
+                return self.store.query_hybrid(qvec.tolist(), sparse, scope, req.k, fusion or self.fusion, **named)
             if not sparse.indices:  # no searchable term (e.g. only stop words): nothing matches
                 return []
             return self.store.query_sparse(sparse, scope, req.k, with_dense=with_dense)

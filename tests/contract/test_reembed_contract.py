@@ -162,3 +162,22 @@ def test_a_new_store_takes_the_configured_pieces(store: MemoryStore, state: Stat
     sentences = Hashed("model-a", DIM, pieces="sentences:32:254:32")
     doc = plan(q(store), state, sentences, wall=lambda: 0.0)
     assert doc["active"]["pieces"] == "sentences:32:254:32" and doc["pending"] is None
+
+
+def test_queries_take_any_embedder_of_the_model_while_one_of_the_exact_cut_is_missing(
+    store: MemoryStore, state: StateStore, mk: MakePoint
+) -> None:
+    """A recall-only process configured with other pieces (or facing a pieces key it cannot make, during a
+    rolling upgrade): documents need the exact cut, queries are embedded whole, so the same model serves."""
+    s = q(store)
+    s.upsert([mk("e0", "text 0", [1.0] + [0.0] * (DIM - 1))])
+    write(
+        state,
+        {"active": {"vector": DENSE, "model": "model-a", "dim": DIM, "pieces": "sentences.9:1:2:3"}, "retired": []},
+    )
+    mine = Hashed("model-a", DIM, pieces="sentences:32:254:32")
+    switch = ModelSwitch(store=s, state=state, embedders=[mine, Hashed("model-b", DIM)], poll_s=0.0)
+    assert switch.current()[1] is None  # no embedder here makes these pieces for documents
+    assert switch.current(queries=True)[1] is mine
+    write(state, {"active": {"vector": DENSE, "model": "model-c", "dim": DIM, "pieces": LEGACY}, "retired": []})
+    assert switch.current(queries=True)[1] is None  # another model: its vectors, not ours

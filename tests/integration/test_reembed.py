@@ -362,7 +362,8 @@ def test_a_change_of_pieces_re_embeds_the_store_with_the_same_model_and_no_secon
         assert active_embedder.model is embedder.model  # derived from the loaded model, not loaded again
         assert ReembedRunner.wanted(switch, embedder)
         ranks = RecallEngine.from_settings(settings, store=store, embedder=None, bm25=Bm25Encoder(), switch=switch)
-        assert (ranks._fusion().dense_weight, ranks._fusion().head) == (1.0, 5)  # the windows' own weights
+        fusion = ranks._query_model()[2]
+        assert (fusion.dense_weight, fusion.head) == (1.0, 5)  # the windows' own weights
         # Meanwhile new memories are cut the active generation's way.
         Indexer(store=store, embedder=None, bm25=Bm25Encoder(), switch=switch).index_batch(
             [rec(99, FACTS[9] + " Late.")]
@@ -374,7 +375,8 @@ def test_a_change_of_pieces_re_embeds_the_store_with_the_same_model_and_no_secon
         switch.refresh(force=True)
         gen, active_embedder = switch.current()
         assert (gen.vector, gen.pieces) == ("dense_1", embedder.pieces) and active_embedder is embedder
-        assert (ranks._fusion().dense_weight, ranks._fusion().head) == (2.5, 0)  # the sentence pieces' now
+        fusion = ranks._query_model()[2]
+        assert (fusion.dense_weight, fusion.head) == (2.5, 0)  # the sentence pieces' now
         rows = store.fetch([e3], with_dense=True)[e3].dense
         assert rows is not None and len(rows) == len(embedder.chunk(FACTS[3])) > 1
         assert store.retrieve([e3])[e3]["pieces_dense_1"] == len(rows)

@@ -6,7 +6,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from episodic.chunking import LEGACY, MIN_SENTENCE_WORDS, Scheme, join_fragments, pack, pieces, same_cut, sentences
+from episodic.chunking import (
+    LEGACY,
+    MIN_SENTENCE_WORDS,
+    Scheme,
+    join_fragments,
+    mode_of,
+    pack,
+    pieces,
+    same_cut,
+    sentences,
+)
 
 
 def window_of(n_chars: int):
@@ -85,8 +95,9 @@ REFERENCE = (
 def test_the_sentences_cut_is_the_one_its_key_names() -> None:
     """Stores record how their vectors were cut as `Scheme.key` (episodic.generations), and a key must cut
     the same way for good: a store whose key still matches is never cut again. If this fails, the splitter,
-    `join_fragments` or `MIN_SENTENCE_WORDS` changed: give that cut a key of its own (a field of `Scheme`),
-    so that stores recorded under the old key are re-embedded, then update this list."""
+    `join_fragments` or `MIN_SENTENCE_WORDS` changed: give that cut a key of its own (`sentences.2:...`, see
+    `chunking.mode_of`: a version field of `Scheme`), so that stores recorded under the old key are
+    re-embedded, then update this list."""
     assert Scheme("sentences", 8, 254, 32).key() == "sentences:8:254:32"
     assert pieces(REFERENCE, "sentences", 8, WIDE) == [
         "Thanks! I moved the checkout service to the new cluster yesterday, and the canary looked fine.",
@@ -145,6 +156,16 @@ def test_the_legacy_scheme_is_windows_of_unrecorded_sizes_and_cuts_like_any_wind
     assert same_cut(LEGACY, "window:254:32") and same_cut("window:126:16", LEGACY) and same_cut(LEGACY, LEGACY)
     assert not same_cut(LEGACY, "sentences:32:254:32") and not same_cut("window:254:32", "window:126:16")
     assert not same_cut(LEGACY, "whole") and same_cut("whole", "whole")  # an embedder that does not chunk
+
+
+def test_a_later_cutters_key_keeps_its_mode_where_it_cannot_be_made() -> None:
+    """A later cutter of a mode is keyed `<mode>.<version>`: a process of this version cannot make those
+    pieces (parse refuses the key, so none of its embedders is taken for that generation's documents),
+    but its recall still fuses with that mode's weights."""
+    assert mode_of("sentences.2:32:254:32") == "sentences" and mode_of("window.3:254:32") == "window"
+    assert mode_of("sentences:32:254:32") == "sentences" and mode_of("whole") is None and mode_of("pages.2:1") is None
+    with pytest.raises(ValueError, match="not a piece scheme"):
+        Scheme.parse("sentences.2:32:254:32")
 
 
 @pytest.mark.parametrize(

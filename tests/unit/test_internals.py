@@ -101,18 +101,23 @@ def test_recall_ranks_with_the_fusion_of_the_active_generations_cut() -> None:
     from types import SimpleNamespace
 
     from episodic.generations import Generation
+    from episodic.ports import Fusion
     from episodic.recall import RecallEngine
     from episodic.sparse import Bm25Encoder
 
     active = [Generation("dense", "m", 8, "window")]
-    switch = SimpleNamespace(current=lambda: (active[0], None))
+    switch = SimpleNamespace(current=lambda queries=False: (active[0], None))
+
+    def fusion(engine: RecallEngine) -> Fusion:
+        return engine._query_model()[2]
+
     engine = RecallEngine.from_settings(Settings(), store=None, embedder=None, bm25=Bm25Encoder(), switch=switch)  # type: ignore[arg-type]
-    assert (engine._fusion().dense_weight, engine._fusion().head) == (1.0, 5)
+    assert (fusion(engine).dense_weight, fusion(engine).head) == (1.0, 5)
     active[0] = Generation("dense_1", "m", 8, "sentences:32:254:32")
-    assert (engine._fusion().dense_weight, engine._fusion().head) == (2.5, 0)
+    assert (fusion(engine).dense_weight, fusion(engine).head) == (2.5, 0)
     active[0] = Generation("dense_2", "m", 8, "whole")  # a cut of no known mode: the configured fusion
-    assert engine._fusion() is engine.fusion
+    assert fusion(engine) is engine.fusion
     fixed = Settings(rrf_dense_weight=2.0, rrf_head=0)
     engine = RecallEngine.from_settings(fixed, store=None, embedder=None, bm25=Bm25Encoder(), switch=switch)  # type: ignore[arg-type]
     active[0] = Generation("dense", "m", 8, "window")
-    assert (engine._fusion().dense_weight, engine._fusion().head) == (2.0, 0)
+    assert (fusion(engine).dense_weight, fusion(engine).head) == (2.0, 0)
