@@ -169,7 +169,7 @@ class Settings(BaseSettings):
     )
     rrf_head_weight: float = Field(default=0.75, ge=0.0)
     rrf_context_weight: float = Field(
-        default=1.0, ge=0.0, description="BM25 over the context-folded text as a fifth leg; 0: off"
+        default=1.0, ge=0.0, description="BM25 over the context-folded text as one more leg; 0: off"
     )
     rrf_piece_penalty: float = Field(
         default=0.08, ge=0.0, le=1.0, description="the dense leg ranks by cosine - this x ln(pieces); 0: off"

@@ -1,5 +1,5 @@
 """Context-aware indexing and episode adjacency on every engine, through the real indexer (sparse-only: the
-model is not what is tested here), the real BM25 encoder, the store's fifth leg and the recall engine."""
+model is not what is tested here), the real BM25 encoder, the store's context leg and the recall engine."""
 
 from __future__ import annotations
 
