@@ -290,7 +290,9 @@ def check_service(
 def main(argv: list[str]) -> int:
     """`episodic doctor`; returns the exit status."""
     ap = argparse.ArgumentParser(prog="episodic doctor", description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--url", default=None, help="recall service URL (default: EPISODIC_URL, or the older EPISODIC_RECALL_URL, or local)")
+    ap.add_argument(
+        "--url", default=None, help="recall service URL (default: EPISODIC_URL, else EPISODIC_RECALL_URL, else local)"
+    )
     ap.add_argument("--token", default=None, help="bearer token (default: EPISODIC_TOKEN)")
     ap.add_argument("--workspace", default=None, help="count the memories of this workspace")
     ap.add_argument("--json", action="store_true")
