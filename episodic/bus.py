@@ -168,11 +168,11 @@ class LagProbe:
         self.on_error = on_error
         self.last: int | None = None
 
-    async def run(self) -> None:
-        """Measure every `interval_s` until cancelled; failures are reported and retried next tick."""
+    def consumer(self) -> Any:
+        """The probe's consumer (not started)."""
         from aiokafka import AIOKafkaConsumer
 
-        consumer = AIOKafkaConsumer(
+        return AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap,
             group_id=self.group_id,  # for OffsetFetch only: with manual assignment it never joins the group
             enable_auto_commit=False,
@@ -182,6 +182,10 @@ class LagProbe:
             isolation_level="read_uncommitted",
             **self.options,
         )
+
+    async def run(self) -> None:
+        """Measure every `interval_s` until cancelled; failures are reported and retried next tick."""
+        consumer = self.consumer()
         started = False
         try:
             while True:
@@ -215,11 +219,17 @@ class LagProbe:
             return None
         if consumer.assignment() != tps:
             consumer.assign(sorted(tps))
-        committed: dict[Any, int | None] = {}
-        for tp in tps:
-            committed[tp] = await consumer.committed(tp)
-            consumer.seek(tp, committed[tp] or 0)
-        highwater = await fresh_highwaters(consumer, tps)
+        # Paused between ticks: an assigned consumer's fetcher polls its partitions in the background, and
+        # at the end of a topic that is an empty fetch every fetch_max_wait_ms (20 a second) for nothing.
+        consumer.resume(*tps)
+        try:
+            committed: dict[Any, int | None] = {}
+            for tp in tps:
+                committed[tp] = await consumer.committed(tp)
+                consumer.seek(tp, committed[tp] or 0)
+            highwater = await fresh_highwaters(consumer, tps)
+        finally:
+            consumer.pause(*tps)
         return None if highwater is None else group_lag(dict(highwater), committed)
 
 
