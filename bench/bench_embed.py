@@ -141,7 +141,12 @@ async def run_pipeline(
     # visible_budget_ms=0: every batch embedded inline (a pre-produced backlog would otherwise be written
     # BM25-first and this would time the sparse path, not the embedding throughput)
     settings = Settings(
-        kafka_bootstrap=bootstrap, batch_size=batch, batch_max_wait_ms=50, session_timeout_ms=6000, visible_budget_ms=0
+        kafka_bootstrap=bootstrap,
+        batch_size=batch,
+        batch_max_wait_ms=50,
+        session_timeout_ms=6000,
+        visible_budget_ms=0,
+        fetch_max_wait_ms=50,  # Tansu, reached as an external broker
     )
     store = _new_store(store_dir, embedder.dim)
     producer = make_producer(bootstrap)

@@ -175,6 +175,7 @@ async def gate_run(
         EPISODIC_KAFKA_BOOTSTRAP=bootstrap,
         EPISODIC_DATA_DIR=datadir,
         EPISODIC_TOPIC_PARTITIONS=str(partitions),
+        EPISODIC_FETCH_MAX_WAIT_MS="50",  # Tansu, reached as an external broker
     )
     cmd = [
         sys.executable,

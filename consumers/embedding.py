@@ -161,7 +161,7 @@ class EmbeddingConsumer:
             max_poll_records=s.batch_size,
             session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=max(500, s.session_timeout_ms // 10),
-            fetch_max_wait_ms=50,
+            fetch_max_wait_ms=s.fetch_wait_ms,
             isolation_level="read_uncommitted",
             **kafka_options(s),
         )

@@ -25,6 +25,8 @@ GATE_APP_SUFFIX = "gate"
 class EpisodicApp(faust.App):
     """faust.App with the batch-delivering Kafka transport (see streams/transport.py)."""
 
+    fetch_max_wait_ms: int | None = None  # how long its consumer lets the broker hold an empty fetch
+
     def _new_transport(self) -> TransportT:
         return BatchTransport(self.conf.broker_consumer, self)
 
@@ -57,7 +59,7 @@ def create_app(settings: Settings, *, app_id: str | None = None, max_poll_record
     """
     app_id = app_id or f"{settings.consumer_group_prefix}-{GATE_APP_SUFFIX}"
     session_s = settings.session_timeout_ms / 1000.0
-    return EpisodicApp(
+    app = EpisodicApp(
         app_id,
         broker=f"kafka://{settings.bootstrap}",
         broker_credentials=broker_credentials(settings),
@@ -84,3 +86,5 @@ def create_app(settings: Settings, *, app_id: str | None = None, max_poll_record
         producer_max_batch_size=PRODUCE_BATCH_BYTES,  # one produce batch per output partition per input batch
         producer_max_request_size=1024 * 1024,
     )
+    app.fetch_max_wait_ms = settings.fetch_wait_ms  # Faust has no setting for it (streams/transport.py)
+    return app

@@ -40,6 +40,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 from faust.types.tuples import ConsumerMessage, ack_lock
 
+from episodic.settings import EMBEDDED_FETCH_WAIT_MS
 from streams.internals import channels_of, fetcher_stopped, set_fetch_max_wait
 
 
@@ -86,16 +87,18 @@ class RecordBatch:
         return f"<RecordBatch {self.tp.topic}[{self.tp.partition}] {self.first_offset}..{self.last_offset}>"
 
 
-# Faust hard-codes fetch_max_wait_ms=1500. Tansu does not answer a waiting fetch when data arrives, so
-# every record waited for the fetch in flight to time out: ~750 ms median gate latency, measured. Kafka
-# answers early when data arrives, so a short wait only costs a few idle fetches a second there.
-FETCH_MAX_WAIT_MS = 50
+# Faust hard-codes fetch_max_wait_ms=1500: on Tansu, which does not answer a waiting fetch when data
+# arrives, every record waited for the fetch in flight to time out (~750 ms median gate latency, measured).
+# The app's `fetch_max_wait_ms` (Settings.fetch_wait_ms: 50 ms on the embedded broker, 500 on Kafka, which
+# answers early) replaces it; an app without one gets the embedded broker's.
+FETCH_MAX_WAIT_MS = EMBEDDED_FETCH_WAIT_MS
 
 
 class ShortFetchConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
-        set_fetch_max_wait(consumer, FETCH_MAX_WAIT_MS)  # read by AIOKafkaConsumer.start() for its Fetcher
+        wait = getattr(transport.app, "fetch_max_wait_ms", None) or FETCH_MAX_WAIT_MS
+        set_fetch_max_wait(consumer, wait)  # read by AIOKafkaConsumer.start() for its Fetcher
         return consumer
 
 

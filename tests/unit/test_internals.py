@@ -43,6 +43,23 @@ async def test_the_state_the_transport_reads_exists_on_a_faust_consumer() -> Non
     assert callable(getattr(type(app.producer), I.FAUST_PRODUCER_ENSURE, None))
 
 
+async def test_the_faust_consumer_waits_for_data_as_long_as_the_settings_say(monkeypatch: pytest.MonkeyPatch) -> None:
+    """50 ms on the embedded broker (Tansu answers a waiting fetch only when the wait ends), 500 ms on Kafka
+    (it answers when data arrives), or what EPISODIC_FETCH_MAX_WAIT_MS says."""
+    monkeypatch.delenv("EPISODIC_FETCH_MAX_WAIT_MS", raising=False)  # tests/conftest.py sets 50 for the test broker
+    kafka = "kafka-1:9092"
+    for settings, wait in (
+        (Settings(), 50),
+        (Settings(kafka_bootstrap=kafka), 500),
+        (Settings(kafka_bootstrap=kafka, fetch_max_wait_ms=120), 120),
+    ):
+        assert settings.fetch_wait_ms == wait
+        app = create_app(settings, app_id="wait-probe")
+        thread = app.consumer._new_consumer_thread()
+        consumer = thread._create_worker_consumer(app.transport)
+        assert getattr(consumer, I.AIOKAFKA_CONSUMER_FETCH_WAIT) == wait
+
+
 async def test_the_aiokafka_names_exist_and_are_read_where_we_expect() -> None:
     consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1")
     assert getattr(consumer, I.AIOKAFKA_CONSUMER_FETCH_WAIT) == 500  # aiokafka's default
