@@ -21,7 +21,7 @@ from typing import Any
 # renamed, the override is never called and the gate silently runs Faust's own code.
 FAUST_CONSUMER_OVERRIDES = ("_new_consumer_thread", "_drain_messages")
 # ... and of faust.transport.drivers.aiokafka.AIOKafkaConsumerThread (ShortFetchConsumerThread).
-FAUST_CONSUMER_THREAD_OVERRIDES = ("_create_worker_consumer",)
+FAUST_CONSUMER_THREAD_OVERRIDES = ("_create_worker_consumer", "on_thread_stop")
 
 # Methods of the Faust consumer that BatchConsumer calls.
 FAUST_CONSUMER_METHODS = ("_add_gap", "_to_message", "_wait_next_records")

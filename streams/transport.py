@@ -32,6 +32,7 @@ it relies on is listed in `streams/internals.py`, and a unit test checks them on
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, ClassVar, cast
 
 from faust.events import Event
@@ -42,6 +43,8 @@ from faust.types.tuples import ConsumerMessage, ack_lock
 
 from episodic.settings import EMBEDDED_FETCH_WAIT_MS
 from streams.internals import channels_of, fetcher_stopped, set_fetch_max_wait
+
+log = logging.getLogger(__name__)
 
 
 class BatchMessage(ConsumerMessage):
@@ -100,6 +103,16 @@ class ShortFetchConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         wait = getattr(transport.app, "fetch_max_wait_ms", None) or FETCH_MAX_WAIT_MS
         set_fetch_max_wait(consumer, wait)  # read by AIOKafkaConsumer.start() for its Fetcher
         return consumer
+
+    async def on_thread_stop(self) -> None:
+        """Stopping with the broker gone: aiokafka's fetcher cancels its fetch in retry and then awaits it,
+        which raises CancelledError out of `consumer.stop()` and printed the thread's traceback on every
+        stop after a broker loss. That error now ends the thread quietly; the consumer is closed (its
+        connections to the dead broker go with it, or with the process)."""
+        try:
+            await super().on_thread_stop()
+        except asyncio.CancelledError:
+            log.debug("consumer thread: a fetch cancelled while stopping (the broker was gone)")
 
 
 class BatchConsumer(faust_aiokafka.Consumer):

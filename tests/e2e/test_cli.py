@@ -90,6 +90,7 @@ async def test_doctor_fails_when_the_service_is_down(capsys: pytest.CaptureFixtu
     assert rc != 0
 
 
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # a quiet stop, no traceback
 async def test_up_stops_when_its_embedded_broker_dies(tmp_path: Path) -> None:
     settings = Settings(
         data_dir=tmp_path, broker_port=free_port(), http_port=free_port(), embed_model="none", topic_partitions=1
