@@ -46,7 +46,7 @@ from aiokafka.structs import OffsetAndMetadata
 from consumers.batch import BatchApplier, Forget, Item, observe
 from consumers.densify import Densifier
 from consumers.poison import BAD_CONTROL, BAD_EMBEDDABLE, Abandoned, dead_letter
-from episodic.bus import dumps, group_lag_probe
+from episodic.bus import dumps, group_lag_probe, stop_quietly
 from episodic.client_options import kafka_options
 from episodic.cores import CoreBudget
 from episodic.errors import StoreUnavailable
@@ -187,7 +187,7 @@ class EmbeddingConsumer:
             lag.cancel()
             await asyncio.gather(lag, return_exceptions=True)
             try:
-                await consumer.stop()
+                await stop_quietly(consumer.stop(), "embedding consumer")
             except Exception:  # pragma: no cover - best effort on shutdown
                 log.exception("consumer stop failed")
             self._consumer = None

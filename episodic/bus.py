@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -221,16 +221,29 @@ class LagProbe:
             consumer.assign(sorted(tps))
         # Paused between ticks: an assigned consumer's fetcher polls its partitions in the background, and
         # at the end of a topic that is an empty fetch every fetch_max_wait_ms (20 a second) for nothing.
-        consumer.resume(*tps)
         try:
             committed: dict[Any, int | None] = {}
             for tp in tps:
                 committed[tp] = await consumer.committed(tp)
                 consumer.seek(tp, committed[tp] or 0)
+            consumer.resume(*tps)  # after the seek: a fetch from the old position would be thrown away
             highwater = await fresh_highwaters(consumer, tps)
         finally:
             consumer.pause(*tps)
         return None if highwater is None else group_lag(dict(highwater), committed)
+
+
+async def stop_quietly(stop: Awaitable[None], what: str) -> None:
+    """Await a Kafka client's `stop()`. After the broker is lost, aiokafka's fetcher cancels its fetch in
+    retry and then awaits it, which raises CancelledError out of the consumer's `stop()`: that one is
+    logged and dropped, unless this task itself is being cancelled (then it goes on)."""
+    try:
+        await stop
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        log.debug("%s: a fetch cancelled while stopping (the broker was gone)", what)
 
 
 async def fresh_highwaters(consumer: Any, tps: set[Any], *, wait_s: float = LAG_FETCH_WAIT_S) -> dict[Any, int] | None:

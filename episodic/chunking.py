@@ -161,4 +161,4 @@ def mode_of(key: str) -> str | None:
 def same_cut(a: str, b: str) -> bool:
     """Whether two pieces keys cut texts the same way: equal, or windows where one side's sizes were not
     recorded (`LEGACY`)."""
-    return a == b or (LEGACY in (a, b) and mode_of(a) == mode_of(b) == "window")
+    return a == b or (LEGACY in (a, b) and a.split(":", 1)[0] == b.split(":", 1)[0] == "window")

@@ -32,7 +32,6 @@ it relies on is listed in `streams/internals.py`, and a unit test checks them on
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any, ClassVar, cast
 
 from faust.events import Event
@@ -41,10 +40,9 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 from faust.types.tuples import ConsumerMessage, ack_lock
 
+from episodic.bus import stop_quietly
 from episodic.settings import EMBEDDED_FETCH_WAIT_MS
 from streams.internals import channels_of, fetcher_stopped, set_fetch_max_wait
-
-log = logging.getLogger(__name__)
 
 
 class BatchMessage(ConsumerMessage):
@@ -109,10 +107,7 @@ class ShortFetchConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         which raises CancelledError out of `consumer.stop()` and printed the thread's traceback on every
         stop after a broker loss. That error now ends the thread quietly; the consumer is closed (its
         connections to the dead broker go with it, or with the process)."""
-        try:
-            await super().on_thread_stop()
-        except asyncio.CancelledError:
-            log.debug("consumer thread: a fetch cancelled while stopping (the broker was gone)")
+        await stop_quietly(super().on_thread_stop(), "consumer thread")
 
 
 class BatchConsumer(faust_aiokafka.Consumer):

@@ -30,6 +30,7 @@ from episodic.sparse import Bm25Encoder
 from episodic.state import QdrantStateStore
 from episodic.store_edge import EdgeStore
 from schemas.events import ForgetRecord, ForgetSelector
+from streams.internals import AIOKAFKA_CONSUMER_FETCH_WAIT
 from tests.e2e.conftest import poll
 
 pytestmark = pytest.mark.integration
@@ -136,7 +137,9 @@ async def committed(bootstrap: str, group: str, topic: str) -> int | None:
 async def consuming(
     bootstrap: str, store: FlakyStore, topics: Topics, tmp_path: Path, forgetter: Forgetter | None = None, **over: Any
 ) -> AsyncIterator[EmbeddingConsumer]:
-    fields: dict[str, Any] = {"batch_size": 16, "batch_max_wait_ms": 20, "lag_interval_s": 0.3, **over}
+    fields: dict[str, Any] = {
+        "batch_size": 16, "batch_max_wait_ms": 20, "lag_interval_s": 0.3, "fetch_max_wait_ms": 40, **over
+    }  # fmt: skip
     settings = Settings(kafka_bootstrap=bootstrap, data_dir=tmp_path, **fields)
     producer = make_producer(bootstrap)
     await producer.start()
@@ -155,6 +158,7 @@ async def consuming(
     task = asyncio.create_task(consumer.run())
     try:
         await consumer.wait_ready(30)
+        assert getattr(consumer._consumer, AIOKAFKA_CONSUMER_FETCH_WAIT) == settings.fetch_wait_ms  # the setting's
         yield consumer
     finally:
         consumer.request_stop()

@@ -166,6 +166,7 @@ def test_a_later_cutters_key_keeps_its_mode_where_it_cannot_be_made() -> None:
     assert mode_of("sentences:32:254:32") == "sentences" and mode_of("whole") is None and mode_of("pages.2:1") is None
     with pytest.raises(ValueError, match="not a piece scheme"):
         Scheme.parse("sentences.2:32:254:32")
+    assert not same_cut(LEGACY, "window.2:254:32")  # another cutter's windows, not the windows of the old days
 
 
 @pytest.mark.parametrize(

@@ -18,3 +18,28 @@ def test_a_commit_ahead_of_a_stale_watermark_is_no_negative_lag() -> None:
 def test_an_unknown_high_watermark_means_no_figure_rather_than_a_wrong_one() -> None:
     assert group_lag({0: 10, 1: None}, {0: 0, 1: 0}) is None
     assert group_lag({}, {}) == 0
+
+
+async def test_a_stop_that_the_lost_broker_cancels_is_quiet_unless_the_task_is_being_cancelled() -> None:
+    import asyncio
+
+    import pytest
+
+    from episodic.bus import stop_quietly
+
+    async def cancelled_inside() -> None:  # aiokafka's fetcher close after the broker is gone
+        raise asyncio.CancelledError
+
+    await stop_quietly(cancelled_inside(), "probe")  # dropped: nobody cancelled this task
+
+    started = asyncio.Event()
+
+    async def stopping() -> None:
+        started.set()
+        await stop_quietly(asyncio.sleep(10), "probe")
+
+    task = asyncio.create_task(stopping())
+    await started.wait()
+    task.cancel()  # a real cancellation goes on
+    with pytest.raises(asyncio.CancelledError):
+        await task
