@@ -37,7 +37,7 @@ from typing import Any
 
 from episodic.context import cut_out
 from episodic.errors import EpisodicError
-from episodic.forget import tombstone_retired
+from episodic.forget import TOMBSTONE, tombstone_key, tombstone_retired
 from episodic.metrics import DECAY_ACTIONS, Metrics
 from episodic.ports import MemoryStore, StateStore
 from episodic.scoring import DECAY_FIELDS, importance_of, parse_time, retention_eligible
@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 JOB_KIND = "job"
 DECAY_KEY = "decay"
 CHANGED = 1e-6  # importance differences below this are not written
+RETENTION = "retention"  # the forget id of the tombstones retention writes
 _COUNTS = ("pages", "scanned", "updated", "unchanged", "archived", "edges_removed")
 
 ArchiveSink = Callable[[list[ArchivedRecord]], None]  # returns once the broker acknowledged every record
@@ -320,8 +321,11 @@ class DecayJob:
         report.scanned += len(page)
         expired: list[str] = []
         updates: dict[str, dict[str, Any]] = {}
+        retired = self._retired(page) if self.retention is not None else set()
         for pid, payload in page:
-            if self.retention is not None and retention_eligible(payload, ref, floor_days=self.retention.floor_days):
+            if self.retention is not None and (
+                pid in retired or retention_eligible(payload, ref, floor_days=self.retention.floor_days)
+            ):
                 expired.append(pid)
                 continue
             value = importance_of(payload, ref)
@@ -334,6 +338,14 @@ class DecayJob:
             self._expire(expired, report)
         report.updated += self.store.set_payloads(updates)
 
+    def _retired(self, page: list[tuple[str, dict[str, Any]]]) -> set[str]:
+        """The memories of the page that an earlier run archived and tombstoned but died before deleting: they
+        are finished now whatever their eligibility (a reference since would otherwise leave a tombstoned
+        memory in the store, its neighbours' edges to it already cut)."""
+        keys = {tombstone_key(str(p.get("workspace_id")), str(p.get("entry_id"))): pid for pid, p in page}
+        found = self.state.get_many(TOMBSTONE, sorted(keys)) if keys else {}
+        return {keys[k] for k, doc in found.items() if doc.get("forget_id") == RETENTION}
+
     def _expire(self, pids: list[str], report: DecayReport) -> None:
         full = self.store.retrieve(pids)
         if not full or self.archive is None:
@@ -341,7 +353,7 @@ class DecayJob:
         at = self.clock()
         self.archive([archived_record(p, at) for p in full.values()])
         # before the delete: a crash after it must not leave an archived memory that a replay brings back
-        tombstone_retired(self.state, full.values(), at, reason="retention")
+        tombstone_retired(self.state, full.values(), at, reason=RETENTION)
         by_ws: dict[str, list[dict[str, Any]]] = {}
         for p in full.values():
             by_ws.setdefault(str(p.get("workspace_id")), []).append(p)

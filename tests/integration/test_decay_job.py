@@ -16,7 +16,7 @@ from episodic.schedule import Schedule
 from episodic.scoring import FLOOR_REACHED_DAYS, decay_importance
 from schemas.events import ArchivedRecord
 from tests.contract.test_forget_contract import rec as journal_record
-from tests.integration.maint_helpers import T0, Clock, Failing, memory
+from tests.integration.maint_helpers import T0, Clock, Failing, iso, memory
 
 pytestmark = pytest.mark.integration
 
@@ -170,6 +170,45 @@ def test_a_retention_that_dies_between_cutting_and_joining_joins_the_run_on_the_
     assert job.run().archived == 2
     edges = {(r.src, r.relation, r.dst) for r in store.relations_of("ws-a", ["a", "d"])}
     assert edges == {("a", "next", "d"), ("d", "previous", "a")}
+
+
+def test_a_memory_archived_by_a_run_that_died_before_its_delete_is_finished_even_if_referenced_since(
+    edge_stores: tuple[MemoryStore, StateStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run archived and tombstoned b, then died before cutting and deleting it; b was referenced before
+    the next run, so it is no longer eligible. It is finished all the same: a tombstoned memory must not stay
+    searchable, and the run is joined across it."""
+    import episodic.decay
+
+    store, state = edge_stores
+    stale = T0 - timedelta(days=FLOOR_REACHED_DAYS + 31)
+    store.upsert([memory(e, indexed_at=stale if e == "b" else T0, base=0.5) for e in "abc"])
+    run = [("a", "b"), ("b", "c")]
+    store.add_relations(
+        [Relation(x, y, "next", 1.0, "t", "ws-a") for x, y in run]  # type: ignore[arg-type]
+        + [Relation(y, x, "previous", 1.0, "t", "ws-a") for x, y in run]  # type: ignore[arg-type]
+    )
+    archived: list[ArchivedRecord] = []
+    job = DecayJob(
+        store=store, state=state, clock=Clock(T0), retention=RetentionPolicy(floor_days=30), archive=archived.extend
+    )
+    real = episodic.decay.cut_out
+
+    def die(*args: object, **kwargs: object) -> int:
+        raise RuntimeError("killed after the tombstone")
+
+    monkeypatch.setattr(episodic.decay, "cut_out", die)
+    with pytest.raises(RuntimeError, match="killed"):
+        job.run()
+    assert state.get(TOMBSTONE, tombstone_key("ws-a", "b"))["forget_id"] == "retention"
+    monkeypatch.setattr(episodic.decay, "cut_out", real)
+    b = point_id("ws-a", "b")
+    store.set_payload(b, {"reference_count": 1, "last_referenced_at": iso(T0)})  # referenced meanwhile
+    state.delete(JOB_KIND, [DECAY_KEY])  # the dead holder's lease
+    assert job.run().archived == 1
+    assert store.retrieve([b]) == {}
+    edges = {(r.src, r.relation, r.dst) for r in store.relations_of("ws-a", ["a", "c"])}
+    assert edges == {("a", "next", "c"), ("c", "previous", "a")}
 
 
 def test_retention_is_off_unless_asked_for(edge_stores: tuple[MemoryStore, StateStore]) -> None:
