@@ -317,8 +317,9 @@ class MemoryStore(ABC):
         starting after `after`; and the position to pass for the next page (None: this was the last)."""
 
     @abstractmethod
-    def count_without_dense(self, scope: ScopeFilter) -> int:
-        """Memories inside `scope` that have no dense vector yet (written BM25-first, or quarantined)."""
+    def count_without_dense(self, scope: ScopeFilter, *, using: str | None = None) -> int:
+        """Memories inside `scope` that have no dense vector yet (written BM25-first, or quarantined), in the
+        vector `using` (the active one by default)."""
 
     @abstractmethod
     def backfill_pieces(self, limit: int) -> int:
@@ -361,8 +362,11 @@ class MemoryStore(ABC):
     ) -> list[StoredHit]: ...
 
     @abstractmethod
-    def find_entries(self, scope: ScopeFilter, entry_ids: list[str], *, with_dense: bool = False) -> list[StoredHit]:
-        """The memories inside `scope` whose entry_id is one of `entry_ids` (score 0), for the walk."""
+    def find_entries(
+        self, scope: ScopeFilter, entry_ids: list[str], *, with_dense: bool = False, using: str | None = None
+    ) -> list[StoredHit]:
+        """The memories inside `scope` whose entry_id is one of `entry_ids` (score 0), for the walk; their
+        dense rows from the vector `using` (the active one by default), as for the query they join."""
 
     @abstractmethod
     def linked_to(self, workspace_id: str, entry_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:

@@ -302,7 +302,7 @@ class RecallEngine:
         if req.mode == "dense" and not degraded:
             # Memories written BM25-first (or quarantined) are invisible to the dense leg: say so rather
             # than leave a silent gap. Hybrid finds them through its BM25 legs.
-            degraded = self._guarded("count", lambda: self.store.count_without_dense(scope)) > 0
+            degraded = self._guarded("count", lambda: self.store.count_without_dense(scope, using=using)) > 0
         hits: list[RecallHit] = []
         for s in stored:
             hit = self._to_hit(s, qvec, now)
@@ -316,9 +316,10 @@ class RecallEngine:
             hits.append(hit)
         hits = hits[: req.k]
         if (self.adjacent if req.adjacent is None else req.adjacent) and hits:
-            hits = self._bring_in(hits, expand.adjacent(hits, self.adjacent_weight), scope, qvec, now, req.k)
+            near = expand.adjacent(hits, self.adjacent_weight)
+            hits = self._bring_in(hits, near, scope, qvec, now, req.k, using)
         if req.walk_depth == 1 and hits:
-            hits = self._walk(hits, scope, qvec, now, req.k)
+            hits = self._walk(hits, scope, qvec, now, req.k, using)
         return RecallResult(
             mode=req.mode,
             degraded=degraded,
@@ -368,11 +369,17 @@ class RecallEngine:
             raise StoreError(f"store {what} failed: {type(e).__name__}: {e}") from e
 
     def _walk(
-        self, hits: list[RecallHit], scope: ScopeFilter, qvec: np.ndarray | None, now: datetime, k: int
+        self,
+        hits: list[RecallHit],
+        scope: ScopeFilter,
+        qvec: np.ndarray | None,
+        now: datetime,
+        k: int,
+        using: str | None = None,
     ) -> list[RecallHit]:
         ids = [h.entry_id for h in hits]
         relations = self._guarded("relation lookup", lambda: self.store.relations_of(scope.workspace_id, ids))
-        return self._bring_in(hits, expand.walked(hits, relations), scope, qvec, now, k)
+        return self._bring_in(hits, expand.walked(hits, relations), scope, qvec, now, k, using)
 
     def _bring_in(
         self,
@@ -382,12 +389,14 @@ class RecallEngine:
         qvec: np.ndarray | None,
         now: datetime,
         k: int,
+        using: str | None = None,
     ) -> list[RecallHit]:
-        """The direct hits and the memories `near` them (fetched through the scope), the top k."""
+        """The direct hits and the memories `near` them (fetched through the scope), the top k; their cosine
+        against the rows of the vector the query ran on (`using`)."""
         if not near:
             return hits
         found: list[RecallHit] = []
-        for stored in self.store.find_entries(scope, sorted(near), with_dense=qvec is not None):
+        for stored in self.store.find_entries(scope, sorted(near), with_dense=qvec is not None, using=using):
             hit = self._to_hit(stored, qvec, now)
             if hit.workspace_id == scope.workspace_id and hit.entry_id in near:
                 hit.score, hit.via = near[hit.entry_id]

@@ -191,6 +191,7 @@ class Engine(Vocabulary):
         fields: Sequence[str] | None = None,
         order_by: str | None = None,
         descending: bool = False,
+        using: str | None = None,
     ) -> tuple[Sequence[Record], Any]:
         """One page of up to `limit` points from `offset` (None: the start; a point id: from that id on, in
         id order), and the next offset (None: done). `order_by`: by this payload field instead (it needs a
@@ -396,14 +397,16 @@ class QdrantStore(MemoryStore):
 
     # -- reads ---------------------------------------------------------------------------------------
 
-    def _scroll(self, flt: Filter | None, limit: int | None = None, *, with_dense: bool = False) -> Iterator[Record]:
+    def _scroll(
+        self, flt: Filter | None, limit: int | None = None, *, with_dense: bool = False, using: str | None = None
+    ) -> Iterator[Record]:
         offset: Any = None
         seen = 0
         while True:
             page = SCROLL_PAGE if limit is None else min(SCROLL_PAGE, limit - seen)
             if page <= 0:
                 return
-            records, offset = self.engine.scroll(flt, page, offset, with_dense)
+            records, offset = self.engine.scroll(flt, page, offset, with_dense, using=using)
             yield from records
             seen += len(records)
             if offset is None or not records:
@@ -457,12 +460,14 @@ class QdrantStore(MemoryStore):
                     out.setdefault(alias, pid)
         return out
 
-    def find_entries(self, scope: ScopeFilter, entry_ids: list[str], *, with_dense: bool = False) -> list[StoredHit]:
+    def find_entries(
+        self, scope: ScopeFilter, entry_ids: list[str], *, with_dense: bool = False, using: str | None = None
+    ) -> list[StoredHit]:
         if not entry_ids:
             return []
         flt = Filter(must=(scope_filter(scope), MatchAny("entry_id", tuple(sorted(set(entry_ids))))))
-        vector = self.vector
-        return [_hit(r, 0.0, with_dense, vector) for r in self._scroll(flt, None, with_dense=with_dense)]
+        vector = self._query_vector(using)[0]
+        return [_hit(r, 0.0, with_dense, vector) for r in self._scroll(flt, None, with_dense=with_dense, using=vector)]
 
     def linked_to(self, workspace_id: str, entry_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:
         if not entry_ids:
@@ -542,8 +547,10 @@ class QdrantStore(MemoryStore):
         position = PagePosition(str((records[-1].payload or {}).get("ts")), str(records[-1].id)) if more else None
         return [(str(r.id), dict(r.payload or {})) for r in records], position
 
-    def count_without_dense(self, scope: ScopeFilter) -> int:
-        return self.engine.count(Filter(must=(scope_filter(scope),), must_not=(HasDense(self.vector),)))
+    def count_without_dense(self, scope: ScopeFilter, *, using: str | None = None) -> int:
+        return self.engine.count(
+            Filter(must=(scope_filter(scope),), must_not=(HasDense(self._query_vector(using)[0]),))
+        )
 
     def count_quarantined(self, workspace_id: str | None, quarantine_after: int) -> int:
         return self.engine.count(quarantined_filter(workspace_id, quarantine_after, self.vector))

@@ -364,6 +364,7 @@ class EdgeEngine(Engine):
         fields: Sequence[str] | None = None,
         order_by: str | None = None,
         descending: bool = False,
+        using: str | None = None,
     ) -> tuple[Sequence[Record], Any]:
         order = None
         if order_by is not None:
@@ -373,7 +374,7 @@ class EdgeEngine(Engine):
             limit=limit,
             filter=Lowering(self)(flt) if flt is not None else None,
             with_payload=_with_payload(fields),
-            with_vector=self._with_vector(with_dense),
+            with_vector=self._with_vector(with_dense, using),
             order_by=order,
         )
         with self._guard("scroll"):

@@ -367,6 +367,7 @@ class ClientEngine(Engine):
         fields: Sequence[str] | None = None,
         order_by: str | None = None,
         descending: bool = False,
+        using: str | None = None,
     ) -> tuple[Sequence[Record], Any]:
         lowered = Lowering(self)(flt) if flt is not None else None
         order = None
@@ -379,7 +380,7 @@ class ClientEngine(Engine):
                 limit=limit,
                 offset=offset if order_by is None else None,
                 with_payload=_with_payload(fields),
-                with_vectors=self._with_vectors(with_dense),
+                with_vectors=self._with_vectors(with_dense, using),
                 order_by=order,
             )
         return records, next_offset if order_by is None else None

@@ -57,3 +57,20 @@ def test_find_entries_respects_scope_and_workspace(store: MemoryStore, mk: MakeP
     crew = ScopeFilter(workspace_id="ws-a", scope="crew_shared", crew_id="crew-1", high_value=0.5)
     assert {h.payload["entry_id"] for h in store.find_entries(crew, ["e1", "e2"])} == {"e1", "e2"}
     assert store.find_entries(OWN, []) == []
+
+
+def test_the_walk_reads_the_rows_of_the_vector_its_query_ran_on(store: MemoryStore, mk: MakePoint) -> None:
+    """During a switch the request's query vector names its generation (`using`): the memories the walk or
+    adjacency bring in, and the dense mode's count of memories without a vector, read that one too."""
+    from episodic.identity import point_id
+    from tests.contract.conftest import DIM
+    from tests.contract.conftest import as_qdrant as q
+
+    s = q(store)
+    s.upsert([mk("e1", "one", e(0)), mk("e2", "two", e(1))])
+    s.add_dense_vector("dense_1", DIM)
+    s.set_dense(point_id("ws-a", "e1"), [e(2)], {}, vector="dense_1")  # e2 not re-embedded yet
+    [old] = s.find_entries(OWN, ["e1"], with_dense=True)
+    [new] = s.find_entries(OWN, ["e1"], with_dense=True, using="dense_1")
+    assert old.dense == [e(0)] and new.dense == [e(2)] and new.vector == "dense_1"
+    assert s.count_without_dense(OWN) == 0 and s.count_without_dense(OWN, using="dense_1") == 1

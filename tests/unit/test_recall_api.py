@@ -71,7 +71,7 @@ class FakeStore(MemoryStore):
     def missing_dense(self, limit: int, *, quarantine_after: int | None = None) -> list[Any]:
         return []
 
-    def count_without_dense(self, scope: ScopeFilter) -> int:
+    def count_without_dense(self, scope: ScopeFilter, *, using: Any = None) -> int:
         return len([p for p in self.points if p.payload["workspace_id"] == scope.workspace_id and p.dense is None])
 
     def count_quarantined(self, workspace_id: str | None, quarantine_after: int) -> int:
@@ -80,7 +80,9 @@ class FakeStore(MemoryStore):
     def backfill_pieces(self, limit: int) -> int:
         return 0  # its hits carry no vectors to count
 
-    def find_entries(self, scope: ScopeFilter, entry_ids: Any, *, with_dense: bool = False) -> list[StoredHit]:
+    def find_entries(
+        self, scope: ScopeFilter, entry_ids: Any, *, with_dense: bool = False, using: Any = None
+    ) -> list[StoredHit]:
         return []
 
     def select(self, selection: Any) -> Any:
