@@ -237,8 +237,11 @@ class MemoryStore(ABC):
         """Payloads of the points that exist (only `fields` when given), keyed by point id."""
 
     @abstractmethod
-    def fetch(self, point_ids: list[str], *, with_dense: bool = False) -> dict[str, StoredHit]:
-        """The points that exist (score 0), with their dense chunk rows when `with_dense`, by point id."""
+    def fetch(
+        self, point_ids: list[str], *, with_dense: bool = False, using: str | None = None
+    ) -> dict[str, StoredHit]:
+        """The points that exist (score 0), with their dense chunk rows (of the vector `using`, the active one
+        by default) when `with_dense`, by point id."""
 
     @abstractmethod
     def scroll_page(

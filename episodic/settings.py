@@ -217,6 +217,13 @@ class Settings(BaseSettings):
     linker_enabled: bool = Field(default=True, description="run the linker (similar edges) in `episodic up`")
     similar_threshold: float = Field(default=0.80, gt=0.0, le=1.0, description="similar edge: cosine above this")
     similar_top_k: int = Field(default=3, ge=1, le=50, description="similar edges per new memory, at most")
+    similar_min_mean: float = Field(
+        default=0.35,
+        ge=0.0,
+        le=1.0,
+        description="similar edge between memories of several pieces: their mean vectors' cosine at least this "
+        "(two memories sharing one stock sentence and nothing else get no edge); 0: off",
+    )
     decay_schedule: str = Field(
         default="30 3 * * *", description="DecayAndReinforce (and retention), a cron expression in UTC"
     )

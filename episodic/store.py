@@ -176,10 +176,14 @@ class Engine(Vocabulary):
 
     @abstractmethod
     def retrieve(
-        self, point_ids: list[str], with_dense: bool = False, fields: Sequence[str] | None = None
+        self,
+        point_ids: list[str],
+        with_dense: bool = False,
+        fields: Sequence[str] | None = None,
+        using: str | None = None,
     ) -> Sequence[Record]:
-        """The points that exist, with payload (only `fields` when given), and with their dense rows when
-        `with_dense`."""
+        """The points that exist, with payload (only `fields` when given), and with their dense rows (of the
+        vector `using`, the active one by default) when `with_dense`."""
 
     @abstractmethod
     def scroll(
@@ -422,11 +426,14 @@ class QdrantStore(MemoryStore):
         records = self.engine.retrieve(list(point_ids), fields=list(fields) if fields is not None else None)
         return {str(r.id): dict(r.payload or {}) for r in records}
 
-    def fetch(self, point_ids: list[str], *, with_dense: bool = False) -> dict[str, StoredHit]:
+    def fetch(
+        self, point_ids: list[str], *, with_dense: bool = False, using: str | None = None
+    ) -> dict[str, StoredHit]:
         if not point_ids:
             return {}
-        vector = self.vector
-        return {str(r.id): _hit(r, 0.0, with_dense, vector) for r in self.engine.retrieve(list(point_ids), with_dense)}
+        vector = self._query_vector(using)[0]
+        records = self.engine.retrieve(list(point_ids), with_dense, using=vector)
+        return {str(r.id): _hit(r, 0.0, with_dense, vector) for r in records}
 
     def scroll_page(
         self, offset: str | None, limit: int, *, fields: Sequence[str] | None = None

@@ -349,11 +349,15 @@ class EdgeEngine(Engine):
     # -- reads ---------------------------------------------------------------------------------------
 
     def retrieve(
-        self, point_ids: list[str], with_dense: bool = False, fields: Sequence[str] | None = None
+        self,
+        point_ids: list[str],
+        with_dense: bool = False,
+        fields: Sequence[str] | None = None,
+        using: str | None = None,
     ) -> Sequence[Record]:
         ids: list[Any] = [_point_id(p) for p in point_ids]
         with self._guard("retrieve"):
-            return self._open().retrieve(ids, _with_payload(fields), self._with_vector(with_dense))
+            return self._open().retrieve(ids, _with_payload(fields), self._with_vector(with_dense, using))
 
     def scroll(
         self,

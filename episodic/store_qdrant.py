@@ -348,14 +348,18 @@ class ClientEngine(Engine):
     # -- reads ---------------------------------------------------------------------------------------
 
     def retrieve(
-        self, point_ids: list[str], with_dense: bool = False, fields: Sequence[str] | None = None
+        self,
+        point_ids: list[str],
+        with_dense: bool = False,
+        fields: Sequence[str] | None = None,
+        using: str | None = None,
     ) -> Sequence[Record]:
         with self._guard("retrieve"):
             return self.client.retrieve(
                 self.collection,
                 point_ids,
                 with_payload=_with_payload(fields),
-                with_vectors=self._with_vectors(with_dense),
+                with_vectors=self._with_vectors(with_dense, using),
             )
 
     def scroll(

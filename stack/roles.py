@@ -404,7 +404,13 @@ class LinkerRole(AgentRole):
 
         store, _ = res.need_store(self.name)
         s = res.settings
-        linker = Linker(store=store, threshold=s.similar_threshold, top_k=s.similar_top_k, clock=res.clock)
+        linker = Linker(
+            store=store,
+            threshold=s.similar_threshold,
+            top_k=s.similar_top_k,
+            min_mean_cosine=s.similar_min_mean,
+            clock=res.clock,
+        )
         self.runner = linker_runner(s, linker=linker, metrics=res.metrics)
         await self.runner.start()
         top, above = s.similar_top_k, s.similar_threshold

@@ -84,6 +84,25 @@ def test_chunked_memories_use_the_best_pair_of_chunks(store: MemoryStore) -> Non
     assert similar(store, "new") == {"long-old": 0.9}
 
 
+def test_memories_that_share_one_stock_sentence_and_nothing_else_get_no_edge(store: MemoryStore) -> None:
+    """Each has four pieces, one of them the same sentence (cosine 1): their mean vectors' cosine is 0.25,
+    under 0.35, so no edge; a memory that shares two of its three pieces (mean cosine 0.58) is linked, and a
+    one-piece memory equal to that sentence is linked (its mean is the sentence itself: 0.5 with the new)."""
+    same = unit((0, 1.0))
+    store.upsert(
+        [
+            point("stock", [same, unit((2, 1.0)), unit((3, 1.0)), unit((4, 1.0))], pieces=4),
+            point("related", [same, unit((1, 1.0)), unit((7, 1.0))], pieces=3),
+            point("phrase", [same], pieces=1),
+            point("new", [same, unit((1, 1.0)), unit((5, 1.0)), unit((6, 1.0))], pieces=4),
+        ]
+    )
+    Linker(store=store).link([vector_event("new")])
+    assert similar(store, "new") == {"related": 1.0, "phrase": 1.0}
+    Linker(store=store, min_mean_cosine=0.0).link([vector_event("stock")])  # the rule off: the best pair rules
+    assert set(similar(store, "stock")) == {"related", "phrase", "new"}
+
+
 def test_redelivery_and_a_second_densify_add_nothing_and_duplicates_get_no_edges(store: MemoryStore) -> None:
     store.upsert([point("old", [at_cos(0.9)]), point("new", [unit((0, 1.0))])])
     linker = Linker(store=store)

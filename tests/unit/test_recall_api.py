@@ -103,7 +103,7 @@ class FakeStore(MemoryStore):
     def remove_edges_to(self, workspace_id: Any, entry_ids: Any, *, sparing: Any = ()) -> int:
         return 0
 
-    def fetch(self, point_ids: Any, *, with_dense: bool = False) -> dict[str, Any]:
+    def fetch(self, point_ids: Any, *, with_dense: bool = False, using: Any = None) -> dict[str, Any]:
         return {}
 
     def scroll_page(self, offset: Any, limit: int, *, fields: Any = None) -> tuple[list[Any], None]:
