@@ -344,7 +344,9 @@ class DecayJob:
         memory in the store, its neighbours' edges to it already cut)."""
         keys = {tombstone_key(str(p.get("workspace_id")), str(p.get("entry_id"))): pid for pid, p in page}
         found = self.state.get_many(TOMBSTONE, sorted(keys)) if keys else {}
-        return {keys[k] for k, doc in found.items() if doc.get("forget_id") == RETENTION}
+        return {
+            keys[k] for k, doc in found.items() if doc.get("forget_id") == RETENTION and doc.get("role") == "memory"
+        }
 
     def _expire(self, pids: list[str], report: DecayReport) -> None:
         full = self.store.retrieve(pids)

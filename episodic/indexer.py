@@ -337,8 +337,8 @@ class Indexer:
         now = self.clock()
         # Whether a memory got its vector meanwhile is asked of the vector itself (the payload's `has_dense`
         # may describe another embedding generation's vector).
-        current = self.store.fetch([pid for pid, _ in todo], with_dense=True)
         named: dict[str, Any] = {} if self.switch is None else {"vector": vector}
+        current = self.store.fetch([pid for pid, _ in todo], with_dense=True, using=named.get("vector"))
         for (pid, payload), v in zip(todo, vecs, strict=True):
             now_there = current.get(pid)
             if now_there is None or now_there.payload.get("summary") != payload.get("summary") or now_there.dense:

@@ -212,7 +212,10 @@ class Linker:
             return {}
         source = mean_vector(rows)
         found = self.store.fetch(many, with_dense=True, using=vector)
-        return {pid: float(mean_vector(h.dense) @ source) for pid, h in found.items() if h.dense}
+        # a hit gone meanwhile, or without rows now, is no neighbour: -1 keeps it out
+        return {
+            pid: float(mean_vector(h.dense) @ source) if (h := found.get(pid)) and h.dense else -1.0 for pid in many
+        }
 
 
 def _pieces(value: Any) -> int:

@@ -102,7 +102,7 @@ def export_workspace(store: MemoryStore, workspace_id: str, *, pieces: str | Non
     after = None
     while True:
         rows, after = store.page(selection, after, PAGE)
-        hits = store.fetch([pid for pid, _ in rows], with_dense=True)
+        hits = store.fetch([pid for pid, _ in rows], with_dense=True, using=vector)
         for pid, payload in rows:
             hit = hits.get(pid)
             line = export_line(payload, hit.dense if hit is not None else None, vector, pieces)

@@ -583,8 +583,9 @@ class QdrantStore(MemoryStore):
         return self.engine.facet("workspace_id", None, limit)
 
     def scan_workspace(self, workspace_id: str, *, with_dense: bool = False) -> Iterator[StoredHit]:
-        for r in self._scroll(in_workspace(workspace_id), with_dense=with_dense):
-            yield _hit(r, 0.0, with_dense)
+        vector = self.vector  # the active generation's rows, read once for the whole scan
+        for r in self._scroll(in_workspace(workspace_id), with_dense=with_dense, using=vector):
+            yield _hit(r, 0.0, with_dense, vector)
 
     # -- relations: stored on the source memory (payload `relations` + keyword array `links`) ------------
 

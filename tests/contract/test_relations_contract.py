@@ -74,3 +74,6 @@ def test_the_walk_reads_the_rows_of_the_vector_its_query_ran_on(store: MemorySto
     [new] = s.find_entries(OWN, ["e1"], with_dense=True, using="dense_1")
     assert old.dense == [e(0)] and new.dense == [e(2)] and new.vector == "dense_1"
     assert s.count_without_dense(OWN) == 0 and s.count_without_dense(OWN, using="dense_1") == 1
+    s.use_dense_vector("dense_1")  # switched: a whole-workspace scan (the health job's) reads the new rows
+    scanned = {h.payload["entry_id"]: h.dense for h in s.scan_workspace("ws-a", with_dense=True)}
+    assert scanned == {"e1": [e(2)], "e2": None}
