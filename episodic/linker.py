@@ -6,7 +6,8 @@ new -> old of weight = cosine to each whose cosine is above `threshold` (0.80). 
 the cosine of two memories is the best pair of chunks: the max over the new memory's chunks and the
 candidate's chunks (`MemoryStore.similar_to`). Where either memory has several pieces, their mean vectors
 must also have a cosine of at least `min_mean_cosine` (0.35, `EPISODIC_SIMILAR_MIN_MEAN`): else two memories
-that share one stock sentence and nothing else are linked at cosine ~1.
+that share one stock sentence and nothing else are linked at cosine ~1. When such memories fill the whole
+candidate list and are all turned down, the linker searches once more, four times as wide.
 
 - **Once.** A memory linked once carries `linked_at`, and a later `vector` event for it (a re-delivery, a
   second densify) changes nothing. A new version of the memory (a changed summary under the same id) comes
@@ -48,6 +49,7 @@ CANDIDATE_FACTOR = 3  # ask the store for top_k x this, to fill top_k after pass
 # alone links any two that share a stock sentence ("I hope this helps!", "Here are a few options:"), which
 # on the LongMemEval oracle haystacks was most of the edges under a mean cosine of 0.35, and few above.
 MIN_MEAN_COSINE = 0.35
+MORE_FACTOR = 4  # when that rule turned down a whole list of candidates above the threshold, one search this wider
 
 
 def _now() -> datetime:
@@ -181,27 +183,36 @@ class Linker:
         source = str(p.get("entry_id"))
         exclude = [source, *(str(a) for a in p.get("aliases") or [])]
         rows = point.dense or []
-        hits = self.store.similar_to(
-            str(p.get("workspace_id")),
-            rows,
-            self.top_k * CANDIDATE_FACTOR,
-            exclude_entry_ids=exclude,
-            fields=("entry_id", "relations", pieces_field(point.vector or DENSE)),
-            using=point.vector,  # the generation its rows were read from, even if a switch came in between
-        )
-        means = self._mean_cosines(rows, [h for h in hits if h.score > self.threshold], point.vector)
-        candidates = [
-            Candidate(
-                entry_id=str(h.payload.get("entry_id")),
-                cosine=float(h.score),
-                links=_linked(h.payload) | new_edges.get(str(h.payload.get("entry_id")), set()),
-                mean_cosine=means.get(h.point_id),
+        limit = self.top_k * CANDIDATE_FACTOR
+        while True:
+            hits = self.store.similar_to(
+                str(p.get("workspace_id")),
+                rows,
+                limit,
+                exclude_entry_ids=exclude,
+                fields=("entry_id", "relations", pieces_field(point.vector or DENSE)),
+                using=point.vector,  # the generation its rows were read from, even if a switch came in between
             )
-            for h in hits
-        ]
-        return choose_similar(
-            source, candidates, threshold=self.threshold, top_k=self.top_k, min_mean=self.min_mean_cosine
-        )
+            above = [h for h in hits if h.score > self.threshold]
+            means = self._mean_cosines(rows, above, point.vector)
+            candidates = [
+                Candidate(
+                    entry_id=str(h.payload.get("entry_id")),
+                    cosine=float(h.score),
+                    links=_linked(h.payload) | new_edges.get(str(h.payload.get("entry_id")), set()),
+                    mean_cosine=means.get(h.point_id),
+                )
+                for h in hits
+            ]
+            chosen = choose_similar(
+                source, candidates, threshold=self.threshold, top_k=self.top_k, min_mean=self.min_mean_cosine
+            )
+            # Memories sharing a stock sentence with this one can fill the whole list and all be turned down:
+            # ask for more (once, MORE_FACTOR times as many) while the list was full and still above threshold.
+            rejected = any(m < self.min_mean_cosine for m in means.values())
+            if len(chosen) == self.top_k or not rejected or len(above) < limit or limit > self.top_k * CANDIDATE_FACTOR:
+                return chosen
+            limit *= MORE_FACTOR
 
     def _mean_cosines(self, rows: list[list[float]], hits: list[StoredHit], vector: str | None) -> dict[str, float]:
         """The mean-vector cosine of the source and each hit where either has more than one piece (for two

@@ -103,6 +103,19 @@ def test_memories_that_share_one_stock_sentence_and_nothing_else_get_no_edge(sto
     assert set(similar(store, "stock")) == {"related", "phrase", "new"}
 
 
+def test_a_real_neighbour_behind_a_crowd_of_stock_sentences_is_still_found(store: MemoryStore) -> None:
+    """Nine memories share a stock sentence with the new one (best pair 1.0) and nothing else: they fill the
+    first list of candidates (3 x top_k) and are all turned down, so the linker asks once for a wider list,
+    where the real neighbour (best pair 0.9, mean cosine ~0.64) is."""
+    same = unit((0, 1.0))
+    others = [unit((axis, 1.0)) for axis in (2, 3, 4, 5)]  # mean cosine with the new one: 1/sqrt(10) = 0.32
+    crowd = [point(f"stock{i}", [same, *others], pieces=5) for i in range(9)]
+    real = point("real", [at_cos(0.9, 1), unit((1, 0.3), (6, math.sqrt(0.91)))], pieces=2)
+    store.upsert([*crowd, real, point("new", [unit((1, 1.0)), same], pieces=2)])
+    Linker(store=store).link([vector_event("new")])
+    assert set(similar(store, "new")) == {"real"}
+
+
 def test_redelivery_and_a_second_densify_add_nothing_and_duplicates_get_no_edges(store: MemoryStore) -> None:
     store.upsert([point("old", [at_cos(0.9)]), point("new", [unit((0, 1.0))])])
     linker = Linker(store=store)
