@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from episodic.identity import point_id
 from episodic.ports import MemoryStore, Relation, SparseVec, merge_relations
 from episodic.sparse import Bm25Encoder
 from schemas.events import EmbeddableRecord
@@ -321,8 +322,6 @@ def cut_out(store: MemoryStore, workspace_id: str, removed: list[dict[str, Any]]
 
     The removed memories keep their own edges (they are deleted after this, or were never stored): were
     they cut too, a crash before the join would leave a retry with no run to join across."""
-    from episodic.identity import point_id
-
     gone = {str(p.get("entry_id")) for p in removed}
     cut = store.remove_edges_to(workspace_id, sorted(gone), sparing={point_id(workspace_id, e) for e in gone})
     relink(store, workspace_id, gone, removed)
@@ -352,8 +351,6 @@ def relink(store: MemoryStore, workspace_id: str, gone: set[str], removed: Itera
             pairs[before] = after
     if not pairs:
         return 0
-    from episodic.identity import point_id
-
     ids = {point_id(workspace_id, e): e for e in {*pairs, *pairs.values()}}
     found = store.retrieve(sorted(ids))
     by_entry = {ids[pid]: (pid, p) for pid, p in found.items()}

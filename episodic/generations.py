@@ -62,12 +62,13 @@ class Generation:
         """The model and the pieces (the dim follows the model)."""
         return model_key(self.model), self.pieces
 
+    def same_model(self, embedder: Embedder) -> bool:
+        """Whether `embedder` is this generation's model (of its dim), whatever its pieces: its query vectors
+        are this generation's (a query is embedded whole)."""
+        return model_key(self.model) == model_key(embedder.model_id) and self.dim == embedder.dim
+
     def made_by(self, embedder: Embedder) -> bool:
-        return (
-            model_key(self.model) == model_key(embedder.model_id)
-            and self.dim == embedder.dim
-            and same_cut(self.pieces, embedder.pieces)
-        )
+        return self.same_model(embedder) and same_cut(self.pieces, embedder.pieces)
 
     def as_doc(self) -> dict[str, Any]:
         return {"vector": self.vector, "model": self.model, "dim": self.dim, "pieces": self.pieces}
@@ -124,7 +125,7 @@ def embedder_making(gen: Generation, embedder: Embedder | None) -> Embedder | No
     if embedder is None or gen.made_by(embedder):
         return embedder
     rechunk = getattr(embedder, "with_pieces", None)
-    if model_key(gen.model) != model_key(embedder.model_id) or gen.dim != embedder.dim or rechunk is None:
+    if not gen.same_model(embedder) or rechunk is None:
         return None
     try:
         other: Embedder = rechunk(gen.pieces)
@@ -266,10 +267,13 @@ class ModelSwitch:
     def add(self, embedder: Embedder) -> None:
         self._embedders[embedder_key(embedder)] = embedder
 
-    def embedder_for(self, gen: Generation) -> Embedder | None:
+    def embedder_for(self, gen: Generation, *, queries: bool = False) -> Embedder | None:
+        """An embedder that makes `gen`'s vectors: the one of its exact pieces, else (pieces not recorded
+        exactly, `LEGACY`) any that makes them; `queries`: any of its model and dim (see `current`)."""
         found = self._embedders.get(gen.key)
-        if found is None:  # pieces not recorded exactly (LEGACY): any embedder that makes them
-            found = next((e for e in list(self._embedders.values()) if gen.made_by(e)), None)
+        if found is None:
+            fits = gen.same_model if queries else gen.made_by
+            found = next((e for e in list(self._embedders.values()) if fits(e)), None)
         return found
 
     def refresh(self, *, force: bool = False) -> None:
@@ -332,17 +336,7 @@ class ModelSwitch:
         active = self._active
         if active is None:  # pragma: no cover - refresh(force=True) at construction sets it or raised
             raise StoreError("no active embedding generation")
-        found = self.embedder_for(active)
-        if found is None and queries:
-            found = next(
-                (
-                    e
-                    for e in list(self._embedders.values())
-                    if model_key(e.model_id) == model_key(active.model) and e.dim == active.dim
-                ),
-                None,
-            )
-        return active, found
+        return active, self.embedder_for(active, queries=queries)
 
     def pending(self) -> Generation | None:
         self.refresh()

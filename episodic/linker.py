@@ -183,8 +183,10 @@ class Linker:
         source = str(p.get("entry_id"))
         exclude = [source, *(str(a) for a in p.get("aliases") or [])]
         rows = point.dense or []
-        limit = self.top_k * CANDIDATE_FACTOR
-        while True:
+        first = self.top_k * CANDIDATE_FACTOR
+        chosen: list[Candidate] = []
+        means: dict[str, float] = {}  # point id -> mean-vector cosine, kept for the wider search
+        for limit in (first, first * MORE_FACTOR):
             hits = self.store.similar_to(
                 str(p.get("workspace_id")),
                 rows,
@@ -194,7 +196,7 @@ class Linker:
                 using=point.vector,  # the generation its rows were read from, even if a switch came in between
             )
             above = [h for h in hits if h.score > self.threshold]
-            means = self._mean_cosines(rows, above, point.vector)
+            means.update(self._mean_cosines(rows, [h for h in above if h.point_id not in means], point.vector))
             candidates = [
                 Candidate(
                     entry_id=str(h.payload.get("entry_id")),
@@ -208,18 +210,20 @@ class Linker:
                 source, candidates, threshold=self.threshold, top_k=self.top_k, min_mean=self.min_mean_cosine
             )
             # Memories sharing a stock sentence with this one can fill the whole list and all be turned down:
-            # ask for more (once, MORE_FACTOR times as many) while the list was full and still above threshold.
+            # ask once for MORE_FACTOR times as many while the list was full and still above the threshold.
             rejected = any(m < self.min_mean_cosine for m in means.values())
-            if len(chosen) == self.top_k or not rejected or len(above) < limit or limit > self.top_k * CANDIDATE_FACTOR:
-                return chosen
-            limit *= MORE_FACTOR
+            if len(chosen) == self.top_k or not rejected or len(above) < limit:
+                break
+        return chosen
 
     def _mean_cosines(self, rows: list[list[float]], hits: list[StoredHit], vector: str | None) -> dict[str, float]:
         """The mean-vector cosine of the source and each hit where either has more than one piece (for two
         single pieces it is the cosine itself); the multi-piece hits' rows are read in one call."""
+        if self.min_mean_cosine <= 0.0:
+            return {}
         field = pieces_field(vector or DENSE)
         many = [h.point_id for h in hits if len(rows) > 1 or _pieces(h.payload.get(field)) > 1]
-        if not many or self.min_mean_cosine <= 0.0:
+        if not many:
             return {}
         source = mean_vector(rows)
         found = self.store.fetch(many, with_dense=True, using=vector)

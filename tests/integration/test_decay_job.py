@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from itertools import pairwise
 
 import pytest
 
@@ -107,33 +108,38 @@ def test_one_run_at_a_time_and_the_schedule_decides_when_one_is_due(
     assert mine.due(nightly.last_due(clock()))  # the next night
 
 
+def seed_run(store: MemoryStore, ids: str, stale_ids: str) -> None:
+    """One run of memories `ids` in that order (`next` / `previous` edges); `stale_ids` reached the importance
+    floor long ago (retention takes them), the others are new."""
+    stale = T0 - timedelta(days=FLOOR_REACHED_DAYS + 31)
+    store.upsert([memory(e, indexed_at=stale, base=0.5) if e in stale_ids else memory(e, indexed_at=T0) for e in ids])
+    run = list(pairwise(ids))
+    store.add_relations(
+        [Relation(x, y, "next", 1.0, "t", "ws-a") for x, y in run]  # type: ignore[arg-type]
+        + [Relation(y, x, "previous", 1.0, "t", "ws-a") for x, y in run]  # type: ignore[arg-type]
+    )
+
+
+def retention_job(store: MemoryStore, state: StateStore) -> DecayJob:
+    archived: list[ArchivedRecord] = []
+    return DecayJob(
+        store=store, state=state, clock=Clock(T0), retention=RetentionPolicy(floor_days=30), archive=archived.extend
+    )
+
+
+def run_edges(store: MemoryStore, ids: list[str]) -> set[tuple[str, str, str]]:
+    return {(r.src, r.relation, r.dst) for r in store.relations_of("ws-a", ids)}
+
+
 def test_retention_joins_a_runs_neighbours_across_what_it_archived(
     edge_stores: tuple[MemoryStore, StateStore],
 ) -> None:
     """a -> b -> c -> d in one run; b and c reached the floor long ago: archived, a and d become neighbours
     (the run's `next` / `previous` edges, as a forget leaves them), so adjacency and the walk go on."""
     store, state = edge_stores
-    stale = T0 - timedelta(days=FLOOR_REACHED_DAYS + 31)
-    store.upsert(
-        [
-            memory("a", indexed_at=T0),
-            memory("b", indexed_at=stale, base=0.5),
-            memory("c", indexed_at=stale, base=0.5),
-            memory("d", indexed_at=T0),
-        ]
-    )
-    run = [("a", "b"), ("b", "c"), ("c", "d")]
-    store.add_relations(
-        [Relation(x, y, "next", 1.0, "t", "ws-a") for x, y in run]  # type: ignore[arg-type]
-        + [Relation(y, x, "previous", 1.0, "t", "ws-a") for x, y in run]  # type: ignore[arg-type]
-    )
-    archived: list[ArchivedRecord] = []
-    job = DecayJob(
-        store=store, state=state, clock=Clock(T0), retention=RetentionPolicy(floor_days=30), archive=archived.extend
-    )
-    assert job.run().archived == 2
-    edges = {(r.src, r.relation, r.dst) for r in store.relations_of("ws-a", ["a", "d"])}
-    assert edges == {("a", "next", "d"), ("d", "previous", "a")}
+    seed_run(store, "abcd", stale_ids="bc")
+    assert retention_job(store, state).run().archived == 2
+    assert run_edges(store, ["a", "d"]) == {("a", "next", "d"), ("d", "previous", "a")}
 
 
 def test_a_retention_that_dies_between_cutting_and_joining_joins_the_run_on_the_retry(
@@ -144,21 +150,13 @@ def test_a_retention_that_dies_between_cutting_and_joining_joins_the_run_on_the_
     import episodic.context
 
     store, state = edge_stores
-    stale = T0 - timedelta(days=FLOOR_REACHED_DAYS + 31)
-    store.upsert([memory(e, indexed_at=stale if e in "bc" else T0, base=0.5) for e in "abcd"])
-    run = [("a", "b"), ("b", "c"), ("c", "d")]
-    store.add_relations(
-        [Relation(x, y, "next", 1.0, "t", "ws-a") for x, y in run]  # type: ignore[arg-type]
-        + [Relation(y, x, "previous", 1.0, "t", "ws-a") for x, y in run]  # type: ignore[arg-type]
-    )
+    seed_run(store, "abcd", stale_ids="bc")
     real = episodic.context.relink
 
     def die(*args: object, **kwargs: object) -> int:
         raise RuntimeError("killed between the cut and the join")
 
-    job = DecayJob(
-        store=store, state=state, clock=Clock(T0), retention=RetentionPolicy(floor_days=30), archive=[].extend
-    )
+    job = retention_job(store, state)
     monkeypatch.setattr(episodic.context, "relink", die)
     with pytest.raises(RuntimeError, match="killed"):
         job.run()
@@ -168,8 +166,7 @@ def test_a_retention_that_dies_between_cutting_and_joining_joins_the_run_on_the_
     monkeypatch.setattr(episodic.context, "relink", real)
     state.delete(JOB_KIND, [DECAY_KEY])  # the dead holder's lease
     assert job.run().archived == 2
-    edges = {(r.src, r.relation, r.dst) for r in store.relations_of("ws-a", ["a", "d"])}
-    assert edges == {("a", "next", "d"), ("d", "previous", "a")}
+    assert run_edges(store, ["a", "d"]) == {("a", "next", "d"), ("d", "previous", "a")}
 
 
 def test_a_memory_archived_by_a_run_that_died_before_its_delete_is_finished_even_if_referenced_since(
@@ -181,17 +178,8 @@ def test_a_memory_archived_by_a_run_that_died_before_its_delete_is_finished_even
     import episodic.decay
 
     store, state = edge_stores
-    stale = T0 - timedelta(days=FLOOR_REACHED_DAYS + 31)
-    store.upsert([memory(e, indexed_at=stale if e == "b" else T0, base=0.5) for e in "abc"])
-    run = [("a", "b"), ("b", "c")]
-    store.add_relations(
-        [Relation(x, y, "next", 1.0, "t", "ws-a") for x, y in run]  # type: ignore[arg-type]
-        + [Relation(y, x, "previous", 1.0, "t", "ws-a") for x, y in run]  # type: ignore[arg-type]
-    )
-    archived: list[ArchivedRecord] = []
-    job = DecayJob(
-        store=store, state=state, clock=Clock(T0), retention=RetentionPolicy(floor_days=30), archive=archived.extend
-    )
+    seed_run(store, "abc", stale_ids="b")
+    job = retention_job(store, state)
     real = episodic.decay.cut_out
 
     def die(*args: object, **kwargs: object) -> int:
@@ -207,8 +195,7 @@ def test_a_memory_archived_by_a_run_that_died_before_its_delete_is_finished_even
     state.delete(JOB_KIND, [DECAY_KEY])  # the dead holder's lease
     assert job.run().archived == 1
     assert store.retrieve([b]) == {}
-    edges = {(r.src, r.relation, r.dst) for r in store.relations_of("ws-a", ["a", "c"])}
-    assert edges == {("a", "next", "c"), ("c", "previous", "a")}
+    assert run_edges(store, ["a", "c"]) == {("a", "next", "c"), ("c", "previous", "a")}
 
 
 def test_retention_is_off_unless_asked_for(edge_stores: tuple[MemoryStore, StateStore]) -> None:
