@@ -12,7 +12,8 @@ noise (as bench_context does), so each store holds the row count that mode gives
 the default hybrid through `query_hybrid`, alternating between the stores, on the stores as production
 serves them (never optimised). On the sentence-pieces store the previous default fusion (five legs, the
 dense leg by its raw max-sim: no piece prior) is timed too, alternating with the shipped one: what the
-piece prior's nested prefetch and formula cost.
+piece prior's nested prefetch and formula cost; and the shipped fusion without its lexical confidence: what
+the top-1 BM25 search and the count before the hybrid query cost.
 
     python -m bench.bench_chunking               # 2048 texts x 3 rounds, 20k memories, 300 queries
     python -m bench.bench_chunking --quick       # 256 texts x 2 rounds, 2k memories, 60 queries
@@ -74,6 +75,7 @@ def ingestion(embedder: Any, texts: list[str], batch: int, rounds: int) -> dict[
 
 
 PREVIOUS = "sentences, previous fusion"
+NO_LEXICAL = "sentences, without lexical confidence"
 
 
 def recall(embedder: Any, memories: int, sample: int, queries: int, root: Path) -> dict[str, list[float]]:
@@ -93,11 +95,12 @@ def recall(embedder: Any, memories: int, sample: int, queries: int, root: Path) 
         stores[mode] = EdgeStore(root / mode)
         stores[mode].ensure_collection(384)  # not optimised: what production serves
     fusion = fusion_from_settings(Settings())
-    previous = replace(fusion, dense_weight=1.0, piece_penalty=0.0, head=5, head_weight=0.75)
+    previous = replace(fusion, dense_weight=1.0, piece_penalty=0.0, head=5, head_weight=0.75, lexical_full=0.0)
     scope = ScopeFilter(workspace_id=WS, scope="own", agent_id="agent-3")
     bm25 = Bm25Encoder()
     qs = [(embedder.embed_query(q).tolist(), bm25.query(q)) for q in QUESTIONS]
     runs = [(m, m, fusion) for m in MODES] + [(PREVIOUS, "sentences", previous)]
+    runs.append((NO_LEXICAL, "sentences", replace(fusion, lexical_full=0.0)))
     lat: dict[str, list[float]] = {name: [] for name, _, _ in runs}
     try:
         for i in range(queries):
@@ -162,6 +165,13 @@ def main(argv: list[str] | None = None) -> int:
         lat["sentences"],
         lat[PREVIOUS],
         "previous fusion (five legs, raw max-sim), same store, alternating",
+    )
+    rows += percentile_rows(
+        "chunking",
+        f"hybrid store query p{{p}}, with lexical confidence (top-1 BM25 + count first), {memories // 1000}k memories",
+        lat["sentences"],
+        lat[NO_LEXICAL],
+        "the same fusion without it, same store, alternating",
     )
     emit(rows, f"sentence pieces vs windows: {n} mixed summaries x {rounds} rounds; machine shared")
     return 0

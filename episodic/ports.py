@@ -158,6 +158,13 @@ class Fusion:
     Legs with weight 0 are left out. Without a query term the sparse-based legs are left out; on a
     collection without the context vector the context legs fall back to the entry's own BM25 (the
     four-leg tree).
+
+    Lexical confidence (`lexical_full` > 0, RRF only): every BM25-based leg's weight is scaled by how
+    strongly BM25 matched this query at all (`store_query.lexical_factor`): its best score over the
+    request's scope, in units of one rare term's IDF in the workspace, divided by `lexical_full`, kept
+    within [`lexical_floor`, 1]. Rank fusion gives a leg's first place its full weight whatever its score,
+    so a query whose words match only common ones ("any tips?", "suggest") let BM25's arbitrary order
+    outvote the dense leg; a query with a distinctive match keeps its full lexical weight.
     """
 
     method: Literal["rrf", "dbsf"] = "rrf"
@@ -171,6 +178,8 @@ class Fusion:
     context_weight: float = 0.0
     both_by_context: bool = False
     piece_penalty: float = 0.0
+    lexical_full: float = 0.0
+    lexical_floor: float = 0.25
 
 
 @dataclass(slots=True)

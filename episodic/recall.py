@@ -87,13 +87,15 @@ def fusion_from_settings(settings: Settings) -> Fusion:
         context_weight=0.0 if settings.context.off else settings.rrf_context_weight,
         both_by_context=settings.rrf_both_context and not settings.context.off,
         piece_penalty=settings.rrf_piece_penalty,
+        lexical_full=settings.lexical_full,
+        lexical_floor=settings.rrf_lexical_floor,
     )
 
 
 def fusions_by_mode(settings: Settings) -> dict[str, Fusion]:
-    """The fusion for each chunk mode, when its weights follow the mode (`rrf_dense_weight` or `rrf_head`
-    unset); empty when both are set (one fusion for any cut)."""
-    if settings.rrf_dense_weight is not None and settings.rrf_head is not None:
+    """The fusion for each chunk mode, when its weights follow the mode (`rrf_dense_weight`, `rrf_head` or
+    `rrf_lexical_full` unset); empty when all are set (one fusion for any cut)."""
+    if None not in (settings.rrf_dense_weight, settings.rrf_head, settings.rrf_lexical_full):
         return {}
     return {m: fusion_from_settings(settings.model_copy(update={"chunk_mode": m})) for m in FUSION_BY_CHUNK_MODE}
 

@@ -1,4 +1,8 @@
-"""Settings: one frozen pydantic-settings class, prefix EPISODIC_ (SPEC §9)."""
+"""Settings: one frozen pydantic-settings class, prefix EPISODIC_ (SPEC §9).
+
+Size: a little over 400 lines: one declaration per setting, each with its bounds and the reason for its default,
+in the one class every role reads (a list, not logic; the few derived values sit beside the fields they read).
+"""
 
 from __future__ import annotations
 
@@ -21,8 +25,9 @@ EMBEDDED_FETCH_WAIT_MS = 50
 # Not longer: aiokafka keeps one fetch in flight per broker and leaves partitions with records still
 # buffered out of it, so a partition that runs dry waits for the fetch in flight for the other, idle ones.
 KAFKA_FETCH_WAIT_MS = 200
-# The hybrid's dense weight and BM25 top-N leg by chunk mode, when not set (eval/README.md, "Piece prior").
-FUSION_BY_CHUNK_MODE: dict[str, tuple[float, int]] = {"sentences": (2.5, 0), "window": (1.0, 5)}
+# The hybrid's dense weight, BM25 top-N leg and lexical confidence (`rrf_lexical_full`) by chunk mode, when not
+# set (eval/README.md, "Piece prior", "Lexical confidence": the last was measured over sentence pieces only).
+FUSION_BY_CHUNK_MODE: dict[str, tuple[float, int, float]] = {"sentences": (2.5, 0, 4.0), "window": (1.0, 5, 0.0)}
 
 
 class Settings(BaseSettings):
@@ -193,6 +198,19 @@ class Settings(BaseSettings):
     rrf_both_context: bool = Field(
         default=True, description="the dense candidates are re-scored by the context-folded BM25 (not the entry's)"
     )
+    # Lexical confidence (eval/README.md, "Lexical confidence"): the BM25-based legs' weights scale with how
+    # strongly BM25 matched the query (its best score in rare-term IDFs of the workspace, over this value),
+    # down to `rrf_lexical_floor`: a query that shares only common words with the memories lets the dense leg
+    # rank. One top-1 BM25 search and one count more per hybrid recall.
+    rrf_lexical_full: float | None = Field(
+        default=None,
+        ge=0.0,
+        description="BM25 best score (in rare-term IDFs) for full sparse weights; 0: off; unset: 4 with sentence"
+        " pieces, off with windows",
+    )
+    rrf_lexical_floor: float = Field(
+        default=0.25, ge=0.0, le=1.0, description="the least share of their weight the BM25-based legs keep"
+    )
     # Episode adjacency at recall: a direct hit's previous/next memory in its run, scored below it, in k.
     recall_adjacent: bool = Field(default=False, description="default of the recall request's `adjacent`")
     adjacent_weight: float = Field(
@@ -361,6 +379,14 @@ class Settings(BaseSettings):
         if self.rrf_head is not None:
             return self.rrf_head
         return FUSION_BY_CHUNK_MODE[self.chunk_mode][1]
+
+    @property
+    def lexical_full(self) -> float:
+        """The lexical confidence's full-weight strength: `rrf_lexical_full`, else the chunk mode's (4 over
+        sentence pieces, where it was chosen; off over the windows, where it was not measured)."""
+        if self.rrf_lexical_full is not None:
+            return self.rrf_lexical_full
+        return FUSION_BY_CHUNK_MODE[self.chunk_mode][2]
 
     @property
     def embedded_broker(self) -> bool:

@@ -17,9 +17,10 @@ the two engines cannot lower the same value differently.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from episodic.ports import CONTEXT, DENSE, SPARSE, Fusion, RecallFilter, ScopeFilter, Selection, SparseVec
@@ -343,6 +344,39 @@ def hybrid_prefetch(
     if not legs:  # every weight 0: the dense leg alone still ranks
         legs, weights = [dense], [1.0]
     return Fused(tuple(legs), fusion.method, fusion.k, tuple(weights), flt, limit * len(legs))
+
+
+def rare_term_idf(points: int) -> float:
+    """Qdrant's IDF of a term that one point of `points` holds: `ln(1 + (N - 0.5) / 1.5)`, the unit of
+    `lexical_factor` (BM25 scores grow with ln N, so a bare score threshold would mean less lexical
+    evidence in a bigger workspace)."""
+    return math.log(1.0 + (max(points, 1) - 0.5) / 1.5)
+
+
+def lexical_factor(best_bm25: float, points: int, full: float, floor: float) -> float:
+    """How much of their weight the BM25-based legs keep for one query (`Fusion.lexical_full`): the best
+    BM25 score over the request's scope in units of `rare_term_idf(points)` (about how many distinctive
+    query words the best lexical match holds), over `full`, within [`floor`, 1]. `full` <= 0: always 1.
+
+    Chosen on LongMemEval dev (eval/README.md, "Lexical confidence"): full 4, floor 0.25."""
+    if full <= 0:
+        return 1.0
+    strength = max(best_bm25, 0.0) / rare_term_idf(points)
+    return min(1.0, max(floor, strength / full))
+
+
+def lexically_scaled(fusion: Fusion, factor: float) -> Fusion:
+    """`fusion` with every BM25-based leg's weight (the entry's BM25, the re-scored dense candidates, the
+    top-N leg, the context BM25) times `factor`; the dense leg keeps its weight."""
+    if factor >= 1.0:
+        return fusion
+    return replace(
+        fusion,
+        sparse_weight=fusion.sparse_weight * factor,
+        both_weight=fusion.both_weight * factor,
+        head_weight=fusion.head_weight * factor,
+        context_weight=fusion.context_weight * factor,
+    )
 
 
 # -- lowering into an engine's types ----------------------------------------------------------------------

@@ -10,11 +10,11 @@ import argparse
 from collections.abc import Callable
 from dataclasses import replace
 
-from episodic.settings import Settings
+from episodic.settings import FUSION_BY_CHUNK_MODE, Settings
 from eval.bm25 import Bm25Spec
 from eval.context import ContextSpec
 from eval.embcache import parse_ctx
-from eval.methods import Method, adjacent, dbsf, default_hybrid, formula, rrf, single
+from eval.methods import Method, adjacent, dbsf, default_hybrid, formula, lexical, rrf, single
 from eval.prf import Rm3
 from eval.views import Dense, Sparse, Views, build
 
@@ -209,18 +209,32 @@ RECOMMENDED_CONTEXT = ContextSpec(prev=2, words=16)
 
 
 def recommended(d: str = "D", s: str = "S", c: str = "SC") -> Method:
-    return shipped(d, s, c, wd=1.0, head=0.75)
+    return shipped(d, s, c, wd=1.0, head=0.75, full=0.0)
 
 
 # The shipped hybrid since the piece prior: the dense leg ranked by max-sim - 0.08 ln(pieces) over sentence
-# pieces (the raw top 200 re-ranked, as the store does), weighted 2.5; BM25's top-5 leg (`head`) dropped.
+# pieces (the raw top 200 re-ranked, as the store does), weighted 2.5; BM25's top-5 leg (`head`) dropped;
+# since the lexical confidence, every BM25-based leg scaled by BM25's best score (full 4, floor 0.25).
 PIECE_PENALTY = float(Settings.model_fields["rrf_piece_penalty"].default)  # 0.08
+LEXICAL_FULL = FUSION_BY_CHUNK_MODE["sentences"][2]  # 4
+LEXICAL_FLOOR = float(Settings.model_fields["rrf_lexical_floor"].default)  # 0.25
 
 
-def shipped(d: str = "DP", s: str = "S", c: str = "SC", wd: float = 2.5, head: float = 0.0, k: int = 3) -> Method:
+def shipped(
+    d: str = "DP",
+    s: str = "S",
+    c: str = "SC",
+    wd: float = 2.5,
+    head: float = 0.0,
+    k: int = 3,
+    full: float = LEXICAL_FULL,
+    floor: float = LEXICAL_FLOOR,
+) -> Method:
+    """The shipped tree; `full` 0: without the lexical confidence (the default before it)."""
     if head > 0:
-        return rrf([(d, 100), (c, d, 100), (s, 100), (s, 5), (c, 100)], k, [wd, 0.5, 1.0, head, 1.0])
-    return rrf([(d, 100), (c, d, 100), (s, 100), (c, 100)], k, [wd, 0.5, 1.0, 1.0])
+        legs = [(d, 100), (c, d, 100), (s, 100), (s, 5), (c, 100)]
+        return lexical(legs, k, [wd, 0.5, 1.0, head, 1.0], full, floor, s)
+    return lexical([(d, 100), (c, d, 100), (s, 100), (c, 100)], k, [wd, 0.5, 1.0, 1.0], full, floor, s)
 
 
 def piece_prior(a: argparse.Namespace) -> Result:
@@ -244,10 +258,10 @@ def piece_prior(a: argparse.Namespace) -> Result:
     for b in betas:
         ms[f"dense - {b} ln(pieces)"] = single(f"D{b}")
         for wd in (1.0, 1.5, 2.0, 2.5, 3.0):
-            ms[f"five legs, dense - {b} ln(pieces), w {wd}"] = shipped(f"D{b}", wd=wd, head=0.75)
+            ms[f"five legs, dense - {b} ln(pieces), w {wd}"] = shipped(f"D{b}", wd=wd, head=0.75, full=0.0)
     chosen = f"D{PIECE_PENALTY}" if PIECE_PENALTY in betas else None
     if chosen:
-        ms[f"SHIPPED: beta {PIECE_PENALTY}, w 2.5, no top-5 leg (k 3)"] = shipped(chosen)
+        ms[f"beta {PIECE_PENALTY}, w 2.5, no top-5 leg (k 3)"] = shipped(chosen, full=0.0)
         for k in (2, 3, 4):
             for wd in (1.5, 2.5, 3.5):
                 for wb in (0.0, 0.5, 1.0):
@@ -255,14 +269,16 @@ def piece_prior(a: argparse.Namespace) -> Result:
                         [(chosen, 100), ("SC", chosen, 100), ("S", 100), ("SC", 100)], k, [wd, wb, 1.0, 1.0]
                     )
     for n in pools:
-        ms[f"shipped (beta {PIECE_PENALTY}, w 2.5, no top-5 leg), raw top {n} re-ranked"] = shipped(f"DP{n}")
+        ms[f"shipped (beta {PIECE_PENALTY}, w 2.5, no top-5 leg), raw top {n} re-ranked"] = shipped(f"DP{n}", full=0.0)
     if windows:
         ms["five legs over windows (no prior)"] = recommended("Dw")
         for b in betas:
             ms[f"windows: dense - {b} ln(windows)"] = single(f"Dw{b}")
             for wd in (1.0, 2.5):
-                ms[f"windows: five legs, dense - {b} ln(windows), w {wd}"] = shipped(f"Dw{b}", wd=wd, head=0.75)
-                ms[f"windows: no top-5 leg, dense - {b} ln(windows), w {wd}"] = shipped(f"Dw{b}", wd=wd)
+                ms[f"windows: five legs, dense - {b} ln(windows), w {wd}"] = shipped(
+                    f"Dw{b}", wd=wd, head=0.75, full=0.0
+                )
+                ms[f"windows: no top-5 leg, dense - {b} ln(windows), w {wd}"] = shipped(f"Dw{b}", wd=wd, full=0.0)
     return views, ms, "Piece prior: the dense leg ranked by max-sim - beta x ln(pieces)"
 
 
@@ -390,6 +406,35 @@ def sentence_chunks(a: argparse.Namespace) -> Result:
     return views, ms, f"Sentence pieces for the dense leg ({', '.join(modes)})"
 
 
+def lexical_confidence(a: argparse.Namespace) -> Result:
+    """Lexical confidence (``EPISODIC_RRF_LEXICAL_FULL``): the BM25-based legs of the shipped tree scaled by
+    BM25's best score in rare-term IDFs (``eval.methods.lexical``), over ``full`` x ``floor`` x k, which legs
+    (S and C only, or the re-scored leg too) and which row is probed (the entry's BM25 or the context's);
+    beside it, the static alternative (lower BM25 weights for every query) and the tree without it."""
+    rows: dict = {"S": Sparse(), "SC": Sparse(ctx=RECOMMENDED_CONTEXT)}
+    rows["DP"] = Dense(split="p32", penalty=PIECE_PENALTY, candidates=200)
+    views = build(a.sets, rows)
+    tree = [("DP", 100), ("SC", "DP", 100), ("S", 100), ("SC", 100)]
+    ms: dict[str, Method] = {"bm25 (S)": single("S"), "dense (DP)": single("DP")}
+    ms["without it (previous default)"] = shipped(full=0.0)
+    ms[f"SHIPPED: full {LEXICAL_FULL}, floor {LEXICAL_FLOOR}"] = shipped()
+    for k in (2, 3):
+        for full in (2.5, 3.0, 3.5, 4.0, 5.0, 6.0):
+            for floor in (0.1, 0.25, 0.5):
+                for probe in ("S", "SC"):
+                    ms[f"k {k}, full {full}, floor {floor}, probe {probe}"] = lexical(
+                        tree, k, [2.5, 0.5, 1.0, 1.0], full, floor, probe
+                    )
+                # the re-scored leg (dense candidates re-scored by BM25) left at its weight
+                ms[f"k {k}, full {full}, floor {floor}, probe S, re-scored leg kept"] = lexical(
+                    tree, k, [2.5, 0.5, 1.0, 1.0], full, floor, scaled=[False, False, True, True]
+                )
+        for ws in (0.25, 0.5, 1.0):
+            for wc in (0.25, 0.5, 1.0):
+                ms[f"static: k {k}, S {ws}, C {wc}"] = rrf(tree, k, [2.5, 0.5, ws, wc])
+    return views, ms, "Lexical confidence: the BM25-based legs scaled by how strongly BM25 matched the query"
+
+
 EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "legs": legs,
     "bm25-options": bm25_options,
@@ -405,4 +450,5 @@ EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "context-modes": context_modes,
     "sentences": sentence_chunks,
     "piece-prior": piece_prior,
+    "lexical": lexical_confidence,
 }

@@ -49,6 +49,8 @@ MODES = ("dense", "sparse", "hybrid", "hybrid+adjacent")
 # columns served by a restart of the same store with other settings: name -> environment
 RESTARTS: dict[str, dict[str, str]] = {
     "rrf60 (seed)": {"EPISODIC_FUSION": "rrf_equal"},
+    # the default before the lexical confidence: every BM25-based leg at its full weight for any query
+    "no lexical confidence (previous default)": {"EPISODIC_RRF_LEXICAL_FULL": "0"},
     # the default before the piece prior: dense weight 1, the dense leg ranked by its raw max-sim
     "no piece prior (previous default)": {
         "EPISODIC_RRF_PIECE_PENALTY": "0",

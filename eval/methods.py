@@ -50,6 +50,35 @@ def rrf(legs: Sequence[Leg], k: float, weights: Sequence[float], depth: int = DE
     return run
 
 
+def rare_term_idf(n: int) -> float:
+    """Qdrant's IDF of a term one memory of n holds (``episodic.store_query.rare_term_idf``)."""
+    return float(np.log(1.0 + (max(n, 1) - 0.5) / 1.5))
+
+
+def lexical(
+    legs: Sequence[Leg],
+    k: float,
+    weights: Sequence[float],
+    full: float,
+    floor: float,
+    probe: str = "S",
+    scaled: Sequence[bool] | None = None,
+) -> Method:
+    """Weighted RRF with lexical confidence (``episodic.store_query.lexical_factor``): every leg whose score
+    row is sparse (a name starting with "S": BM25 legs, BM25 re-scoring the dense candidates), or those
+    `scaled` names, gets its weight times clip(best `probe` score / rare_term_idf(memories) / full, floor, 1);
+    the dense legs keep theirs."""
+    which = list(scaled) if scaled is not None else [spec[0].startswith("S") for spec in legs]
+
+    def run(q: Q) -> Ranked:
+        r = q.rows[probe]
+        f = 1.0 if full <= 0 else min(1.0, max(floor, float(max(r.max(), 0.0)) / rare_term_idf(len(r)) / full))
+        w = [wt * f if sc else wt for sc, wt in zip(which, weights, strict=True)]
+        return rrf(legs, k, w)(q)
+
+    return run
+
+
 def dbsf(legs: Sequence[Leg], weights: Sequence[float] | None = None) -> Method:
     def run(q: Q) -> Ranked:
         return _ranked(F.dbsf([leg(q, s) for s in legs], list(weights) if weights else None))

@@ -19,6 +19,8 @@ Experiments (each prints a table and writes eval/results/sweep-<experiment>.txt)
   --split``), alone, in the five-leg tree and beside the windows.
 - ``piece-prior``: the dense leg ranked by max-sim - beta x ln(pieces) (``--betas``), alone and in the
   five-leg tree with dense weights 1-3; ``--pool 100,200``: the store's inner prefetch; ``--windows``.
+- ``lexical``: lexical confidence, the BM25-based legs scaled by BM25's best score in rare-term IDFs
+  (full x floor x k, which legs, which row probed), beside lower BM25 weights for every query.
 
 Every table has the dev and holdout parts of each set (``eval.data.holdout``: a third of the questions by
 a stable hash, never used to choose) and ``asst``: the oracle's dev single-session-assistant questions,

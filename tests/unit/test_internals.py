@@ -95,18 +95,19 @@ def test_the_fusion_follows_the_chunk_mode_unless_set(monkeypatch: pytest.Monkey
     tree is the default (eval/README.md, "Piece prior"). A value set in the environment wins either way."""
     from episodic.recall import fusion_from_settings
 
-    for var in ("EPISODIC_CHUNK_MODE", "EPISODIC_RRF_DENSE_WEIGHT", "EPISODIC_RRF_HEAD"):
+    for var in ("EPISODIC_CHUNK_MODE", "EPISODIC_RRF_DENSE_WEIGHT", "EPISODIC_RRF_HEAD", "EPISODIC_RRF_LEXICAL_FULL"):
         monkeypatch.delenv(var, raising=False)
     pieces = fusion_from_settings(Settings())
-    assert (pieces.dense_weight, pieces.head) == (2.5, 0)
+    assert (pieces.dense_weight, pieces.head, pieces.lexical_full, pieces.lexical_floor) == (2.5, 0, 4.0, 0.25)
     windows = fusion_from_settings(Settings(chunk_mode="window"))
-    assert (windows.dense_weight, windows.head) == (1.0, 5)
+    assert (windows.dense_weight, windows.head, windows.lexical_full) == (1.0, 5, 0.0)  # not measured there
     assert windows.piece_penalty == pieces.piece_penalty > 0  # the prior helps over both (0.613 vs 0.606)
     monkeypatch.setenv("EPISODIC_CHUNK_MODE", "window")
     monkeypatch.setenv("EPISODIC_RRF_DENSE_WEIGHT", "2")
     monkeypatch.setenv("EPISODIC_RRF_HEAD", "0")
+    monkeypatch.setenv("EPISODIC_RRF_LEXICAL_FULL", "3")
     chosen = fusion_from_settings(Settings())
-    assert (chosen.dense_weight, chosen.head) == (2.0, 0)
+    assert (chosen.dense_weight, chosen.head, chosen.lexical_full) == (2.0, 0, 3.0)
     monkeypatch.setenv("EPISODIC_RRF_HEAD", "-1")
     with pytest.raises(ValueError, match="rrf_head"):
         Settings()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
@@ -30,7 +31,10 @@ from episodic.store_query import (
     dense_leg,
     hybrid_prefetch,
     in_workspace,
+    lexical_factor,
+    lexically_scaled,
     nearest_filter,
+    rare_term_idf,
     scope_filter,
     selection_filter,
     sparse_leg,
@@ -396,3 +400,33 @@ def test_a_raw_score_query_lowers_to_the_engines_raw_score() -> None:
     query = Query(dense_leg([1.0, 0.0], flt, 3), flt, 3, score=RawScore())
     assert Lowering(vocab)(query.score) == ("raw_score",)
     assert vocab.calls["times_importance"] == 0
+
+
+def test_the_lexical_factor_counts_rare_term_idfs_and_stays_within_its_floor_and_one() -> None:
+    unit = rare_term_idf(1000)
+    assert unit == pytest.approx(math.log(1 + 999.5 / 1.5))
+    assert lexical_factor(2 * unit, 1000, full=4.0, floor=0.25) == pytest.approx(0.5)  # half of "full"
+    assert lexical_factor(9 * unit, 1000, full=4.0, floor=0.25) == 1.0  # a strong match: full weight
+    assert lexical_factor(0.1 * unit, 1000, full=4.0, floor=0.25) == 0.25  # nothing distinctive: the floor
+    assert lexical_factor(0.0, 0, full=4.0, floor=0.25) == 0.25  # no match, an empty workspace: no error
+    assert lexical_factor(0.0, 1000, full=0.0, floor=0.25) == 1.0  # off
+    # The same score is less evidence in a bigger workspace (IDF grows with ln N).
+    assert lexical_factor(10.0, 100_000, 4.0, 0.25) < lexical_factor(10.0, 500, 4.0, 0.25)
+
+
+def test_lexically_scaled_scales_every_bm25_based_leg_and_leaves_the_dense_leg() -> None:
+    fusion = Fusion(
+        k=3,
+        dense_weight=2.5,
+        sparse_weight=1.0,
+        both_weight=0.5,
+        head=5,
+        head_weight=0.75,
+        context_weight=1.0,
+        piece_penalty=0.08,
+        lexical_full=4.0,
+    )
+    assert lexically_scaled(fusion, 1.0) is fusion
+    half = lexically_scaled(fusion, 0.5)
+    assert (half.sparse_weight, half.both_weight, half.head_weight, half.context_weight) == (0.5, 0.25, 0.375, 0.5)
+    assert (half.dense_weight, half.k, half.head, half.piece_penalty) == (2.5, 3, 5, 0.08)
