@@ -82,7 +82,7 @@ def recall(embedder: Any, memories: int, sample: int, queries: int, root: Path) 
     from dataclasses import replace
 
     from episodic.ports import ScopeFilter
-    from episodic.recall import fusion_from_settings
+    from episodic.recall import fusions_by_mode
     from episodic.settings import Settings
     from episodic.sparse import Bm25Encoder
     from episodic.store_edge import EdgeStore
@@ -94,12 +94,13 @@ def recall(embedder: Any, memories: int, sample: int, queries: int, root: Path) 
         index_all(root / mode, many, 512, "prev:2", SampledRows(embedder, texts, mode))
         stores[mode] = EdgeStore(root / mode)
         stores[mode].ensure_collection(384)  # not optimised: what production serves
-    fusion = fusion_from_settings(Settings())
+    fusions = fusions_by_mode(Settings())  # each store ranked with its own mode's fusion, as production does
+    fusion = fusions["sentences"]
     previous = replace(fusion, dense_weight=1.0, piece_penalty=0.0, head=5, head_weight=0.75, lexical_full=0.0)
     scope = ScopeFilter(workspace_id=WS, scope="own", agent_id="agent-3")
     bm25 = Bm25Encoder()
     qs = [(embedder.embed_query(q).tolist(), bm25.query(q)) for q in QUESTIONS]
-    runs = [(m, m, fusion) for m in MODES] + [(PREVIOUS, "sentences", previous)]
+    runs = [(m, m, fusions[m]) for m in MODES] + [(PREVIOUS, "sentences", previous)]
     runs.append((NO_LEXICAL, "sentences", replace(fusion, lexical_full=0.0)))
     lat: dict[str, list[float]] = {name: [] for name, _, _ in runs}
     try:

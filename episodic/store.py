@@ -745,6 +745,8 @@ class QdrantStore(MemoryStore):
         Two cheap engine calls (a top-1 sparse search, a count) before the hybrid query."""
         if fusion.lexical_full <= 0 or fusion.method != "rrf" or not sparse.indices:
             return 1.0
+        if max(fusion.sparse_weight, fusion.both_weight, fusion.head_weight, fusion.context_weight) <= 0:
+            return 1.0  # no BM25-based leg to scale: no probe
         probe = Query(sparse_leg(sparse, scope, flt, 1), flt, 1, score=RawScore(), fields=())
         best = self.engine.query(probe)
         top = float(best[0].score) if best else 0.0

@@ -355,8 +355,9 @@ def rare_term_idf(points: int) -> float:
 
 def lexical_factor(best_bm25: float, points: int, full: float, floor: float) -> float:
     """How much of their weight the BM25-based legs keep for one query (`Fusion.lexical_full`): the best
-    BM25 score over the request's scope in units of `rare_term_idf(points)` (about how many distinctive
-    query words the best lexical match holds), over `full`, within [`floor`, 1]. `full` <= 0: always 1.
+    BM25 score over the request's scope in units of `rare_term_idf(points)` (a rare word matched once in a
+    memory of average length scores about one unit, in a short memory up to k + 1 = 2.2), over `full`,
+    within [`floor`, 1]. `full` <= 0: always 1.
 
     Chosen on LongMemEval dev (eval/README.md, "Lexical confidence"): full 4, floor 0.25."""
     if full <= 0:

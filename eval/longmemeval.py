@@ -53,11 +53,13 @@ RESTARTS: dict[str, dict[str, str]] = {
     "no lexical confidence (previous default)": {"EPISODIC_RRF_LEXICAL_FULL": "0"},
     # the default before the piece prior: dense weight 1, the dense leg ranked by its raw max-sim
     "no piece prior (previous default)": {
+        "EPISODIC_RRF_LEXICAL_FULL": "0",
         "EPISODIC_RRF_PIECE_PENALTY": "0",
         "EPISODIC_RRF_DENSE_WEIGHT": "1",
         "EPISODIC_RRF_HEAD": "5",
     },
     "four legs (default before context)": {
+        "EPISODIC_RRF_LEXICAL_FULL": "0",
         "EPISODIC_RRF_CONTEXT_WEIGHT": "0",
         "EPISODIC_RRF_BOTH_CONTEXT": "false",
         "EPISODIC_RRF_PIECE_PENALTY": "0",

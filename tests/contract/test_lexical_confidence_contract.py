@@ -5,6 +5,8 @@ with a distinctive match keeps BM25's full say; off (0), nothing changes."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from episodic.ports import Fusion, MemoryStore, ScopeFilter, StoredHit
@@ -75,7 +77,7 @@ def test_the_workspace_is_counted_once_per_ttl(
     real = engine.count
     monkeypatch.setattr(engine, "count", lambda flt: counts.append(flt) or real(flt))
     clock = [1000.0]
-    monkeypatch.setattr(store_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(store_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))  # this module's clock
     weak = bm25.query("any tips?")
     for _ in range(3):
         assert ids(store.query_hybrid(e(0), weak, OWN, 3, ON))[0] == "meaning"

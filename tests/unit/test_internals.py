@@ -139,3 +139,18 @@ def test_recall_ranks_with_the_fusion_of_the_active_generations_cut() -> None:
     engine = RecallEngine.from_settings(fixed, store=None, embedder=None, bm25=Bm25Encoder(), switch=switch)  # type: ignore[arg-type]
     active[0] = Generation("dense", "m", 8, "window")
     assert (fusion(engine).dense_weight, fusion(engine).head) == (2.0, 0)
+
+
+def test_fusions_by_mode_follow_the_cut_unless_every_mode_dependent_weight_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from episodic.recall import fusions_by_mode
+
+    for var in ("EPISODIC_CHUNK_MODE", "EPISODIC_RRF_DENSE_WEIGHT", "EPISODIC_RRF_HEAD", "EPISODIC_RRF_LEXICAL_FULL"):
+        monkeypatch.delenv(var, raising=False)
+    by_mode = fusions_by_mode(Settings())
+    assert (by_mode["sentences"].lexical_full, by_mode["window"].lexical_full) == (4.0, 0.0)
+    pinned = fusions_by_mode(Settings(rrf_dense_weight=2.0, rrf_head=0))  # the lexical confidence still follows
+    assert (pinned["sentences"].lexical_full, pinned["window"].lexical_full) == (4.0, 0.0)
+    assert pinned["window"].dense_weight == 2.0
+    assert fusions_by_mode(Settings(rrf_dense_weight=2.0, rrf_head=0, rrf_lexical_full=3.0)) == {}
