@@ -50,11 +50,6 @@ def rrf(legs: Sequence[Leg], k: float, weights: Sequence[float], depth: int = DE
     return run
 
 
-def rare_term_idf(n: int) -> float:
-    """Qdrant's IDF of a term one memory of n holds (``episodic.store_query.rare_term_idf``)."""
-    return float(np.log(1.0 + (max(n, 1) - 0.5) / 1.5))
-
-
 def lexical(
     legs: Sequence[Leg],
     k: float,
@@ -64,15 +59,17 @@ def lexical(
     probe: str = "S",
     scaled: Sequence[bool] | None = None,
 ) -> Method:
-    """Weighted RRF with lexical confidence (``episodic.store_query.lexical_factor``): every leg whose score
-    row is sparse (a name starting with "S": BM25 legs, BM25 re-scoring the dense candidates), or those
-    `scaled` names, gets its weight times clip(best `probe` score / rare_term_idf(memories) / full, floor, 1);
-    the dense legs keep theirs."""
+    """Weighted RRF with lexical confidence, the store's own factor (``episodic.store_query.lexical_factor``
+    of the best `probe` score and the workspace's memories): every leg whose score row is sparse (a name
+    starting with "S": BM25 legs, BM25 re-scoring the dense candidates), or those `scaled`, gets its weight
+    times it; the dense legs keep theirs."""
+    from episodic.store_query import lexical_factor
+
     which = list(scaled) if scaled is not None else [spec[0].startswith("S") for spec in legs]
 
     def run(q: Q) -> Ranked:
         r = q.rows[probe]
-        f = 1.0 if full <= 0 else min(1.0, max(floor, float(max(r.max(), 0.0)) / rare_term_idf(len(r)) / full))
+        f = lexical_factor(float(r.max()), len(r), full, floor)
         w = [wt * f if sc else wt for sc, wt in zip(which, weights, strict=True)]
         return rrf(legs, k, w)(q)
 
