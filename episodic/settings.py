@@ -201,7 +201,7 @@ class Settings(BaseSettings):
     # Lexical confidence (eval/README.md, "Lexical confidence"): the BM25-based legs' weights scale with how
     # strongly BM25 matched the query (its best score in rare-term IDFs of the workspace, over this value),
     # down to `rrf_lexical_floor`: a query that shares only common words with the memories lets the dense leg
-    # rank. One top-1 BM25 search and one count more per hybrid recall.
+    # rank. One top-1 BM25 search more per hybrid recall (and a count of the workspace, reused for 30 s).
     rrf_lexical_full: float | None = Field(
         default=None,
         ge=0.0,
