@@ -762,6 +762,6 @@ class QdrantStore(MemoryStore):
             return seen[1]
         if len(self._sizes) >= SIZE_CACHE_MAX:
             self._sizes.clear()
-        points = self.engine.count(in_workspace(workspace_id))
+        points = self.count(workspace_id)
         self._sizes[workspace_id] = (now, points)
         return points
