@@ -116,7 +116,7 @@ def started_stack(
 
 async def burst(stack: Stack, texts: list[str], round_no: int, timeout: float) -> tuple[float, float]:
     """(seconds to the last dense vector, seconds to the last entry searchable) for one burst."""
-    from episodic.bus import make_producer
+    from episodic.bus.kafka import make_producer
     from schemas import topics
 
     ids = [f"r{round_no}-{stack.name}-{i:05d}" for i in range(len(texts))]

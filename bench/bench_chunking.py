@@ -81,11 +81,11 @@ NO_LEXICAL = "sentences, without lexical confidence"
 def recall(embedder: Any, memories: int, sample: int, queries: int, root: Path) -> dict[str, list[float]]:
     from dataclasses import replace
 
-    from episodic.ports import ScopeFilter
-    from episodic.recall import fusions_by_mode
-    from episodic.settings import Settings
-    from episodic.sparse import Bm25Encoder
-    from episodic.store_edge import EdgeStore
+    from episodic.kernel.ports import ScopeFilter
+    from episodic.kernel.settings import Settings
+    from episodic.retrieval.engine import fusions_by_mode
+    from episodic.store.edge import EdgeStore
+    from episodic.store.sparse import Bm25Encoder
 
     many = records(memories, max(40, memories // 50), seed=5)
     texts = journal_summaries(sample, seed=13)
@@ -117,8 +117,8 @@ def recall(embedder: Any, memories: int, sample: int, queries: int, root: Path) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from episodic.embedder import load_embedder
-    from episodic.settings import Settings
+    from episodic.embedding.embedder import load_embedder
+    from episodic.kernel.settings import Settings
 
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--quick", action="store_true")

@@ -69,10 +69,10 @@ def records(n: int, runs: int, seed: int = 3) -> list[Any]:
 
 def index_all(path: Path, recs: list[Any], batch: int, mode: str, embedder: Any = None) -> tuple[float, float]:
     """Seconds for the whole stream (index_batch calls), and the part spent on context and adjacency."""
-    from episodic.context import parse_mode
-    from episodic.indexer import Indexer
-    from episodic.sparse import Bm25Encoder
-    from episodic.store_edge import EdgeStore
+    from episodic.domain.context_mode import parse_mode
+    from episodic.indexing.indexer import Indexer
+    from episodic.store.edge import EdgeStore
+    from episodic.store.sparse import Bm25Encoder
 
     store = EdgeStore(path)
     store.ensure_collection(384)
@@ -156,9 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     # recall: five legs (the default) vs four (no context leg), store query alone
-    from episodic.ports import Fusion, ScopeFilter
-    from episodic.sparse import Bm25Encoder
-    from episodic.store_edge import EdgeStore
+    from episodic.kernel.ports import Fusion, ScopeFilter
+    from episodic.store.edge import EdgeStore
+    from episodic.store.sparse import Bm25Encoder
 
     many = records(memories, max(a.runs, memories // 50), seed=5)
     noisy = NoisyEmbedder(embedder, [r.summary for r in many])

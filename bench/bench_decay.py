@@ -39,9 +39,9 @@ SEED_BATCH = 1000
 
 
 def seed(store: Any, n: int, dim: int, now: datetime, rng: random.Random) -> None:
-    from episodic.identity import point_id
-    from episodic.policy import base_importance
-    from episodic.ports import MemoryPoint, SparseVec
+    from episodic.domain.identity import point_id
+    from episodic.domain.policy import base_importance
+    from episodic.kernel.ports import MemoryPoint, SparseVec
 
     gen = np.random.default_rng(7)
     types = [("summary.generated", "info"), ("peer.escalation", "warn"), ("keeper.decision", "error")]
@@ -71,8 +71,8 @@ def seed(store: Any, n: int, dim: int, now: datetime, rng: random.Random) -> Non
 
 
 def run(args: argparse.Namespace) -> list[Row]:
-    from episodic.decay import DecayJob
-    from episodic.store_edge import EdgeStore
+    from episodic.maintenance.decay import DecayJob
+    from episodic.store.edge import EdgeStore
     from stack.stores import open_state
 
     now = datetime(2026, 11, 21, 3, 30, tzinfo=UTC)

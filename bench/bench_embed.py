@@ -65,7 +65,7 @@ def run_baseline(embedder: Any, texts: list[str], batch: int) -> float:
 
 
 def _new_store(path: Path, dim: int) -> Any:
-    from episodic.store_edge import EdgeStore
+    from episodic.store.edge import EdgeStore
 
     store = EdgeStore(path)
     store.ensure_collection(dim)
@@ -73,8 +73,8 @@ def _new_store(path: Path, dim: int) -> Any:
 
 
 def run_indexer(embedder: Any, records: list[dict[str, Any]], batch: int, store_dir: Path) -> float:
-    from episodic.indexer import Indexer
-    from episodic.sparse import Bm25Encoder
+    from episodic.indexing.indexer import Indexer
+    from episodic.store.sparse import Bm25Encoder
     from schemas.events import EmbeddableRecord
 
     store = _new_store(store_dir, embedder.dim)
@@ -90,7 +90,7 @@ def run_indexer(embedder: Any, records: list[dict[str, Any]], batch: int, store_
 
 
 async def produce_records(bootstrap: str, topic: str, records: list[dict[str, Any]]) -> None:
-    from episodic.bus import make_producer
+    from episodic.bus.kafka import make_producer
 
     producer = make_producer(bootstrap, linger_ms=20)
     await producer.start()
@@ -107,11 +107,11 @@ async def run_pipeline(
     embedder: Any, bootstrap: str, topics: dict[str, str], n: int, batch: int, store_dir: Path, timeout: float
 ) -> float:
     from consumers.embedding import EmbeddingConsumer
-    from episodic.bus import make_producer
-    from episodic.indexer import Indexer
-    from episodic.metrics import Metrics
-    from episodic.settings import Settings
-    from episodic.sparse import Bm25Encoder
+    from episodic.bus.kafka import make_producer
+    from episodic.indexing.indexer import Indexer
+    from episodic.kernel.metrics import Metrics
+    from episodic.kernel.settings import Settings
+    from episodic.store.sparse import Bm25Encoder
 
     class TimedConsumer(EmbeddingConsumer):
         t_first: float | None = None
@@ -180,7 +180,7 @@ async def run_pipeline(
 
 
 async def main_async(args: argparse.Namespace) -> list[Row]:
-    from episodic.bus import ensure_topics
+    from episodic.bus.kafka import ensure_topics
 
     n, batch, rounds = args.n, args.batch, args.rounds
     texts = journal_summaries(n, seed=11, mix=args.mix)

@@ -174,7 +174,7 @@ async def run(
     /metrics text after the load (bench_linker reads the linker's own lag from it)."""
     import httpx
 
-    from episodic.bus import ensure_topics, make_producer
+    from episodic.bus.kafka import ensure_topics, make_producer
     from infra.broker import free_port
     from schemas import topics
 

@@ -33,8 +33,8 @@ from datetime import UTC, datetime
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from episodic.bus import ensure_topics, make_producer
-from episodic.gating import DeadLetter, Forward, route
+from episodic.bus.kafka import ensure_topics, make_producer
+from episodic.indexing.gating import DeadLetter, Forward, route
 from infra.broker import EmbeddedBroker, free_port
 
 SKIP_TYPES = ("peer.conversation", "exec.output_chunk", "container.metrics", "network.request", "tool.call")

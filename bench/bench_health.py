@@ -45,11 +45,11 @@ def iso(dt: datetime) -> str:
 
 
 def seed(store: Any, state: Any, embedder: Any, n: int, sample: int) -> None:
-    from episodic.health_inputs import Ledger, RecallTally, Referenced
-    from episodic.identity import point_id
-    from episodic.indexer import _payload
-    from episodic.ports import MemoryPoint
-    from episodic.sparse import Bm25Encoder
+    from episodic.domain.identity import point_id
+    from episodic.indexing.indexer import _payload
+    from episodic.kernel.ports import MemoryPoint
+    from episodic.maintenance.health_inputs import Ledger, RecallTally, Referenced
+    from episodic.store.sparse import Bm25Encoder
     from schemas.events import EmbeddableRecord, ReferencedEvent
 
     rng, np_rng, bm25 = random.Random(11), np.random.default_rng(11), Bm25Encoder()
@@ -103,8 +103,8 @@ def seed(store: Any, state: Any, embedder: Any, n: int, sample: int) -> None:
 
 
 def raw_scroll(store: Any, workspace_id: str) -> int:
-    from episodic.store import SCROLL_PAGE
-    from episodic.store_query import in_workspace
+    from episodic.store.facade import SCROLL_PAGE
+    from episodic.store.query import in_workspace
 
     flt, offset, seen = in_workspace(workspace_id), None, 0
     while True:
@@ -115,9 +115,9 @@ def raw_scroll(store: Any, workspace_id: str) -> int:
 
 
 def run(args: argparse.Namespace) -> list[Row]:
-    from episodic.health_job import HealthConfig, HealthJob
-    from episodic.state import QdrantStateStore
-    from episodic.store_edge import EdgeStore
+    from episodic.maintenance.health_job import HealthConfig, HealthJob
+    from episodic.store.edge import EdgeStore
+    from episodic.store.state import QdrantStateStore
 
     embedder = load_embedder()
     with tmp_dir() as tmp:

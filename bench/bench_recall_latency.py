@@ -7,7 +7,7 @@ real all-MiniLM-L6-v2 vectors and every other memory gets the vector of one of t
 (cosine ≈ 0.93 to its source), renormalised; every memory's BM25 vector is computed from its own text.
 Measured in the same run, for each size, twice: first on the store as written (what production serves:
 `episodic up` never runs Qdrant Edge's optimizers, which hold the GIL for their whole run, see
-episodic/store_edge.py), then after `store.optimize()` (segments merged, HNSW built):
+episodic/store/edge.py), then after `store.optimize()` (segments merged, HNSW built):
   direct    in this process, on the seeded store: the bare query embedding (`embed_query`), the store
             query alone (`query_hybrid`, precomputed vectors) and both through `RecallEngine.recall`;
   http      `episodic up` as a child process on that data directory (free loopback ports), sequential
@@ -84,7 +84,7 @@ def short_summary(rng: random.Random) -> str:
 
 class Seeder:
     def __init__(self, store: Any, embedder: Any, sample: int, seed: int = 5) -> None:
-        from episodic.sparse import Bm25Encoder
+        from episodic.store.sparse import Bm25Encoder
 
         self.store, self.embedder = store, embedder
         self.bm25 = Bm25Encoder()
@@ -97,9 +97,9 @@ class Seeder:
         self.count = 0
 
     def add(self, n: int, batch: int = 1000) -> None:
-        from episodic.identity import point_id
-        from episodic.indexer import _payload
-        from episodic.ports import MemoryPoint
+        from episodic.domain.identity import point_id
+        from episodic.indexing.indexer import _payload
+        from episodic.kernel.ports import MemoryPoint
         from schemas.events import EmbeddableRecord
 
         t0 = time.perf_counter()
@@ -133,10 +133,10 @@ class Seeder:
 
 
 def time_direct(store: Any, embedder: Any, queries: list[str]) -> dict[str, list[float]]:
-    from episodic.ports import ScopeFilter
-    from episodic.recall import RecallEngine, fusion_from_settings
-    from episodic.settings import Settings
-    from episodic.sparse import Bm25Encoder
+    from episodic.kernel.ports import ScopeFilter
+    from episodic.kernel.settings import Settings
+    from episodic.retrieval.engine import RecallEngine, fusion_from_settings
+    from episodic.store.sparse import Bm25Encoder
     from schemas.api import RecallRequest
 
     settings = Settings()
@@ -208,7 +208,7 @@ class IngestLoad:
             self.error = e
 
     async def _produce(self) -> None:
-        from episodic.bus import make_producer
+        from episodic.bus.kafka import make_producer
         from schemas import topics
 
         rng = random.Random(9)
@@ -316,8 +316,8 @@ def phase_rows(
 
 
 def run(args: argparse.Namespace) -> list[Row]:
-    from episodic.settings import Settings
-    from episodic.store_edge import EdgeStore
+    from episodic.kernel.settings import Settings
+    from episodic.store.edge import EdgeStore
 
     sizes = args.sizes
     rng = random.Random(3)
@@ -327,7 +327,7 @@ def run(args: argparse.Namespace) -> list[Row]:
     ]
     embedder = load_embedder()
     # the query path the service uses (ONNX Runtime when it reproduces the torch vector)
-    from episodic.embedder import attach_query_encoder
+    from episodic.embedding.embedder import attach_query_encoder
 
     query_backend = "onnx" if attach_query_encoder(embedder, Settings()) else "torch"
     rows: list[Row] = []

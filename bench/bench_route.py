@@ -1,4 +1,4 @@
-"""The gate's per-record cost: `episodic.gating.route()` over realistic journal records, this tree vs another.
+"""The gate's per-record cost: `episodic.indexing.gating.route()` over realistic journal records, this tree vs another.
 
     python -m bench.bench_route                          # this tree only
     python -m bench.bench_route --baseline /work/main    # and a baseline tree, alternating, same run
@@ -24,7 +24,7 @@ TIMER = r"""
 import json, sys, time
 from datetime import UTC, datetime
 from bench.bench_gate import make_records
-from episodic.gating import DeadLetter, Forward, Skip, route
+from episodic.indexing.gating import DeadLetter, Forward, Skip, route
 
 n, repeat = int(sys.argv[1]), int(sys.argv[2])
 values = [v for _, v in make_records(n)]

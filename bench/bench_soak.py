@@ -224,7 +224,7 @@ def gate_consumed(metrics_text: str) -> float:
 async def run(args: argparse.Namespace) -> list[Row]:
     import httpx
 
-    from episodic.bus import make_producer
+    from episodic.bus.kafka import make_producer
     from infra.broker import free_port
     from schemas import topics
 

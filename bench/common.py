@@ -342,8 +342,8 @@ def embedded_broker() -> Iterator[str]:
 
 
 def load_embedder(batch_size: int = 64) -> Any:
-    from episodic.embedder import load_model
-    from episodic.settings import Settings
+    from episodic.embedding.embedder import load_model
+    from episodic.kernel.settings import Settings
 
     return load_model("all-MiniLM-L6-v2", Settings(batch_size=batch_size))
 

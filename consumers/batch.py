@@ -28,9 +28,9 @@ from typing import Any, TypeAlias
 from aiokafka import ConsumerRecord
 
 from consumers.poison import FORGET_FAILED, STORE_REJECTED, Abandoned, dead_letter, merged
-from episodic.forget import ForgetOutcome, Forgetter, Position
-from episodic.indexer import BatchResult, Indexer
-from episodic.metrics import Metrics
+from episodic.indexing.indexer import BatchResult, Indexer
+from episodic.kernel.metrics import Metrics
+from episodic.lifecycle.forget import ForgetOutcome, Forgetter, Position
 from schemas.events import DlqRecord, EmbeddableRecord, ForgetRecord, ForgottenEvent
 
 log = logging.getLogger(__name__)

@@ -25,10 +25,10 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-from episodic.bus import dumps
-from episodic.cores import CoreBudget
-from episodic.indexer import Indexer
-from episodic.metrics import Metrics
+from episodic.bus.kafka import dumps
+from episodic.embedding.cores import CoreBudget
+from episodic.indexing.indexer import Indexer
+from episodic.kernel.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class Densifier:
         self.quarantine_after = quarantine_after
         self.stopping = stopping
         self.indexed_topic = indexed_topic or topics.MEMORY_INDEXED
-        self.cores = cores  # the process's core budget (episodic.cores): how big a round may be
+        self.cores = cores  # the process's core budget (episodic.embedding.cores): how big a round may be
         self.busy = False  # the model is computing vectors for the backlog
         self._wake = asyncio.Event()
 

@@ -22,7 +22,7 @@ dense vectors and emits a second `memory.indexed` ("vector") for each.
 
 Forgets (SPEC §11), control records keyed by workspace on this topic, are applied before their batch is
 indexed, and the records they cover are left out, also in the halves of a split batch (`consumers.batch`,
-episodic.forget). A forget this consumer cannot decode or apply goes to journal.dlq (`bad_control`); one
+episodic.lifecycle.forget). A forget this consumer cannot decode or apply goes to journal.dlq (`bad_control`); one
 the store refuses, as `forget_failed` (its status says failed).
 
 Lag: a `LagProbe` measures this group's lag from fetch high watermarks on its own timer (SPEC §10), so it
@@ -46,14 +46,14 @@ from aiokafka.structs import OffsetAndMetadata
 from consumers.batch import BatchApplier, Forget, Item, observe
 from consumers.densify import Densifier
 from consumers.poison import BAD_CONTROL, BAD_EMBEDDABLE, Abandoned, dead_letter
-from episodic.bus import dumps, group_lag_probe, stop_quietly
-from episodic.client_options import kafka_options
-from episodic.cores import CoreBudget
-from episodic.errors import StoreUnavailable
-from episodic.forget import Forgetter
-from episodic.indexer import Indexer
-from episodic.metrics import Metrics
-from episodic.settings import Settings
+from episodic.bus.kafka import dumps, group_lag_probe, stop_quietly
+from episodic.embedding.cores import CoreBudget
+from episodic.indexing.indexer import Indexer
+from episodic.kernel.errors import StoreUnavailable
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.settings import Settings
+from episodic.kernel.transport_security import kafka_options
+from episodic.lifecycle.forget import Forgetter
 from schemas import topics
 from schemas.events import FORGET, DlqRecord, EmbeddableRecord, ForgetRecord, InvalidRecord, control_of
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from aiokafka import ConsumerRecord
 
-from episodic.indexer import BatchResult
+from episodic.indexing.indexer import BatchResult
 from schemas.events import BAD_CONTROL, BAD_EMBEDDABLE, FORGET_FAILED, STORE_REJECTED, DlqRecord, ReplayHistory
 
 # The reasons live in schemas (the replay tool reads them too); the consumer's modules name them from here.

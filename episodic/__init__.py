@@ -1,11 +1,11 @@
 """episodic: the core. Pure domain logic, its ports and the adapters behind them, shared by the stages.
 
-Owns: the embedding policy and gating, identity, the indexer, the embedder and BM25, the ports
-(Embedder, MemoryStore, StateStore) and the store adapters, recall and rendering, the memory lifecycle
-(`forget.py`: applying forgets and keeping forgotten entries out; `memories.py`: inspect and list), auth,
-settings, metrics, the Kafka helpers (`bus.py`), and the client libraries: the journal producer helper
-(`producer.py`), the typed memory clients (`client.py`, `client_calls.py`, `client_errors.py`) and the
-LangChain retriever over them (`langchain_retriever.py`, the `langchain` extra).
+Owns: by concern, one sub-package each (its own docstring says what it owns and may import), bottom to top:
+`domain` (pure rules), `kernel` (errors, ports, settings, metrics, auth, transport security), `store` and
+`bus` (the memory store over two engines; Kafka), `embedding`, `indexing`, `retrieval` (the recall engine)
+and `lifecycle` (forget, DLQ, export/import, inspect, re-embed), and `maintenance` (the stream agents'
+logic). No arrow runs from a lower sub-package up to a higher one: the "core" contract in pyproject's
+[tool.importlinter] enforces it, and tests/unit/test_layout.py proves the contract fails on a violation.
 May import: `schemas` and third-party libraries; never `streams`, `consumers`, `recall`, `stack` or
 `infra` (they stand on the core). `make lint` and tests/unit/test_layout.py enforce it.
 """

@@ -66,7 +66,7 @@ from episodic.client_errors import (
     Unauthorized,
     UnexpectedAnswer,
 )
-from episodic.settings import Settings
+from episodic.kernel.settings import Settings
 from schemas.api import (
     DEFAULT_FORGET_WAIT_S,
     DEFAULT_PAGE,

@@ -19,7 +19,6 @@ import httpx
 from pydantic import BaseModel, ValidationError
 from tenacity import RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from episodic.auth import Role, Scope, scope_for_role
 from episodic.client_errors import (
     BY_STATUS,
     ClientConfigError,
@@ -29,6 +28,7 @@ from episodic.client_errors import (
     ServiceUnreachable,
     UnexpectedAnswer,
 )
+from episodic.kernel.auth import Role, Scope, scope_for_role
 from schemas.api import (
     MAX_FORGET_WAIT_S,
     MAX_ID_LEN,

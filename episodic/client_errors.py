@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from episodic.errors import EpisodicError
+from episodic.kernel.errors import EpisodicError
 from schemas.api import EntryError
 
 

@@ -56,8 +56,8 @@ class EmbeddingCache:
     def embedder(self):
         if self._embedder is None:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            from episodic.embedder import load_model
-            from episodic.settings import Settings
+            from episodic.embedding.embedder import load_model
+            from episodic.kernel.settings import Settings
 
             name = "all-MiniLM-L6-v2" if self.model == "minilm" else self.model
             self._embedder = load_model(name, Settings())
@@ -66,7 +66,7 @@ class EmbeddingCache:
     def chunker(self, chunk_tokens: int = 256, overlap: int = 32):
         """The pipeline's token-window cutter for the given window (``EPISODIC_CHUNK_MODE=window``; the
         sentence modes cut their long pieces with it, ``eval.sentences``)."""
-        from episodic.embedder import SentenceTransformerEmbedder
+        from episodic.embedding.embedder import SentenceTransformerEmbedder
 
         emb = self.embedder
         c = SentenceTransformerEmbedder(emb.model, emb.model_id, chunk_tokens=chunk_tokens, chunk_overlap=overlap)

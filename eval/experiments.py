@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import replace
 
-from episodic.settings import FUSION_BY_CHUNK_MODE, Settings
+from episodic.kernel.settings import FUSION_BY_CHUNK_MODE, Settings
 from eval.bm25 import Bm25Spec
 from eval.context import ContextSpec
 from eval.embcache import parse_ctx
@@ -90,7 +90,7 @@ def adjacency(a: argparse.Namespace) -> Result:
                 ms[f"{name} + adjacent {which}, top {hits} hits, right below"] = adjacent(inner, which, 0.0, hits)
             for f in (0.5, 0.9):
                 ms[f"{name} + adjacent {which}, all hits, score x{f}"] = adjacent(inner, which, f, 10)
-    # the product (episodic.recall): k direct hits, each with its previous and next memory at f x its score,
+    # the product (episodic.retrieval.engine): k direct hits, each with its previous and next memory at f x its score,
     # over the shipped five-leg tree
     ms["shipped five-leg tree"] = recommended()
     for f in (0.5, 0.9):

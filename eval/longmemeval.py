@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 
-from episodic.identity import normalise_summary
+from episodic.domain.identity import normalise_summary
 from eval.data import Corpus, holdout, load
 from eval.embcache import RESULTS
 from eval.metrics import Score, score
@@ -185,7 +185,7 @@ class Stack:
 
 
 def produce(corpora: list[Corpus], bootstrap: str) -> int:
-    from episodic.producer import produce_file
+    from episodic.bus.producer import produce_file
 
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, encoding="utf-8") as f:
         for c in corpora:

@@ -59,11 +59,11 @@ def lexical(
     probe: str = "S",
     scaled: Sequence[bool] | None = None,
 ) -> Method:
-    """Weighted RRF with lexical confidence, the store's own factor (``episodic.store_query.lexical_factor``
+    """Weighted RRF with lexical confidence, the store's own factor (``episodic.store.query.lexical_factor``
     of the best `probe` score and the workspace's memories): every leg whose score row is sparse (a name
     starting with "S": BM25 legs, BM25 re-scoring the dense candidates), or those `scaled`, gets its weight
     times it; the dense legs keep theirs."""
-    from episodic.store_query import lexical_factor
+    from episodic.store.query import lexical_factor
 
     which = list(scaled) if scaled is not None else [spec[0].startswith("S") for spec in legs]
 

@@ -1,8 +1,8 @@
-"""Sentence-level dense pieces for the mirror, with the product's own cutter (``episodic.chunking``).
+"""Sentence-level dense pieces for the mirror, with the product's own cutter (``episodic.domain.chunking``).
 
 ``pieces(text, mode, window)``: ``window`` is the store's token-window chunker (256/32).
 
-- ``s1``: every sentence its own piece (``episodic.chunking`` with 1 word: nothing is packed);
+- ``s1``: every sentence its own piece (``episodic.domain.chunking`` with 1 word: nothing is packed);
 - ``pN``: consecutive sentences packed greedily into pieces of at most N words (the product's
   ``EPISODIC_CHUNK_MODE=sentences`` with ``EPISODIC_CHUNK_WORDS=N``);
 - a leading ``+`` keeps the store's windows too (max-sim over both).
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from episodic.chunking import pieces as product_pieces
+from episodic.domain.chunking import pieces as product_pieces
 
 
 def pieces(text: str, mode: str, window: Callable[[str], list[str]]) -> list[str]:

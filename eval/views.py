@@ -66,7 +66,7 @@ class Memories:
 
     @classmethod
     def build(cls, corpus: Corpus) -> Memories:
-        from episodic.identity import normalise_summary
+        from episodic.domain.identity import normalise_summary
 
         m = cls(corpus)
         where: dict[str, int] = {}

@@ -170,7 +170,7 @@ def main() -> None:  # pragma: no cover - `python -m infra.broker` for crash tes
 
     ap = argparse.ArgumentParser(description="Run the embedded Kafka-compatible broker in the foreground")
     ap.add_argument("--host", default="127.0.0.1")
-    # The launcher imports nothing of ours (the `launcher` import contract), so not episodic.settings: the
+    # The launcher imports nothing of ours (the `launcher` import contract), so not episodic.kernel.settings: the
     # same variable, read here for `python -m infra.broker` on its own.
     ap.add_argument("--port", type=int, default=int(os.environ.get("EPISODIC_BROKER_PORT", "9092")))
     args = ap.parse_args()

@@ -16,8 +16,8 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from episodic.auth import AuthError, Principal
-from episodic.decay import JobBusy
+from episodic.kernel.auth import AuthError, Principal
+from episodic.maintenance.decay import JobBusy
 from recall.deps import Services, current_principal, get_services
 from schemas.api import DecayRunResponse, ErrorResponse, JobBusyResponse
 

@@ -30,16 +30,16 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from episodic.auth import AuthError, is_loopback, load_tokens
-from episodic.cores import CoreBudget
-from episodic.errors import EpisodicError
-from episodic.generations import ModelSwitch
-from episodic.health_job import HealthJob
-from episodic.metrics import Metrics
-from episodic.ports import Embedder, MemoryStore, StateStore
-from episodic.recall import RecallEngine
-from episodic.settings import Settings
-from episodic.sparse import Bm25Encoder
+from episodic.embedding.cores import CoreBudget
+from episodic.embedding.generations import ModelSwitch
+from episodic.kernel.auth import AuthError, is_loopback, load_tokens
+from episodic.kernel.errors import EpisodicError
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.ports import Embedder, MemoryStore, StateStore
+from episodic.kernel.settings import Settings
+from episodic.maintenance.health_job import HealthJob
+from episodic.retrieval.engine import RecallEngine
+from episodic.store.sparse import Bm25Encoder
 from recall import journal, memories, whoami
 from recall.admin import router as admin_router
 from recall.deps import ForgetSink, Job, NudgeLookup, Produce, Publish, Services, Status
@@ -61,7 +61,7 @@ def check_bind(host: str, *, tokens_configured: bool, insecure: bool) -> None:
         return
     raise InsecureBind(
         f"refusing to serve recall on {host!r} without bearer tokens: anyone who can reach it could read "
-        "every workspace. Set EPISODIC_TOKENS_FILE (see episodic/auth.py for the format), bind to "
+        "every workspace. Set EPISODIC_TOKENS_FILE (see episodic/kernel/auth.py for the format), bind to "
         "127.0.0.1, or pass --insecure if the network is trusted."
     )
 
@@ -115,7 +115,7 @@ class BodyTooLarge(HTTPException):
 
 class Foreground:
     """Holds the core budget's foreground claim while a recall request runs: bulk embedding in this process
-    gives a core back until it is answered (episodic.cores)."""
+    gives a core back until it is answered (episodic.embedding.cores)."""
 
     def __init__(self, app: ASGIApp, cores: CoreBudget) -> None:
         self.app = app
@@ -252,6 +252,6 @@ def create_app(
     app.include_router(health_router)
     app.include_router(memories.router)  # after /v1/memory/stats and /health: it takes any other id below
     app.add_middleware(BodyLimit)
-    if cores is not None:  # a recall in flight claims a core back from bulk embedding (episodic.cores)
+    if cores is not None:  # a recall in flight claims a core back from bulk embedding (episodic.embedding.cores)
         app.add_middleware(Foreground, cores=cores)
     return app

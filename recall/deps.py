@@ -9,12 +9,12 @@ from typing import Any
 from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 
-from episodic.auth import OPEN, AuthError, Principal, TokenTable
-from episodic.health_job import HealthJob
-from episodic.metrics import Metrics
-from episodic.ports import MemoryStore, StateStore
-from episodic.recall import RecallEngine
-from episodic.settings import Settings
+from episodic.kernel.auth import OPEN, AuthError, Principal, TokenTable
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.ports import MemoryStore, StateStore
+from episodic.kernel.settings import Settings
+from episodic.maintenance.health_job import HealthJob
+from episodic.retrieval.engine import RecallEngine
 from schemas.events import ForgetRecord
 
 Publish = Callable[[str, str | None, dict[str, Any]], None]
@@ -29,7 +29,7 @@ Produce = Callable[[str, Sequence[tuple[bytes | None, bytes]]], Awaitable[None]]
 
 # Declares the bearer scheme in the OpenAPI document; the header itself is read raw below so that a
 # malformed header is told apart from a missing one.
-bearer_scheme = HTTPBearer(auto_error=False, description="Authorization: Bearer <token> (see episodic.auth)")
+bearer_scheme = HTTPBearer(auto_error=False, description="Authorization: Bearer <token> (see episodic.kernel.auth)")
 
 
 @dataclass

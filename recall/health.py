@@ -10,8 +10,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Query
 from starlette.concurrency import run_in_threadpool
 
-from episodic.auth import Principal, authorize, authorize_crew
-from episodic.health_job import HealthJob, announce
+from episodic.kernel.auth import Principal, authorize, authorize_crew
+from episodic.maintenance.health_job import HealthJob, announce
 from recall.admin import ADMIN_ERRORS, require_admin
 from recall.deps import Services, current_principal, get_services
 from recall.routes import ERRORS

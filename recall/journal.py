@@ -20,7 +20,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from episodic.auth import AuthError, Principal, authorize_write
+from episodic.kernel.auth import AuthError, Principal, authorize_write
 from recall.deps import Services, current_principal, get_services
 from schemas.api import (
     MAX_JOURNAL_BYTES,

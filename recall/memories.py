@@ -2,8 +2,8 @@
 
 Forget is an event: the request is checked, recorded as pending in the state store, produced to
 `journal.embeddable` keyed by its workspace (acks=all; `Services.forget_sink`), announced (its rule keeps
-the selection's queued entries out from then on: `episodic.forget.announce`) and applied by the embedding
-consumer in order with that workspace's entries (episodic.forget). The answer waits up to `wait` seconds
+the selection's queued entries out from then on: `episodic.lifecycle.forget.announce`) and applied by the embedding
+consumer in order with that workspace's entries (episodic.lifecycle.forget). The answer waits up to `wait` seconds
 (default `schemas.api.DEFAULT_FORGET_WAIT_S`) for it to be applied: `200` with what was removed when it
 was, else `202` with the forget id and `status_url` (also the `Location` header) to poll. `wait=0` answers
 `202` at once. A forget that could not be queued is `503` (nothing was removed; its status says `failed`).
@@ -11,7 +11,7 @@ One the store refused to apply (consumers.batch: not a transient failure) is `20
 and `failure`, as soon as that is known.
 
 Every route authorizes the caller for the workspace (an admin token, or a token of that workspace). A bound
-token (episodic.auth) is held to its agent: it inspects and lists its agent's memories (a lead also its
+token (episodic.kernel.auth) is held to its agent: it inspects and lists its agent's memories (a lead also its
 crew's), reads the status of forgets narrowed to its agent, and forgets only its own agent's memories: its
 selection is narrowed to that agent (`agent_id` added to the selector, which the consumer honours), the ids
 it names must not be another agent's memories (403 naming `entry_ids[i]`), and `all: true` or another agent
@@ -37,7 +37,7 @@ from fastapi import APIRouter, Depends, Path, Query, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from episodic.auth import (
+from episodic.kernel.auth import (
     AuthError,
     Principal,
     authorize,
@@ -46,9 +46,18 @@ from episodic.auth import (
     listing_narrowed,
     may_see_memory,
 )
-from episodic.forget import APPLIED, FAILED, PENDING, STATUS, announce, owners_of, selector_of, status_document
-from episodic.memories import BadCursor, Forgotten, memory_detail, memory_page
-from episodic.ports import Selection
+from episodic.kernel.ports import Selection
+from episodic.lifecycle.forget import (
+    APPLIED,
+    FAILED,
+    PENDING,
+    STATUS,
+    announce,
+    owners_of,
+    selector_of,
+    status_document,
+)
+from episodic.lifecycle.inspect import BadCursor, Forgotten, memory_detail, memory_page
 from recall.deps import Services, current_principal, get_services
 from schemas.api import (
     DEFAULT_FORGET_WAIT_S,

@@ -15,10 +15,10 @@ from fastapi import APIRouter, Depends, Query, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-from episodic.auth import Principal, authorize, authorize_recall
-from episodic.context import ContextMode
-from episodic.recall import RecallHit, RecallResult
-from episodic.render import render
+from episodic.domain.context_mode import ContextMode
+from episodic.kernel.auth import Principal, authorize, authorize_recall
+from episodic.retrieval.engine import RecallHit, RecallResult
+from episodic.retrieval.render import render
 from recall.deps import Services, current_principal, get_services
 from schemas.api import (
     MAX_ID_LEN,
@@ -153,7 +153,7 @@ async def memory_stats(
     authorize(principal, workspace_id)
 
     def counts() -> StatsResponse:
-        from episodic.errors import EpisodicError, StoreError
+        from episodic.kernel.errors import EpisodicError, StoreError
 
         store, limit = services.store, services.settings.densify_max_attempts
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from episodic.auth import Principal, scope_for_role
+from episodic.kernel.auth import Principal, scope_for_role
 from recall.deps import Services, current_principal, get_services
 from schemas.api import ErrorResponse, WhoAmI
 

@@ -285,7 +285,7 @@ class ForgetRecord(_Json, msgspec.Struct, frozen=True, kw_only=True):
     forget_id: Id
     workspace_id: Id
     selector: ForgetSelector
-    requested_at: AwareDatetime  # the cut-off: see episodic.forget for what "before the forget" means
+    requested_at: AwareDatetime  # the cut-off: see episodic.lifecycle.forget for what "before the forget" means
     requested_by: str | None = None  # the token's name, for the record
 
 
@@ -356,7 +356,7 @@ HealthTrigger = Literal["schedule", "admin"]
 
 
 class HealthMetrics(msgspec.Struct, frozen=True):
-    """The five metrics, 0–100 each; null when there was nothing to measure (see episodic/health.py)."""
+    """The five metrics, 0–100 each; null when there was nothing to measure (see episodic/domain/health.py)."""
 
     freshness: float | None
     coverage: float | None

@@ -38,7 +38,7 @@ Count = Annotated[int, Meta(ge=0)]
 
 class ExportedMemory(msgspec.Struct, frozen=True, kw_only=True):
     """The `memory` object of an export line. `dense`: the chunk vectors (one row per chunk) made by
-    `model`, or null (BM25 only); `pieces`: how the text was cut into those rows (episodic.chunking.Scheme's
+    `model`, or null (BM25 only); `pieces`: how the text was cut into those rows (episodic.domain.chunking.Scheme's
     key; absent in files written before it was recorded: the token windows of that time, `LEGACY`).
     `extra`: the other fields the store kept on the memory (the linker's `linked_at`, the backfill's
     counters), put back as they were."""

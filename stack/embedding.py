@@ -1,6 +1,6 @@
 """The embedding generations wired from the settings: the process's `ModelSwitch`, and the re-embed pass
-run in the background when the configured model is not the store's active one (episodic.generations,
-episodic.reembed).
+run in the background when the configured model is not the store's active one (episodic.embedding.generations,
+episodic.lifecycle.reembed).
 
 `open_switch` reconciles the store with `EPISODIC_EMBED_MODEL` (starting or resuming a re-embed when they
 differ) and loads the active generation's model too when it is not the configured one, so that recall keeps
@@ -15,13 +15,13 @@ import logging
 import threading
 import time
 
-from episodic.chunking import Scheme
-from episodic.generations import Generation, Loader, ModelSwitch, adopt, embedder_making, model_key, plan
-from episodic.metrics import Metrics
-from episodic.ports import Embedder, StateStore
-from episodic.reembed import Progress, Reembedder
-from episodic.settings import Settings
-from episodic.store import QdrantStore
+from episodic.domain.chunking import Scheme
+from episodic.embedding.generations import Generation, Loader, ModelSwitch, adopt, embedder_making, model_key, plan
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.ports import Embedder, StateStore
+from episodic.kernel.settings import Settings
+from episodic.lifecycle.reembed import Progress, Reembedder
+from episodic.store.facade import QdrantStore
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def model_loader(
     """The embedder of another generation than the configured one's (None when it cannot be had): the
     configured model itself cutting texts the generation's way when only the pieces differ (no second
     copy of the weights), else that model loaded with the same settings but its pieces."""
-    from episodic.embedder import load_embedder
+    from episodic.embedding.embedder import load_embedder
 
     def load(gen: Generation) -> Embedder | None:
         try:

@@ -12,12 +12,12 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from episodic.decay import ArchiveSink, DecayJob, RetentionPolicy
-from episodic.errors import BrokerUnavailable, EpisodicError
-from episodic.importance import ReferenceCounter
-from episodic.metrics import Metrics
-from episodic.ports import MemoryStore, StateStore
-from episodic.settings import Settings
+from episodic.kernel.errors import BrokerUnavailable, EpisodicError
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.ports import MemoryStore, StateStore
+from episodic.kernel.settings import Settings
+from episodic.maintenance.decay import ArchiveSink, DecayJob, RetentionPolicy
+from episodic.maintenance.importance import ReferenceCounter
 from schemas.events import ArchivedRecord
 from schemas.topics import MEMORY_ARCHIVED
 

@@ -37,7 +37,6 @@ from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetad
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from episodic.auth import digest
 from episodic.client import (
     AsyncMemoryClient,
     ClientConfigError,
@@ -48,7 +47,8 @@ from episodic.client import (
     ServiceUnreachable,
 )
 from episodic.client_calls import new_entry
-from episodic.policy import decide
+from episodic.domain.policy import decide
+from episodic.kernel.auth import digest
 from schemas.api import (
     DEFAULT_FORGET_WAIT_S,
     MAX_FORGET_IDS,

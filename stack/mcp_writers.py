@@ -10,7 +10,7 @@ from typing import Any, Literal, Protocol
 
 from mcp.server.mcpserver.exceptions import ToolError
 
-from episodic.bus import dumps, make_producer, send_all
+from episodic.bus.kafka import dumps, make_producer, send_all
 from episodic.client import AsyncMemoryClient
 from schemas.journal import InvalidEntry, parse_entry
 from schemas.topics import JOURNAL_ENTRIES
@@ -42,7 +42,7 @@ class KafkaWriter:
 
     def __init__(self, bootstrap: str, options: Mapping[str, Any] | None = None) -> None:
         self.bootstrap = bootstrap
-        self.options = dict(options or {})  # the transport's (`episodic.client_options.kafka_options`)
+        self.options = dict(options or {})  # the transport's (`episodic.kernel.transport_security.kafka_options`)
         self._producer: Any = None
         self._lock = asyncio.Lock()
 

@@ -20,8 +20,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from episodic.bus import dumps
-from episodic.metrics import Metrics
+from episodic.bus.kafka import dumps
+from episodic.kernel.metrics import Metrics
 
 log = logging.getLogger("episodic")
 

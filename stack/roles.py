@@ -27,23 +27,23 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from episodic.bus import send_all, send_forget
-from episodic.client_options import kafka_options
-from episodic.cores import CoreBudget
-from episodic.errors import EpisodicError
-from episodic.metrics import Metrics
-from episodic.settings import Settings
+from episodic.bus.kafka import send_all, send_forget
+from episodic.embedding.cores import CoreBudget
+from episodic.kernel.errors import EpisodicError
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.settings import Settings
+from episodic.kernel.transport_security import kafka_options
 from stack.publisher import Publisher
 
 if TYPE_CHECKING:
     from aiokafka import AIOKafkaProducer
 
     from consumers.embedding import EmbeddingConsumer
-    from episodic.decay import DecayJob
-    from episodic.generations import ModelSwitch
-    from episodic.health_job import HealthJob
-    from episodic.ports import Embedder, MemoryStore, StateStore
-    from episodic.sparse import Bm25Encoder
+    from episodic.embedding.generations import ModelSwitch
+    from episodic.kernel.ports import Embedder, MemoryStore, StateStore
+    from episodic.maintenance.decay import DecayJob
+    from episodic.maintenance.health_job import HealthJob
+    from episodic.store.sparse import Bm25Encoder
     from schemas.events import ForgetRecord, NudgeEvent
     from streams.agents import AgentRunner
     from streams.runner import GateRunner
@@ -76,9 +76,9 @@ class Resources:
     kafka_connect: Callable[[], Awaitable[AIOKafkaProducer]] | None = None  # a started producer, or raises
     insecure: bool = False
     store: MemoryStore | None = None  # opened when a role in this process `needs_store`
-    state: StateStore | None = None  # beside the store (episodic.ports.StateStore), opened with it
+    state: StateStore | None = None  # beside the store (episodic.kernel.ports.StateStore), opened with it
     embedder: Embedder | None = None  # None: sparse-only (no model, or EPISODIC_EMBED_MODEL=none)
-    switch: ModelSwitch | None = None  # the active embedding generation and its model (episodic.generations)
+    switch: ModelSwitch | None = None  # the active embedding generation and its model (episodic.embedding.generations)
     cores: CoreBudget | None = None  # the process's core budget: the gate and recall claim cores from bulk embedding
     bm25: Bm25Encoder | None = None
     clock: Callable[[], datetime] = utc_now  # what the stages call "now" (controllable in tests)
@@ -185,8 +185,8 @@ class EmbedderRole(Role):
 
     async def start(self, res: Resources) -> None:
         from consumers.embedding import EmbeddingConsumer
-        from episodic.forget import Forgetter
-        from episodic.indexer import Indexer
+        from episodic.indexing.indexer import Indexer
+        from episodic.lifecycle.forget import Forgetter
 
         store, bm25 = res.need_store(self.name)
         if res.state is None:
@@ -353,8 +353,8 @@ def _state_hooks(res: Resources) -> tuple[HealthJob | None, Callable[[str, str |
     """The recall service's views of the state store: the health snapshots and the pending nudges."""
     if res.store is None or res.state is None:
         return None, None
-    from episodic.health_job import HealthConfig, HealthJob
-    from episodic.nudge import take_pending_nudge
+    from episodic.maintenance.health_job import HealthConfig, HealthJob
+    from episodic.maintenance.nudge import take_pending_nudge
 
     state = res.state
     health = HealthJob(res.store, state, HealthConfig.from_settings(res.settings), clock=res.clock)
@@ -399,7 +399,7 @@ class LinkerRole(AgentRole):
     name = "linker"
 
     async def start(self, res: Resources) -> None:
-        from episodic.linker import Linker
+        from episodic.maintenance.linker import Linker
         from streams.linker import linker_runner
 
         store, _ = res.need_store(self.name)
@@ -431,8 +431,8 @@ class ImportanceRole(AgentRole):
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, res: Resources) -> None:
-        from episodic.decay import JobBusy
-        from episodic.schedule import Schedule, run_on_schedule
+        from episodic.maintenance.decay import JobBusy
+        from episodic.maintenance.schedule import Schedule, run_on_schedule
         from stack.maintenance import decay_job, reference_counter
         from streams.importance import importance_runner
 
@@ -491,8 +491,8 @@ class HealthRole(AgentRole):
         self.publisher: Publisher | None = None
 
     async def start(self, res: Resources) -> None:
-        from episodic.health_inputs import Ledger, RecallTally
-        from episodic.health_job import HealthConfig, HealthJob, announce
+        from episodic.maintenance.health_inputs import Ledger, RecallTally
+        from episodic.maintenance.health_job import HealthConfig, HealthJob, announce
         from streams.agents import AgentRunner
         from streams.health import HealthTopics, install_health
 
@@ -550,7 +550,7 @@ class NudgeRole(AgentRole):
     drain_rank = 0  # takes journal input, like the gate
 
     async def start(self, res: Resources) -> None:
-        from episodic.nudge import NudgeBook
+        from episodic.maintenance.nudge import NudgeBook
         from streams.agents import AgentRunner
         from streams.nudge import NudgeTopics, install_nudge, recover
 

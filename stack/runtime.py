@@ -29,20 +29,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiokafka.errors import KafkaError
 
-from episodic.bus import bootstrap_reachable, ensure_topics, make_producer
-from episodic.client_options import kafka_options
-from episodic.cores import CoreBudget
-from episodic.errors import BrokerUnavailable, EpisodicError
-from episodic.metrics import Metrics
-from episodic.settings import Settings
+from episodic.bus.kafka import bootstrap_reachable, ensure_topics, make_producer
+from episodic.embedding.cores import CoreBudget
+from episodic.kernel.errors import BrokerUnavailable, EpisodicError
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.settings import Settings
+from episodic.kernel.transport_security import kafka_options
 from stack.roles import ALL_ROLES, ROLES, Resources, Role, utc_now
 
 if TYPE_CHECKING:
     from aiokafka import AIOKafkaProducer
 
-    from episodic.generations import ModelSwitch
-    from episodic.ports import Embedder, MemoryStore, StateStore
-    from episodic.sparse import Bm25Encoder
+    from episodic.embedding.generations import ModelSwitch
+    from episodic.kernel.ports import Embedder, MemoryStore, StateStore
+    from episodic.store.sparse import Bm25Encoder
     from infra.broker import EmbeddedBroker
     from stack.embedding import ReembedRunner
 
@@ -206,9 +206,9 @@ class Stack:
         return producer
 
     async def _open_store_and_model(self) -> None:
-        from episodic.embedder import load_embedder
-        from episodic.sparse import Bm25Encoder
-        from episodic.store import QdrantStore
+        from episodic.embedding.embedder import load_embedder
+        from episodic.store.facade import QdrantStore
+        from episodic.store.sparse import Bm25Encoder
         from stack.embedding import ReembedRunner, open_switch
         from stack.stores import open_state, open_store
 

@@ -3,32 +3,32 @@
 An `EdgeStore` (Qdrant Edge, on disk under the data directory) when `EPISODIC_QDRANT_URL` is unset, else a
 `QdrantServerStore` against that server. Either way the collection exists and has its payload indexes
 when it returns. The choice lives here, in the composition root, so that the shared store
-(`episodic.store`) imports no engine.
+(`episodic.store.facade`) imports no engine.
 """
 
 from __future__ import annotations
 
-from episodic.client_options import qdrant_options
-from episodic.ports import DENSE, MemoryStore, StateStore
-from episodic.settings import Settings
-from episodic.state import QdrantStateStore
-from episodic.store import QdrantStore
+from episodic.kernel.ports import DENSE, MemoryStore, StateStore
+from episodic.kernel.settings import Settings
+from episodic.kernel.transport_security import qdrant_options
+from episodic.store.facade import QdrantStore
+from episodic.store.state import QdrantStateStore
 
 
 def open_store(settings: Settings, *, dim: int) -> MemoryStore:
     """The configured store with its collection ensured for `dim`-dimensional chunk vectors."""
     store: MemoryStore
     if settings.qdrant_url:
-        from episodic.store_qdrant import QdrantServerStore
+        from episodic.store.qdrant_server import QdrantServerStore
 
         store = QdrantServerStore(
             settings.qdrant_url,
-            options=qdrant_options(settings),  # the API key and TLS (episodic.client_options)
+            options=qdrant_options(settings),  # the API key and TLS (episodic.kernel.transport_security)
             collection=settings.collection,
             prefetch_limit=settings.prefetch_limit,
         )
     else:
-        from episodic.store_edge import EdgeStore
+        from episodic.store.edge import EdgeStore
 
         store = EdgeStore(
             settings.data_dir / "qdrant-edge" / settings.collection,

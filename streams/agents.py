@@ -17,7 +17,7 @@ loop, one runner.
   that still fails after `MAX_ATTEMPTS` (unless the store is down).
 - `AppHolder` / `AgentRunner`: a Faust app with the agents and timers an `install` function declares, in
   the caller's event loop. Its app id is its consumer group, `<consumer_group_prefix>-<name>`, so that it
-  reads every partition at its own pace and scales on its own. Beside the app, an `episodic.bus.LagProbe`
+  reads every partition at its own pace and scales on its own. Beside the app, an `episodic.bus.kafka.LagProbe`
   per input topic measures the group's records not committed yet into
   `episodic_consumer_lag_records{group}` (summed over its topics), every `EPISODIC_LAG_INTERVAL_S`, so it
   keeps rising while the agent is stuck on a batch. The gate's runner shares `AppHolder`.
@@ -35,11 +35,11 @@ from typing import Any, TypeVar
 import faust
 from faust.types import StreamT
 
-from episodic.bus import LagProbe, ensure_topics
-from episodic.client_options import kafka_options
-from episodic.errors import EpisodicError, StoreUnavailable
-from episodic.metrics import Metrics
-from episodic.settings import Settings
+from episodic.bus.kafka import LagProbe, ensure_topics
+from episodic.kernel.errors import EpisodicError, StoreUnavailable
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.settings import Settings
+from episodic.kernel.transport_security import kafka_options
 from schemas.events import InvalidRecord
 from streams.app import create_app
 from streams.transport import BatchConsumer, RecordBatch

@@ -10,8 +10,8 @@ from faust.auth import SASLCredentials, SSLCredentials
 from faust.types import TransportT
 from faust.types.auth import CredentialsT
 
-from episodic.client_options import kafka_options
-from episodic.settings import Settings
+from episodic.kernel.settings import Settings
+from episodic.kernel.transport_security import kafka_options
 from streams.transport import BatchTransport
 
 # Producer batch size: a fetched input batch (~1000 records) yields a few hundred output records per
@@ -33,7 +33,8 @@ class EpisodicApp(faust.App):
 
 def broker_credentials(settings: Settings) -> CredentialsT | None:
     """Faust's `broker_credentials` from the same options every aiokafka client gets
-    (`episodic.client_options.kafka_options`): Faust hands them to its consumer, producer and admin client."""
+    (`episodic.kernel.transport_security.kafka_options`): Faust hands them to its consumer, producer and admin
+    client."""
     opts = kafka_options(settings)
     protocol = opts["security_protocol"]
     if protocol.startswith("SASL"):

@@ -1,6 +1,6 @@
 """The gate agent: journal.entries -> validate + policy -> journal.embeddable | journal.dlq (SPEC §3-§5).
 
-A thin pipe around `episodic.gating.route`. Throughput comes from three choices (measured with
+A thin pipe around `episodic.indexing.gating.route`. Throughput comes from three choices (measured with
 `python -m bench.bench_gate`, see the report in the commit history):
 
 - the agent receives whole fetched partition batches (`streams.transport.RecordBatch`, one Faust event
@@ -29,10 +29,10 @@ import faust
 from aiokafka.partitioner import DefaultPartitioner
 from faust.types import StreamT
 
-from episodic.cores import CoreBudget
-from episodic.gating import METRIC_TYPE_LABELS, DeadLetter, Forward, route, type_label
-from episodic.metrics import Metrics
-from episodic.policy import DECISIONS
+from episodic.domain.policy import DECISIONS
+from episodic.embedding.cores import CoreBudget
+from episodic.indexing.gating import METRIC_TYPE_LABELS, DeadLetter, Forward, route, type_label
+from episodic.kernel.metrics import Metrics
 from schemas import topics as T
 from schemas.events import DlqRecord, InvalidRecord, ReplayHistory
 from streams.internals import producer_of
@@ -279,7 +279,7 @@ def install_gate(
 ) -> Any:
     """Declare the gate agent on `app` (an `EpisodicApp`: batch delivery); returns the agent. `drain`, when
     given, is how the runner drains it on stop; `cores`, the process's core budget: a batch routed late
-    claims a core back from bulk embedding (episodic.cores)."""
+    claims a core back from bulk embedding (episodic.embedding.cores)."""
     consumer = app.consumer
     if not isinstance(consumer, BatchConsumer):
         raise TypeError("the gate needs the batch transport: create the app with streams.app.create_app")

@@ -1,6 +1,6 @@
 """The health agent: the inputs of the daily memory-health snapshot, and its schedule (SPEC §5, §8).
 
-Thin pipes around `episodic.health_inputs` and `episodic.health_job`:
+Thin pipes around `episodic.maintenance.health_inputs` and `episodic.maintenance.health_job`:
 
 - journal.embeddable -> the ledger of accepted embeddable entries (coverage's denominator);
 - memory.referenced -> the daily tallies of the hits' query–memory cosines (efficiency);
@@ -22,9 +22,9 @@ from typing import Any
 
 import faust
 
-from episodic.health_inputs import Ledger, RecallTally, Referenced
-from episodic.health_job import HealthJob
-from episodic.metrics import Metrics
+from episodic.kernel.metrics import Metrics
+from episodic.maintenance.health_inputs import Ledger, RecallTally, Referenced
+from episodic.maintenance.health_job import HealthJob
 from schemas import topics as T
 from schemas.events import EmbeddableRecord, HealthSnapshot, ReferencedEvent, control_of
 from streams.agents import batch_agent, decode_batch, retrying
@@ -104,7 +104,12 @@ def install_health(
 
     batch_agent(app, topics.embeddable, agent=AGENT, handle=accepted, metrics=metrics, name="episodic.health.accepted")
     batch_agent(
-        app, topics.referenced, agent=AGENT, handle=referenced, metrics=metrics, name="episodic.health.referenced"
+        app,
+        topics.referenced,
+        agent=AGENT,
+        handle=referenced,
+        metrics=metrics,
+        name="episodic.health.referenced",
     )
     app.timer(interval=tick_s, name="episodic.health.daily")(daily)
 

@@ -1,5 +1,5 @@
 """The importance agent: memory.referenced -> reference counts, once per event (SPEC §5, §8). A thin pipe
-around `episodic.importance.ReferenceCounter`; the nightly decay runs beside it (see stack.roles).
+around `episodic.maintenance.importance.ReferenceCounter`; the nightly decay runs beside it (see stack.roles).
 
 Consumer group `<consumer_group_prefix>-importance`. Events are keyed by workspace, so one workspace's
 events are applied in order by one process.
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from episodic.importance import ReferenceCounter, event_key
-from episodic.metrics import AGENT_OUTCOMES, Metrics
-from episodic.settings import Settings
+from episodic.kernel.metrics import AGENT_OUTCOMES, Metrics
+from episodic.kernel.settings import Settings
+from episodic.maintenance.importance import ReferenceCounter, event_key
 from schemas import topics as T
 from schemas.events import ReferencedEvent
 from streams.agents import AgentRunner, Decoded, batch_runner

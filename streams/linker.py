@@ -1,4 +1,4 @@
-"""The linker agent: memory.indexed -> similar edges (SPEC §5, §8). A thin pipe around `episodic.linker`.
+"""The linker agent: memory.indexed -> similar edges (SPEC §5, §8). A thin pipe around `episodic.maintenance.linker`.
 
 It decodes `memory.indexed` records, hands each batch to `Linker.link` (which acts on `vector` events only:
 a memory's dense vector exists only then) and counts what happened. Consumer group
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from episodic.linker import Linker
-from episodic.metrics import AGENT_OUTCOMES, Metrics
-from episodic.settings import Settings
+from episodic.kernel.metrics import AGENT_OUTCOMES, Metrics
+from episodic.kernel.settings import Settings
+from episodic.maintenance.linker import Linker
 from schemas import topics as T
 from schemas.events import IndexedEvent
 from streams.agents import AgentRunner, Decoded, batch_runner

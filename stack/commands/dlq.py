@@ -5,7 +5,7 @@
                         [--max-replays N] [--force] [--dry-run] [--json]
 
 A dead letter's id is `partition:offset` on journal.dlq. `replay` sends the original bytes back to
-journal.entries (see `episodic.dlq` for what keeps a replay from looping) and needs a selection, or `--all`.
+journal.entries (see `episodic.lifecycle.dlq` for what keeps a replay from looping) and needs a selection, or `--all`.
 Exit statuses: 0 done, 1 Kafka cannot be reached, 2 usage, 5 (replay) some selected dead letters were
 skipped (the summary says why). Kafka: --bootstrap, else EPISODIC_KAFKA_BOOTSTRAP (or the embedded broker's
 address).
@@ -20,10 +20,10 @@ import shutil
 import sys
 from collections.abc import Sequence
 
-from episodic.client_options import kafka_options
-from episodic.dlq import DEFAULT_MAX_REPLAYS, Letter, Selector, letters, parse_letter_id, parse_since, replay
-from episodic.errors import BrokerUnavailable
-from episodic.settings import Settings
+from episodic.kernel.errors import BrokerUnavailable
+from episodic.kernel.settings import Settings
+from episodic.kernel.transport_security import kafka_options
+from episodic.lifecycle.dlq import DEFAULT_MAX_REPLAYS, Letter, Selector, letters, parse_letter_id, parse_since, replay
 from stack.commands.recall import Column, text_table
 
 SKIPPED = 5

@@ -19,8 +19,8 @@ from dataclasses import asdict
 
 import httpx
 
-from episodic.client_options import kafka_options
-from episodic.settings import Settings
+from episodic.kernel.settings import Settings
+from episodic.kernel.transport_security import kafka_options
 from stack.commands.checks import LAG_WARN_RECORDS, Check, Level
 from stack.commands.doctor_roles import check_decay, check_health, check_qdrant_server, check_roles
 
@@ -29,7 +29,7 @@ def check_broker(settings: Settings, list_topics: Callable[[str], set[str]] | No
     from schemas.topics import ALL_TOPICS
 
     if list_topics is None:
-        from episodic.bus import list_topics as _lt
+        from episodic.bus.kafka import list_topics as _lt
 
         def list_topics(bootstrap: str) -> set[str]:
             return asyncio.run(asyncio.wait_for(_lt(bootstrap, options=kafka_options(settings)), 10))
@@ -63,12 +63,12 @@ def check_broker(settings: Settings, list_topics: Callable[[str], set[str]] | No
 
 
 def check_auth_config(settings: Settings) -> Check:
-    from episodic.auth import AuthConfigError, is_loopback, load_tokens
+    from episodic.kernel.auth import AuthConfigError, is_loopback, load_tokens
 
     try:
         tokens = load_tokens(settings.tokens_file)
     except AuthConfigError as e:
-        return Check("auth", "FAIL", str(e), "fix the tokens file (format: see episodic/auth.py)")
+        return Check("auth", "FAIL", str(e), "fix the tokens file (format: see episodic/kernel/auth.py)")
     if tokens is None:
         if is_loopback(settings.http_host):
             return Check(
@@ -80,7 +80,7 @@ def check_auth_config(settings: Settings) -> Check:
             "auth",
             "FAIL",
             f"no tokens file but EPISODIC_HTTP_HOST={settings.http_host} is beyond loopback",
-            "set EPISODIC_TOKENS_FILE (format: see episodic/auth.py) or bind to 127.0.0.1",
+            "set EPISODIC_TOKENS_FILE (format: see episodic/kernel/auth.py) or bind to 127.0.0.1",
         )
     return Check("auth", "OK", f"{len(tokens)} token(s), {tokens.admins} admin, from {settings.tokens_file}")
 
@@ -110,7 +110,7 @@ def _lag_from_metrics(text: str) -> dict[str, float]:
 
 
 def _named(labels: dict[str, str]) -> str:
-    """A generation's model, and its pieces when the service reports them (episodic.generations)."""
+    """A generation's model, and its pieces when the service reports them (episodic.embedding.generations)."""
     pieces = labels.get("pieces")
     return f"{labels.get('model')}, pieces {pieces}" if pieces else str(labels.get("model"))
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from episodic.settings import Settings
+from episodic.kernel.settings import Settings
 from schemas.topics import JOURNAL_EMBEDDABLE, JOURNAL_ENTRIES, MEMORY_INDEXED, MEMORY_REFERENCED
 from stack.commands.checks import LAG_WARN_RECORDS, Check
 
@@ -80,8 +80,8 @@ async def measure_group(settings: Settings, group: str, topic: str) -> GroupStat
     same transport (TLS, SASL) as every other client of the project."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from episodic.bus import LagProbe
-    from episodic.client_options import kafka_options
+    from episodic.bus.kafka import LagProbe
+    from episodic.kernel.transport_security import kafka_options
 
     bootstrap = settings.bootstrap
     probe = LagProbe(bootstrap=bootstrap, group_id=group, topic=topic, report=lambda _lag: None)
@@ -146,7 +146,7 @@ def check_qdrant_server(settings: Settings, transport: httpx.BaseTransport | Non
     """With EPISODIC_QDRANT_URL: the server answers /readyz (with the API key when one is set)."""
     if not settings.qdrant_url:
         return None
-    from episodic.client_options import qdrant_options
+    from episodic.kernel.transport_security import qdrant_options
 
     url = settings.qdrant_url.rstrip("/")
     opts = qdrant_options(settings)  # the API key, and the CA for an https:// URL (EPISODIC_QDRANT_CA_FILE)

@@ -15,9 +15,9 @@ import logging
 import signal
 import time
 
-from episodic.bus import bootstrap_reachable
-from episodic.metrics import Metrics
-from episodic.settings import Settings, get_settings
+from episodic.bus.kafka import bootstrap_reachable
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.settings import Settings, get_settings
 from schemas import topics as T
 from stack.ops_http import Health, OpsServer
 from streams.gate import DEFAULT_BATCH_SIZE, GateOptions, GateTopics

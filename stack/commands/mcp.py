@@ -18,10 +18,10 @@ import asyncio
 import logging
 import sys
 
-from episodic.auth import is_loopback
 from episodic.client import AsyncMemoryClient
-from episodic.client_options import kafka_options
-from episodic.settings import Settings
+from episodic.kernel.auth import is_loopback
+from episodic.kernel.settings import Settings
+from episodic.kernel.transport_security import kafka_options
 from stack.mcp_server import MemoryTools, build_server
 from stack.mcp_writers import HttpWriter, KafkaWriter, Writer
 from stack.runtime import setup_logging

@@ -7,7 +7,7 @@ Both open the configured store themselves (`stack.stores.open_store`: Qdrant Edg
 the Qdrant server at EPISODIC_QDRANT_URL) and the configured model (EPISODIC_EMBED_MODEL: import carries the
 vectors over when they are that model's, and embeds the text again otherwise). Qdrant Edge is
 single-process: with the embedded store, run them while `episodic up` is stopped. The file format is
-`schemas.portable`; what import does is `episodic.portable`. Exit statuses: 0 done, 1 the store or the file
+`schemas.portable`; what import does is `episodic.lifecycle.portable`. Exit statuses: 0 done, 1 the store or the file
 failed (nothing written when the file is bad), 2 usage.
 """
 
@@ -22,11 +22,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from episodic.errors import StoreError, StoreUnavailable
-from episodic.generations import Generation, adopt, embedder_making, follow_active
-from episodic.portable import BadExport, Importer, ImportFailed, check_export, export_workspace, read_export
-from episodic.settings import Settings
-from episodic.store import QdrantStore
+from episodic.embedding.generations import Generation, adopt, embedder_making, follow_active
+from episodic.kernel.errors import StoreError, StoreUnavailable
+from episodic.kernel.settings import Settings
+from episodic.lifecycle.portable import BadExport, Importer, ImportFailed, check_export, export_workspace, read_export
+from episodic.store.facade import QdrantStore
 
 DEFAULT_DIM = 384  # the collection's dense size when no model loads (stack.runtime.DEFAULT_DIM)
 
@@ -34,7 +34,7 @@ DEFAULT_DIM = 384  # the collection's dense size when no model loads (stack.runt
 @contextlib.contextmanager
 def opened(settings: Settings) -> Iterator[tuple[Any, Any, Any]]:
     """(store, state, embedder) as the stack opens them; a store in use is a clear error."""
-    from episodic.embedder import load_embedder
+    from episodic.embedding.embedder import load_embedder
     from stack.stores import open_state, open_store
 
     embedder = load_embedder(settings, queries=False)
@@ -116,7 +116,7 @@ def import_main(argv: list[str]) -> int:
     if args.check:
         print(f"{args.file}: {total} memories, every line valid")
         return 0
-    from episodic.sparse import Bm25Encoder
+    from episodic.store.sparse import Bm25Encoder
 
     try:
         with opened(Settings()) as (store, state, embedder):

@@ -10,9 +10,9 @@ import asyncio
 import sys
 from pathlib import Path
 
-from episodic.client_options import kafka_options
-from episodic.producer import produce_file
-from episodic.settings import Settings
+from episodic.bus.producer import produce_file
+from episodic.kernel.settings import Settings
+from episodic.kernel.transport_security import kafka_options
 from schemas import topics
 
 

@@ -23,8 +23,8 @@ import httpx
 from pydantic import ValidationError
 
 from episodic.client import ClientConfigError, MemoryClient, RequestRefused, ServiceUnreachable
-from episodic.render import relative_age
-from episodic.settings import Settings
+from episodic.kernel.settings import Settings
+from episodic.retrieval.render import relative_age
 from schemas.api import RecallRequest, RenderRequest
 
 

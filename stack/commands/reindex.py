@@ -2,9 +2,9 @@
 
 The pieces are the configured ones (`EPISODIC_CHUNK_MODE`, `EPISODIC_CHUNK_WORDS`, ...): without `--model`
 it re-embeds with the configured model, which re-cuts a store whose vectors were cut another way (its
-generation records how: episodic.generations) and does nothing when they are the configured ones.
+generation records how: episodic.embedding.generations) and does nothing when they are the configured ones.
 
-Runs the re-embed pass (episodic.reembed) in this process, in the foreground, with a progress line, until
+Runs the re-embed pass (episodic.lifecycle.reembed) in this process, in the foreground, with a progress line, until
 the new model's vectors are complete and it is the active generation; Ctrl-C stops it with its cursor saved
 (run it again to resume). `--status` prints where the store stands.
 
@@ -24,15 +24,15 @@ import threading
 import time
 from typing import Any
 
-from episodic.errors import EmbedderUnavailable, EpisodicError
-from episodic.settings import Settings
+from episodic.kernel.errors import EmbedderUnavailable, EpisodicError
+from episodic.kernel.settings import Settings
 
 RETIRE_AFTER_S = 30.0  # other processes (a Qdrant server's) leave the old vector within their poll
 
 
 def _status(store: Any, state: Any) -> dict[str, Any]:
-    from episodic.generations import read
-    from episodic.reembed import FAILURES
+    from episodic.embedding.generations import read
+    from episodic.lifecycle.reembed import FAILURES
 
     doc = read(state) or {}
     out: dict[str, Any] = {"memories": store.count(), **doc}
@@ -70,10 +70,10 @@ def main(argv: list[str]) -> int:
 
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
-    from episodic.embedder import load_model
-    from episodic.generations import Generation, plan
-    from episodic.reembed import Progress, Reembedder
-    from episodic.store import QdrantStore
+    from episodic.embedding.embedder import load_model
+    from episodic.embedding.generations import Generation, plan
+    from episodic.lifecycle.reembed import Progress, Reembedder
+    from episodic.store.facade import QdrantStore
     from stack.stores import open_state, open_store
 
     embedder = None if args.status else load_model(args.model, settings)

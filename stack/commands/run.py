@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from episodic.settings import Settings
+from episodic.kernel.settings import Settings
 from stack.roles import ROLES, HttpRole
 from stack.runtime import run_stack, setup_logging
 
@@ -75,7 +75,7 @@ def preflight(role: str, settings: Settings, *, insecure: bool, prog: str = "") 
     """Refusals before any IO but the tokens file: an error message, or None."""
     prog = prog or f"episodic run {role}"
     if role == HttpRole.name:
-        from episodic.auth import AuthConfigError, load_tokens
+        from episodic.kernel.auth import AuthConfigError, load_tokens
         from recall.app import InsecureBind, check_bind  # lazily: the other roles never import FastAPI
 
         try:

@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from episodic.settings import Settings
+from episodic.kernel.settings import Settings
 from stack.roles import ALL_ROLES, LinkerRole
 from stack.runtime import run_stack, setup_logging
 

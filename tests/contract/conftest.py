@@ -17,11 +17,11 @@ from typing import Any, cast
 
 import pytest
 
-from episodic.identity import point_id
-from episodic.ports import DENSE, MemoryPoint, MemoryStore, StateStore
-from episodic.sparse import Bm25Encoder
-from episodic.state import QdrantStateStore
-from episodic.store import QdrantStore
+from episodic.domain.identity import point_id
+from episodic.kernel.ports import DENSE, MemoryPoint, MemoryStore, StateStore
+from episodic.store.facade import QdrantStore
+from episodic.store.sparse import Bm25Encoder
+from episodic.store.state import QdrantStateStore
 from tests.tmpfs import fast_tmp_dir
 
 DIM = 8
@@ -47,15 +47,15 @@ def mix(*parts: tuple[int, float]) -> list[float]:
 
 def make_store(backend: str, tmp_path: Path, *, dim: int = DIM, vector: str = DENSE) -> MemoryStore:
     if backend == "edge":
-        from episodic.store_edge import EdgeStore
+        from episodic.store.edge import EdgeStore
 
         store: MemoryStore = EdgeStore(tmp_path / "edge", prefetch_limit=50)
     elif backend == "qdrant-local":
-        from episodic.store_qdrant import QdrantServerStore
+        from episodic.store.qdrant_server import QdrantServerStore
 
         store = QdrantServerStore(location=":memory:", collection="memories", prefetch_limit=50)
     elif backend == "qdrant-local-path":
-        from episodic.store_qdrant import QdrantServerStore
+        from episodic.store.qdrant_server import QdrantServerStore
 
         store = QdrantServerStore(path=tmp_path / "qlocal", collection="memories", prefetch_limit=50)
     else:  # pragma: no cover

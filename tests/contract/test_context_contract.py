@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from episodic.context import ContextMode
-from episodic.forget import Forgetter, Position
-from episodic.identity import point_id
-from episodic.indexer import Indexer
-from episodic.ports import Fusion, MemoryPoint, MemoryStore, ScopeFilter, StateStore
-from episodic.recall import RecallEngine
-from episodic.sparse import Bm25Encoder
+from episodic.domain.context_mode import ContextMode
+from episodic.domain.identity import point_id
+from episodic.indexing.indexer import Indexer
+from episodic.kernel.ports import Fusion, MemoryPoint, MemoryStore, ScopeFilter, StateStore
+from episodic.lifecycle.forget import Forgetter, Position
+from episodic.retrieval.engine import RecallEngine
+from episodic.store.sparse import Bm25Encoder
 from schemas.api import RecallRequest
 from schemas.events import EmbeddableRecord, ForgetRecord, ForgetSelector
 from tests.contract.conftest import DIM, MakePoint, e
@@ -176,8 +176,8 @@ def test_a_memory_indexed_without_context_is_still_recalled(store: MemoryStore, 
     """Memories indexed before context was switched on (mode off, or an older version) have no context
     vector: the default five-leg hybrid still finds them through its dense and own-BM25 legs, and the
     memories indexed after them get them as context."""
-    from episodic.recall import fusion_from_settings
-    from episodic.settings import Settings
+    from episodic.kernel.settings import Settings
+    from episodic.retrieval.engine import fusion_from_settings
 
     Indexer(store=store, embedder=None, bm25=bm25, context=ContextMode("off", 0, 16)).index_batch(chat()[:2])
     Indexer(store=store, embedder=None, bm25=bm25, context=ContextMode("prev", 2, 16)).index_batch(chat()[2:])
@@ -269,12 +269,12 @@ def test_an_old_collection_runs_without_the_context_vector(
     backend: str, tmp_path: Path, mk: MakePoint, bm25: Bm25Encoder, caplog: pytest.LogCaptureFixture
 ) -> None:
     if backend == "edge":
-        from episodic.store_edge import EdgeStore
+        from episodic.store.edge import EdgeStore
 
         _old_edge(tmp_path / "edge")
         store: MemoryStore = EdgeStore(tmp_path / "edge")
     else:
-        from episodic.store_qdrant import QdrantServerStore
+        from episodic.store.qdrant_server import QdrantServerStore
 
         _old_client(tmp_path / "qlocal")
         store = QdrantServerStore(path=tmp_path / "qlocal", collection="memories")
@@ -332,7 +332,7 @@ def test_the_linker_keeps_a_next_edge_the_indexer_wrote_while_it_searched(
 ) -> None:
     """Two writers of one memory's edges: the indexer gives c1 its `next` edge while the linker is looking
     for c1's similar memories; the linker's write keeps it (and the indexer's later writes keep `similar`)."""
-    from episodic.linker import Linker
+    from episodic.maintenance.linker import Linker
     from schemas.events import IndexedEvent
 
     c = chat()

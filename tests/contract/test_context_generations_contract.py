@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from episodic.context import ContextMode
-from episodic.identity import point_id
-from episodic.indexer import Indexer
-from episodic.ports import DENSE, Fusion, MemoryStore, ScopeFilter
-from episodic.sparse import Bm25Encoder
+from episodic.domain.context_mode import ContextMode
+from episodic.domain.identity import point_id
+from episodic.indexing.indexer import Indexer
+from episodic.kernel.ports import DENSE, Fusion, MemoryStore, ScopeFilter
+from episodic.store.sparse import Bm25Encoder
 from tests.contract.conftest import DIM, PERSISTENT_BACKENDS, make_store
 from tests.contract.conftest import as_qdrant as q
 from tests.contract.test_context_contract import CONTEXT_ONLY, _old_client, _old_edge, chat, context_ids

@@ -10,9 +10,9 @@ import random
 
 import pytest
 
-from episodic.ports import MemoryStore, PagePosition, RecallFilter, ScopeFilter, Selection
-from episodic.sparse import Bm25Encoder
-from episodic.store import QdrantStore
+from episodic.kernel.ports import MemoryStore, PagePosition, RecallFilter, ScopeFilter, Selection
+from episodic.store.facade import QdrantStore
+from episodic.store.sparse import Bm25Encoder
 from tests.contract.conftest import MakePoint, e, mix
 
 QUERY = "checkout ran out of memory"
@@ -72,7 +72,7 @@ def test_a_filtered_recall_returns_k_hits_when_the_unfiltered_top_k_are_all_excl
     q, sparse = e(0), bm25.query(QUERY)
     unfiltered = _ids(crowded.query_dense(q, own(), 3))
     assert all(i.startswith("near") for i in unfiltered)
-    from episodic.ports import Fusion
+    from episodic.kernel.ports import Fusion
 
     for run in (
         lambda s: crowded.query_dense(q, s, 3),
@@ -106,7 +106,7 @@ def test_a_filtered_recall_returns_k_hits_when_the_unfiltered_top_k_are_all_excl
 def test_each_filter_on_every_query_leg(
     crowded: MemoryStore, bm25: Bm25Encoder, filters: dict[str, object], expected: set[str]
 ) -> None:
-    from episodic.ports import Fusion
+    from episodic.kernel.ports import Fusion
 
     scope = own(**filters)
     assert set(_ids(crowded.query_dense(e(0), scope, 12))) == expected
@@ -153,7 +153,7 @@ def test_pages_are_newest_first_with_stable_ties_at_any_page_size(store: MemoryS
     everything = [p["entry_id"] for _, p in store.page(Selection("ws-a"), None, 100)[0]]
     assert sorted(everything) == sorted(p.payload["entry_id"] for p in points)
     by_id = {p.payload["entry_id"]: p for p in points}
-    from episodic.scoring import parse_time as parse_ts
+    from episodic.domain.scoring import parse_time as parse_ts
 
     instants = [parse_ts(by_id[i].payload["ts"]) for i in everything]
     assert instants == sorted(instants, reverse=True)  # newest first

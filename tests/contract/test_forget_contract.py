@@ -1,4 +1,4 @@
-"""Forgetting (episodic.forget) on every engine: the real store and its state store beside it, memories
+"""Forgetting (episodic.lifecycle.forget) on every engine: the real store and its state store beside it, memories
 written by the real indexer (sparse-only: the model is not what is tested here)."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from episodic.errors import StoreUnavailable
-from episodic.forget import APPLIED, EARLY, RULES, STATUS, Forgetter, Position, announce
-from episodic.identity import point_id
-from episodic.indexer import Indexer
-from episodic.ports import MemoryStore, Relation, StateStore
-from episodic.sparse import Bm25Encoder
+from episodic.domain.identity import point_id
+from episodic.indexing.indexer import Indexer
+from episodic.kernel.errors import StoreUnavailable
+from episodic.kernel.ports import MemoryStore, Relation, StateStore
+from episodic.lifecycle.forget import APPLIED, EARLY, RULES, STATUS, Forgetter, Position, announce
+from episodic.store.sparse import Bm25Encoder
 from schemas.events import EmbeddableRecord, ForgetRecord, ForgetSelector
 
 T = datetime(2026, 11, 20, 12, 0, 0, tzinfo=UTC)  # when the forgets are requested
@@ -237,7 +237,7 @@ def test_a_forget_narrowed_to_an_agent_touches_only_that_agents_memories(
 def test_the_health_ledger_does_not_count_what_a_forget_took_or_keeps_out(
     store: MemoryStore, state: StateStore, ix: Indexer, forgetter: Forgetter
 ) -> None:
-    from episodic.health_inputs import Ledger, accepted_ids
+    from episodic.maintenance.health_inputs import Ledger, accepted_ids
 
     later = T + timedelta(hours=1)
     indexed = [

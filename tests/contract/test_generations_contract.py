@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from episodic.errors import StoreError
-from episodic.identity import point_id
-from episodic.ports import DENSE, Fusion, MemoryPoint, MemoryStore, ScopeFilter
-from episodic.sparse import Bm25Encoder
+from episodic.domain.identity import point_id
+from episodic.kernel.errors import StoreError
+from episodic.kernel.ports import DENSE, Fusion, MemoryPoint, MemoryStore, ScopeFilter
+from episodic.store.sparse import Bm25Encoder
 from tests.contract.conftest import DIM, PERSISTENT_BACKENDS, MakePoint, e, make_store
 from tests.contract.conftest import as_qdrant as q
 

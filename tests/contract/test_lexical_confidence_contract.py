@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from episodic.ports import Fusion, MemoryStore, ScopeFilter, StoredHit
-from episodic.sparse import Bm25Encoder
+from episodic.kernel.ports import Fusion, MemoryStore, ScopeFilter, StoredHit
+from episodic.store.sparse import Bm25Encoder
 from tests.contract.conftest import MakePoint, e
 from tests.contract.conftest import as_qdrant as q
 
@@ -69,7 +69,7 @@ def test_only_the_requests_scope_counts_as_a_match(store: MemoryStore, mk: MakeP
 def test_the_workspace_is_counted_once_per_ttl(
     store: MemoryStore, mk: MakePoint, bm25: Bm25Encoder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import episodic.store as store_module
+    import episodic.store.facade as store_module
 
     seed(store, mk)
     engine = q(store).engine

@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from episodic.errors import StoreError
-from episodic.identity import point_id
-from episodic.ports import MemoryStore, Relation
+from episodic.domain.identity import point_id
+from episodic.kernel.errors import StoreError
+from episodic.kernel.ports import MemoryStore, Relation
 from tests.contract.conftest import MakePoint, e, mix
 
 

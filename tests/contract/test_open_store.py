@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from episodic.errors import StoreUnavailable
-from episodic.settings import Settings
-from episodic.store_edge import EdgeStore
+from episodic.kernel.errors import StoreUnavailable
+from episodic.kernel.settings import Settings
+from episodic.store.edge import EdgeStore
 from stack.stores import open_store
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from episodic.identity import point_id
-from episodic.ports import Fusion, MemoryPoint, MemoryStore, ScopeFilter, SparseVec, StoredHit
-from episodic.store_query import Filter, HasId, IsEmpty
-from episodic.store_rules import stored_point
+from episodic.domain.identity import point_id
+from episodic.kernel.ports import Fusion, MemoryPoint, MemoryStore, ScopeFilter, SparseVec, StoredHit
+from episodic.store.query import Filter, HasId, IsEmpty
+from episodic.store.rules import stored_point
 from tests.contract.conftest import DIM, MakePoint, e, mix
 from tests.contract.conftest import as_qdrant as q
 
@@ -149,7 +149,7 @@ def test_a_store_opened_with_an_older_generation_indexes_its_count_at_start(tmp_
     before the index existed) gets it when the store is opened again."""
     import qdrant_edge as qe
 
-    from episodic.store_edge import EdgeStore
+    from episodic.store.edge import EdgeStore
 
     first = EdgeStore(tmp_path / "edge", prefetch_limit=50)
     first.ensure_collection(DIM)

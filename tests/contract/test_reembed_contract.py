@@ -8,12 +8,12 @@ import hashlib
 import numpy as np
 import pytest
 
-from episodic.chunking import LEGACY
-from episodic.errors import StoreError
-from episodic.generations import Generation, ModelSwitch, next_vector, plan, read, write
-from episodic.identity import point_id
-from episodic.ports import DENSE, MemoryStore, ScopeFilter, StateStore
-from episodic.reembed import FAILURES, Progress, Reembedder
+from episodic.domain.chunking import LEGACY
+from episodic.domain.identity import point_id
+from episodic.embedding.generations import Generation, ModelSwitch, next_vector, plan, read, write
+from episodic.kernel.errors import StoreError
+from episodic.kernel.ports import DENSE, MemoryStore, ScopeFilter, StateStore
+from episodic.lifecycle.reembed import FAILURES, Progress, Reembedder
 from tests.contract.conftest import DIM, MakePoint
 from tests.contract.conftest import as_qdrant as q
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from episodic.ports import MemoryStore, Relation, ScopeFilter
+from episodic.kernel.ports import MemoryStore, Relation, ScopeFilter
 from tests.contract.conftest import MakePoint, e
 
 OWN = ScopeFilter(workspace_id="ws-a", scope="own", agent_id="agent-1")
@@ -62,7 +62,7 @@ def test_find_entries_respects_scope_and_workspace(store: MemoryStore, mk: MakeP
 def test_the_walk_reads_the_rows_of_the_vector_its_query_ran_on(store: MemoryStore, mk: MakePoint) -> None:
     """During a switch the request's query vector names its generation (`using`): the memories the walk or
     adjacency bring in, and the dense mode's count of memories without a vector, read that one too."""
-    from episodic.identity import point_id
+    from episodic.domain.identity import point_id
     from tests.contract.conftest import DIM
     from tests.contract.conftest import as_qdrant as q
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from episodic.identity import point_id
-from episodic.ports import MemoryStore
-from episodic.store import SCROLL_PAGE
+from episodic.domain.identity import point_id
+from episodic.kernel.ports import MemoryStore
+from episodic.store.facade import SCROLL_PAGE
 from tests.contract.conftest import DIM, MakePoint, e, mix
 
 

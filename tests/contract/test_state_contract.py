@@ -1,4 +1,4 @@
-"""The state store (episodic.state) on every engine: documents keyed by (kind, key) beside the memories,
+"""The state store (episodic.store.state) on every engine: documents keyed by (kind, key) beside the memories,
 kept apart from them, surviving a restart; and `MemoryStore.delete`."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from episodic.errors import StoreError
-from episodic.identity import point_id
-from episodic.ports import MemoryStore, StateStore
-from episodic.state import QdrantStateStore
-from episodic.store import QdrantStore
+from episodic.domain.identity import point_id
+from episodic.kernel.errors import StoreError
+from episodic.kernel.ports import MemoryStore, StateStore
+from episodic.store.facade import QdrantStore
+from episodic.store.state import QdrantStateStore
 from tests.contract.conftest import PERSISTENT_BACKENDS, MakePoint, e, make_store
 
 

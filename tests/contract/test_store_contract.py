@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from episodic.errors import StoreError
-from episodic.identity import point_id
-from episodic.ports import Fusion, MemoryPoint, MemoryStore, ScopeFilter, SparseVec, StoredHit
-from episodic.sparse import Bm25Encoder
-from episodic.store_query import DENSIFY_FIELDS
+from episodic.domain.identity import point_id
+from episodic.kernel.errors import StoreError
+from episodic.kernel.ports import Fusion, MemoryPoint, MemoryStore, ScopeFilter, SparseVec, StoredHit
+from episodic.store.query import DENSIFY_FIELDS
+from episodic.store.sparse import Bm25Encoder
 from tests.contract.conftest import DIM, PERSISTENT_BACKENDS, MakePoint, e, make_store, mix
 
 OWN = ScopeFilter(workspace_id="ws-a", scope="own", agent_id="agent-1")
@@ -388,8 +388,8 @@ def test_hybrid_head_leg_is_bm25s_top_n(store: MemoryStore, mk: MakePoint, bm25:
 def test_hybrid_default_fusion_ranks_the_lexical_matches_first(
     store: MemoryStore, mk: MakePoint, bm25: Bm25Encoder
 ) -> None:
-    from episodic.recall import fusion_from_settings
-    from episodic.settings import Settings
+    from episodic.kernel.settings import Settings
+    from episodic.retrieval.engine import fusion_from_settings
 
     _lexical_vs_semantic(store, mk)
     fusion = fusion_from_settings(Settings())
@@ -627,8 +627,8 @@ def test_restart_loses_nothing(backend: str, tmp_path: Path, mk: MakePoint, bm25
 
 
 def test_edge_reopens_lazily_and_rejects_a_second_opener(fast_tmp: Path, mk: MakePoint) -> None:
-    from episodic.errors import StoreUnavailable
-    from episodic.store_edge import EdgeStore
+    from episodic.kernel.errors import StoreUnavailable
+    from episodic.store.edge import EdgeStore
 
     s = make_store("edge", fast_tmp)
     s.upsert([mk("e1", "x", e(0))])

@@ -12,8 +12,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
-from episodic.bus import make_producer
-from episodic.settings import Settings
+from episodic.bus.kafka import make_producer
+from episodic.kernel.settings import Settings
 from infra.broker import free_port
 from stack.roles import EmbedderRole
 from stack.runtime import Stack

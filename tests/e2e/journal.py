@@ -6,7 +6,7 @@ import json
 import random
 from dataclasses import dataclass, field
 
-from episodic.policy import decide
+from episodic.domain.policy import decide
 
 EMBED_TYPES = [
     "peer.escalation",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from episodic.producer import produce_file
-from episodic.settings import Settings
+from episodic.bus.producer import produce_file
+from episodic.kernel.settings import Settings
 from infra.broker import free_port
 from stack.commands.doctor import main as doctor_main
 from stack.commands.recall import main as recall_main

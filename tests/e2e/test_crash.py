@@ -21,8 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from episodic.identity import point_id
-from episodic.settings import Settings
+from episodic.domain.identity import point_id
+from episodic.kernel.settings import Settings
 from infra.broker import free_port
 from tests.e2e.conftest import poll, produce_lines, read_topic
 

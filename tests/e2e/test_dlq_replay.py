@@ -21,10 +21,10 @@ from typing import Any
 import httpx
 import pytest
 
-from episodic.dlq import Letter, letters
-from episodic.errors import StoreError
-from episodic.identity import point_id
-from episodic.ports import MemoryPoint
+from episodic.domain.identity import point_id
+from episodic.kernel.errors import StoreError
+from episodic.kernel.ports import MemoryPoint
+from episodic.lifecycle.dlq import Letter, letters
 from schemas.topics import JOURNAL_DLQ, JOURNAL_DLQ_REPLAYS
 from stack.commands.dlq import ls_main, replay_main
 from stack.runtime import Stack

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from episodic.identity import point_id
+from episodic.domain.identity import point_id
 from stack.runtime import Stack
 from tests.e2e.conftest import poll, produce_lines, read_topic, running_stack, stack_settings
 

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from episodic.identity import point_id
-from episodic.scoring import decay_importance
+from episodic.domain.identity import point_id
+from episodic.domain.scoring import decay_importance
 from stack.runtime import Stack
 from tests.e2e.conftest import poll, produce_lines, running_stack, stack_settings
 from tests.integration.maint_helpers import Clock, iso

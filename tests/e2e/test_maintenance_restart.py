@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from episodic.nudge import nudge_text
+from episodic.maintenance.nudge import nudge_text
 from infra.broker import free_port
 from schemas.events import HealthSnapshot, NudgeEvent
 from tests.e2e.conftest import poll, produce_lines, read_topic

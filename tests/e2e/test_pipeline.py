@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from episodic.identity import point_id
-from episodic.ports import Selection
+from episodic.domain.identity import point_id
+from episodic.kernel.ports import Selection
 from stack.roles import EmbedderRole
 from tests.e2e.conftest import poll, produce_lines, read_topic, running_stack, stack_settings
 from tests.e2e.journal import build

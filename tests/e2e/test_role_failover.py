@@ -32,9 +32,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from episodic.bus import make_producer
-from episodic.identity import point_id
-from episodic.settings import Settings
+from episodic.bus.kafka import make_producer
+from episodic.domain.identity import point_id
+from episodic.kernel.settings import Settings
 from infra.broker import free_port
 from tests.e2e.conftest import poll, read_topic
 

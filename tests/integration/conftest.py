@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from episodic.ports import MemoryStore, StateStore
+from episodic.kernel.ports import MemoryStore, StateStore
 from tests.integration.maint_helpers import open_edge
 from tests.tmpfs import fast_tmp_dir
 

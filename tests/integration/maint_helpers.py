@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from episodic.identity import point_id
-from episodic.ports import MemoryPoint, MemoryStore, SparseVec, StateStore
+from episodic.domain.identity import point_id
+from episodic.kernel.ports import MemoryPoint, MemoryStore, SparseVec, StateStore
 
 DIM = 8
 T0 = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
@@ -72,7 +72,7 @@ def memory(
 
 
 def open_edge(path: Path) -> tuple[MemoryStore, StateStore]:
-    from episodic.store_edge import EdgeStore
+    from episodic.store.edge import EdgeStore
     from stack.stores import open_state
 
     store = EdgeStore(path)

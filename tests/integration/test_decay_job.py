@@ -9,12 +9,12 @@ from itertools import pairwise
 
 import pytest
 
-from episodic.decay import DECAY_KEY, JOB_KIND, DecayJob, JobBusy, RetentionPolicy
-from episodic.forget import TOMBSTONE, Forgetter, tombstone_key
-from episodic.identity import point_id
-from episodic.ports import MemoryStore, Relation, StateStore
-from episodic.schedule import Schedule
-from episodic.scoring import FLOOR_REACHED_DAYS, decay_importance
+from episodic.domain.identity import point_id
+from episodic.domain.scoring import FLOOR_REACHED_DAYS, decay_importance
+from episodic.kernel.ports import MemoryStore, Relation, StateStore
+from episodic.lifecycle.forget import TOMBSTONE, Forgetter, tombstone_key
+from episodic.maintenance.decay import DECAY_KEY, JOB_KIND, DecayJob, JobBusy, RetentionPolicy
+from episodic.maintenance.schedule import Schedule
 from schemas.events import ArchivedRecord
 from tests.contract.test_forget_contract import rec as journal_record
 from tests.integration.maint_helpers import T0, Clock, Failing, iso, memory
@@ -147,23 +147,23 @@ def test_a_retention_that_dies_between_cutting_and_joining_joins_the_run_on_the_
 ) -> None:
     """The edges to b and c are cut, then the process dies before a and d are joined: the retry reads b and c
     again, and they still say where they sat in the run (the cut leaves the memories it removes as they are)."""
-    import episodic.context
+    import episodic.indexing.context
 
     store, state = edge_stores
     seed_run(store, "abcd", stale_ids="bc")
-    real = episodic.context.relink
+    real = episodic.indexing.context.relink
 
     def die(*args: object, **kwargs: object) -> int:
         raise RuntimeError("killed between the cut and the join")
 
     job = retention_job(store, state)
-    monkeypatch.setattr(episodic.context, "relink", die)
+    monkeypatch.setattr(episodic.indexing.context, "relink", die)
     with pytest.raises(RuntimeError, match="killed"):
         job.run()
     cut = store.relations_of("ws-a", ["a", "d"])
     assert {(r.src, r.dst) for r in cut if r.src in "ad"} == set()  # a and d: cut, not yet joined
     assert {(r.src, r.dst) for r in cut} == {("b", "a"), ("c", "d")}  # b and c still say where they sat
-    monkeypatch.setattr(episodic.context, "relink", real)
+    monkeypatch.setattr(episodic.indexing.context, "relink", real)
     state.delete(JOB_KIND, [DECAY_KEY])  # the dead holder's lease
     assert job.run().archived == 2
     assert run_edges(store, ["a", "d"]) == {("a", "next", "d"), ("d", "previous", "a")}
@@ -175,21 +175,21 @@ def test_a_memory_archived_by_a_run_that_died_before_its_delete_is_finished_even
     """The run archived and tombstoned b, then died before cutting and deleting it; b was referenced before
     the next run, so it is no longer eligible. It is finished all the same: a tombstoned memory must not stay
     searchable, and the run is joined across it."""
-    import episodic.decay
+    import episodic.maintenance.decay
 
     store, state = edge_stores
     seed_run(store, "abc", stale_ids="b")
     job = retention_job(store, state)
-    real = episodic.decay.cut_out
+    real = episodic.maintenance.decay.cut_out
 
     def die(*args: object, **kwargs: object) -> int:
         raise RuntimeError("killed after the tombstone")
 
-    monkeypatch.setattr(episodic.decay, "cut_out", die)
+    monkeypatch.setattr(episodic.maintenance.decay, "cut_out", die)
     with pytest.raises(RuntimeError, match="killed"):
         job.run()
     assert state.get(TOMBSTONE, tombstone_key("ws-a", "b"))["forget_id"] == "retention"
-    monkeypatch.setattr(episodic.decay, "cut_out", real)
+    monkeypatch.setattr(episodic.maintenance.decay, "cut_out", real)
     b = point_id("ws-a", "b")
     store.set_payload(b, {"reference_count": 1, "last_referenced_at": iso(T0)})  # referenced meanwhile
     state.delete(JOB_KIND, [DECAY_KEY])  # the dead holder's lease
@@ -229,7 +229,7 @@ def test_retention_archives_then_removes_the_memory_and_every_edge_to_it(
             Relation("stale", "pinned", "similar", 0.85, "t", "ws-a"),
         ]
     )
-    from episodic.health_inputs import ACCEPTED_KIND, accepted_ids
+    from episodic.maintenance.health_inputs import ACCEPTED_KIND, accepted_ids
 
     ledger = {f"ws-a/{e}": {"workspace_id": "ws-a", "entry_id": e, "agent_id": "agent-1"} for e in ("stale", "pinned")}
     state.put_many(ACCEPTED_KIND, ledger)  # the health agent's ledger of accepted entries

@@ -10,13 +10,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from consumers.densify import Densifier
-from episodic.identity import point_id
-from episodic.indexer import Indexer
-from episodic.metrics import Metrics
-from episodic.ports import MemoryPoint, SparseVec
-from episodic.settings import Settings
-from episodic.sparse import Bm25Encoder
-from episodic.store_rules import stored_point
+from episodic.domain.identity import point_id
+from episodic.indexing.indexer import Indexer
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.ports import MemoryPoint, SparseVec
+from episodic.kernel.settings import Settings
+from episodic.store.rules import stored_point
+from episodic.store.sparse import Bm25Encoder
 
 WS = "ws-old"
 

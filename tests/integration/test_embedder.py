@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from episodic.embedder import load_embedder, model_threads
-from episodic.settings import Settings
+from episodic.embedding.embedder import load_embedder, model_threads
+from episodic.kernel.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -18,17 +18,17 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from consumers.embedding import EmbeddingConsumer
-from episodic.bus import ensure_topics, make_producer, send_forget
-from episodic.errors import StoreError, StoreUnavailable
-from episodic.forget import FAILED, STATUS, Forgetter
-from episodic.identity import point_id
-from episodic.indexer import Indexer
-from episodic.metrics import Metrics
-from episodic.ports import MemoryPoint
-from episodic.settings import Settings
-from episodic.sparse import Bm25Encoder
-from episodic.state import QdrantStateStore
-from episodic.store_edge import EdgeStore
+from episodic.bus.kafka import ensure_topics, make_producer, send_forget
+from episodic.domain.identity import point_id
+from episodic.indexing.indexer import Indexer
+from episodic.kernel.errors import StoreError, StoreUnavailable
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.ports import MemoryPoint
+from episodic.kernel.settings import Settings
+from episodic.lifecycle.forget import FAILED, STATUS, Forgetter
+from episodic.store.edge import EdgeStore
+from episodic.store.sparse import Bm25Encoder
+from episodic.store.state import QdrantStateStore
 from schemas.events import ForgetRecord, ForgetSelector
 from streams.internals import AIOKAFKA_CONSUMER_FETCH_WAIT
 from tests.e2e.conftest import poll
@@ -204,7 +204,7 @@ async def test_a_record_the_store_rejects_is_dead_lettered_and_the_partition_kee
 
 
 def store_pid(entry_id: str) -> str:
-    from episodic.identity import point_id
+    from episodic.domain.identity import point_id
 
     return point_id("ws", entry_id)
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord
 
-from episodic.bus import ensure_topics, make_producer
-from episodic.metrics import Metrics
-from episodic.settings import Settings
+from episodic.bus.kafka import ensure_topics, make_producer
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.settings import Settings
 from schemas.events import DlqRecord, EmbeddableRecord
 from streams.gate import GateOptions, GateTopics
 from streams.runner import GateRunner

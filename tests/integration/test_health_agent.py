@@ -16,15 +16,15 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from episodic.bus import ensure_topics, make_producer
-from episodic.health import band, linear
-from episodic.health_inputs import Ledger, RecallTally
-from episodic.health_job import HealthConfig, HealthJob
-from episodic.indexer import Indexer
-from episodic.metrics import Metrics
-from episodic.ports import MemoryStore, StateStore
-from episodic.settings import Settings
-from episodic.sparse import Bm25Encoder
+from episodic.bus.kafka import ensure_topics, make_producer
+from episodic.domain.health import band, linear
+from episodic.indexing.indexer import Indexer
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.ports import MemoryStore, StateStore
+from episodic.kernel.settings import Settings
+from episodic.maintenance.health_inputs import Ledger, RecallTally
+from episodic.maintenance.health_job import HealthConfig, HealthJob
+from episodic.store.sparse import Bm25Encoder
 from schemas.events import EmbeddableRecord, HealthSnapshot
 from stack.commands import health as health_cli
 from stack.roles import HttpRole, Resources

@@ -12,12 +12,12 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
-from episodic.health_job import HealthConfig, HealthJob
-from episodic.identity import point_id
-from episodic.metrics import Metrics
-from episodic.ports import MemoryPoint, MemoryStore, StateStore
-from episodic.settings import Settings
-from episodic.sparse import Bm25Encoder
+from episodic.domain.identity import point_id
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.ports import MemoryPoint, MemoryStore, StateStore
+from episodic.kernel.settings import Settings
+from episodic.maintenance.health_job import HealthConfig, HealthJob
+from episodic.store.sparse import Bm25Encoder
 from recall.app import create_app
 from stack.stores import open_state, open_store
 

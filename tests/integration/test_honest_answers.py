@@ -14,14 +14,14 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
-from episodic.errors import BrokerUnavailable
-from episodic.identity import point_id
-from episodic.indexer import Indexer
-from episodic.metrics import Metrics
-from episodic.ports import MemoryPoint
-from episodic.settings import Settings
-from episodic.sparse import Bm25Encoder
-from episodic.store_edge import EdgeStore
+from episodic.domain.identity import point_id
+from episodic.indexing.indexer import Indexer
+from episodic.kernel.errors import BrokerUnavailable
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.ports import MemoryPoint
+from episodic.kernel.settings import Settings
+from episodic.store.edge import EdgeStore
+from episodic.store.sparse import Bm25Encoder
 from recall.app import create_app
 from schemas.events import EmbeddableRecord
 from stack.roles import HttpRole, Resources

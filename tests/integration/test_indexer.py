@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from episodic.identity import point_id
-from episodic.indexer import Indexer
-from episodic.ports import ScopeFilter
-from episodic.settings import Settings
-from episodic.sparse import Bm25Encoder
+from episodic.domain.identity import point_id
+from episodic.indexing.indexer import Indexer
+from episodic.kernel.ports import ScopeFilter
+from episodic.kernel.settings import Settings
+from episodic.store.sparse import Bm25Encoder
 from schemas.events import EmbeddableRecord
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from episodic.bus import LagProbe
+from episodic.bus.kafka import LagProbe
 from tests.integration.test_embedding_consumer import produce
 
 pytestmark = pytest.mark.integration

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from episodic.identity import point_id
-from episodic.linker import Linker
-from episodic.ports import MemoryPoint, MemoryStore, Relation, SparseVec
-from episodic.store_edge import EdgeStore
+from episodic.domain.identity import point_id
+from episodic.kernel.ports import MemoryPoint, MemoryStore, Relation, SparseVec
+from episodic.maintenance.linker import Linker
+from episodic.store.edge import EdgeStore
 from schemas.events import IndexedEvent
 from tests.contract.conftest import mix as unit
 

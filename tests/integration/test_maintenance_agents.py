@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from episodic.bus import ensure_topics, make_producer
-from episodic.errors import StoreUnavailable
-from episodic.identity import point_id
-from episodic.importance import ReferenceCounter
-from episodic.linker import Linker
-from episodic.metrics import Metrics
-from episodic.ports import MemoryStore, StateStore
-from episodic.settings import Settings
+from episodic.bus.kafka import ensure_topics, make_producer
+from episodic.domain.identity import point_id
+from episodic.kernel.errors import StoreUnavailable
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.ports import MemoryStore, StateStore
+from episodic.kernel.settings import Settings
+from episodic.maintenance.importance import ReferenceCounter
+from episodic.maintenance.linker import Linker
 from schemas.events import IndexedEvent
 from streams.importance import importance_runner
 from streams.linker import linker_runner

@@ -20,15 +20,15 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.concurrency import run_in_threadpool
 
-from episodic.forget import Forgetter
-from episodic.identity import point_id
-from episodic.indexer import Indexer
-from episodic.metrics import Metrics
-from episodic.ports import Relation
-from episodic.settings import Settings
-from episodic.sparse import Bm25Encoder
-from episodic.state import QdrantStateStore
-from episodic.store_edge import EdgeStore
+from episodic.domain.identity import point_id
+from episodic.indexing.indexer import Indexer
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.ports import Relation
+from episodic.kernel.settings import Settings
+from episodic.lifecycle.forget import Forgetter
+from episodic.store.edge import EdgeStore
+from episodic.store.sparse import Bm25Encoder
+from episodic.store.state import QdrantStateStore
 from recall.app import create_app
 from schemas.api import MemoryDetail, MemoryPage
 from schemas.events import EmbeddableRecord, ForgetRecord

@@ -17,11 +17,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from prometheus_client import CollectorRegistry
 
-from episodic.bus import ensure_topics, make_producer
-from episodic.metrics import Metrics
-from episodic.nudge import NudgeBook, Observed, nudge_text
-from episodic.ports import StateStore
-from episodic.settings import Settings
+from episodic.bus.kafka import ensure_topics, make_producer
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.ports import StateStore
+from episodic.kernel.settings import Settings
+from episodic.maintenance.nudge import NudgeBook, Observed, nudge_text
 from schemas.events import NudgeEvent
 from stack.stores import open_state, open_store
 from streams.agents import AgentRunner

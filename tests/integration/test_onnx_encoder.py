@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from episodic.cores import CoreBudget
-from episodic.embedder import attach_onnx, attach_query_encoder, load_embedder
-from episodic.metrics import Metrics
-from episodic.onnx_encoder import OnnxEncoder
-from episodic.settings import Settings
+from episodic.embedding.cores import CoreBudget
+from episodic.embedding.embedder import attach_onnx, attach_query_encoder, load_embedder
+from episodic.embedding.onnx_encoder import OnnxEncoder
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -19,15 +19,15 @@ from typing import Any
 
 import pytest
 
-from episodic.forget import TOMBSTONE, tombstone_key
-from episodic.generations import Generation
-from episodic.identity import point_id
-from episodic.indexer import Indexer
-from episodic.memories import memory_detail
-from episodic.portable import BadExport, Importer, check_export, export_workspace, read_export
-from episodic.ports import DENSE, Fusion, MemoryStore, Relation, ScopeFilter, Selection, StateStore
-from episodic.recall import RecallEngine
-from episodic.sparse import Bm25Encoder
+from episodic.domain.identity import point_id
+from episodic.embedding.generations import Generation
+from episodic.indexing.indexer import Indexer
+from episodic.kernel.ports import DENSE, Fusion, MemoryStore, Relation, ScopeFilter, Selection, StateStore
+from episodic.lifecycle.forget import TOMBSTONE, tombstone_key
+from episodic.lifecycle.inspect import memory_detail
+from episodic.lifecycle.portable import BadExport, Importer, check_export, export_workspace, read_export
+from episodic.retrieval.engine import RecallEngine
+from episodic.store.sparse import Bm25Encoder
 from schemas.api import RecallRequest
 from schemas.events import EmbeddableRecord
 from stack.stores import open_state
@@ -61,8 +61,8 @@ def record(i: str, entry_type: str, severity: str, summary: str, **extra: Any) -
 
 def stores(root: Path) -> Iterator[tuple[MemoryStore, StateStore]]:
     """An Edge store and a qdrant-client local store (384 dims), each with its state store."""
-    from episodic.store_edge import EdgeStore
-    from episodic.store_qdrant import QdrantServerStore
+    from episodic.store.edge import EdgeStore
+    from episodic.store.qdrant_server import QdrantServerStore
 
     made: list[MemoryStore] = [EdgeStore(root / "edge"), QdrantServerStore(path=root / "qlocal", collection="m")]
     for s in made:
@@ -166,7 +166,7 @@ def test_rows_cut_another_way_are_embedded_again(pair: Any, embedder: Any) -> No
     """The same model, but the file's rows were cut into windows (or it does not say: a file from before
     `pieces`, cut into the windows of its time) while the target cuts sentence pieces: embedded again, so
     the target's memories are all cut its way."""
-    from episodic.chunking import LEGACY
+    from episodic.domain.chunking import LEGACY
 
     (source, _), (target, target_state) = pair
     fill(source, embedder)
@@ -191,7 +191,7 @@ def test_windows_of_unrecorded_sizes_are_carried_only_into_windows_of_unrecorded
     """A file labelled `window` (the sizes its store was configured with were never recorded) cannot be
     compared with a target whose windows have recorded sizes: embedded again. Into a target whose windows
     were not recorded either (the two stores' settings are all there is to go on), carried over."""
-    from episodic.chunking import LEGACY
+    from episodic.domain.chunking import LEGACY
 
     (source, _), (target, target_state) = pair
     windows = embedder.with_pieces("window:254:32")
@@ -233,7 +233,7 @@ def test_the_run_context_comes_back_and_its_vector_is_computed_again(pair: Any) 
 def test_a_run_is_joined_across_what_the_targets_forgets_left_out(pair: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """c0 -> c1 -> c2 -> c3 in one run; the target forgot c1 and c2. One memory a batch, so the left-out ones
     come in other batches than the edges to them: none is kept, and c0 / c3 become neighbours."""
-    import episodic.portable as portable
+    import episodic.lifecycle.portable as portable
 
     (source, _), (target, target_state) = pair
     indexer = Indexer(store=source, embedder=None, bm25=Bm25Encoder(), clock=lambda: NOW)
@@ -320,9 +320,9 @@ def test_a_bad_file_names_every_bad_line_and_writes_nothing(pair: Any, embedder:
 def test_the_cli_exports_to_a_file_and_imports_it_into_another_data_dir(
     tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from episodic.generations import plan
-    from episodic.settings import Settings
-    from episodic.store import QdrantStore
+    from episodic.embedding.generations import plan
+    from episodic.kernel.settings import Settings
+    from episodic.store.facade import QdrantStore
     from stack.cli import main
     from stack.stores import open_state, open_store
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from episodic.indexer import Indexer
-from episodic.metrics import Metrics
-from episodic.settings import Settings
-from episodic.sparse import Bm25Encoder
-from episodic.store_edge import EdgeStore
+from episodic.indexing.indexer import Indexer
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.settings import Settings
+from episodic.store.edge import EdgeStore
+from episodic.store.sparse import Bm25Encoder
 from recall.app import create_app
 from schemas.events import EmbeddableRecord
 

@@ -18,18 +18,18 @@ from typing import Any
 
 import pytest
 
-from episodic.embedder import SentenceTransformerEmbedder, load_model
-from episodic.generations import ModelSwitch, plan, read
-from episodic.identity import point_id
-from episodic.indexer import Indexer
-from episodic.ports import DENSE
-from episodic.recall import RecallEngine
-from episodic.reembed import Reembedder
-from episodic.settings import Settings
-from episodic.sparse import Bm25Encoder
-from episodic.state import QdrantStateStore
-from episodic.store import QdrantStore
-from episodic.store_edge import EdgeStore
+from episodic.domain.identity import point_id
+from episodic.embedding.embedder import SentenceTransformerEmbedder, load_model
+from episodic.embedding.generations import ModelSwitch, plan, read
+from episodic.indexing.indexer import Indexer
+from episodic.kernel.ports import DENSE
+from episodic.kernel.settings import Settings
+from episodic.lifecycle.reembed import Reembedder
+from episodic.retrieval.engine import RecallEngine
+from episodic.store.edge import EdgeStore
+from episodic.store.facade import QdrantStore
+from episodic.store.sparse import Bm25Encoder
+from episodic.store.state import QdrantStateStore
 from schemas.api import RecallRequest
 from schemas.events import EmbeddableRecord
 from stack.stores import ensure_existing
@@ -66,7 +66,7 @@ def model_b(tmp_path_factory: pytest.TempPathFactory) -> SentenceTransformerEmbe
     import torch
     from sentence_transformers import SentenceTransformer, models
 
-    from episodic.embedder import resolve_model_path
+    from episodic.embedding.embedder import resolve_model_path
 
     base = SentenceTransformer(resolve_model_path("all-MiniLM-L6-v2"), device="cpu")
     torch.manual_seed(7)
@@ -311,8 +311,8 @@ def test_a_change_of_pieces_re_embeds_the_store_with_the_same_model_and_no_secon
     """EPISODIC_CHUNK_MODE is part of a generation: a store cut into the old windows, started with sentence
     pieces, is re-embedded in the background by the same weights, recall ranking the windows meanwhile. A
     process that only answers queries follows the active generation and starts nothing."""
-    from episodic.chunking import LEGACY
-    from episodic.metrics import Metrics
+    from episodic.domain.chunking import LEGACY
+    from episodic.kernel.metrics import Metrics
     from stack.embedding import ReembedRunner, open_switch
 
     windows = embedder.with_pieces(LEGACY)  # windows of the configured sizes
@@ -399,7 +399,7 @@ def test_a_change_of_pieces_re_embeds_the_store_with_the_same_model_and_no_secon
 def test_a_generation_whose_pieces_cannot_be_read_is_not_loaded_and_nothing_crashes(
     embedder: SentenceTransformerEmbedder, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from episodic.generations import Generation
+    from episodic.embedding.generations import Generation
     from stack.embedding import model_loader
 
     load = model_loader(Settings(), shared_process=True, queries=False, configured=embedder)
@@ -414,7 +414,7 @@ def test_an_embedder_for_the_targets_generation_is_derived_only_from_the_same_mo
     embedder: SentenceTransformerEmbedder, model_b: SentenceTransformerEmbedder
 ) -> None:
     """What an import (or any command without a ModelSwitch) embeds with: the target's generation decides."""
-    from episodic.generations import Generation, embedder_making
+    from episodic.embedding.generations import Generation, embedder_making
 
     windows = Generation("dense", embedder.model_id, 384, "window:126:16")
     made = embedder_making(windows, embedder)

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from episodic.identity import point_id
-from episodic.importance import LEDGER_KIND, ReferenceCounter, event_key
-from episodic.ports import MemoryStore, StateStore
+from episodic.domain.identity import point_id
+from episodic.kernel.ports import MemoryStore, StateStore
+from episodic.maintenance.importance import LEDGER_KIND, ReferenceCounter, event_key
 from schemas.events import ReferencedEvent, ReferencedHit
 from tests.integration.maint_helpers import Clock, Failing, iso, memory, open_edge
 

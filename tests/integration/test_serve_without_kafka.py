@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from episodic.indexer import Indexer
-from episodic.settings import Settings
-from episodic.sparse import Bm25Encoder
+from episodic.indexing.indexer import Indexer
+from episodic.kernel.settings import Settings
+from episodic.store.sparse import Bm25Encoder
 from infra.broker import EmbeddedBroker, free_port
 from schemas.events import EmbeddableRecord
 from stack import runtime

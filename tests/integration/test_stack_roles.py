@@ -11,11 +11,11 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from episodic.errors import BrokerUnavailable, EpisodicError
-from episodic.metrics import Metrics
-from episodic.ports import MemoryStore
-from episodic.settings import Settings
-from episodic.sparse import Bm25Encoder
+from episodic.kernel.errors import BrokerUnavailable, EpisodicError
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.ports import MemoryStore
+from episodic.kernel.settings import Settings
+from episodic.store.sparse import Bm25Encoder
 from stack.roles import HttpRole, Resources
 from stack.stores import open_store
 

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from episodic.indexer import Indexer
-from episodic.metrics import Metrics
-from episodic.ports import Relation
-from episodic.settings import Settings
-from episodic.sparse import Bm25Encoder
-from episodic.store_edge import EdgeStore
+from episodic.indexing.indexer import Indexer
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.ports import Relation
+from episodic.kernel.settings import Settings
+from episodic.store.edge import EdgeStore
+from episodic.store.sparse import Bm25Encoder
 from recall.app import create_app
 from schemas.events import EmbeddableRecord
 

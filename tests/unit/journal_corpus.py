@@ -493,7 +493,7 @@ def inputs() -> list[Case]:
 
 def outcome(raw: bytes | None) -> dict[str, Any]:
     """What the gate does with `raw`, in the fixture's terms."""
-    from episodic.gating import DeadLetter, Forward, Skip, route
+    from episodic.indexing.gating import DeadLetter, Forward, Skip, route
 
     r = route(raw, topic=TOPIC, partition=PARTITION, offset=OFFSET, now=NOW)
     if isinstance(r, Forward):

@@ -9,10 +9,10 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from episodic.decay import JobBusy
-from episodic.metrics import Metrics
-from episodic.settings import Settings
-from episodic.sparse import Bm25Encoder
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.settings import Settings
+from episodic.maintenance.decay import JobBusy
+from episodic.store.sparse import Bm25Encoder
 from recall.app import create_app
 from tests.unit.test_recall_api import TOK_A, TOK_ADMIN, FakeStore
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
-from episodic.errors import BrokerUnavailable
+from episodic.kernel.errors import BrokerUnavailable
 from schemas.events import ArchivedRecord
 from schemas.topics import MEMORY_ARCHIVED
 from stack.maintenance import archive_sink

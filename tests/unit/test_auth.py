@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from episodic.auth import (
+from episodic.kernel.auth import (
     OPEN,
     AuthConfigError,
     AuthError,

@@ -1,4 +1,4 @@
-"""episodic.chunking: the pieces of a memory that get a dense vector each (pure logic, a fake window cutter)."""
+"""episodic.domain.chunking: the pieces of a memory that get a dense vector each (pure logic, a fake window cutter)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from episodic.chunking import (
+from episodic.domain.chunking import (
     LEGACY,
     MIN_SENTENCE_WORDS,
     Scheme,
@@ -93,7 +93,7 @@ REFERENCE = (
 
 
 def test_the_sentences_cut_is_the_one_its_key_names() -> None:
-    """Stores record how their vectors were cut as `Scheme.key` (episodic.generations), and a key must cut
+    """Stores record how their vectors were cut as `Scheme.key` (episodic.embedding.generations), and a key must cut
     the same way for good: a store whose key still matches is never cut again. If this fails, the splitter,
     `join_fragments` or `MIN_SENTENCE_WORDS` changed: give that cut a key of its own (`sentences.2:...`, see
     `chunking.mode_of`: a version field of `Scheme`), so that stores recorded under the old key are

@@ -34,7 +34,7 @@ from episodic.client import (
     default_url,
 )
 from episodic.client_calls import journal_batches
-from episodic.settings import Settings
+from episodic.kernel.settings import Settings
 from schemas.api import MAX_JOURNAL_BYTES, MAX_JOURNAL_ENTRIES, RecallRequest
 from schemas.journal import parse_entry
 from stack.commands.recall import main as recall_main

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from episodic.settings import Settings
+from episodic.kernel.settings import Settings
 from stack.cli import COMMANDS, main, resolve
 from stack.commands.run import serve_main
 from stack.commands.up import up_roles
@@ -113,7 +113,7 @@ def test_serve_preflight_refuses(
 def test_doctor_warns_when_the_collection_has_no_context_vector() -> None:
     import httpx
 
-    from episodic.settings import Settings
+    from episodic.kernel.settings import Settings
     from stack.commands.doctor import check_service
 
     def answer(context: str) -> httpx.MockTransport:

@@ -1,4 +1,4 @@
-"""Context-aware indexing, pure parts (episodic.context): modes, the folded text (the same bytes the eval
+"""Context-aware indexing, pure parts (episodic.indexing.context): modes, the folded text (the same bytes the eval
 mirror measures), adjacency edges in a payload, the settings, the API fields and the render."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ from types import SimpleNamespace
 import pytest
 from pydantic import ValidationError
 
-from episodic.context import ContextMode, cut, folded_text, parse_mode, set_adjacent
-from episodic.render import render
-from episodic.settings import Settings
+from episodic.domain.context_mode import ContextMode, parse_mode
+from episodic.indexing.context import cut, folded_text, set_adjacent
+from episodic.kernel.settings import Settings
+from episodic.retrieval.render import render
 from eval.context import ContextSpec
 from eval.context import render as mirror_render
 from eval.data import Turn

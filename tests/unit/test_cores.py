@@ -1,11 +1,11 @@
-"""The core budget (episodic.cores) and how ONNX batches are cut into forward passes (pure logic)."""
+"""The core budget (episodic.embedding.cores) and how ONNX batches are cut into forward passes (pure logic)."""
 
 from __future__ import annotations
 
 import threading
 
-from episodic.cores import BULK_TOKENS, GATE_BEHIND_S, HOLD_S, CoreBudget
-from episodic.onnx_encoder import passes
+from episodic.embedding.cores import BULK_TOKENS, GATE_BEHIND_S, HOLD_S, CoreBudget
+from episodic.embedding.onnx_encoder import passes
 
 
 class Clock:
@@ -153,7 +153,7 @@ def test_densify_rounds_are_big_only_while_no_core_is_claimed() -> None:
 
 
 def test_free_cores_run_the_thread_count_measured_faster() -> None:
-    from episodic.cores import EXPLORE_EVERY
+    from episodic.embedding.cores import EXPLORE_EVERY
 
     b = CoreBudget(cores=2)
     assert b.threads() == 2  # nothing measured: every core

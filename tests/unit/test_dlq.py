@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from episodic.dlq import (
+from episodic.indexing.gating import dead_letter
+from episodic.lifecycle.dlq import (
     Letter,
     Selector,
     letter_of,
@@ -18,7 +19,6 @@ from episodic.dlq import (
     replay_key,
     skip_reason,
 )
-from episodic.gating import dead_letter
 from schemas.events import REPLAY_HEADER, DlqRecord, DlqSource, ReplayHistory, ReplayMark
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

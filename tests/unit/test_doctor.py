@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from episodic.settings import Settings
+from episodic.kernel.settings import Settings
 from stack.commands.checks import LAG_WARN_RECORDS
 from stack.commands.doctor import check_service
 from stack.commands.doctor_roles import (
@@ -55,7 +55,7 @@ def test_lag_above_the_threshold_is_a_warning() -> None:
 def test_a_reembed_in_progress_is_shown_with_its_progress() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from episodic.metrics import Metrics
+    from episodic.kernel.metrics import Metrics
 
     stats = {"indexed": 1, "dense": 1, "sparse_only": 0, "quarantined": 0}
     m = Metrics(CollectorRegistry())

@@ -1,5 +1,5 @@
 """The eval mirror's lexical confidence (`eval.methods.lexical`) ranks as the store does: the store's own
-factor (`episodic.store_query.lexical_factor`) scales the sparse rows' legs only."""
+factor (`episodic.store.query.lexical_factor`) scales the sparse rows' legs only."""
 
 from __future__ import annotations
 

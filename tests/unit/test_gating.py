@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from episodic.gating import (
+from episodic.indexing.gating import (
     MAX_DLQ_RECORD_BYTES,
     METRIC_TYPE_LABELS,
     DeadLetter,

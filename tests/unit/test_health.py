@@ -8,8 +8,8 @@ from datetime import UTC, date, datetime, timedelta
 import numpy as np
 import pytest
 
-from episodic import health as H
-from episodic.health_job import HealthConfig, Memory, WorkspaceData, scope_snapshot
+from episodic.domain import health as H
+from episodic.maintenance.health_job import HealthConfig, Memory, WorkspaceData, scope_snapshot
 
 NOW = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 

@@ -1,4 +1,4 @@
-"""The operations files parse, and name only metrics (and labels) that episodic.metrics defines.
+"""The operations files parse, and name only metrics (and labels) that episodic.kernel.metrics defines.
 
 Names come from the registry of a fresh `Metrics()`, so a renamed metric breaks this test instead of
 silently emptying a dashboard panel or disarming an alert.
@@ -14,7 +14,7 @@ from typing import Any
 import yaml  # a dev dependency (pyproject): a missing one fails here instead of skipping silently
 from prometheus_client import CollectorRegistry
 
-from episodic.metrics import Metrics
+from episodic.kernel.metrics import Metrics
 
 INFRA = Path(__file__).resolve().parents[2] / "infra"
 METRIC_RE = re.compile(r"\bepisodic_[a-z0-9_]+\b")
@@ -239,7 +239,7 @@ def _expand_braces(text: str) -> str:
 
 
 def test_the_readme_configuration_reference_names_every_setting() -> None:
-    from episodic.settings import Settings
+    from episodic.kernel.settings import Settings
 
     readme = (INFRA.parent / "README.md").read_text()
     # the settings tables: Configuration, and the ones of the sections it points to (security, health, ...)

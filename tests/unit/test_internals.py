@@ -13,7 +13,7 @@ from aiokafka import AIOKafkaConsumer
 from faust.transport.consumer import Fetcher as FaustFetcher
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from episodic.settings import Settings
+from episodic.kernel.settings import Settings
 from streams import internals as I
 from streams.app import create_app
 from streams.transport import BatchConsumer, ShortFetchConsumerThread
@@ -93,7 +93,7 @@ def test_no_other_private_name_of_faust_or_aiokafka_is_used() -> None:
 def test_the_fusion_follows_the_chunk_mode_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
     """The dense weight and BM25's top-N leg were chosen over sentence pieces; over the windows their own
     tree is the default (eval/README.md, "Piece prior"). A value set in the environment wins either way."""
-    from episodic.recall import fusion_from_settings
+    from episodic.retrieval.engine import fusion_from_settings
 
     for var in ("EPISODIC_CHUNK_MODE", "EPISODIC_RRF_DENSE_WEIGHT", "EPISODIC_RRF_HEAD", "EPISODIC_RRF_LEXICAL_FULL"):
         monkeypatch.delenv(var, raising=False)
@@ -118,10 +118,10 @@ def test_recall_ranks_with_the_fusion_of_the_active_generations_cut() -> None:
     windows' weights, and with the sentence pieces' once the switch is made. Set weights hold for both."""
     from types import SimpleNamespace
 
-    from episodic.generations import Generation
-    from episodic.ports import Fusion
-    from episodic.recall import RecallEngine
-    from episodic.sparse import Bm25Encoder
+    from episodic.embedding.generations import Generation
+    from episodic.kernel.ports import Fusion
+    from episodic.retrieval.engine import RecallEngine
+    from episodic.store.sparse import Bm25Encoder
 
     active = [Generation("dense", "m", 8, "window")]
     switch = SimpleNamespace(current=lambda queries=False: (active[0], None))
@@ -144,7 +144,7 @@ def test_recall_ranks_with_the_fusion_of_the_active_generations_cut() -> None:
 def test_fusions_by_mode_follow_the_cut_unless_every_mode_dependent_weight_is_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from episodic.recall import fusions_by_mode
+    from episodic.retrieval.engine import fusions_by_mode
 
     for var in ("EPISODIC_CHUNK_MODE", "EPISODIC_RRF_DENSE_WEIGHT", "EPISODIC_RRF_HEAD", "EPISODIC_RRF_LEXICAL_FULL"):
         monkeypatch.delenv(var, raising=False)

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from episodic.health_job import HealthConfig, HealthJob
-from episodic.metrics import Metrics
-from episodic.settings import Settings
-from episodic.sparse import Bm25Encoder
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.settings import Settings
+from episodic.maintenance.health_job import HealthConfig, HealthJob
+from episodic.store.sparse import Bm25Encoder
 from recall import journal as journal_routes
 from recall.app import create_app
 from schemas.api import MAX_JOURNAL_BYTES, MAX_JOURNAL_ENTRIES

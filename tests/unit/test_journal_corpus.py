@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from episodic.gating import DeadLetter, Forward, Skip, route
+from episodic.indexing.gating import DeadLetter, Forward, Skip, route
 from schemas.journal import DLQ_REASONS, MAX_DEPTH, InvalidEntry, parse_entry
 from tests.unit.journal_corpus import NOW, OFFSET, PARTITION, TOPIC, load, raw_of
 

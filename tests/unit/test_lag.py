@@ -1,8 +1,8 @@
-"""Consumer lag from high watermarks and committed offsets (the arithmetic of episodic.bus.LagProbe)."""
+"""Consumer lag from high watermarks and committed offsets (the arithmetic of episodic.bus.kafka.LagProbe)."""
 
 from __future__ import annotations
 
-from episodic.bus import group_lag
+from episodic.bus.kafka import group_lag
 
 
 def test_lag_is_the_sum_over_partitions_of_high_watermark_minus_committed() -> None:
@@ -25,7 +25,7 @@ async def test_a_stop_that_the_lost_broker_cancels_is_quiet_unless_the_task_is_b
 
     import pytest
 
-    from episodic.bus import stop_quietly
+    from episodic.bus.kafka import stop_quietly
 
     async def cancelled_inside() -> None:  # aiokafka's fetcher close after the broker is gone
         raise asyncio.CancelledError

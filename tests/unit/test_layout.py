@@ -43,7 +43,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
 def test_the_import_contracts_hold() -> None:
     run = lint_imports(ROOT)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "4 kept, 0 broken" in run.stdout, run.stdout
+    assert "5 kept, 0 broken" in run.stdout, run.stdout
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +62,16 @@ def tree_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         # the core reaching up to the composition root, lazily inside a function
         ({"episodic/_probe.py": "def main() -> None:\n    from stack.cli import main\n"}, "layers"),
         # the contracts importing the core
-        ({"schemas/_probe.py": "from episodic.settings import Settings\n"}, "layers"),
+        ({"schemas/_probe.py": "from episodic.kernel.settings import Settings\n"}, "layers"),
         # a stage importing another stage, or the broker launcher
         ({"consumers/_probe.py": "import recall.app\n"}, "independence"),
         ({"streams/_probe.py": "from infra.broker import free_port\n"}, "independence"),
         # the broker launcher importing the core
-        ({"infra/_probe.py": "from episodic.settings import Settings\n"}, "infra (the broker launcher)"),
+        ({"infra/_probe.py": "from episodic.kernel.settings import Settings\n"}, "infra (the broker launcher)"),
+        # a lower sub-package of the core reaching up to a higher one, lazily; two siblings of one layer
+        ({"episodic/store/_probe.py": "def f() -> None:\n    from episodic.maintenance.linker import Linker\n"},
+         "the core's sub-packages"),
+        ({"episodic/retrieval/_probe.py": "import episodic.lifecycle.forget\n"}, "the core's sub-packages"),
         # a circle between two modules of one package
         (
             {"stack/commands/_probe_a.py": "import stack.commands._probe_b\n",
@@ -75,7 +79,10 @@ def tree_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "no import circles",
         ),
     ],
-    ids=["core-up-lazy", "schemas-up", "stage-to-stage", "stage-to-infra", "infra-to-core", "circle"],
+    ids=[
+        "core-up-lazy", "schemas-up", "stage-to-stage", "stage-to-infra", "infra-to-core", "store-up-to-maintenance",
+        "retrieval-to-lifecycle", "circle",
+    ],
 )  # fmt: skip
 def test_the_import_contracts_fail_on_a_violation(tree_copy: Path, probes: dict[str, str], contract: str) -> None:
     for rel, source in probes.items():
@@ -115,6 +122,27 @@ def test_every_package_says_what_it_owns_and_may_import(pkg: str) -> None:
     assert re.search(r"^May import: \S", doc, re.MULTILINE), f"{pkg}/__init__.py: no 'May import: ...' line"
 
 
+CORE = ROOT / "episodic"
+MAX_SIDE_BY_SIDE = 20
+
+
+def test_the_core_is_split_by_concern() -> None:
+    """The core holds sub-packages only, each with at most 20 modules side by side, each in the core's layer
+    contract, and each saying what it owns and may import."""
+    loose = sorted(p.name for p in CORE.glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"modules side by side at the top of the core, not in a sub-package: {loose}"
+    subs = sorted(p.parent.name for p in CORE.glob("*/__init__.py"))
+    contract = next(c for c in PYPROJECT["tool"]["importlinter"]["contracts"] if c["id"] == "core")
+    layered = {name.strip() for layer in contract["layers"] for name in re.split(r"[|:]", layer)}
+    assert set(subs) == layered, (subs, layered)
+    for sub in subs:
+        modules = [p for p in (CORE / sub).glob("*.py") if p.name != "__init__.py"]
+        assert 0 < len(modules) <= MAX_SIDE_BY_SIDE, (sub, len(modules))
+        doc = _docstring(CORE / sub / "__init__.py")
+        assert re.search(r"^Owns: \S", doc, re.MULTILINE), f"episodic/{sub}: no 'Owns: ...' line"
+        assert re.search(r"^May import: \S", doc, re.MULTILINE), f"episodic/{sub}: no 'May import: ...' line"
+
+
 def oversized_without_reason(paths: list[Path]) -> list[str]:
     """Modules over MAX_LINES lines whose docstring has no `Size: <reason>` line."""
     out = []
@@ -150,7 +178,7 @@ def test_the_size_rule_catches_a_long_module(tmp_path: Path) -> None:
 
 # Modules that may read the environment themselves: the settings class; the launcher, which imports nothing
 # of ours; the recall client library (its own configuration is issue 12's typed client).
-ENV_READERS = {"episodic/settings.py", "infra/broker.py", "episodic/client.py"}
+ENV_READERS = {"episodic/kernel/settings.py", "infra/broker.py", "episodic/client.py"}
 ENV_READ = re.compile(r"os\.environ\.get\(|os\.getenv\(|os\.environ\[|environ\.get\(")
 
 
@@ -163,4 +191,4 @@ def test_configuration_is_read_through_settings_only() -> None:
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if ENV_READ.search(line)
     ]
-    assert not offenders, "read the environment through episodic.settings.Settings:\n" + "\n".join(offenders)
+    assert not offenders, "read the environment through episodic.kernel.settings.Settings:\n" + "\n".join(offenders)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from episodic.linker import Candidate, choose_similar
+from episodic.maintenance.linker import Candidate, choose_similar
 
 
 def c(entry_id: str, cosine: float, *links: str) -> Candidate:

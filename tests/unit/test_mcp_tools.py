@@ -15,7 +15,7 @@ import pytest
 from mcp import Client
 
 from episodic.client import AsyncMemoryClient, Identity, RetryPolicy
-from episodic.settings import Settings
+from episodic.kernel.settings import Settings
 from stack.commands.mcp import _parser, preflight
 from stack.mcp_server import MemoryTools, bearer, build_server
 from stack.mcp_writers import HttpWriter, KafkaWriter, Writer

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from episodic.gating import UNEXPECTED_REASON
-from episodic.metrics import (
+from episodic.indexing.gating import UNEXPECTED_REASON
+from episodic.kernel.metrics import (
     AGENT_OUTCOMES,
     DEAD_LETTER_REASONS,
     DECAY_ACTIONS,
@@ -55,9 +55,9 @@ def test_dead_letter_reasons_have_writers() -> None:
 def test_maintenance_labels_have_writers() -> None:
     from dataclasses import fields
 
-    from episodic.decay import DecayReport
-    from episodic.importance import ReferenceResult
-    from episodic.linker import LinkResult
+    from episodic.maintenance.decay import DecayReport
+    from episodic.maintenance.importance import ReferenceResult
+    from episodic.maintenance.linker import LinkResult
 
     results = {"linker": LinkResult, "importance": ReferenceResult}
     assert set(AGENT_OUTCOMES) == set(results)
@@ -65,7 +65,7 @@ def test_maintenance_labels_have_writers() -> None:
         assert set(outcomes) <= {f.name for f in fields(results[agent])}, agent
         assert "for outcome in AGENT_OUTCOMES[NAME]:" in (ROOT / "streams" / f"{agent}.py").read_text(), agent
     assert set(DECAY_ACTIONS) <= {f.name for f in fields(DecayReport)}
-    decay = (ROOT / "episodic" / "decay.py").read_text()
+    decay = (ROOT / "episodic" / "maintenance" / "decay.py").read_text()
     assert set(re.findall(r'decay_runs\.labels\(outcome="([a-z_]+)"\)', decay)) == set(DECAY_OUTCOMES)
     assert set(re.findall(r'references\.labels\(outcome="([a-z_]+)"\)', _sources())) == set(REFERENCE_OUTCOMES)
 

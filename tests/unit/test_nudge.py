@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from episodic import replay
-from episodic.errors import StoreUnavailable
-from episodic.nudge import (
+from episodic.kernel.errors import StoreUnavailable
+from episodic.kernel.ports import StateStore
+from episodic.maintenance import marks as replay
+from episodic.maintenance.nudge import (
     MEMORY_UPDATED,
     NUDGE_TEXT,
     NudgeBook,
@@ -20,7 +21,6 @@ from episodic.nudge import (
     nudge_text,
     take_pending_nudge,
 )
-from episodic.ports import StateStore
 
 T0 = datetime(2026, 3, 10, 9, 0, tzinfo=UTC)
 T0_MS = int(T0.timestamp() * 1000)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from episodic.policy import apply_priority_floor, base_importance, decide
+from episodic.domain.policy import apply_priority_floor, base_importance, decide
 
 SEVERITIES = ("debug", "info", "warn", "error")
 

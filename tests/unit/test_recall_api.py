@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from episodic.errors import StoreUnavailable
-from episodic.metrics import Metrics
-from episodic.ports import MemoryStore, ScopeFilter, StoredHit
-from episodic.settings import Settings
-from episodic.sparse import Bm25Encoder
+from episodic.kernel.errors import StoreUnavailable
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.ports import MemoryStore, ScopeFilter, StoredHit
+from episodic.kernel.settings import Settings
+from episodic.store.sparse import Bm25Encoder
 from recall.app import InsecureBind, check_bind, create_app
 from schemas.events import ReferencedEvent
 from schemas.topics import MEMORY_REFERENCED

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from episodic.render import (
+from episodic.retrieval.render import (
     CLOSE_TAG,
     OPEN_TAG,
     PREAMBLE,

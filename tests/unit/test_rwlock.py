@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from episodic.rwlock import ReadWriteLock
+from episodic.store.rwlock import ReadWriteLock
 
 
 def test_sharers_overlap_and_an_exclusive_holder_waits_for_them() -> None:

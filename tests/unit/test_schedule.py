@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from episodic.schedule import Schedule, run_on_schedule
-from episodic.settings import Settings
+from episodic.kernel.settings import Settings
+from episodic.maintenance.schedule import Schedule, run_on_schedule
 
 NIGHTLY = Schedule("30 3 * * *")
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from episodic.scoring import (
+from episodic.domain.scoring import (
     FLOOR_REACHED_DAYS,
     decay_importance,
     importance_of,

@@ -1,4 +1,4 @@
-"""Engine-neutral store rules (episodic.store_rules): input validation and payload shaping. No IO."""
+"""Engine-neutral store rules (episodic.store.rules): input validation and payload shaping. No IO."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from episodic.errors import StoreError
-from episodic.ports import MemoryPoint, SparseVec
-from episodic.store_rules import (
+from episodic.kernel.errors import StoreError
+from episodic.kernel.ports import MemoryPoint, SparseVec
+from episodic.store.rules import (
     PAYLOAD_INDEXES,
     dense_rows,
     stored_payload,

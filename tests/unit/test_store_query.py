@@ -1,4 +1,4 @@
-"""The store's engine-neutral query description (episodic.store_query): scopes, legs, fusion, lowering. No IO."""
+"""The store's engine-neutral query description (episodic.store.query): scopes, legs, fusion, lowering. No IO."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from episodic.ports import Fusion, RecallFilter, ScopeFilter, Selection, SparseVec
-from episodic.store_query import (
+from episodic.kernel.ports import Fusion, RecallFilter, ScopeFilter, Selection, SparseVec
+from episodic.store.query import (
     AtLeast,
     DatetimeRange,
     DenseLeg,
@@ -125,8 +125,8 @@ def test_both_and_head_legs() -> None:
 
 
 def test_the_context_leg_and_the_both_leg_by_context_fall_back_without_the_vector() -> None:
-    from episodic.ports import CONTEXT
-    from episodic.ports import SPARSE as TURN
+    from episodic.kernel.ports import CONTEXT
+    from episodic.kernel.ports import SPARSE as TURN
 
     fusion = Fusion(k=3, both_weight=0.5, head=5, head_weight=0.75, context_weight=1.0, both_by_context=True)
     fused = hybrid_prefetch([1.0], SPARSE, OWN, scope_filter(OWN), 100, fusion, context=True)
@@ -141,7 +141,7 @@ def test_the_context_leg_and_the_both_leg_by_context_fall_back_without_the_vecto
 
 
 def test_the_five_legs_run_their_dense_legs_on_the_named_generation() -> None:
-    from episodic.ports import CONTEXT
+    from episodic.kernel.ports import CONTEXT
 
     fusion = Fusion(k=3, both_weight=0.5, head=5, head_weight=0.75, context_weight=1.0, both_by_context=True)
     fused = hybrid_prefetch([1.0], SPARSE, OWN, scope_filter(OWN), 100, fusion, "dense_1", context=True)
@@ -371,16 +371,16 @@ def test_lowering_an_unknown_node_is_a_type_error() -> None:
 
 
 def test_the_shared_store_modules_import_no_engine() -> None:
-    """The store's logic is engine-neutral: only the backends (store_edge, store_qdrant) import an engine,
+    """The store's logic is engine-neutral: only the backends (store.edge, store.qdrant_server) import an engine,
     and the composition root (stack.stores) chooses one."""
     import ast
     from pathlib import Path
 
     import episodic
 
-    engines = {"qdrant_edge", "qdrant_client", "episodic.store_edge", "episodic.store_qdrant"}
+    engines = {"qdrant_edge", "qdrant_client", "episodic.store.edge", "episodic.store.qdrant_server"}
     root = Path(episodic.__file__).parent
-    for name in ("store.py", "store_query.py", "store_rules.py", "ports.py"):
+    for name in ("store/facade.py", "store/query.py", "store/rules.py", "kernel/ports.py"):
         tree = ast.parse((root / name).read_text())
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}

@@ -1,5 +1,5 @@
 """Kafka TLS / SASL and Qdrant API key / TLS: the settings, the one place that builds the client options
-(`episodic.client_options`), that every client the project opens gets them, and that no secret is printed.
+(`episodic.kernel.transport_security`), that every client the project opens gets them, and that no secret is printed.
 
 Tansu 0.6 (the embedded broker) cannot serve these (see README, "Security settings"), so these tests look
 at the clients' configuration: real aiokafka, Faust, confluent-kafka and qdrant-client objects built from
@@ -22,7 +22,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from pydantic import ValidationError
 
-from episodic.client_options import (
+from episodic.kernel.metrics import Metrics
+from episodic.kernel.settings import Settings
+from episodic.kernel.transport_security import (
     MASK,
     TransportConfigError,
     confluent_config,
@@ -30,8 +32,6 @@ from episodic.client_options import (
     kafka_ssl_context,
     qdrant_options,
 )
-from episodic.metrics import Metrics
-from episodic.settings import Settings
 
 PASSWORD = "kafka-pw-7f3a9c-do-not-print"
 KEY_PASSWORD = "key-pw-51be-do-not-print"
@@ -210,7 +210,7 @@ async def test_real_aiokafka_clients_take_the_options(tls_files: dict[str, Path]
     from aiokafka import AIOKafkaConsumer
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from episodic.bus import make_producer
+    from episodic.bus.kafka import make_producer
 
     s = sasl_ssl(tls_files)
     opts = kafka_options(s)
@@ -290,14 +290,14 @@ async def test_the_embedding_consumer_and_the_lag_probe_get_the_options(monkeypa
     with pytest.raises(Recorded):
         await consumer.run()
     assert_sasl(rec.calls[0])
-    assert_sasl(consumer.lag.options)  # the separate lag consumer (episodic.bus.LagProbe)
+    assert_sasl(consumer.lag.options)  # the separate lag consumer (episodic.bus.kafka.LagProbe)
 
 
 def test_produce_doctor_and_the_mcp_writer_get_the_options(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import episodic.bus
-    import episodic.producer
+    import episodic.bus.kafka
+    import episodic.bus.producer
     from stack.commands.doctor import check_broker
     from stack.commands.produce import main as produce_main
 
@@ -312,13 +312,13 @@ def test_produce_doctor_and_the_mcp_writer_get_the_options(
     journal = tmp_path / "j.jsonl"
     journal.write_text('{"id": "x"}\n')
     rec = Recorder()
-    monkeypatch.setattr(episodic.producer, "make_producer", rec)
+    monkeypatch.setattr(episodic.bus.producer, "make_producer", rec)
     assert produce_main([str(journal), "--quiet"]) == 1  # `episodic produce`
     assert_sasl(rec.calls[0])
     assert PASSWORD not in capsys.readouterr().err
 
     listed = Recorder()
-    monkeypatch.setattr(episodic.bus, "list_topics", listed)
+    monkeypatch.setattr(episodic.bus.kafka, "list_topics", listed)
     assert check_broker(Settings())[0].level == "FAIL"  # `episodic doctor`
     assert_sasl(listed.calls[0]["options"])
 
@@ -349,9 +349,9 @@ def test_confluent_kafka_accepts_the_librdkafka_config(tls_files: dict[str, Path
 
 
 def test_qdrant_client_gets_the_api_key_and_the_ca(tls_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    import episodic.store_qdrant
-    from episodic.errors import StoreUnavailable
-    from episodic.store_qdrant import QdrantServerStore
+    import episodic.store.qdrant_server
+    from episodic.kernel.errors import StoreUnavailable
+    from episodic.store.qdrant_server import QdrantServerStore
     from stack.stores import open_store
 
     s = Settings(qdrant_url="https://qdrant.example:6333", qdrant_api_key=API_KEY, qdrant_ca_file=tls_files["ca"])
@@ -363,7 +363,7 @@ def test_qdrant_client_gets_the_api_key_and_the_ca(tls_files: dict[str, Path], m
     finally:
         store.close()
     rec = Recorder()
-    monkeypatch.setattr(episodic.store_qdrant, "QdrantClient", rec)
+    monkeypatch.setattr(episodic.store.qdrant_server, "QdrantClient", rec)
     with pytest.raises(StoreUnavailable):
         open_store(s, dim=384)  # what every role opens
     assert rec.calls[0]["api_key"] == API_KEY and isinstance(rec.calls[0]["verify"], ssl.SSLContext)
@@ -372,17 +372,17 @@ def test_qdrant_client_gets_the_api_key_and_the_ca(tls_files: dict[str, Path], m
 async def test_the_dead_letter_tools_read_and_replay_with_the_options(monkeypatch: pytest.MonkeyPatch) -> None:
     import aiokafka
 
-    import episodic.bus
-    from episodic.dlq import Selector, letters, replay
+    import episodic.bus.kafka
+    from episodic.lifecycle.dlq import Selector, letters, replay
 
     opts = kafka_options(sasl())
     rec = Recorder()
-    monkeypatch.setattr(aiokafka, "AIOKafkaConsumer", rec)  # episodic.bus imports it where it reads
+    monkeypatch.setattr(aiokafka, "AIOKafkaConsumer", rec)  # episodic.bus.kafka imports it where it reads
     with pytest.raises(Recorded):
         await anext(letters("kafka.example:9093", options=opts))
     assert_sasl(rec.calls[0])
     rec = Recorder()
-    monkeypatch.setattr(episodic.bus, "AIOKafkaProducer", rec)
+    monkeypatch.setattr(episodic.bus.kafka, "AIOKafkaProducer", rec)
     with pytest.raises(Recorded):
         await replay("kafka.example:9093", Selector(), options=opts)
     assert_sasl(rec.calls[0])

@@ -1,0 +1,396 @@
+"""Turn a batch of embeddable records into memories (SPEC §5, §10 "Identity and duplicates").
+
+Pure orchestration over the ports: one `embed_documents` call and one store upsert per batch.
+
+- Point ids are uuid5(workspace_id, entry id): re-delivery of the same id is idempotent and never resets
+  reference_count, last_referenced_at or importance; a changed summary under the same id replaces text
+  and vectors and keeps those counters.
+- Exact duplicates (same workspace, agent, entry_type and normalised summary) keep one point: the first
+  id stays `entry_id`, later ids go to `aliases` (the newest `alias_limit` of them, so that a repeated
+  heartbeat cannot grow a point and every response without bound), `occurrences` counts them all, and the
+  event says mode "duplicate" with `duplicate_of`. A re-delivered alias changes nothing while it is among
+  the kept ids (re-delivery comes soon after the first delivery; an id pushed out by `alias_limit` newer
+  duplicates would count once more).
+- No embedder, or `defer_dense`: points get only the sparse vector ("sparse-only"); `densify` adds the
+  dense vectors later (the consumer's densify loop, which is also the backfill after sparse-only mode).
+- Run context and adjacency (`episodic.indexing.context`): each new memory of a run is indexed with the memories
+  before it (a second BM25 vector over the context-folded text; `context` in its payload) and linked to its
+  run neighbours by `previous` / `next` edges. Neither changes the summary nor the dense vector.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from episodic.domain.context_mode import ContextMode
+from episodic.domain.identity import dedup_key, point_id
+from episodic.indexing.context import RunContext
+from episodic.kernel.errors import StoreError
+from episodic.kernel.ports import DENSE, Embedder, MemoryPoint, MemoryStore, Relation, merge_relations
+from episodic.store.query import DENSIFY_FAILURES
+from episodic.store.rules import model_field
+from episodic.store.sparse import Bm25Encoder
+from schemas.events import EmbeddableRecord, IndexedEvent
+
+if TYPE_CHECKING:
+    from episodic.embedding.generations import ModelSwitch
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ALIAS_LIMIT = 20  # alias ids kept per memory (the newest); `occurrences` counts them all
+
+COUNTER_FIELDS = ("reference_count", "last_referenced_at", "importance_score", "aliases", "occurrences", "indexed_at")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(dt: datetime) -> str:
+    return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def index_text(record: EmbeddableRecord) -> str:
+    """The text that is embedded and searched."""
+    return record.summary
+
+
+@dataclass
+class BatchResult:
+    events: list[IndexedEvent] = field(default_factory=list)
+    embedded: int = 0  # texts sent to the model
+    written: int = 0  # points upserted
+    embed_seconds: float = 0.0
+    upsert_seconds: float = 0.0
+    context_seconds: float = 0.0  # run context and adjacency: the run look-ups and the context vectors
+    embed_failed: bool = False
+    deferred: int = 0  # points written sparse first; their dense vectors come from `densify`
+    chars: int = 0  # characters of the texts that were (or would have been) embedded
+    failed: int = 0  # densify: memories whose text (or vector) failed this time
+    quarantined: list[str] = field(default_factory=list)  # densify: "workspace/entry" that reached the limit
+
+
+def supports_relations(rec: EmbeddableRecord, created_at: str) -> list[Relation]:
+    """`memory.consolidated` entries point at their evidence: refs.supports -> `supports` edges (weight 1)."""
+    if rec.entry_type != "memory.consolidated" or not rec.supports:
+        return []
+    return [
+        Relation(
+            src=rec.id, dst=dst, relation="supports", weight=1.0, created_at=created_at, workspace_id=rec.workspace_id
+        )
+        for dst in rec.supports
+    ]
+
+
+def _payload(rec: EmbeddableRecord, *, indexed_at: str, model: str | None, key: str) -> dict[str, Any]:
+    relations = merge_relations([], supports_relations(rec, indexed_at))
+    return {
+        "entry_id": rec.id,
+        "workspace_id": rec.workspace_id,
+        "crew_id": rec.crew_id,
+        "agent_id": rec.agent_id,
+        "run_id": rec.run_id,
+        "ts": iso(rec.ts_datetime),
+        "entry_type": rec.entry_type,
+        "severity": rec.severity,
+        "summary": rec.summary,
+        "payload": rec.payload,
+        "refs": {k: v for k, v in rec.refs.items() if v is not None} if rec.refs is not None else None,
+        "priority": rec.priority,
+        "base_importance": rec.base_importance,
+        "importance_score": rec.base_importance,
+        "reference_count": 0,
+        "last_referenced_at": None,
+        "indexed_at": indexed_at,
+        "accepted_at": iso(rec.accepted_at),
+        "model": model,
+        "has_dense": model is not None,
+        "aliases": [],
+        "occurrences": 1,
+        "dedup_key": key,
+        "relations": relations,
+        "links": sorted({e["dst"] for e in relations}),
+    }
+
+
+memory_payload = _payload  # the payload of a new memory (also what `episodic import` writes, counters aside)
+
+
+def _keep(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A new version of a memory keeps the old one's counters and edges (and adds its own edges)."""
+    for f in COUNTER_FIELDS:
+        if f in old:
+            new[f] = old[f]
+    own = [
+        Relation(
+            src=new["entry_id"], dst=e["dst"], relation=e["relation"], weight=e["weight"], created_at=e["created_at"]
+        )
+        for e in new.get("relations") or []
+    ]
+    new["relations"] = merge_relations(old.get("relations"), own)
+    new["links"] = sorted({e["dst"] for e in new["relations"]})
+    return new
+
+
+class Indexer:
+    def __init__(
+        self,
+        *,
+        store: MemoryStore,
+        embedder: Embedder | None,
+        bm25: Bm25Encoder,
+        clock: Callable[[], datetime] = _now,
+        perf: Callable[[], float] | None = None,
+        context: ContextMode | None = None,
+        alias_limit: int = DEFAULT_ALIAS_LIMIT,
+        switch: ModelSwitch | None = None,
+    ) -> None:
+        import time
+
+        if alias_limit < 0:
+            raise ValueError(f"alias_limit must be >= 0, got {alias_limit}")
+        self.alias_limit = alias_limit
+        self.store = store
+        self.embedder = embedder
+        # With a switch, documents are embedded by the active embedding generation's model and written to
+        # its vector (episodic.embedding.generations); `embedder` is then unused.
+        self.switch = switch
+        self.bm25 = bm25
+        self.runs = RunContext(store, bm25, context or ContextMode())
+        self.clock = clock
+        self.perf = perf or time.perf_counter
+
+    @property
+    def mode(self) -> str:
+        return "vector" if self._model()[0] is not None else "sparse-only"
+
+    def _model(self) -> tuple[Embedder | None, str]:
+        """The document embedder and the named vector its rows go to."""
+        if self.switch is None:
+            return self.embedder, DENSE
+        gen, embedder = self.switch.current()
+        return embedder, gen.vector
+
+    def index_batch(self, records: list[EmbeddableRecord], *, defer_dense: bool = False) -> BatchResult:
+        """Index one batch. `defer_dense`: write the new points with their BM25 vectors only (searchable
+        now, event mode "sparse-only") and leave the dense vectors to `densify`, which runs when the model
+        is free: the consumer asks for it when embedding inline would keep the batch invisible too long."""
+        result = BatchResult()
+        if not records:
+            return result
+        now = self.clock()
+        indexed_at = iso(now)
+        pids = [point_id(r.workspace_id, r.id) for r in records]
+        keys = [dedup_key(r.workspace_id, r.agent_id, r.entry_type, r.summary) for r in records]
+        existing = self.store.retrieve(sorted(set(pids)))
+
+        by_ws: dict[str, list[int]] = {}
+        for i, r in enumerate(records):
+            if pids[i] not in existing:
+                by_ws.setdefault(r.workspace_id, []).append(i)
+        aliases: dict[tuple[str, str], str] = {}
+        dups: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+        for ws, idx in by_ws.items():
+            for eid, pid in self.store.find_by_alias(ws, sorted({records[i].id for i in idx})).items():
+                aliases[(ws, eid)] = pid
+            found = self.store.find_by_dedup_keys(ws, sorted({keys[i] for i in idx}))
+            for k, hit in found.items():
+                dups[(ws, k)] = hit
+
+        # Decide, in batch order, with in-batch state.
+        pending: dict[str, tuple[EmbeddableRecord, dict[str, Any]]] = {}  # pid -> (record, payload)
+        alias_updates: dict[str, dict[str, Any]] = {}  # pid -> payload fields to merge
+        events: list[IndexedEvent] = []
+
+        def event(rec: EmbeddableRecord, pid: str, mode: str, dup_of: str | None = None) -> None:
+            events.append(
+                IndexedEvent(
+                    entry_id=rec.id,
+                    workspace_id=rec.workspace_id,
+                    point_id=pid,
+                    indexed_at=now,
+                    mode=mode,  # type: ignore[arg-type]
+                    duplicate_of=dup_of,
+                )
+            )
+
+        for i, rec in enumerate(records):
+            pid, key, ws = pids[i], keys[i], rec.workspace_id
+            if pid in pending:  # same id twice in one batch: the later version wins, counters kept
+                _, payload = pending[pid]
+                pending[pid] = (
+                    rec,
+                    _keep(payload, _payload(rec, indexed_at=payload["indexed_at"], model=None, key=key)),
+                )
+                continue
+            if pid in existing:
+                old = existing[pid]
+                if old.get("summary") == rec.summary and old.get("entry_type") == rec.entry_type:
+                    event(rec, pid, "vector" if old.get("has_dense") else "sparse-only")
+                    continue
+                new = _payload(rec, indexed_at=old.get("indexed_at") or indexed_at, model=None, key=key)
+                pending[pid] = (rec, _keep(old, new))
+                continue
+            if (ws, rec.id) in aliases:
+                target = aliases[(ws, rec.id)]
+                owner = existing.get(target) or self.store.retrieve([target]).get(target, {})
+                event(rec, target, "duplicate", owner.get("entry_id"))
+                continue
+            owner_pid: str | None = None
+            owner_payload: dict[str, Any] | None = None
+            if (ws, key) in dups:
+                owner_pid, owner_payload = dups[(ws, key)]
+                owner_payload = alias_updates.get(owner_pid) or owner_payload
+            else:
+                for p, (r, pl) in pending.items():
+                    if pl["dedup_key"] == key and r.workspace_id == ws:
+                        owner_pid, owner_payload = p, pl
+                        break
+            if owner_pid is not None and owner_payload is not None:
+                al = list(owner_payload.get("aliases") or [])
+                if rec.id not in al and rec.id != owner_payload.get("entry_id"):
+                    al.append(rec.id)
+                    al = al[-self.alias_limit :] if self.alias_limit else []  # the newest N ids only
+                    occ = int(owner_payload.get("occurrences") or 1) + 1
+                    if owner_pid in pending:
+                        owner_payload["aliases"], owner_payload["occurrences"] = al, occ
+                    else:
+                        merged = dict(owner_payload)
+                        merged["aliases"], merged["occurrences"] = al, occ
+                        alias_updates[owner_pid] = merged
+                event(rec, owner_pid, "duplicate", owner_payload.get("entry_id"))
+                continue
+            pending[pid] = (rec, _payload(rec, indexed_at=indexed_at, model=None, key=key))
+
+        # Embed (one model call) and write (one upsert).
+        points: list[MemoryPoint] = []
+        embedder, vector = self._model()
+        if pending:
+            items = list(pending.items())
+            t0 = self.perf()
+            plan = self.runs.plan([(pid, rec, payload) for pid, (rec, payload) in items], indexed_at)
+            result.context_seconds = self.perf() - t0
+            texts = [index_text(rec) for _, (rec, _) in items]
+            dense: list[Any] | None = None
+            result.chars = sum(len(t) for t in texts)
+            if embedder is not None and defer_dense:
+                result.deferred = len(texts)
+            elif embedder is not None:
+                t0 = self.perf()
+                try:
+                    dense = embedder.embed_documents(texts)
+                except Exception:
+                    log.exception("embedding failed for a batch of %d; indexing it sparse-only", len(texts))
+                    result.embed_failed = True
+                    dense = None
+                result.embed_seconds = self.perf() - t0
+                result.embedded = len(texts)
+            for j, (pid, (_rec, payload)) in enumerate(items):
+                vecs = dense[j].tolist() if dense is not None else None
+                payload[model_field(vector)] = embedder.model_id if vecs is not None and embedder else None
+                payload["has_dense"] = vecs is not None
+                sparse = self.bm25.document(texts[j])
+                context = plan.vectors.get(pid)
+                points.append(MemoryPoint(pid, sparse, payload, dense=vecs, vector=vector, context=context))
+            t0 = self.perf()
+            self.runs.apply(
+                plan, indexed_at
+            )  # the neighbours' edges first: a crash in between loses none on re-delivery
+            self.store.upsert(points)
+            result.upsert_seconds = self.perf() - t0
+            result.written = len(points)
+            for pid, (rec, payload) in items:
+                event(rec, pid, "vector" if payload["has_dense"] else "sparse-only")
+        for pid, merged in alias_updates.items():
+            self.store.set_payload(pid, {"aliases": merged["aliases"], "occurrences": merged["occurrences"]})
+        # Events in input order: re-sort by the record order they were produced for.
+        order = {(r.workspace_id, r.id): i for i, r in enumerate(records)}
+        events.sort(key=lambda e: order.get((e.workspace_id, e.entry_id), 0))
+        result.events = events
+        return result
+
+    def densify(self, limit: int = 32, *, quarantine_after: int | None = None) -> BatchResult:
+        """Add dense vectors to up to `limit` memories that lack them (indexed sparse-only, or with the
+        vector deferred), oldest first. The result has one `memory.indexed` event (mode "vector") per
+        memory filled, so that the stages that need the vector learn it is there.
+
+        A text the model (or the store) fails on must not stall the others: when the batch's model call
+        fails, each text is embedded alone, and each one that still fails gets its `densify_failures`
+        counted in its payload (so the count survives restarts); at `quarantine_after` failures it leaves
+        the backfill (`missing_dense` skips it) and `result.quarantined` names it."""
+        result = BatchResult()
+        embedder, vector = self._model()
+        if embedder is None:
+            return result
+        todo = self.store.missing_dense(limit, quarantine_after=quarantine_after)
+        if not todo:
+            return result
+        texts = [str(p.get("summary") or "") for _, p in todo]
+        t0 = self.perf()
+        vecs = embed_each_on_failure(embedder, texts, what="densify")
+        result.embed_seconds = self.perf() - t0
+        result.embedded = len(texts)
+        result.chars = sum(len(t) for t in texts)
+        now = self.clock()
+        # Whether a memory got its vector meanwhile is asked of the vector itself (the payload's `has_dense`
+        # may describe another embedding generation's vector).
+        named: dict[str, Any] = {} if self.switch is None else {"vector": vector}
+        current = self.store.fetch([pid for pid, _ in todo], with_dense=True, using=named.get("vector"))
+        for (pid, payload), v in zip(todo, vecs, strict=True):
+            now_there = current.get(pid)
+            if now_there is None or now_there.payload.get("summary") != payload.get("summary") or now_there.dense:
+                continue  # replaced (or already embedded by the consumer) while the model ran: not this vector
+            if isinstance(v, BaseException):
+                self._densify_failed(result, pid, payload, v, quarantine_after)
+                continue
+            try:
+                fields = {"has_dense": True, model_field(vector): embedder.model_id}
+                self.store.set_dense(pid, v.tolist(), fields, **named)
+            except StoreError as e:  # this vector is refused (StoreUnavailable propagates: retried later)
+                self._densify_failed(result, pid, payload, e, quarantine_after)
+                continue
+            result.events.append(
+                IndexedEvent(
+                    entry_id=str(payload.get("entry_id", "")),
+                    workspace_id=str(payload.get("workspace_id", "")),
+                    point_id=pid,
+                    indexed_at=now,
+                    mode="vector",
+                )
+            )
+        result.written = len(result.events)
+        return result
+
+    def _densify_failed(
+        self, result: BatchResult, pid: str, payload: dict[str, Any], error: BaseException, after: int | None
+    ) -> None:
+        failures = int(payload.get(DENSIFY_FAILURES) or 0) + 1
+        result.failed += 1
+        self.store.set_payload(
+            pid, {DENSIFY_FAILURES: failures, "densify_error": f"{type(error).__name__}: {error}"[:300]}
+        )
+        where = f"{payload.get('workspace_id')}/{payload.get('entry_id')}"
+        if after is not None and failures >= after:
+            result.quarantined.append(where)
+            log.error("densify: %s failed %d times (%s); quarantined, it stays BM25-only", where, failures, error)
+        else:
+            log.warning("densify: %s failed (%d so far): %s", where, failures, error)
+
+
+def embed_each_on_failure(embedder: Embedder, texts: list[str], *, what: str) -> list[Any]:
+    """One model call for the batch; if it fails, one call per text: a vector or the exception, per text."""
+    try:
+        return list(embedder.embed_documents(texts))
+    except Exception as e:
+        log.warning("%s: embedding a batch of %d failed (%s); embedding them one by one", what, len(texts), e)
+    out: list[Any] = []
+    for t in texts:
+        try:
+            out.append(embedder.embed_documents([t])[0])
+        except Exception as e:
+            out.append(e)
+    return out

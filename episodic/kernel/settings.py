@@ -1,0 +1,420 @@
+"""Settings: one frozen pydantic-settings class, prefix EPISODIC_ (SPEC §9).
+
+Size: a little over 400 lines: one declaration per setting, each with its bounds and the reason for its default,
+in the one class every role reads (a list, not logic; the few derived values sit beside the fields they read).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from episodic.domain.context_mode import ContextMode
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+# Consumers' fetch wait: Tansu does not answer a waiting fetch when data arrives, so every record would wait
+# for the fetch in flight to time out (Faust's 1,500 ms gave a ~750 ms median gate latency, measured); Kafka
+# answers early, so there the wait only decides how often an idle consumer asks.
+EMBEDDED_FETCH_WAIT_MS = 50
+# Not longer: aiokafka keeps one fetch in flight per broker and leaves partitions with records still
+# buffered out of it, so a partition that runs dry waits for the fetch in flight for the other, idle ones.
+KAFKA_FETCH_WAIT_MS = 200
+# The hybrid's dense weight, BM25 top-N leg and lexical confidence (`rrf_lexical_full`) by chunk mode, when not
+# set (eval/README.md, "Piece prior", "Lexical confidence": the last was measured over sentence pieces only).
+FUSION_BY_CHUNK_MODE: dict[str, tuple[float, int, float]] = {"sentences": (2.5, 0, 4.0), "window": (1.0, 5, 0.0)}
+
+
+class Settings(BaseSettings):
+    # hide_input_in_errors: a validation error would otherwise print every input, passwords included
+    model_config = SettingsConfigDict(env_prefix="EPISODIC_", frozen=True, extra="ignore", hide_input_in_errors=True)
+
+    # Kafka
+    kafka_bootstrap: str | None = Field(
+        default=None, description="Kafka bootstrap servers; unset: start the embedded broker"
+    )
+    broker_port: int = Field(default=9092, ge=1, le=65535, description="embedded broker port")
+    broker_host: str = "127.0.0.1"
+    topic_partitions: int = Field(default=4, ge=1, le=256)
+    topic_replication: int = Field(default=1, ge=1)
+    consumer_group_prefix: str = "episodic"
+    session_timeout_ms: int = Field(default=10_000, ge=1000)
+    lag_interval_s: float = Field(
+        default=5.0, gt=0, le=3600, description="consumer lag is measured this often, stuck or not (SPEC §10)"
+    )
+    fetch_max_wait_ms: int | None = Field(
+        default=None,
+        ge=1,
+        le=5000,
+        description="how long the pipeline's consumers let the broker hold an empty fetch; unset: 50 ms with "
+        "the embedded broker (Tansu answers a waiting fetch only when the wait ends), 200 ms with Kafka (which "
+        "answers as soon as data arrives: a quarter of the idle fetches, at most 200 ms for a partition that "
+        "runs dry while a fetch for the others is held)",
+    )
+    # Kafka transport security (episodic.kernel.transport_security applies it to every Kafka client)
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT", description="how every Kafka client connects: TLS (SSL), SASL, or both (SASL_SSL)"
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        default=None, description="required with SASL_PLAINTEXT / SASL_SSL"
+    )
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_cafile: Path | None = Field(default=None, description="CA bundle (PEM); unset: the system's CAs")
+    kafka_ssl_certfile: Path | None = Field(default=None, description="client certificate (PEM) for mutual TLS")
+    kafka_ssl_keyfile: Path | None = Field(default=None, description="the client certificate's key (PEM)")
+    kafka_ssl_key_password: SecretStr | None = None
+    kafka_ssl_check_hostname: bool = Field(default=True, description="verify the broker's name in its certificate")
+    referenced_buffer: int = Field(
+        default=10_000,
+        ge=0,
+        le=1_000_000,
+        description="memory.referenced events kept while Kafka is unreachable; beyond it they are dropped "
+        "and counted (episodic_referenced_dropped_total)",
+    )
+
+    # Store
+    qdrant_url: str | None = Field(default=None, description="Qdrant server URL; unset: embedded Qdrant Edge")
+    qdrant_api_key: SecretStr | None = Field(default=None, description="sent as the api-key header; use https")
+    qdrant_ca_file: Path | None = Field(
+        default=None, description="CA bundle (PEM) to verify an https:// EPISODIC_QDRANT_URL against"
+    )
+    collection: str = "episodic_memories"
+    data_dir: Path = Path("./.episodic")
+
+    # Embedding
+    embed_model: str = Field(
+        default=DEFAULT_MODEL,
+        description="sentence-transformers model name or path; 'none' forces sparse-only",
+    )
+    embed_device: str = "cpu"
+    batch_size: int = Field(default=128, ge=1, le=4096, description="records per consumer batch (one model call)")
+    encode_batch: int = Field(
+        default=16, ge=1, le=1024, description="sequences per forward pass inside the call (less padding)"
+    )
+    batch_max_wait_ms: int = Field(default=50, ge=0, le=60_000)
+    visible_budget_ms: int = Field(
+        default=800,
+        ge=0,
+        le=600_000,
+        description="embed a batch inline only while its oldest entry can still be searchable within this "
+        "many ms of production (measured embedding speed); otherwise write it sparse first and add the dense "
+        "vectors right after. 0: always inline",
+    )
+    embed_threads: int | None = Field(
+        default=None,
+        ge=1,
+        le=256,
+        description="threads for the model, fixed; unset: ONNX ingestion batches take every core while the "
+        "gate and recall are idle and one fewer while they need one (episodic.embedding.cores); torch batches take all "
+        "cores for a dedicated embedder, one fewer when the process runs other stages too",
+    )
+    embed_backend: Literal["onnx", "torch"] = Field(
+        default="onnx",
+        description="ingestion batches: ONNX Runtime (the same export as queries; checked against torch at "
+        "start, torch when it differs) or the torch model",
+    )
+    query_backend: Literal["onnx", "torch"] = Field(
+        default="onnx",
+        description="recall query embeddings: ONNX Runtime (same vector, ~2.5x faster; exported once into "
+        "model_cache_dir) or the torch model",
+    )
+    model_cache_dir: Path | None = Field(
+        default=None, description="ONNX export cache; unset: $XDG_CACHE_HOME/episodic/onnx (~/.cache/episodic/onnx)"
+    )
+    chunk_mode: Literal["sentences", "window"] = Field(
+        default="sentences",
+        description="what gets a dense vector of its own: sentences (consecutive sentences packed into pieces "
+        "of at most chunk_words words; measured in eval/README.md) or window (windows of chunk_tokens word "
+        "pieces); either way a piece longer than chunk_tokens is cut into overlapping windows",
+    )
+    chunk_words: int = Field(default=32, ge=1, le=256, description="words per sentence piece (chunk_mode=sentences)")
+    chunk_tokens: int = Field(default=256, ge=16, le=512, description="word pieces per dense chunk (at most)")
+    chunk_overlap_tokens: int = Field(default=32, ge=0, le=256)
+    # Context-aware indexing (episodic.indexing.context; chosen on LongMemEval dev, eval/README.md): a second BM25
+    # vector over the entry with the previous memories of its run (each cut to `context_words` words).
+    context_mode: str = Field(
+        default="prev:2",
+        description="what an entry is indexed with besides its own text: off, prev:N (the N memories before "
+        "it in its run) or run-header (the run's first memory)",
+    )
+    context_words: int = Field(default=16, ge=1, le=256, description="words of each context entry")
+    context_date: bool = Field(
+        default=False, description="the entry's date line ('Saturday 20 May 2023 (2023-05-20)') first in the context"
+    )
+    densify_max_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=1000,
+        description="failed attempts to embed a memory's text before the backfill quarantines it (it stays "
+        "BM25-only; /v1/memory/stats and `episodic doctor` count it)",
+    )
+    alias_limit: int = Field(
+        default=20,
+        ge=0,
+        le=10_000,
+        description="alias ids kept per duplicate memory (the newest); occurrences counts them all",
+    )
+
+    # HTTP
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(default=8080, ge=0, le=65535)
+    tokens_file: Path | None = Field(default=None, description="bearer tokens file (JSON)")
+
+    # Recall
+    high_value_threshold: float = Field(default=0.6, ge=0.0, le=1.0)
+    prefetch_limit: int = Field(default=100, ge=10, le=2000)
+    # Hybrid fusion, chosen on LongMemEval dev (eval/README.md): weighted RRF (k=3) over four legs: dense (2.5,
+    # ranked by cosine - 0.08 ln(pieces)), BM25 (1), the dense candidates re-scored by the context BM25 (0.5)
+    # and the context BM25 (1); with context off, or a collection without it, the first three (re-scored by
+    # BM25). BM25's top N again as a fifth leg (`rrf_head`, weight `rrf_head_weight`) is off since the prior.
+    # The dense weight and the top-N leg follow the chunk mode when unset: those two were chosen over sentence
+    # pieces, and over the windows their own tree is better (`dense_weight`, `head`).
+    fusion: Literal["rrf", "dbsf", "rrf_equal"] = "rrf"
+    rrf_k: int = Field(default=3, ge=1)
+    rrf_dense_weight: float | None = Field(
+        default=None, ge=0.0, description="unset: 2.5 with sentence pieces, 1 with windows"
+    )
+    rrf_sparse_weight: float = Field(default=1.0, ge=0.0)
+    rrf_both_weight: float = Field(default=0.5, ge=0.0, description="dense candidates re-scored by BM25; 0: off")
+    rrf_head: int | None = Field(
+        default=None,
+        ge=0,
+        le=100,
+        description="BM25's top N as an extra leg; 0: off; unset: 0 with sentence pieces, 5 with windows",
+    )
+    rrf_head_weight: float = Field(default=0.75, ge=0.0)
+    rrf_context_weight: float = Field(
+        default=1.0, ge=0.0, description="BM25 over the context-folded text as one more leg; 0: off"
+    )
+    rrf_piece_penalty: float = Field(
+        default=0.08, ge=0.0, le=1.0, description="the dense leg ranks by cosine - this x ln(pieces); 0: off"
+    )
+    rrf_both_context: bool = Field(
+        default=True, description="the dense candidates are re-scored by the context-folded BM25 (not the entry's)"
+    )
+    # Lexical confidence (eval/README.md, "Lexical confidence"): the BM25-based legs' weights scale with how
+    # strongly BM25 matched the query (its best score in rare-term IDFs of the workspace, over this value),
+    # down to `rrf_lexical_floor`: a query that shares only common words with the memories lets the dense leg
+    # rank. One top-1 BM25 search more per hybrid recall (and a count of the workspace, reused for 30 s).
+    rrf_lexical_full: float | None = Field(
+        default=None,
+        ge=0.0,
+        description="BM25 best score (in rare-term IDFs) for full sparse weights; 0: off; unset: 4 with sentence"
+        " pieces, off with windows",
+    )
+    rrf_lexical_floor: float = Field(
+        default=0.25, ge=0.0, le=1.0, description="the least share of their weight the BM25-based legs keep"
+    )
+    # Episode adjacency at recall: a direct hit's previous/next memory in its run, scored below it, in k.
+    recall_adjacent: bool = Field(default=False, description="default of the recall request's `adjacent`")
+    adjacent_weight: float = Field(
+        default=0.5, gt=0.0, lt=1.0, description="an adjacent memory scores this fraction of its hit's score"
+    )
+
+    @field_validator("context_mode")
+    @classmethod
+    def _context_mode(cls, v: str) -> str:
+        from episodic.domain.context_mode import parse_mode
+
+        parse_mode(v)
+        return v.strip().lower()
+
+    @property
+    def context(self) -> ContextMode:
+        from episodic.domain.context_mode import parse_mode
+
+        return parse_mode(self.context_mode, self.context_words, date=self.context_date)
+
+    # Maintenance agents (SPEC §8): the linker, the importance agent with its nightly decay, retention
+    linker_enabled: bool = Field(default=True, description="run the linker (similar edges) in `episodic up`")
+    similar_threshold: float = Field(default=0.80, gt=0.0, le=1.0, description="similar edge: cosine above this")
+    similar_top_k: int = Field(default=3, ge=1, le=50, description="similar edges per new memory, at most")
+    similar_min_mean: float = Field(
+        default=0.35,
+        ge=0.0,
+        le=1.0,
+        description="similar edge between memories of several pieces: their mean vectors' cosine at least this "
+        "(two memories sharing one stock sentence and nothing else get no edge); 0: off",
+    )
+    decay_schedule: str = Field(
+        default="30 3 * * *", description="DecayAndReinforce (and retention), a cron expression in UTC"
+    )
+    decay_page_size: int = Field(default=512, ge=1, le=10_000, description="memories per decay page")
+    reference_ledger_days: int = Field(
+        default=7,
+        ge=1,
+        le=3650,
+        description="memory.referenced events are remembered (re-delivery counts once) this many days, then "
+        "pruned; older events are not applied. Keep it at least the topic's retention",
+    )
+    retention_enabled: bool = Field(default=False, description="archive and remove memories long at the floor")
+    retention_floor_days: int = Field(
+        default=30, ge=0, le=36_500, description="days at the importance floor before a memory is archived"
+    )
+
+    @model_validator(mode="after")
+    def _transport(self) -> Settings:
+        """SASL settings need a SASL protocol and the reverse; TLS files need a TLS protocol (a setting that
+        would be ignored is an error, not a plaintext connection)."""
+        protocol = self.kafka_security_protocol
+        sasl = {
+            "kafka_sasl_mechanism": self.kafka_sasl_mechanism,
+            "kafka_sasl_username": self.kafka_sasl_username,
+            "kafka_sasl_password": self.kafka_sasl_password,
+        }
+        if protocol.startswith("SASL"):
+            missing = [f"EPISODIC_{k.upper()}" for k, v in sasl.items() if not v]
+            if missing:
+                raise ValueError(f"EPISODIC_KAFKA_SECURITY_PROTOCOL={protocol} needs {', '.join(missing)}")
+        else:
+            given = [f"EPISODIC_{k.upper()}" for k, v in sasl.items() if v]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} set, but EPISODIC_KAFKA_SECURITY_PROTOCOL={protocol} does not use SASL "
+                    "(SASL_PLAINTEXT or SASL_SSL)"
+                )
+        tls = ("kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile", "kafka_ssl_key_password")
+        given = [f"EPISODIC_{k.upper()}" for k in tls if getattr(self, k) is not None]
+        if given and not protocol.endswith("SSL"):
+            raise ValueError(
+                f"{', '.join(given)} set, but EPISODIC_KAFKA_SECURITY_PROTOCOL={protocol} does not use TLS "
+                "(SSL or SASL_SSL)"
+            )
+        if self.kafka_ssl_keyfile is not None and self.kafka_ssl_certfile is None:
+            raise ValueError("EPISODIC_KAFKA_SSL_KEYFILE set without EPISODIC_KAFKA_SSL_CERTFILE")
+        if self.qdrant_ca_file is not None and not (self.qdrant_url or "").startswith("https://"):
+            raise ValueError("EPISODIC_QDRANT_CA_FILE set, but EPISODIC_QDRANT_URL is not an https:// URL")
+        return self
+
+    @field_validator("decay_schedule")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from croniter import croniter
+
+        if not croniter.is_valid(value.strip()):
+            raise ValueError(f"not a cron expression (minute hour day month weekday, UTC): {value!r}")
+        return value.strip()
+
+    # Agent surfaces and client commands: where a client finds the service and who it is
+    # (`MemoryClient.from_settings`, `episodic mcp`, `episodic recall` / `doctor`, the LangChain retriever).
+    # Never taken from a tool argument.
+    url: str | None = Field(default=None, description="the recall service's URL (EPISODIC_URL)")
+    recall_url: str | None = Field(default=None, description="older name of EPISODIC_URL")
+    token: SecretStr | None = Field(default=None, description="bearer token the client sends (EPISODIC_TOKEN)")
+    workspace_id: str | None = Field(default=None, min_length=1, max_length=128)
+    agent_id: str | None = Field(default=None, min_length=1, max_length=128)
+    crew_id: str | None = Field(default=None, min_length=1, max_length=128)
+    role: Literal["agent", "lead"] | None = Field(
+        default=None, description="agent: recall scope own; lead: crew_shared (seed 001 ScopeForRole)"
+    )
+    client_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    client_retries: int = Field(default=3, ge=0, le=20, description="retries on 503 and connection errors")
+
+    @property
+    def service_url(self) -> str:
+        """EPISODIC_URL, else EPISODIC_RECALL_URL, else http://<http_host>:<http_port> (a wildcard host: loopback)."""
+        explicit = self.url or self.recall_url
+        if explicit:
+            return explicit.rstrip("/")
+        host = "127.0.0.1" if self.http_host in ("0.0.0.0", "::", "") else self.http_host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"http://{host}:{self.http_port}"
+
+    # Health agent (SPEC §8; definitions in episodic/domain/health.py and the README)
+    health_daily_at: str = Field(
+        default="03:00",
+        pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$",
+        description="UTC time (HH:MM) of the daily snapshot of every workspace and crew",
+    )
+    health_tick_s: float = Field(default=30.0, gt=0, le=3600, description="how often the scheduler looks at the clock")
+    health_freshness_half_life_days: float = Field(
+        default=60.0, gt=0, description="freshness = 100 x 0.5^(median age in days / this)"
+    )
+    health_coherence_sample: int = Field(
+        default=512, ge=1, le=100_000, description="memories whose nearest neighbour is searched (stable sample)"
+    )
+    health_coherence_floor: float = Field(default=0.30, ge=-1.0, lt=1.0, description="mean top-1 cosine that maps to 0")
+    health_coherence_ceiling: float = Field(default=0.80, gt=-1.0, le=1.0, description="... and to 100")
+    health_efficiency_window_days: int = Field(default=7, ge=1, le=90, description="recalls counted by efficiency")
+    health_efficiency_floor: float = Field(default=0.20, ge=-1.0, lt=1.0, description="mean hit cosine that maps to 0")
+    health_efficiency_ceiling: float = Field(default=0.70, gt=-1.0, le=1.0, description="... and to 100")
+    health_history_days: int = Field(default=400, ge=1, le=3650, description="daily snapshots kept per scope")
+    health_gauge_workspaces: int = Field(
+        default=50, ge=0, le=10_000, description="workspaces labelled in the health gauges (the lowest scores)"
+    )
+
+    # Nudge agent (SPEC §8, §10 "Nudge")
+    nudge_threshold: int = Field(default=60, ge=1, description="entries of a run since its last memory.updated")
+    nudge_run_idle_s: float = Field(
+        default=86_400.0, gt=0, description="a run with no entry for this long is forgotten (its counter dropped)"
+    )
+
+    @model_validator(mode="after")
+    def _bounds_in_order(self) -> Settings:
+        for name in ("coherence", "efficiency"):
+            lo, hi = getattr(self, f"health_{name}_floor"), getattr(self, f"health_{name}_ceiling")
+            if hi <= lo:
+                raise ValueError(f"health_{name}_ceiling ({hi}) must be above health_{name}_floor ({lo})")
+        return self
+
+    @property
+    def dense_weight(self) -> float:
+        """The dense leg's RRF weight: `rrf_dense_weight`, else the chunk mode's (eval/README.md, "Piece prior":
+        2.5 over sentence pieces; over the windows 1, their own tree, oracle dev R@5 0.613 against 0.599)."""
+        if self.rrf_dense_weight is not None:
+            return self.rrf_dense_weight
+        return FUSION_BY_CHUNK_MODE[self.chunk_mode][0]
+
+    @property
+    def head(self) -> int:
+        """BM25's top N as an extra leg: `rrf_head`, else the chunk mode's (off over sentence pieces, 5 over
+        the windows)."""
+        if self.rrf_head is not None:
+            return self.rrf_head
+        return FUSION_BY_CHUNK_MODE[self.chunk_mode][1]
+
+    @property
+    def lexical_full(self) -> float:
+        """The lexical confidence's full-weight strength: `rrf_lexical_full`, else the chunk mode's (4 over
+        sentence pieces, where it was chosen; off over the windows, where it was not measured)."""
+        if self.rrf_lexical_full is not None:
+            return self.rrf_lexical_full
+        return FUSION_BY_CHUNK_MODE[self.chunk_mode][2]
+
+    @property
+    def embedded_broker(self) -> bool:
+        return not self.kafka_bootstrap
+
+    @property
+    def fetch_wait_ms(self) -> int:
+        if self.fetch_max_wait_ms is not None:
+            return self.fetch_max_wait_ms
+        return EMBEDDED_FETCH_WAIT_MS if self.embedded_broker else KAFKA_FETCH_WAIT_MS
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka_bootstrap or f"{self.broker_host}:{self.broker_port}"
+
+    @property
+    def onnx_cache_dir(self) -> Path:
+        """The ONNX export cache: `model_cache_dir`, else the XDG cache (XDG_CACHE_HOME or ~/.cache)."""
+        if self.model_cache_dir is not None:
+            return self.model_cache_dir
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        return Path(base) / "episodic" / "onnx"
+
+    @property
+    def sparse_only_forced(self) -> bool:
+        return self.embed_model.strip().lower() in ("none", "", "off")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

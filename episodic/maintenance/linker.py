@@ -1,0 +1,246 @@
+"""Similar edges at index time (seed 001 "Memory relations", SPEC §8). Over the store port, no Kafka.
+
+For each `memory.indexed` event of mode `vector` (the memory's dense vector exists only then), the linker
+finds the `top_k` (3) memories of the same workspace nearest to it by raw cosine, and writes an edge
+new -> old of weight = cosine to each whose cosine is above `threshold` (0.80). With chunked multivectors
+the cosine of two memories is the best pair of chunks: the max over the new memory's chunks and the
+candidate's chunks (`MemoryStore.similar_to`). Where either memory has several pieces, their mean vectors
+must also have a cosine of at least `min_mean_cosine` (0.35, `EPISODIC_SIMILAR_MIN_MEAN`): else two memories
+that share one stock sentence and nothing else are linked at cosine ~1. When such memories fill the whole
+candidate list and are all turned down, the linker searches once more, four times as wide.
+
+- **Once.** A memory linked once carries `linked_at`, and a later `vector` event for it (a re-delivery, a
+  second densify) changes nothing. A new version of the memory (a changed summary under the same id) comes
+  without `linked_at`, so it is linked again and its `similar` edges are replaced (its `supports` edges,
+  written by the indexer, stay). Edges are merged per (dst, relation), so no write can duplicate one.
+- **One edge per pair.** A candidate that already has an edge to the new memory (it was linked first: two
+  memories densified in the same batch, or a deferred vector that arrived late) is passed over, also within
+  one batch. Edges point from the memory linked later to the one linked earlier, which is new -> old but for
+  memories whose vectors arrive out of order.
+- **Duplicates** (`mode: "duplicate"`) are folded into an existing memory and get no edges of their own;
+  `sparse-only` events wait for their `vector` event.
+
+`supports` edges stay with the indexer: they need no vector, so the indexer writes them with the point
+itself, atomically, the moment the rule is searchable, also in sparse-only mode where this linker never
+runs. Both writers merge per (dst, relation) on the source memory, and the linker only replaces `similar`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from episodic.indexing.context import ADJACENT as RUN_EDGES
+from episodic.kernel.errors import StoreError
+from episodic.kernel.ports import DENSE, MemoryStore, StoredHit, relations_payload
+from episodic.store.rules import pieces_field
+from schemas.events import IndexedEvent
+
+log = logging.getLogger(__name__)
+
+SIMILAR = "similar"
+CANDIDATE_FACTOR = 3  # ask the store for top_k x this, to fill top_k after passing over existing pairs
+# Two memories of several pieces are similar only if their mean vectors are too: their best pair of pieces
+# alone links any two that share a stock sentence ("I hope this helps!", "Here are a few options:"), which
+# on the LongMemEval oracle haystacks was most of the edges under a mean cosine of 0.35, and few above.
+MIN_MEAN_COSINE = 0.35
+MORE_FACTOR = 4  # when that rule turned down a whole list of candidates above the threshold, one search this wider
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(dt: datetime) -> str:
+    return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    entry_id: str
+    cosine: float
+    links: frozenset[str]  # entry ids the candidate already has edges to
+    mean_cosine: float | None = None  # of the two memories' mean vectors; None: both one piece (= cosine)
+
+
+def choose_similar(
+    source: str, candidates: Iterable[Candidate], *, threshold: float, top_k: int, min_mean: float = 0.0
+) -> list[Candidate]:
+    """The `top_k` best candidates above `threshold`, best first, skipping the source itself, any candidate
+    that already has an edge to the source (one edge per pair), and any whose mean-vector cosine is below
+    `min_mean` (two memories that share one sentence and nothing else)."""
+    picked: list[Candidate] = []
+    for c in sorted(candidates, key=lambda c: (-c.cosine, c.entry_id)):
+        if len(picked) == top_k or c.cosine <= threshold:
+            break
+        if c.entry_id == source or source in c.links or any(p.entry_id == c.entry_id for p in picked):
+            continue
+        if c.mean_cosine is not None and c.mean_cosine < min_mean:
+            continue
+        picked.append(c)
+    return picked
+
+
+def mean_vector(rows: Sequence[Sequence[float]]) -> np.ndarray:
+    """A memory's pieces as one unit vector (their normalised mean)."""
+    m = np.asarray(rows, dtype=np.float32).mean(axis=0)
+    return m / max(float(np.linalg.norm(m)), 1e-12)
+
+
+@dataclass
+class LinkResult:
+    events: int = 0  # events seen
+    linked: int = 0  # memories linked now
+    edges: int = 0  # similar edges written
+    already: int = 0  # memories linked before (re-delivery, densify twice)
+    ignored: int = 0  # duplicate and sparse-only events
+    missing: int = 0  # memories gone (forgotten, archived) or without their vector
+    failed: int = 0  # memories the store refused
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class Linker:
+    def __init__(
+        self,
+        *,
+        store: MemoryStore,
+        threshold: float = 0.80,
+        top_k: int = 3,
+        min_mean_cosine: float = MIN_MEAN_COSINE,
+        clock: Callable[[], datetime] = _now,
+    ) -> None:
+        if not 0.0 < threshold <= 1.0 or top_k < 1 or not 0.0 <= min_mean_cosine <= 1.0:
+            raise ValueError("threshold must be in (0, 1], top_k at least 1 and min_mean_cosine in [0, 1]")
+        self.store = store
+        self.threshold = threshold
+        self.top_k = top_k
+        self.min_mean_cosine = min_mean_cosine
+        self.clock = clock
+
+    def link(self, events: Sequence[IndexedEvent]) -> LinkResult:
+        """Link the memories of a batch of memory.indexed events; one store write for the batch."""
+        result = LinkResult(events=len(events))
+        todo: dict[str, IndexedEvent] = {}
+        for ev in events:
+            if ev.mode != "vector":
+                result.ignored += 1
+            elif ev.point_id in todo:
+                result.already += 1  # the same memory twice in one batch
+            else:
+                todo[ev.point_id] = ev
+        if not todo:
+            return result
+        points = self.store.fetch(list(todo), with_dense=True)
+        now = iso(self.clock())
+        new_edges: dict[str, set[str]] = {}  # entry id -> entry ids it points at (written in this batch)
+        similar: dict[str, list[dict[str, Any]]] = {}  # point id -> its new similar edges
+        for pid, ev in todo.items():
+            point = points.get(pid)
+            if point is None or not point.dense or point.payload.get("workspace_id") != ev.workspace_id:
+                result.missing += 1
+                continue
+            if point.payload.get("linked_at"):
+                result.already += 1
+                continue
+            try:
+                chosen = self._neighbours(point, new_edges)
+            except StoreError as e:
+                log.warning("linker: cannot link %s/%s: %s", ev.workspace_id, ev.entry_id, e)
+                result.failed += 1
+                continue
+            source = str(point.payload.get("entry_id"))
+            new_edges[source] = {c.entry_id for c in chosen}
+            similar[pid] = [
+                {"dst": c.entry_id, "relation": SIMILAR, "weight": round(min(1.0, c.cosine), 6), "created_at": now}
+                for c in chosen
+            ]
+        # The other edges are read again just before the write: while the neighbours were searched, the
+        # indexer may have given a memory its run's `next` edge (episodic.indexing.context), which must not be lost.
+        fresh = self.store.retrieve(sorted(similar), fields=("relations",)) if similar else {}
+        updates: dict[str, dict[str, Any]] = {}
+        for pid, edges in similar.items():
+            if pid not in fresh:  # forgotten meanwhile
+                result.missing += 1
+                continue
+            kept = [
+                e for e in fresh[pid].get("relations") or [] if isinstance(e, dict) and e.get("relation") != SIMILAR
+            ]
+            updates[pid] = {**relations_payload(kept + edges), "linked_at": now}
+            result.linked += 1
+            result.edges += len(edges)
+        self.store.set_payloads(updates)
+        return result
+
+    def _neighbours(self, point: StoredHit, new_edges: dict[str, set[str]]) -> list[Candidate]:
+        p = point.payload
+        source = str(p.get("entry_id"))
+        exclude = [source, *(str(a) for a in p.get("aliases") or [])]
+        rows = point.dense or []
+        first = self.top_k * CANDIDATE_FACTOR
+        chosen: list[Candidate] = []
+        means: dict[str, float] = {}  # point id -> mean-vector cosine, kept for the wider search
+        for limit in (first, first * MORE_FACTOR):
+            hits = self.store.similar_to(
+                str(p.get("workspace_id")),
+                rows,
+                limit,
+                exclude_entry_ids=exclude,
+                fields=("entry_id", "relations", pieces_field(point.vector or DENSE)),
+                using=point.vector,  # the generation its rows were read from, even if a switch came in between
+            )
+            above = [h for h in hits if h.score > self.threshold]
+            means.update(self._mean_cosines(rows, [h for h in above if h.point_id not in means], point.vector))
+            candidates = [
+                Candidate(
+                    entry_id=str(h.payload.get("entry_id")),
+                    cosine=float(h.score),
+                    links=_linked(h.payload) | new_edges.get(str(h.payload.get("entry_id")), set()),
+                    mean_cosine=means.get(h.point_id),
+                )
+                for h in hits
+            ]
+            chosen = choose_similar(
+                source, candidates, threshold=self.threshold, top_k=self.top_k, min_mean=self.min_mean_cosine
+            )
+            # Memories sharing a stock sentence with this one can fill the whole list and all be turned down:
+            # ask once for MORE_FACTOR times as many while the list was full and still above the threshold.
+            rejected = any(m < self.min_mean_cosine for m in means.values())
+            if len(chosen) == self.top_k or not rejected or len(above) < limit:
+                break
+        return chosen
+
+    def _mean_cosines(self, rows: list[list[float]], hits: list[StoredHit], vector: str | None) -> dict[str, float]:
+        """The mean-vector cosine of the source and each hit where either has more than one piece (for two
+        single pieces it is the cosine itself); the multi-piece hits' rows are read in one call."""
+        if self.min_mean_cosine <= 0.0:
+            return {}
+        field = pieces_field(vector or DENSE)
+        many = [h.point_id for h in hits if len(rows) > 1 or _pieces(h.payload.get(field)) > 1]
+        if not many:
+            return {}
+        source = mean_vector(rows)
+        found = self.store.fetch(many, with_dense=True, using=vector)
+        # a hit gone meanwhile, or without rows now, is no neighbour: -1 keeps it out
+        return {
+            pid: float(mean_vector(h.dense) @ source) if (h := found.get(pid)) and h.dense else -1.0 for pid in many
+        }
+
+
+def _pieces(value: Any) -> int:
+    """A memory's recorded number of pieces (1 when not recorded: a memory from before pieces were counted,
+    whose rows are then read like any multi-piece memory's only if the source has several)."""
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 1 else 1
+
+
+def _linked(payload: dict[str, Any]) -> frozenset[str]:
+    """The memories this one has an edge to, for "one edge per pair": a run's `previous` / `next` edges
+    (episodic.indexing.context) say where a memory sits in its run, not what it resembles, so they do not count."""
+    edges = payload.get("relations") or []
+    return frozenset(str(e.get("dst")) for e in edges if isinstance(e, dict) and e.get("relation") not in RUN_EDGES)

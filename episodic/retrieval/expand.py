@@ -1,0 +1,61 @@
+"""The memories a recall brings in beside its direct hits, scored below the hit that brought them.
+
+- `walked`: one hop along `similar` and `supports` edges, in both directions (edges point new -> old; the
+  inverse is implied at read time); a neighbour scores its parent's score × the edge weight.
+- `adjacent`: a hit's previous and next memory in its run (the `previous` / `next` edges of
+  `episodic.indexing.context`, kept in the hit's payload), scored `weight` × the hit's score.
+
+Both return entry id -> (score, via) for memories that are not direct hits; the recall engine fetches
+them through the request's scope and lets them compete for the k places (`merged`: a direct hit wins a tie).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol, TypeVar
+
+WALKED_RELATIONS = ("similar", "supports")
+ADJACENT_RELATIONS = ("previous", "next")
+
+Near = dict[str, tuple[float, str]]
+
+
+class Scored(Protocol):
+    entry_id: str
+    score: float
+    relations: list[dict[str, Any]]
+
+
+def walked(hits: Sequence[Scored], relations: Iterable[Any]) -> Near:
+    """`relations`: the stored edges touching the hits (objects with src, dst, relation, weight)."""
+    by_id = {h.entry_id: h for h in hits}
+    near: Near = {}
+    for r in relations:
+        if r.relation not in WALKED_RELATIONS:
+            continue
+        for here, there in ((r.src, r.dst), (r.dst, r.src)):
+            if here in by_id and there not in by_id:
+                score = by_id[here].score * min(1.0, max(0.0, r.weight))
+                if there not in near or score > near[there][0]:
+                    near[there] = (score, r.relation)
+    return near
+
+
+def adjacent(hits: Sequence[Scored], weight: float) -> Near:
+    direct = {h.entry_id for h in hits}
+    near: Near = {}
+    for h in hits:
+        for e in h.relations:
+            dst, score = str(e.get("dst", "")), h.score * weight
+            if e.get("relation") in ADJACENT_RELATIONS and dst not in direct and score > near.get(dst, (-1.0,))[0]:
+                near[dst] = (score, "adjacent")
+    return near
+
+
+H = TypeVar("H", bound=Scored)
+
+
+def merged(hits: list[H], found: list[H], k: int) -> list[H]:
+    """The top k of both, by score; stable, so a direct hit wins a tie."""
+    found = sorted(found, key=lambda h: (-h.score, h.entry_id))
+    return sorted([*hits, *found], key=lambda h: -h.score)[:k]
