@@ -32,6 +32,7 @@ BENCHES: dict[str, str] = {
     "soak": "bench.bench_soak",  # 10 minutes (--quick: 2)
     "context": "bench.bench_context",
     "chunking": "bench.bench_chunking",
+    "render": "bench.bench_render",
 }
 # Other benchmarks in the repo (owned elsewhere) that follow the same --quick convention; run if present.
 OPTIONAL: dict[str, str] = {"gate": "bench.bench_gate"}
@@ -47,6 +48,7 @@ TIMEOUT_S = {
     "soak": 1800,
     "context": 1800,
     "chunking": 1800,
+    "render": 600,
 }
 
 
