@@ -410,6 +410,7 @@ class LinkerRole(AgentRole):
             top_k=s.similar_top_k,
             min_mean_cosine=s.similar_min_mean,
             clock=res.clock,
+            cores=res.cores,  # waits while bulk embedding runs in this process (edges may lag, vectors not)
         )
         self.runner = linker_runner(s, linker=linker, metrics=res.metrics)
         await self.runner.start()

@@ -11,6 +11,11 @@ number of word pieces. Before each sub-batch the embedder asks `threads()`:
 Sub-batches are also halved while the cores are claimed (`token_budget`), so a recall waits at most for a
 short forward pass before the embedder's threads shrink.
 
+Background work yields the other way: while bulk embedding runs (a pass of at least `BULK_PASS_TOKENS` word
+pieces within the last `BULK_HOLD_S`: a backlog, not the trickle of steady ingestion), the linker waits
+(`wait_bulk`, at most `YIELD_MAX_S` a batch) before its neighbour queries, so a burst's vectors come first
+and its edges a little later. Measured with `bench.bench_burst` (README "Measured").
+
 "Idle" is judged inside this process only; on a machine whose cores are busy with other work, every
 core's threads wait on preempted peers and run slower than one. So the budget also measures: each pass
 reports its word pieces per second (`observe`), and while the cores are free it runs `bulk` only while
@@ -32,6 +37,10 @@ HOLD_S = 0.5  # a claim from the gate lasts this long after its last late batch
 BULK_TOKENS = 8192  # word pieces per forward pass when the cores are free (padding included)
 EXPLORE_EVERY = 16  # while the cores are free, every 16th pass runs on the count not measured faster
 ALPHA = 0.3  # weight of a new pass in the moving averages of word pieces per second
+BULK_PASS_TOKENS = BULK_TOKENS // 4  # a pass this full means a backlog (steady ingestion's passes are smaller)
+BULK_HOLD_S = 0.5  # bulk embedding counts as running this long after its last such pass
+YIELD_MAX_S = 30.0  # background work (the linker) waits for bulk embedding at most this long per batch
+YIELD_POLL_S = 0.05
 
 
 def available_cores() -> int:
@@ -61,6 +70,7 @@ class CoreBudget:
         self._gate_until = 0.0
         self._rate: dict[int, float] = {}  # threads -> word pieces per second (moving average)
         self._free_passes = 0
+        self._bulk_until = 0.0
 
     @property
     def bulk(self) -> int:
@@ -115,8 +125,24 @@ class CoreBudget:
             return
         rate = tokens / seconds
         with self._lock:
+            if tokens >= BULK_PASS_TOKENS:
+                self._bulk_until = max(self._bulk_until, self.clock() + BULK_HOLD_S)
             old = self._rate.get(threads)
             self._rate[threads] = rate if old is None else old + ALPHA * (rate - old)
+
+    def bulk_running(self) -> bool:
+        """Whether bulk embedding (a backlog's full passes) ran within the last `BULK_HOLD_S`."""
+        with self._lock:
+            return self.clock() < self._bulk_until
+
+    def wait_bulk(self, max_s: float = YIELD_MAX_S, *, sleep: Callable[[float], None] = time.sleep) -> float:
+        """Block (a worker thread, never the event loop) while bulk embedding runs, at most `max_s`; the
+        seconds waited by `clock`. For background work that may lag (similar edges) but must not slow a
+        burst's vectors down."""
+        start = self.clock()
+        while self.bulk_running() and self.clock() - start < max_s:
+            sleep(YIELD_POLL_S)
+        return self.clock() - start
 
     def rates(self) -> dict[int, float]:
         with self._lock:

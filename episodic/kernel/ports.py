@@ -191,6 +191,18 @@ class StoredHit:
     vector: str | None = None  # the named dense vector (embedding generation) `dense` was read from
 
 
+@dataclass(frozen=True, slots=True)
+class SimilarRequest:
+    """One memory's neighbour search (`MemoryStore.similar_to`'s arguments), for `similar_to_many`."""
+
+    workspace_id: str
+    rows: list[list[float]]
+    limit: int
+    exclude_entry_ids: tuple[str, ...] = ()
+    fields: tuple[str, ...] | None = None
+    using: str | None = None
+
+
 @dataclass(slots=True)
 class Relation:
     src: str  # entry id
@@ -401,6 +413,16 @@ class MemoryStore(ABC):
         `fields`: only these payload fields (default: the whole payload). `using`: the named vector the rows
         were read from (`StoredHit.vector`), so that a generation switch in between cannot rank one
         generation's rows against another's (default: the active one)."""
+
+    def similar_to_many(self, requests: Sequence[SimilarRequest]) -> list[list[StoredHit]]:
+        """`similar_to` for each request, in order. Engines that plan a batch of queries as one (Qdrant's
+        `query_batch`) override this to share one pass over the segments between all of them."""
+        return [
+            self.similar_to(
+                r.workspace_id, r.rows, r.limit, exclude_entry_ids=r.exclude_entry_ids, fields=r.fields, using=r.using
+            )
+            for r in requests
+        ]
 
     # -- relations: stored on the source memory (payload `relations` + keyword array `links`) ------------
     @abstractmethod

@@ -20,6 +20,12 @@ candidate list and are all turned down, the linker searches once more, four time
 - **Duplicates** (`mode: "duplicate"`) are folded into an existing memory and get no edges of their own;
   `sparse-only` events wait for their `vector` event.
 
+- **Batched, and after bulk embedding.** The neighbour searches of a whole batch of events go to the store
+  as one batch (`MemoryStore.similar_to_many`: Qdrant plans them as one pass over its segments), and with
+  the process's core budget a batch first waits while bulk embedding runs (`CoreBudget.wait_bulk`, bounded):
+  a burst's vectors come first, its edges a little later. The choices are still made one memory at a time,
+  in order, against the edges chosen before them (one edge per pair).
+
 `supports` edges stay with the indexer: they need no vector, so the indexer writes them with the point
 itself, atomically, the moment the rule is searchable, also in sparse-only mode where this linker never
 runs. Both writers merge per (dst, relation) on the source memory, and the linker only replaces `similar`.
@@ -35,9 +41,10 @@ from typing import Any
 
 import numpy as np
 
+from episodic.embedding.cores import CoreBudget
 from episodic.indexing.context import ADJACENT as RUN_EDGES
 from episodic.kernel.errors import StoreError
-from episodic.kernel.ports import DENSE, MemoryStore, StoredHit, relations_payload
+from episodic.kernel.ports import DENSE, MemoryStore, SimilarRequest, StoredHit, relations_payload
 from episodic.store.rules import pieces_field
 from schemas.events import IndexedEvent
 
@@ -115,6 +122,7 @@ class Linker:
         top_k: int = 3,
         min_mean_cosine: float = MIN_MEAN_COSINE,
         clock: Callable[[], datetime] = _now,
+        cores: CoreBudget | None = None,
     ) -> None:
         if not 0.0 < threshold <= 1.0 or top_k < 1 or not 0.0 <= min_mean_cosine <= 1.0:
             raise ValueError("threshold must be in (0, 1], top_k at least 1 and min_mean_cosine in [0, 1]")
@@ -123,6 +131,7 @@ class Linker:
         self.top_k = top_k
         self.min_mean_cosine = min_mean_cosine
         self.clock = clock
+        self.cores = cores  # the process's core budget: a batch waits while bulk embedding runs
 
     def link(self, events: Sequence[IndexedEvent]) -> LinkResult:
         """Link the memories of a batch of memory.indexed events; one store write for the batch."""
@@ -137,26 +146,25 @@ class Linker:
                 todo[ev.point_id] = ev
         if not todo:
             return result
+        if self.cores is not None:
+            self.cores.wait_bulk()
         points = self.store.fetch(list(todo), with_dense=True)
         now = iso(self.clock())
-        new_edges: dict[str, set[str]] = {}  # entry id -> entry ids it points at (written in this batch)
-        similar: dict[str, list[dict[str, Any]]] = {}  # point id -> its new similar edges
+        ready: dict[str, StoredHit] = {}
         for pid, ev in todo.items():
             point = points.get(pid)
             if point is None or not point.dense or point.payload.get("workspace_id") != ev.workspace_id:
                 result.missing += 1
-                continue
-            if point.payload.get("linked_at"):
+            elif point.payload.get("linked_at"):
                 result.already += 1
-                continue
-            try:
-                chosen = self._neighbours(point, new_edges)
-            except StoreError as e:
-                log.warning("linker: cannot link %s/%s: %s", ev.workspace_id, ev.entry_id, e)
+            else:
+                ready[pid] = point
+        new_edges: dict[str, set[str]] = {}  # entry id -> entry ids it points at (written in this batch)
+        similar: dict[str, list[dict[str, Any]]] = {}  # point id -> its new similar edges
+        for pid, chosen in self._neighbours(ready, new_edges).items():
+            if chosen is None:
                 result.failed += 1
                 continue
-            source = str(point.payload.get("entry_id"))
-            new_edges[source] = {c.entry_id for c in chosen}
             similar[pid] = [
                 {"dst": c.entry_id, "relation": SIMILAR, "weight": round(min(1.0, c.cosine), 6), "created_at": now}
                 for c in chosen
@@ -178,42 +186,80 @@ class Linker:
         self.store.set_payloads(updates)
         return result
 
-    def _neighbours(self, point: StoredHit, new_edges: dict[str, set[str]]) -> list[Candidate]:
+    def _request(self, point: StoredHit, limit: int) -> SimilarRequest:
         p = point.payload
-        source = str(p.get("entry_id"))
-        exclude = [source, *(str(a) for a in p.get("aliases") or [])]
-        rows = point.dense or []
+        return SimilarRequest(
+            str(p.get("workspace_id")),
+            point.dense or [],
+            limit,
+            exclude_entry_ids=(str(p.get("entry_id")), *(str(a) for a in p.get("aliases") or [])),
+            fields=("entry_id", "relations", pieces_field(point.vector or DENSE)),
+            using=point.vector,  # the generation its rows were read from, even if a switch came in between
+        )
+
+    def _search(self, points: dict[str, StoredHit], limit: int) -> dict[str, list[StoredHit] | None]:
+        """Each point's `limit` nearest memories, in one store batch; if the batch fails, one search per
+        point, so that one memory the store refuses fails alone (None)."""
+        pids = list(points)
+        try:
+            found = self.store.similar_to_many([self._request(points[pid], limit) for pid in pids])
+            return dict(zip(pids, found, strict=True))
+        except StoreError as e:
+            log.warning("linker: a batch of %d neighbour searches failed (%s); searching one by one", len(pids), e)
+        out: dict[str, list[StoredHit] | None] = {}
+        for pid in pids:
+            try:
+                out[pid] = self.store.similar_to_many([self._request(points[pid], limit)])[0]
+            except StoreError as e:
+                p = points[pid].payload
+                log.warning("linker: cannot link %s/%s: %s", p.get("workspace_id"), p.get("entry_id"), e)
+                out[pid] = None
+        return out
+
+    def _neighbours(
+        self, points: dict[str, StoredHit], new_edges: dict[str, set[str]]
+    ) -> dict[str, list[Candidate] | None]:
+        """The chosen neighbours of each point (None: the store refused its search), chosen in order, each
+        against the edges chosen before it; `new_edges` gets each choice."""
         first = self.top_k * CANDIDATE_FACTOR
-        chosen: list[Candidate] = []
-        means: dict[str, float] = {}  # point id -> mean-vector cosine, kept for the wider search
+        chosen: dict[str, list[Candidate] | None] = {}
+        means: dict[str, dict[str, float]] = {pid: {} for pid in points}  # point id -> hit id -> mean cosine
+        todo = points
         for limit in (first, first * MORE_FACTOR):
-            hits = self.store.similar_to(
-                str(p.get("workspace_id")),
-                rows,
-                limit,
-                exclude_entry_ids=exclude,
-                fields=("entry_id", "relations", pieces_field(point.vector or DENSE)),
-                using=point.vector,  # the generation its rows were read from, even if a switch came in between
-            )
-            above = [h for h in hits if h.score > self.threshold]
-            means.update(self._mean_cosines(rows, [h for h in above if h.point_id not in means], point.vector))
-            candidates = [
-                Candidate(
-                    entry_id=str(h.payload.get("entry_id")),
-                    cosine=float(h.score),
-                    links=_linked(h.payload) | new_edges.get(str(h.payload.get("entry_id")), set()),
-                    mean_cosine=means.get(h.point_id),
+            wider: dict[str, StoredHit] = {}
+            for pid, hits in self._search(todo, limit).items():
+                point = points[pid]
+                if hits is None:
+                    chosen[pid] = None
+                    continue
+                source = str(point.payload.get("entry_id"))
+                rows = point.dense or []
+                above = [h for h in hits if h.score > self.threshold]
+                m = means[pid]
+                m.update(self._mean_cosines(rows, [h for h in above if h.point_id not in m], point.vector))
+                candidates = [
+                    Candidate(
+                        entry_id=str(h.payload.get("entry_id")),
+                        cosine=float(h.score),
+                        links=_linked(h.payload) | new_edges.get(str(h.payload.get("entry_id")), set()),
+                        mean_cosine=m.get(h.point_id),
+                    )
+                    for h in hits
+                ]
+                picked = choose_similar(
+                    source, candidates, threshold=self.threshold, top_k=self.top_k, min_mean=self.min_mean_cosine
                 )
-                for h in hits
-            ]
-            chosen = choose_similar(
-                source, candidates, threshold=self.threshold, top_k=self.top_k, min_mean=self.min_mean_cosine
-            )
-            # Memories sharing a stock sentence with this one can fill the whole list and all be turned down:
-            # ask once for MORE_FACTOR times as many while the list was full and still above the threshold.
-            rejected = any(m < self.min_mean_cosine for m in means.values())
-            if len(chosen) == self.top_k or not rejected or len(above) < limit:
+                chosen[pid] = picked
+                new_edges[source] = {c.entry_id for c in picked}
+                # Memories sharing a stock sentence with this one can fill the whole list and all be turned
+                # down: ask once for MORE_FACTOR times as many while the list was full and still above the
+                # threshold.
+                rejected = any(v < self.min_mean_cosine for v in m.values())
+                if limit == first and len(picked) < self.top_k and rejected and len(above) >= limit:
+                    wider[pid] = point
+            if not wider:
                 break
+            todo = wider
         return chosen
 
     def _mean_cosines(self, rows: list[list[float]], hits: list[StoredHit], vector: str | None) -> dict[str, float]:

@@ -42,6 +42,7 @@ from episodic.kernel.ports import (
     Relation,
     ScopeFilter,
     Selection,
+    SimilarRequest,
     SparseVec,
     StoredHit,
     merge_relations,
@@ -689,23 +690,37 @@ class QdrantStore(MemoryStore):
         fields: Sequence[str] | None = None,
         using: str | None = None,
     ) -> list[StoredHit]:
-        name, dim = self._query_vector(using)
-        validate_dense(rows, dim, what="similar_to rows")
-        if limit <= 0:
-            return []
-        flt = nearest_filter(workspace_id, tuple(sorted(set(exclude_entry_ids))), name)
         only = tuple(fields) if fields is not None else None
-        queries = [
-            Query(dense_leg(row, flt, limit, name), flt, limit, score=RawScore(), fields=only)
-            for row in float_rows(rows)
-        ]
-        best: dict[str, StoredHit] = {}
-        for records in self.engine.query_batch(queries):
-            for r in records:
-                hit = best.get(str(r.id))
-                if hit is None or r.score > hit.score:
-                    best[str(r.id)] = _hit(r, float(r.score), False)
-        return sorted(best.values(), key=lambda h: -h.score)[:limit]
+        request = SimilarRequest(workspace_id, rows, limit, tuple(exclude_entry_ids), only, using)
+        return self.similar_to_many([request])[0]
+
+    def similar_to_many(self, requests: Sequence[SimilarRequest]) -> list[list[StoredHit]]:
+        """Every request's rows in one engine batch (`query_batch`: one planned pass over the segments for
+        all of them, which the linker's batches of new memories share), each memory's hits merged by max."""
+        queries: list[Query] = []
+        spans: list[tuple[int, int, int]] = []  # per request: its queries [a, b) and its limit
+        for r in requests:
+            name, dim = self._query_vector(r.using)
+            validate_dense(r.rows, dim, what="similar_to rows")
+            a = len(queries)
+            if r.limit > 0:
+                flt = nearest_filter(r.workspace_id, tuple(sorted(set(r.exclude_entry_ids))), name)
+                queries.extend(
+                    Query(dense_leg(row, flt, r.limit, name), flt, r.limit, score=RawScore(), fields=r.fields)
+                    for row in float_rows(r.rows)
+                )
+            spans.append((a, len(queries), r.limit))
+        results = self.engine.query_batch(queries) if queries else []
+        out: list[list[StoredHit]] = []
+        for a, b, limit in spans:
+            best: dict[str, StoredHit] = {}
+            for records in results[a:b]:
+                for rec in records:
+                    hit = best.get(str(rec.id))
+                    if hit is None or rec.score > hit.score:
+                        best[str(rec.id)] = _hit(rec, float(rec.score), False)
+            out.append(sorted(best.values(), key=lambda h: -h.score)[:limit])
+        return out
 
     def query_sparse(
         self, sparse: SparseVec, scope: ScopeFilter, limit: int, *, with_dense: bool = False

@@ -342,7 +342,7 @@ def test_the_linker_keeps_a_next_edge_the_indexer_wrote_while_it_searched(
     event = IndexedEvent(
         entry_id="c1", workspace_id="ws-a", point_id=point_id("ws-a", "c1"), indexed_at=T, mode="vector"
     )
-    racing = _Interleaved(store, "similar_to", lambda: ix.index_batch([c[2]]))
+    racing = _Interleaved(store, "similar_to_many", lambda: ix.index_batch([c[2]]))
     Linker(store=racing, threshold=0.5, top_k=3).link([event])  # type: ignore[arg-type]
     assert adjacency(store, "c1") == {"previous": "c0", "next": "c2"}
     assert similar_of(store, "c1") == {"c0"}

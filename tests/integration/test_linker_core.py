@@ -175,3 +175,73 @@ def test_a_generation_switch_between_reading_and_searching_links_in_the_generati
     result = Linker(store=store).link([vector_event("new")])
     assert (result.linked, result.failed) == (1, 0)
     assert similar(store, "new") == {"c95": 0.95}  # the cosine in the generation read (0 in the new one)
+
+
+def test_a_batch_searches_the_store_once_and_links_as_one_by_one(store: MemoryStore) -> None:
+    """The neighbour searches of a batch of events go to the store as one batch (one engine query_batch for
+    every memory of both workspaces), with the same edges as linking the memories one at a time."""
+    assert isinstance(store, EdgeStore)
+    cosines = (0.95, 0.9, 0.85, 0.82)
+    for ws in ("ws-a", "ws-b"):
+        store.upsert([point(f"old{i}", [at_cos(c, axis=1 + i)], ws=ws) for i, c in enumerate(cosines)])
+        store.upsert([point(f"new{i}", [unit((0, 1.0), (5 + i, 0.05))], ws=ws) for i in range(3)])
+    batches: list[int] = []
+    engine_batch = store.engine.query_batch
+
+    def counted(queries):  # type: ignore[no-untyped-def]
+        batches.append(len(queries))
+        return engine_batch(queries)
+
+    store.engine.query_batch = counted  # type: ignore[method-assign]
+    events = [vector_event(f"new{i}", ws=ws) for ws in ("ws-a", "ws-b") for i in range(3)]
+    result = Linker(store=store).link(events)
+    assert batches == [6]  # one batch of six searches (one row each), not six calls
+    assert (result.linked, result.failed) == (6, 0)
+    for ws in ("ws-a", "ws-b"):
+        edges = {e: similar(store, e, ws) for e in ("new0", "new1", "new2")}
+        # one edge per pair: new0 -> new1/new2 first, then each later one skips the pair already linked
+        assert set(edges["new0"]) == {"new1", "new2", "old0"}
+        assert "new0" not in edges["new1"] and "new0" not in edges["new2"]
+        assert all(len(v) == 3 for v in edges.values())
+
+
+def test_one_search_the_store_refuses_fails_that_memory_alone(
+    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from episodic.kernel.errors import StoreError
+
+    store.upsert([point("old", [at_cos(0.9)]), point("good", [unit((0, 1.0))]), point("bad", [unit((0, 1.0))])])
+    many = store.similar_to_many
+
+    def refuse_bad(requests):  # type: ignore[no-untyped-def]
+        if any("bad" in r.exclude_entry_ids for r in requests):
+            raise StoreError("refused")
+        return many(requests)
+
+    monkeypatch.setattr(store, "similar_to_many", refuse_bad)
+    result = Linker(store=store).link([vector_event("good"), vector_event("bad")])
+    assert (result.linked, result.failed) == (1, 1)
+    assert similar(store, "good") == {"bad": 1.0, "old": 0.9}  # 'bad' is still a neighbour, only unlinked
+    assert similar(store, "bad") == {}
+
+
+def test_with_the_core_budget_a_batch_waits_for_bulk_embedding_before_searching(store: MemoryStore) -> None:
+    from episodic.embedding.cores import CoreBudget
+
+    calls: list[str] = []
+
+    class Budget(CoreBudget):
+        def wait_bulk(self, max_s: float = 30.0, *, sleep=None) -> float:  # type: ignore[no-untyped-def,override]
+            calls.append("wait")
+            return 0.0
+
+    store.upsert([point("old", [at_cos(0.9)]), point("new", [unit((0, 1.0))])])
+    fetch = store.fetch
+
+    def fetch_logged(ids, *, with_dense=False, using=None):  # type: ignore[no-untyped-def]
+        calls.append("fetch")
+        return fetch(ids, with_dense=with_dense, using=using)
+
+    store.fetch = fetch_logged  # type: ignore[method-assign]
+    assert Linker(store=store, cores=Budget(cores=2)).link([vector_event("new")]).linked == 1
+    assert calls[:2] == ["wait", "fetch"]

@@ -174,3 +174,24 @@ def test_observations_without_time_or_tokens_are_ignored() -> None:
     b.observe(2, 0, 1.0)
     b.observe(2, 10, 0.0)
     assert b.rates() == {}
+
+
+def test_full_passes_mean_bulk_embedding_and_background_work_waits_for_it_bounded() -> None:
+    from episodic.embedding.cores import BULK_HOLD_S, BULK_PASS_TOKENS
+
+    clock = Clock()
+    b = CoreBudget(cores=2, clock=clock)
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        clock.t += s
+
+    b.observe(2, BULK_PASS_TOKENS - 1, 0.1)  # steady ingestion's small pass: no backlog
+    assert not b.bulk_running() and b.wait_bulk(sleep=sleep) == 0 and not slept
+    b.observe(2, BULK_PASS_TOKENS, 0.1)  # a full pass: a backlog is being embedded
+    assert b.bulk_running()
+    waited = b.wait_bulk(sleep=sleep)
+    assert BULK_HOLD_S <= waited < BULK_HOLD_S + 0.1 and not b.bulk_running()
+    b.observe(2, BULK_TOKENS, 0.1)
+    assert b.wait_bulk(0.2, sleep=sleep) < 0.3  # bounded: edges may lag, not stall
