@@ -114,16 +114,36 @@ def started_stack(
         yield Stack(name, f"{LOOPBACK}:{broker_port}", base), proc, log_path
 
 
-async def burst(stack: Stack, texts: list[str], round_no: int, timeout: float) -> tuple[float, float]:
+def burst_entries(texts: list[str], prefix: str, round_no: int, run_length: int) -> list[dict[str, Any]]:
+    """The burst's entries: with `run_length`, consecutive blocks of that many are one agent run (one
+    workspace, one agent, one run_id: what run context reads); 0: no run ids, entries spread round robin."""
+    ids = [f"{prefix}-{i:05d}" for i in range(len(texts))]
+    if run_length <= 0:
+        return [
+            journal_entry(entry_id=eid, workspace_id=f"burst-{round_no}-{i % 10}", agent_id=f"agent-{i % 3}", summary=t)
+            for i, (eid, t) in enumerate(zip(ids, texts, strict=True))
+        ]
+    return [
+        journal_entry(
+            entry_id=eid,
+            workspace_id=f"burst-{round_no}-{(i // run_length) % 10}",
+            agent_id=f"agent-{(i // run_length) % 3}",
+            run_id=f"{prefix}-run-{i // run_length}",
+            summary=t,
+        )
+        for i, (eid, t) in enumerate(zip(ids, texts, strict=True))
+    ]
+
+
+async def burst(
+    stack: Stack, texts: list[str], round_no: int, timeout: float, run_length: int = 40
+) -> tuple[float, float]:
     """(seconds to the last dense vector, seconds to the last entry searchable) for one burst."""
     from episodic.bus.kafka import make_producer
     from schemas import topics
 
-    ids = [f"r{round_no}-{stack.name}-{i:05d}" for i in range(len(texts))]
-    entries = [
-        journal_entry(entry_id=eid, workspace_id=f"burst-{round_no}-{i % 10}", agent_id=f"agent-{i % 3}", summary=t)
-        for i, (eid, t) in enumerate(zip(ids, texts, strict=True))
-    ]
+    entries = burst_entries(texts, f"r{round_no}-{stack.name}", round_no, run_length)
+    ids = [e["id"] for e in entries]
     payloads = [(e["workspace_id"].encode(), json.dumps(e).encode()) for e in entries]
     producer = make_producer(stack.bootstrap, linger_ms=5)
     await producer.start()
@@ -143,6 +163,30 @@ async def burst(stack: Stack, texts: list[str], round_no: int, timeout: float) -
     last_vector = max(stack.vector[i] for i in ids)
     last_indexed = max(stack.indexed[i] for i in ids)
     return last_vector - t0, last_indexed - t0
+
+
+def linker_handled(base: str) -> float:
+    """The stack's linker events handled so far (every outcome), from its /metrics."""
+    import httpx
+
+    text = httpx.get(f"{base}/metrics", timeout=10).text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith('episodic_agent_events_total{agent="linker"'):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def linker_done(stack: Stack, before: float, n: int, timeout: float) -> float | None:
+    """Wait until the linker has handled `n` more events than `before` (its edges may lag the vectors: it
+    yields to bulk embedding), so that the next measurement does not share the cores with it; the seconds
+    waited, None if it did not finish within `timeout`."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if await asyncio.to_thread(linker_handled, stack.base) - before >= n:
+            return time.monotonic() - t0
+        await asyncio.sleep(0.2)
+    return None
 
 
 async def warm(stack: Stack, timeout: float) -> None:
@@ -176,10 +220,14 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
                 for b, s in stacks.items():
                     enc.append(await asyncio.to_thread(run_baseline, embedder, texts, batch))
                     line.append(f"encode {n / enc[-1]:.1f}/s")
-                    v, i = await burst(s, texts, r, args.timeout)
+                    before = await asyncio.to_thread(linker_handled, s.base)
+                    v, i = await burst(s, texts, r, args.timeout, args.run_length)
+                    linker_on = args.env.get("EPISODIC_LINKER_ENABLED", "true").lower() not in ("false", "0")
+                    lag = await linker_done(s, before, n, args.timeout) if linker_on else 0.0
                     took[b].append(v)
                     seen[b].append(i)
-                    line.append(f"{b} {n / v:.1f}/s (searchable {n / i:.1f}/s)")
+                    edges = "not done" if lag is None else f"{lag:.1f}s after the last vector"
+                    line.append(f"{b} {n / v:.1f}/s (searchable {n / i:.1f}/s; linker {edges})")
                 print(f"  round {r + 1}: " + "  ".join(line), flush=True)
         finally:
             for s in stacks.values():
@@ -213,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=None, help="entries per burst (default 2000, quick 300)")
     ap.add_argument("--mix", choices=MIXES, default="short", help="summary lengths (default short: typical)")
     ap.add_argument("--batch", type=int, default=32, help="batch size of the bare encode (default 32)")
+    ap.add_argument(
+        "--run-length", type=int, default=40, help="entries per agent run (run context reads them; 0: no run ids)"
+    )
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3, quick 1)")
     ap.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     ap.add_argument("--timeout", type=float, default=600.0, help="per burst, seconds")
