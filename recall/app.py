@@ -45,6 +45,7 @@ from recall.admin import router as admin_router
 from recall.deps import ForgetSink, Job, NudgeLookup, Produce, Publish, Services, Status
 from recall.health import router as health_router
 from recall.routes import router
+from recall.ui import install as install_ui
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class Foreground:
         self.cores = cores
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and str(scope.get("path", "")).startswith("/v1/recall"):
+        if scope["type"] == "http" and str(scope.get("path", "")).startswith(("/v1/recall", "/ui/search")):
             with self.cores.foreground():
                 await self.app(scope, receive, send)
         else:
@@ -251,6 +252,7 @@ def create_app(
     app.include_router(whoami.router)
     app.include_router(health_router)
     app.include_router(memories.router)  # after /v1/memory/stats and /health: it takes any other id below
+    install_ui(app, tokens)  # the memory explorer at /ui (recall/ui), behind the same tokens
     app.add_middleware(BodyLimit)
     if cores is not None:  # a recall in flight claims a core back from bulk embedding (episodic.embedding.cores)
         app.add_middleware(Foreground, cores=cores)

@@ -130,7 +130,7 @@ async def _check_ids(services: Services, principal: Principal, workspace_id: str
             authorize_memory(principal, entry_id=entry_id, agent_id=p.get("agent_id"), crew_id=None, field=where)
 
 
-async def _forget(
+async def submit_forget(
     services: Services,
     principal: Principal,
     workspace_id: str,
@@ -142,6 +142,8 @@ async def _forget(
     all: bool = False,
     field: str = "entry_ids",
 ) -> JSONResponse:
+    """A forget as `POST /v1/memory/forget` takes it (also the explorer's, recall/ui/forgets.py): checked,
+    recorded pending, queued, announced, then waited for up to `wait` seconds."""
     authorize(principal, workspace_id)
     if principal.bound:
         selected = "entry_ids" if entry_ids else "run_id" if run_id else "agent_id"
@@ -198,7 +200,7 @@ async def forget(
     principal: Principal = Depends(current_principal),
     services: Services = Depends(get_services),
 ) -> JSONResponse:
-    return await _forget(
+    return await submit_forget(
         services, principal, req.workspace_id, wait,
         entry_ids=req.entry_ids, agent_id=req.agent_id, run_id=req.run_id, all=req.all,
     )  # fmt: skip
@@ -320,7 +322,7 @@ async def forget_one(
     principal: Principal = Depends(current_principal),
     services: Services = Depends(get_services),
 ) -> JSONResponse:
-    return await _forget(services, principal, workspace_id, wait, entry_ids=[entry_id], field="entry_id")
+    return await submit_forget(services, principal, workspace_id, wait, entry_ids=[entry_id], field="entry_id")
 
 
 @router.get(

@@ -203,6 +203,16 @@ class SimilarRequest:
     using: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class LegRanking:
+    """One query leg run alone (`MemoryStore.explain_legs`): `ranked` holds (entry_id, raw leg score), best
+    first; `weight` is the leg's weight in the fusion, 0 when the query does not use it."""
+
+    name: str
+    weight: float
+    ranked: tuple[tuple[str, float], ...]
+
+
 @dataclass(slots=True)
 class Relation:
     src: str  # entry id
@@ -384,6 +394,22 @@ class MemoryStore(ABC):
         *,
         with_dense: bool = False,
     ) -> list[StoredHit]: ...
+
+    def explain_legs(
+        self,
+        vector: list[float] | None,
+        sparse: SparseVec,
+        scope: ScopeFilter,
+        limit: int,
+        fusion: Fusion,
+        *,
+        using: str | None = None,
+    ) -> list[LegRanking]:
+        """Each leg of the query `query_hybrid` (or, without `vector`, `query_sparse`) would run, alone: its
+        name, its weight in the fusion (after the lexical confidence) and its top `limit` candidates with their
+        raw leg scores, best first (no importance multiplier). For the explorer's "why" (recall/ui); a store
+        that cannot tell answers [] (the default)."""
+        return []
 
     @abstractmethod
     def find_entries(

@@ -295,3 +295,27 @@ def take_pending_nudge(state: StateStore, workspace_id: str, agent_id: str | Non
         {"workspace_id": workspace_id, "nudge_id": nid, "at": format_timestamp(datetime.now(UTC))},
     )
     return nudge_text(max(int(doc.get("count", 0)), int(doc["nudge"].get("count", 0))))
+
+
+def nudge_state(state: StateStore, workspace_id: str, run_id: str) -> dict[str, Any] | None:
+    """Read-only (the memory explorer): the run's counter, its agent, this window's nudge if one was decided
+    (`text`, `at`) and whether a render delivered it. Unlike `take_pending_nudge`, marks nothing."""
+    key = run_key(workspace_id, run_id)
+    doc = state.get(RUN_KIND, key)
+    if not doc:
+        return None
+    nudge = doc.get("nudge") if isinstance(doc.get("nudge"), dict) else None
+    delivered = state.get(DELIVERED_KIND, key) if nudge is not None else None
+    return {
+        "agent_id": doc.get("agent_id"),
+        "count": int(doc.get("count", 0) or 0),
+        "window": int(doc.get("window", 0) or 0),
+        "last_seen": doc.get("last_seen"),
+        "nudge": None
+        if nudge is None
+        else {
+            "at": nudge.get("at"),
+            "text": nudge_text(max(int(doc.get("count", 0) or 0), int(nudge.get("count", 0) or 0))),
+            "delivered": bool(delivered and delivered.get("nudge_id") == nudge.get("nudge_id")),
+        },
+    }

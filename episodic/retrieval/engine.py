@@ -279,6 +279,14 @@ class RecallEngine:
         mode = mode_of(gen.pieces) if self.fusion_by_mode else None
         return embedder, gen.vector, (self.fusion_by_mode.get(mode, self.fusion) if mode else self.fusion)
 
+    def query_model(self) -> tuple[Embedder | None, str | None, Fusion]:
+        """The query embedder, its vector name and the fusion a request made now would use (for explain)."""
+        return self._query_model()
+
+    def embed_query(self, text: str, embedder: Embedder | None) -> np.ndarray | None:
+        """The query vector as `recall` makes it (None: no embedder, or it failed)."""
+        return self._embed_query(text, embedder)
+
     def scope_filter(self, req: RecallRequest) -> ScopeFilter:
         return ScopeFilter(
             workspace_id=req.workspace_id,

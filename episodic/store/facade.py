@@ -36,6 +36,7 @@ from episodic.kernel.ports import (
     CONTEXT,
     DENSE,
     Fusion,
+    LegRanking,
     MemoryPoint,
     MemoryStore,
     PagePosition,
@@ -51,6 +52,7 @@ from episodic.kernel.ports import (
 from episodic.store.query import (
     DENSIFY_FIELDS,
     DatetimeRange,
+    DenseLeg,
     Filter,
     HasDense,
     HasId,
@@ -59,6 +61,7 @@ from episodic.store.query import (
     MatchAny,
     Query,
     RawScore,
+    SparseLeg,
     Vocabulary,
     at_time,
     before_time,
@@ -752,6 +755,49 @@ class QdrantStore(MemoryStore):
         fusion = lexically_scaled(fusion, self._lexical_share(sparse, scope, flt, fusion))
         legs = hybrid_prefetch(vector, sparse, scope, flt, prefetch, fusion, name, context=self.has_context)
         return self._run(Query(legs, flt, limit, with_dense, using=name), name)
+
+    def explain_legs(
+        self,
+        vector: list[float] | None,
+        sparse: SparseVec,
+        scope: ScopeFilter,
+        limit: int,
+        fusion: Fusion,
+        *,
+        using: str | None = None,
+    ) -> list[LegRanking]:
+        """The legs `query_hybrid` fuses (without `vector`: the one `query_sparse` runs), each run alone with
+        its raw score, in one engine batch. Names: dense, bm25, bm25-of-dense (the dense candidates re-scored
+        by the query's words), bm25-head, context."""
+        flt = scope_filter(scope)
+        prefetch = self._leg_limit(limit, fusion.prefetch_limit)
+        if vector is None:
+            if not sparse.indices:
+                return []
+            legs: tuple[Any, ...] = (sparse_leg(sparse, scope, flt, prefetch),)
+            weights: tuple[float, ...] = (1.0,)
+        else:
+            name, dim = self._query_vector(using)
+            validate_vector(vector, dim)
+            scaled = lexically_scaled(fusion, self._lexical_share(sparse, scope, flt, fusion))
+            fused = hybrid_prefetch(vector, sparse, scope, flt, prefetch, scaled, name, context=self.has_context)
+            legs, weights = fused.legs, fused.weights
+        names: list[str] = []
+        for leg in legs:
+            if isinstance(leg, DenseLeg):
+                names.append("dense")
+            elif isinstance(leg, SparseLeg) and leg.inner is not None:
+                names.append("bm25-of-dense")
+            elif isinstance(leg, SparseLeg) and leg.using == CONTEXT:
+                names.append("context")
+            else:
+                names.append("bm25-head" if "bm25" in names else "bm25")
+        queries = [Query(leg, flt, leg.limit, score=RawScore(), fields=("entry_id",)) for leg in legs]
+        out = []
+        for leg_name, weight, records in zip(names, weights, self.engine.query_batch(queries), strict=True):
+            ranked = tuple((str((r.payload or {}).get("entry_id", "")), float(r.score)) for r in records)
+            out.append(LegRanking(leg_name, float(weight), ranked))
+        return out
 
     def _lexical_share(self, sparse: SparseVec, scope: ScopeFilter, flt: Filter, fusion: Fusion) -> float:
         """The share of their weight the BM25-based legs keep for this query (`Fusion.lexical_full`):

@@ -1,0 +1,92 @@
+"""Why a recall ranked its hits as it did: each leg's rank and raw score, the fusion, the importance
+multiplier, and where a hit came from (direct, walk, adjacency, folded duplicates). For the memory
+explorer (recall/ui); the recall API does not pay for it.
+
+`explain(engine, req, result)` runs the request's legs once more, each alone (`MemoryStore.explain_legs`:
+one engine batch with the same scope, filters, prefetch, fusion weights and lexical confidence the hybrid
+query used), and reports every hit's place in each. A leg's contribution to weighted RRF is Qdrant's
+`1 / (rank / weight + k - 1)` (rank one-based; `weight / (k + rank)` near enough for small weights; see
+eval/fusion.py); the fused score is their sum, and the hit's score is that × importance (dense and sparse
+modes: the leg's score × importance). A hit beyond a leg's prefetch is "not in this leg's top N".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from episodic.kernel.errors import EpisodicError, StoreError
+from episodic.kernel.ports import Fusion, LegRanking
+from episodic.retrieval.engine import RecallEngine, RecallResult
+from schemas.api import RecallRequest
+
+
+@dataclass(slots=True)
+class LegPlace:
+    leg: str
+    weight: float
+    rank: int | None  # 1-based; None: not among the leg's candidates
+    score: float | None  # the raw leg score (cosine, BM25)
+    rrf: float | None  # 1 / (rank / weight + k - 1) under RRF; None otherwise
+
+
+@dataclass(slots=True)
+class HitWhy:
+    entry_id: str
+    via: str
+    importance: float | None
+    cosine: float | None
+    legs: list[LegPlace] = field(default_factory=list)
+    fused: float | None = None  # the sum of the RRF contributions (hybrid with RRF only)
+
+
+@dataclass(slots=True)
+class Explanation:
+    mode: str
+    fusion: dict[str, Any]
+    candidates: int  # candidates per leg
+    hits: dict[str, HitWhy]
+    legs: list[str]
+
+
+def fusion_view(fusion: Fusion) -> dict[str, Any]:
+    return {"method": fusion.method, "k": fusion.k, "lexical_full": fusion.lexical_full,
+            "piece_penalty": fusion.piece_penalty}  # fmt: skip
+
+
+def explain(engine: RecallEngine, req: RecallRequest, result: RecallResult) -> Explanation:
+    """Each hit's place in each leg of `req` (see the module doc). Raises StoreError on store failure."""
+    embedder, using, fusion = engine.query_model()
+    scope = engine.scope_filter(req)
+    qvec = engine.embed_query(req.query, embedder) if req.mode != "sparse" else None
+    sparse = engine.bm25.query(req.query)
+    prefetch = max(req.k, fusion.prefetch_limit)
+    try:
+        if req.mode == "dense" and qvec is not None:
+            rankings = engine.store.explain_legs(qvec.tolist(), sparse, scope, req.k, fusion, using=using)
+            rankings = [r for r in rankings if r.name == "dense"]
+        else:
+            vector = qvec.tolist() if (req.mode == "hybrid" and qvec is not None) else None
+            rankings = engine.store.explain_legs(vector, sparse, scope, req.k, fusion, using=using)
+    except EpisodicError:
+        raise
+    except Exception as e:  # adapters should wrap; never let a raw driver error become a 500
+        raise StoreError(f"store explain failed: {type(e).__name__}: {e}") from e
+    rrf = req.mode == "hybrid" and fusion.method == "rrf" and len(rankings) > 1
+    whys: dict[str, HitWhy] = {}
+    for hit in result.hits:
+        why = HitWhy(hit.entry_id, hit.via, hit.importance, hit.cosine)
+        for r in rankings:
+            why.legs.append(_place(r, hit.entry_id, fusion.k if rrf else None))
+        if rrf:
+            why.fused = sum(p.rrf or 0.0 for p in why.legs)
+        whys[hit.entry_id] = why
+    return Explanation(req.mode, fusion_view(fusion), prefetch, whys, [r.name for r in rankings])
+
+
+def _place(ranking: LegRanking, entry_id: str, k: int | None) -> LegPlace:
+    for n, (eid, score) in enumerate(ranking.ranked, 1):
+        if eid == entry_id:
+            rrf = (1.0 / (n / ranking.weight + k - 1) if ranking.weight > 0 else 0.0) if k is not None else None
+            return LegPlace(ranking.name, ranking.weight, n, score, rrf)
+    return LegPlace(ranking.name, ranking.weight, None, None, None)

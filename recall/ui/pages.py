@@ -1,0 +1,236 @@
+"""What each explorer page shows, gathered through the functions the API routes call (blocking: the routes
+run these in the thread pool). No second path to the store: recall is `RecallEngine.recall` (plus
+`episodic.retrieval.explain` for the why), a memory is `episodic.lifecycle.inspect.memory_detail`, a run is
+`memory_page`, health is the `HealthJob`'s stored snapshots, and every check is `episodic.kernel.auth`'s.
+
+A search here does not publish `memory.referenced`: a person looking at memories is not an agent using
+them, and counting the look would raise their importance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from markupsafe import Markup
+from pydantic import ValidationError
+
+from episodic.domain.scoring import decay_importance, parse_time
+from episodic.kernel.auth import Principal, authorize, authorize_memory, authorize_recall, listing_narrowed
+from episodic.kernel.ports import Selection
+from episodic.lifecycle.inspect import memory_detail, memory_page
+from episodic.maintenance.decay import DECAY_KEY, JOB_KIND
+from episodic.maintenance.health_job import window_days
+from episodic.maintenance.nudge import nudge_state
+from episodic.retrieval.explain import Explanation, explain
+from recall.deps import Services
+from recall.ui import charts
+from schemas.api import MemoryDetail, RecallRequest
+
+HEALTH_DAYS = 14
+RUN_PAGES = 5  # a run's timeline: up to RUN_PAGES pages of MAX_PAGE memories (the newest ones)
+RUN_PAGE = 100
+
+
+class BadInput(ValueError):
+    """A form value the API would refuse: `field: message`, shown on the page (status 422)."""
+
+
+def _now(services: Services) -> datetime:
+    return services.engine.clock()
+
+
+# -- the first screen: workspaces -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class WorkspaceRow:
+    workspace_id: str
+    memories: int
+    score: float | None = None
+    band: str | None = None
+    computed_at: str | None = None
+    chart: Markup = field(default_factory=Markup)
+    weakest: str | None = None
+
+
+def _lag(services: Services) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for fam in services.metrics.registry.collect():
+        if fam.name == "episodic_consumer_lag_records":
+            for s in fam.samples:
+                out[s.labels.get("group", "?")] = s.value
+    return out
+
+
+def _weakest(metrics: dict[str, Any]) -> str | None:
+    scored = [(v, k) for k, v in metrics.items() if isinstance(v, int | float)]
+    return f"{min(scored)[1]} {min(scored)[0]:.0f}" if scored else None
+
+
+def overview(services: Services, principal: Principal) -> dict[str, Any]:
+    """Every workspace the caller may read, the unhealthy first, with memories, health band, 14-day chart;
+    and the process: stack status, consumer lag, the last decay run."""
+    if principal.admin:
+        counts = dict(services.store.workspaces())
+        if services.health is not None:
+            for ws in services.health.workspaces():
+                counts.setdefault(ws, 0)
+    else:
+        counts = {ws: services.store.count(ws) for ws in sorted(principal.workspaces)}
+    rows = []
+    dates = window_days(_now(services), HEALTH_DAYS)
+    for ws, n in counts.items():
+        row = WorkspaceRow(ws, int(n))
+        if services.health is not None:
+            history = {s.date: s for s in services.health.history(ws, None, HEALTH_DAYS)}
+            latest = services.health.latest(ws, None)
+            if latest is not None:
+                row.score, row.band = latest.score, latest.band
+                row.computed_at = str(latest.to_json_dict().get("computed_at") or "")
+                row.weakest = _weakest(latest.to_json_dict().get("metrics") or {})
+            days = [charts.Day(d, history[d].score, history[d].band) if d in history else charts.Day(d, None)
+                    for d in dates]  # fmt: skip
+            row.chart = charts.health_chart(days)
+        rows.append(row)
+    order = {"red": 0, "yellow": 1, None: 2, "green": 3}
+    rows.sort(key=lambda r: (order.get(r.band, 2), r.workspace_id))
+    decay = services.state.get(JOB_KIND, DECAY_KEY) if services.state is not None else None
+    try:
+        status = dict(services.status())
+    except Exception:  # the status callable is best effort, as on /healthz
+        status = {}
+    return {
+        "rows": rows,
+        "lag": _lag(services),
+        "decay": decay,
+        "kafka": status.get("kafka", "unknown"),
+        "mode": "sparse-only" if services.engine.sparse_only else "vector",
+        "store_ok": services.store.ping(),
+        "dates": (dates[0], dates[-1]) if dates else None,
+    }
+
+
+# -- search ----------------------------------------------------------------------------------------------------
+
+SEARCH_FIELDS = ("workspace_id", "q", "scope", "agent_id", "crew_id", "mode", "k", "walk_depth", "adjacent",
+                 "since", "until", "entry_types", "min_severity", "run_id", "exclude_run_id")  # fmt: skip
+
+
+def recall_request(form: dict[str, str], principal: Principal) -> RecallRequest:
+    """The recall request a search form stands for (empty fields left out; a bound token's agent, crew and
+    scope filled in when not given). BadInput names the field, as the API's 422 would."""
+    f = {k: v.strip() for k, v in form.items() if k in SEARCH_FIELDS and v is not None and v.strip()}
+    if principal.bound:
+        f.setdefault("scope", "crew_shared" if principal.role == "lead" else "own")
+        if principal.agent_id is not None and f["scope"] == "own":
+            f.setdefault("agent_id", principal.agent_id)
+        if principal.crew_id is not None and f["scope"] == "crew_shared":
+            f.setdefault("crew_id", principal.crew_id)
+    body: dict[str, Any] = {k: v for k, v in f.items() if k not in ("q", "k", "walk_depth", "adjacent", "entry_types")}
+    body["query"] = f.get("q", "")
+    for name in ("k", "walk_depth"):
+        if name in f:
+            try:
+                body[name] = int(f[name])
+            except ValueError:
+                raise BadInput(f"{name}: must be a whole number") from None
+    if "adjacent" in f:
+        body["adjacent"] = f["adjacent"] in ("1", "true", "on", "yes")
+    if "entry_types" in f:
+        body["entry_types"] = [t.strip() for t in f["entry_types"].split(",") if t.strip()]
+    try:
+        return RecallRequest.model_validate(body)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "query"
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        raise BadInput(f"{'q' if loc == 'query' else loc}: {msg}") from None
+
+
+@dataclass(slots=True)
+class SearchResult:
+    request: RecallRequest
+    hits: list[Any]
+    degraded: bool
+    why: Explanation
+
+
+def search(services: Services, principal: Principal, req: RecallRequest) -> SearchResult:
+    authorize_recall(
+        principal, workspace_id=req.workspace_id, scope=req.scope, agent_id=req.agent_id, crew_id=req.crew_id
+    )
+    result = services.engine.recall(req)
+    return SearchResult(req, result.hits, result.degraded, explain(services.engine, req, result))
+
+
+# -- one memory --------------------------------------------------------------------------------------------------
+
+
+def importance_curve(detail: MemoryDetail, now: datetime) -> tuple[list[tuple[float, float]], float | None]:
+    """The memory's importance by days since it was indexed, from the decay formula (SPEC §8) at its current
+    reference count: the stored value is recomputed nightly on that curve. (x: days, y: importance); the
+    marker: today."""
+    base = detail.base_importance
+    indexed = parse_time(detail.indexed_at)
+    if base is None or indexed is None:
+        return [], None
+    age = max(0.0, (now - indexed).total_seconds() / 86400)
+    horizon = max(200.0, age * 1.2)
+    steps = 60
+    pts = [
+        (d, decay_importance(base, days=d, refs=detail.reference_count, priority=detail.priority))
+        for d in (horizon * i / steps for i in range(steps + 1))
+    ]
+    return pts, age
+
+
+def memory(services: Services, principal: Principal, workspace_id: str, entry_id: str) -> MemoryDetail | None:
+    """The memory as `GET /v1/memory/{id}` answers it (raises Forgotten, AuthError as it does)."""
+    authorize(principal, workspace_id)
+    found = memory_detail(services.store, services.state, workspace_id, entry_id)
+    if found is None:
+        return None
+    authorize_memory(principal, entry_id=entry_id, agent_id=found.get("agent_id"), crew_id=found.get("crew_id"))
+    return MemoryDetail.model_validate(found)
+
+
+# -- a run ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Timeline:
+    workspace_id: str
+    run_id: str
+    items: list[dict[str, Any]] = field(default_factory=list)  # oldest first
+    truncated: bool = False
+    nudge: dict[str, Any] | None = None
+
+
+def run_timeline(services: Services, principal: Principal, workspace_id: str, run_id: str) -> Timeline:
+    """The run's memories in order (as `GET /v1/memories?run_id=` lists them, narrowed for a bound token)
+    and its nudge counter (read, not delivered)."""
+    authorize(principal, workspace_id)
+    agent_id, crew_id = listing_narrowed(principal, agent_id=None, crew_id=None)
+    selection = Selection(workspace_id, agent_id=agent_id, run_id=run_id, crew_id=crew_id)
+    out = Timeline(workspace_id, run_id)
+    cursor: str | None = None
+    for _ in range(RUN_PAGES):
+        items, cursor = memory_page(services.store, selection, cursor, RUN_PAGE)
+        out.items.extend(items)
+        if cursor is None:
+            break
+    out.truncated = cursor is not None
+    out.items.reverse()
+    if services.state is not None:
+        state = nudge_state(services.state, workspace_id, run_id)
+        if state is not None and (not principal.bound or state.get("agent_id") == principal.agent_id):
+            out.nudge = state
+    return out
+
+
+def stamp(value: str | None) -> str:
+    """A stored timestamp as `YYYY-MM-DD HH:MM:SS` UTC (the text as stored when it does not parse)."""
+    t = parse_time(value)
+    return t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if t else (value or "-")
