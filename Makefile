@@ -1,22 +1,25 @@
 # episodic — `make help` lists the targets.
 PY ?= python3
 VENV := .venv
+CLIENT_VENV := .venv-client
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help install up demo test test-fast lint fmt bench eval clean
+.PHONY: help install up demo test test-client test-fast lint fmt bench eval clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, the CPU build: a plain resolve would pull the multi-GB CUDA build
 	$(BIN)/pip install -q torch==2.13.0
+	# the client distribution first: the project depends on it (its API models, clients and MCP tools)
+	$(BIN)/pip install -q -e './clients/python[mcp,langchain]'
 	$(BIN)/pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
@@ -31,8 +34,17 @@ demo: $(STAMP) ## produce the sample journal to a running stack and recall from 
 	$(BIN)/episodic recall "checkout OOM" --workspace acme --agent planner
 
 TEST_WORKERS ?= 2
-test: $(STAMP) ## run the test suite (unit, contract, integration, e2e) on $(TEST_WORKERS) workers
+test: $(STAMP) ## run the test suite (unit, contract, integration, e2e) on $(TEST_WORKERS) workers, then test-client
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
+	$(MAKE) --no-print-directory test-client
+
+# A fresh venv with the client distribution alone (and pytest): its tests check that nothing of the engine
+# came with it, then drive a live `episodic up`, started from the project's venv, over HTTP.
+test-client: $(STAMP) ## the client distribution alone, in a fresh venv, against a live stack
+	rm -rf $(CLIENT_VENV)
+	$(PY) -m venv $(CLIENT_VENV)
+	$(CLIENT_VENV)/bin/pip install -q './clients/python[test]'
+	EPISODIC_STACK_COMMAND="$(abspath $(BIN))/episodic up" $(CLIENT_VENV)/bin/pytest -q -p no:cacheprovider clients/python/tests
 
 test-fast: $(STAMP) ## unit tests only
 	$(BIN)/pytest -q tests/unit
@@ -42,6 +54,7 @@ lint: $(STAMP) ## ruff (lint + format check), mypy and the import layers (lint-i
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy schemas episodic streams consumers recall infra stack
 	$(BIN)/mypy bench eval
+	$(BIN)/mypy clients/python/episodic_client
 	$(BIN)/lint-imports --no-cache
 
 fmt: $(STAMP) ## format the code
@@ -55,4 +68,4 @@ eval: $(STAMP) ## retrieval quality on LongMemEval (../shared/datasets/longmemev
 	$(BIN)/python -m eval.longmemeval
 
 clean: ## remove the venv and local data
-	rm -rf $(VENV) .episodic .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CLIENT_VENV) .episodic .pytest_cache .mypy_cache .ruff_cache

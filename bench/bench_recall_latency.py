@@ -137,7 +137,7 @@ def time_direct(store: Any, embedder: Any, queries: list[str]) -> dict[str, list
     from episodic.kernel.settings import Settings
     from episodic.retrieval.engine import RecallEngine, fusion_from_settings
     from episodic.store.sparse import Bm25Encoder
-    from schemas.api import RecallRequest
+    from episodic_client.models import RecallRequest
 
     settings = Settings()
     bm25 = Bm25Encoder()

@@ -6,8 +6,11 @@ Owns: by concern, one sub-package each (its own docstring says what it owns and 
 and `lifecycle` (forget, DLQ, export/import, inspect, re-embed), and `maintenance` (the stream agents'
 logic). No arrow runs from a lower sub-package up to a higher one: the "core" contract in pyproject's
 [tool.importlinter] enforces it, and tests/unit/test_layout.py proves the contract fails on a violation.
-May import: `schemas` and third-party libraries; never `streams`, `consumers`, `recall`, `stack` or
-`infra` (they stand on the core). `make lint` and tests/unit/test_layout.py enforce it.
+The memory client is not here: it is the client distribution (`clients/python`, package `episodic_client`),
+below `schemas`, so that an agent installs it without the engine.
+May import: `schemas`, `episodic_client` (the API models, the client's settings) and third-party libraries;
+never `streams`, `consumers`, `recall`, `stack` or `infra` (they stand on the core). `make lint` and
+tests/unit/test_layout.py enforce it.
 """
 
 __version__ = "0.1.0"

@@ -18,8 +18,8 @@ from starlette.concurrency import run_in_threadpool
 
 from episodic.kernel.auth import AuthError, Principal
 from episodic.maintenance.decay import JobBusy
+from episodic_client.models import DecayRunResponse, ErrorResponse, JobBusyResponse
 from recall.deps import Services, current_principal, get_services
-from schemas.api import DecayRunResponse, ErrorResponse, JobBusyResponse
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ from starlette.concurrency import run_in_threadpool
 
 from episodic.kernel.auth import Principal, authorize, authorize_crew
 from episodic.maintenance.health_job import HealthJob, announce
+from episodic_client.models import MAX_HEALTH_DAYS, MAX_ID_LEN, ErrorResponse, HealthResponse, HealthRunResponse
 from recall.admin import ADMIN_ERRORS, require_admin
 from recall.deps import Services, current_principal, get_services
 from recall.routes import ERRORS
-from schemas.api import MAX_HEALTH_DAYS, MAX_ID_LEN, ErrorResponse, HealthResponse, HealthRunResponse
 
 router = APIRouter()
 

@@ -21,8 +21,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from episodic.kernel.auth import AuthError, Principal, authorize_write
-from recall.deps import Services, current_principal, get_services
-from schemas.api import (
+from episodic_client.models import (
     MAX_JOURNAL_BYTES,
     MAX_JOURNAL_ENTRIES,
     EntryError,
@@ -31,6 +30,7 @@ from schemas.api import (
     JournalBatch,
     JournalRejected,
 )
+from recall.deps import Services, current_principal, get_services
 from schemas.journal import InvalidEntry, parse_entry
 from schemas.topics import JOURNAL_ENTRIES
 

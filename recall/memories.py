@@ -4,7 +4,7 @@ Forget is an event: the request is checked, recorded as pending in the state sto
 `journal.embeddable` keyed by its workspace (acks=all; `Services.forget_sink`), announced (its rule keeps
 the selection's queued entries out from then on: `episodic.lifecycle.forget.announce`) and applied by the embedding
 consumer in order with that workspace's entries (episodic.lifecycle.forget). The answer waits up to `wait` seconds
-(default `schemas.api.DEFAULT_FORGET_WAIT_S`) for it to be applied: `200` with what was removed when it
+(default `episodic_client.models.DEFAULT_FORGET_WAIT_S`) for it to be applied: `200` with what was removed when it
 was, else `202` with the forget id and `status_url` (also the `Location` header) to poll. `wait=0` answers
 `202` at once. A forget that could not be queued is `503` (nothing was removed; its status says `failed`).
 One the store refused to apply (consumers.batch: not a transient failure) is `200` with status `failed`
@@ -58,8 +58,7 @@ from episodic.lifecycle.forget import (
     status_document,
 )
 from episodic.lifecycle.inspect import BadCursor, Forgotten, memory_detail, memory_page
-from recall.deps import Services, current_principal, get_services
-from schemas.api import (
+from episodic_client.models import (
     DEFAULT_FORGET_WAIT_S,
     DEFAULT_PAGE,
     MAX_FORGET_WAIT_S,
@@ -71,6 +70,7 @@ from schemas.api import (
     MemoryDetail,
     MemoryPage,
 )
+from recall.deps import Services, current_principal, get_services
 from schemas.events import ForgetRecord
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,7 @@ from episodic.domain.context_mode import ContextMode
 from episodic.kernel.auth import Principal, authorize, authorize_recall
 from episodic.retrieval.engine import RecallHit, RecallResult
 from episodic.retrieval.render import render
-from recall.deps import Services, current_principal, get_services
-from schemas.api import (
+from episodic_client.models import (
     MAX_ID_LEN,
     ErrorResponse,
     HealthzResponse,
@@ -31,6 +30,7 @@ from schemas.api import (
     RenderResponse,
     StatsResponse,
 )
+from recall.deps import Services, current_principal, get_services
 from schemas.topics import MEMORY_REFERENCED
 
 log = logging.getLogger(__name__)

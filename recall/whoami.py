@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from episodic.kernel.auth import Principal, scope_for_role
+from episodic.kernel.auth import Principal
+from episodic_client.models import ErrorResponse, WhoAmI, scope_for_role
 from recall.deps import Services, current_principal, get_services
-from schemas.api import ErrorResponse, WhoAmI
 
 router = APIRouter()
 

@@ -27,6 +27,8 @@ import msgspec
 from msgspec import Meta
 from msgspec.structs import force_setattr
 
+from episodic_client.timestamps import format_timestamp, parse_timestamp
+
 MAX_ID_LEN = 128
 MAX_SUMMARY_CHARS = 16_384
 MAX_PAYLOAD_BYTES = 64 * 1024
@@ -90,27 +92,6 @@ class RefKeys(msgspec.Struct, frozen=True):
 
     episodic: bool | None = None  # true forces embedding
     supports: list[AnyId] | None = None  # a consolidated rule's evidence (entry ids)
-
-
-def parse_timestamp(value: Any) -> datetime:
-    """`ts` as the journal takes it: RFC 3339 with an offset (also what Python's ISO parser reads beyond it)."""
-    if not isinstance(value, str):
-        raise ValueError("ts must be an RFC 3339 string, e.g. 2026-11-21T10:00:00Z")
-    text = value.strip()
-    if len(text) < 20 or text[10] not in "Tt ":
-        raise ValueError(f"ts {value!r} is not an RFC 3339 timestamp (YYYY-MM-DDTHH:MM:SS[.f](Z|±HH:MM))")
-    try:
-        parsed = datetime.fromisoformat(text.replace("z", "Z"))
-    except ValueError as e:
-        raise ValueError(f"ts {value!r} is not an RFC 3339 timestamp: {e}") from None
-    if parsed.tzinfo is None:
-        raise ValueError(f"ts {value!r} has no UTC offset (RFC 3339 requires Z or ±HH:MM)")
-    return parsed
-
-
-def format_timestamp(value: datetime) -> str:
-    """The canonical text of a timestamp: RFC 3339, `Z` for UTC, microseconds only when there are some."""
-    return msgspec.json.encode(value)[1:-1].decode()
 
 
 def _depth(value: Any) -> int:

@@ -1,8 +1,11 @@
-"""Topic names: the one place they are spelled (SPEC §5)."""
+"""Topic names: the one place they are spelled (SPEC §5), but for `journal.entries`, which the API models
+(`episodic_client.models`) spell because the journal endpoint's answer names it."""
 
 from __future__ import annotations
 
-JOURNAL_ENTRIES = "journal.entries"
+from episodic_client.models import JOURNAL_TOPIC
+
+JOURNAL_ENTRIES = JOURNAL_TOPIC  # spelled in the API models: `POST /v1/journal` answers with it
 JOURNAL_EMBEDDABLE = "journal.embeddable"
 JOURNAL_DLQ = "journal.dlq"
 # the dead letters `episodic dlq replay` sent back: created by it on first use (not in ALL_TOPICS, so that a

@@ -1,38 +1,21 @@
-"""Where the MCP server's `remember` writes (stack.mcp_server): `HttpWriter` (`POST /v1/journal`, the service
-checks the token's workspace) or `KafkaWriter` (straight to `journal.entries`, once the gate's own parser
-accepted the entry; `episodic mcp --writes kafka`)."""
+"""The engine's writer for the MCP server's `remember` (`episodic_client.mcp.tools`): `KafkaWriter`, straight to
+`journal.entries` once the gate's own parser accepted the entry (`episodic mcp --writes kafka`). The other,
+`HttpWriter` (`POST /v1/journal`), needs no engine and lives with the tools in the client distribution."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from mcp.server.mcpserver.exceptions import ToolError
 
 from episodic.bus.kafka import dumps, make_producer, send_all
-from episodic.client import AsyncMemoryClient
+from episodic_client import AsyncMemoryClient
 from schemas.journal import InvalidEntry, parse_entry
 from schemas.topics import JOURNAL_ENTRIES
 
 KAFKA_ACK_TIMEOUT_S = 30.0
-
-
-class Writer(Protocol):
-    """Where `remember` writes: the journal endpoint, or Kafka."""
-
-    via: Literal["http", "kafka"]
-
-    async def write(self, client: AsyncMemoryClient, entry: dict[str, Any]) -> None: ...
-
-
-class HttpWriter:
-    via: Literal["http", "kafka"] = "http"
-
-    async def write(self, client: AsyncMemoryClient, entry: dict[str, Any]) -> None:
-        answer = await client.remember_many([entry])
-        if answer.errors:
-            raise ToolError("entry refused: " + "; ".join(e.error for e in answer.errors))
 
 
 class KafkaWriter:

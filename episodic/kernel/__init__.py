@@ -6,5 +6,6 @@ StateStore interfaces and the value types they speak), the settings (`settings`,
 EPISODIC_*), the Prometheus metrics (`metrics`), bearer-token auth and scopes (`auth`), and transport
 security for every Kafka and Qdrant client the project opens (`transport_security`, named
 `client_options` before: it is not the memory client).
-May import: `episodic.domain`, `schemas` and third-party libraries.
+May import: `episodic.domain`, `schemas`, `episodic_client` (the settings extend the client's; auth takes Role
+and Scope from the API models) and third-party libraries.
 """

@@ -48,10 +48,10 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictBool, StrictStr, ValidationError, model_validator
 
+from episodic_client.models import Role, Scope, scope_for_role
+
 MIN_TOKEN_CHARS = 16
 AuthReason = Literal["missing", "invalid", "forbidden"]
-Role = Literal["agent", "lead"]
-Scope = Literal["own", "crew_shared"]
 
 _Id = Annotated[StrictStr, Field(min_length=1, max_length=128)]
 
@@ -78,11 +78,6 @@ class AuthError(Exception):
     def at(self, prefix: str) -> AuthError:
         """The same refusal about `prefix.field` (e.g. `entries[3].workspace_id` for one entry of a batch)."""
         return AuthError(self.reason, self.detail, field=f"{prefix}.{self.field}" if self.field else prefix)
-
-
-def scope_for_role(role: Role | None) -> Scope:
-    """Seed 001's ScopeForRole: an agent (the default) reads its own past; a lead its crew's shared memory."""
-    return "crew_shared" if role == "lead" else "own"
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from episodic_client.settings import ClientSettings
+
 if TYPE_CHECKING:
     from episodic.domain.context_mode import ContextMode
 
@@ -30,7 +32,11 @@ KAFKA_FETCH_WAIT_MS = 200
 FUSION_BY_CHUNK_MODE: dict[str, tuple[float, int, float]] = {"sentences": (2.5, 0, 4.0), "window": (1.0, 5, 0.0)}
 
 
-class Settings(BaseSettings):
+class Settings(BaseSettings, ClientSettings):
+    """The engine's settings: the client's (`episodic_client.settings.ClientSettings`: the service's address,
+    EPISODIC_URL, EPISODIC_TOKEN, the identity, the client's timeout and retries, declared once there) and
+    every setting of the engine's roles, below."""
+
     # hide_input_in_errors: a validation error would otherwise print every input, passwords included
     model_config = SettingsConfigDict(env_prefix="EPISODIC_", frozen=True, extra="ignore", hide_input_in_errors=True)
 
@@ -161,9 +167,7 @@ class Settings(BaseSettings):
         description="alias ids kept per duplicate memory (the newest); occurrences counts them all",
     )
 
-    # HTTP
-    http_host: str = "127.0.0.1"
-    http_port: int = Field(default=8080, ge=0, le=65535)
+    # HTTP (http_host, http_port: the client's settings, above)
     tokens_file: Path | None = Field(default=None, description="bearer tokens file (JSON)")
 
     # Recall
@@ -300,32 +304,6 @@ class Settings(BaseSettings):
         if not croniter.is_valid(value.strip()):
             raise ValueError(f"not a cron expression (minute hour day month weekday, UTC): {value!r}")
         return value.strip()
-
-    # Agent surfaces and client commands: where a client finds the service and who it is
-    # (`MemoryClient.from_settings`, `episodic mcp`, `episodic recall` / `doctor`, the LangChain retriever).
-    # Never taken from a tool argument.
-    url: str | None = Field(default=None, description="the recall service's URL (EPISODIC_URL)")
-    recall_url: str | None = Field(default=None, description="older name of EPISODIC_URL")
-    token: SecretStr | None = Field(default=None, description="bearer token the client sends (EPISODIC_TOKEN)")
-    workspace_id: str | None = Field(default=None, min_length=1, max_length=128)
-    agent_id: str | None = Field(default=None, min_length=1, max_length=128)
-    crew_id: str | None = Field(default=None, min_length=1, max_length=128)
-    role: Literal["agent", "lead"] | None = Field(
-        default=None, description="agent: recall scope own; lead: crew_shared (seed 001 ScopeForRole)"
-    )
-    client_timeout_s: float = Field(default=10.0, gt=0, le=600)
-    client_retries: int = Field(default=3, ge=0, le=20, description="retries on 503 and connection errors")
-
-    @property
-    def service_url(self) -> str:
-        """EPISODIC_URL, else EPISODIC_RECALL_URL, else http://<http_host>:<http_port> (a wildcard host: loopback)."""
-        explicit = self.url or self.recall_url
-        if explicit:
-            return explicit.rstrip("/")
-        host = "127.0.0.1" if self.http_host in ("0.0.0.0", "::", "") else self.http_host
-        if ":" in host and not host.startswith("["):
-            host = f"[{host}]"
-        return f"http://{host}:{self.http_port}"
 
     # Health agent (SPEC §8; definitions in episodic/domain/health.py and the README)
     health_daily_at: str = Field(

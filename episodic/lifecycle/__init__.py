@@ -4,5 +4,5 @@ Owns: forgetting (`forget`: applying a forget, keeping what it removed out), dea
 replay), export and import (`portable`), inspecting and listing memories (`inspect`), and the re-embed
 pass to another model (`reembed`: it writes through the indexer, hence here and not in embedding).
 May import: `episodic.indexing`, `episodic.embedding`, `episodic.store`, `episodic.bus`, `episodic.kernel`,
-`episodic.domain`, `schemas` and third-party libraries.
+`episodic.domain`, `schemas`, `episodic_client` (the API models) and third-party libraries.
 """

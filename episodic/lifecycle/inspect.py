@@ -67,7 +67,7 @@ def has_dense(p: dict[str, Any], vector: str = DENSE) -> bool:
 
 
 def memory_item(p: dict[str, Any], vector: str = DENSE) -> dict[str, Any]:
-    """The fields of a memory in a listing (schemas.api.MemoryItem)."""
+    """The fields of a memory in a listing (episodic_client.models.MemoryItem)."""
     return {
         "entry_id": str(p.get("entry_id", "")),
         "ts": str(p.get("ts", "")),
@@ -89,7 +89,7 @@ def memory_detail(
     store: MemoryStore, state: StateStore | None, workspace_id: str, entry_id: str
 ) -> dict[str, Any] | None:
     """The memory `entry_id` names in the workspace (its own id or an alias), with counters and relations
-    (schemas.api.MemoryDetail); None when there is none; raises Forgotten when a forget removed it."""
+    (episodic_client.models.MemoryDetail); None when there is none; raises Forgotten when a forget removed it."""
     pid = point_id(workspace_id, entry_id)
     payload = store.retrieve([pid]).get(pid)
     if payload is None:

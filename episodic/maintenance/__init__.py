@@ -5,6 +5,6 @@ on the cron schedule of `schedule`), health snapshots and the inputs kept betwee
 `health_inputs`), the in-session nudge (`nudge`) and the replay marks that apply each record to a stored
 document at most once (`marks`, named `replay` before: it is not the DLQ's replay).
 May import: every sub-package of the core below it (`lifecycle`, `retrieval`, `indexing`, `embedding`,
-`store`, `bus`, `kernel`, `domain`), `schemas` and third-party libraries. It is the top of the core:
-retention forgets through `lifecycle`.
+`store`, `bus`, `kernel`, `domain`), `schemas`, `episodic_client` (timestamps) and third-party libraries. It
+is the top of the core: retention forgets through `lifecycle`.
 """

@@ -28,8 +28,8 @@ from episodic.kernel.metrics import Metrics
 from episodic.kernel.ports import MemoryStore, StateStore
 from episodic.kernel.settings import Settings
 from episodic.maintenance.health_inputs import accepted_ids, known_workspaces, prune_recalls, recall_cosines
+from episodic_client.timestamps import parse_timestamp
 from schemas.events import HealthInputs, HealthMetrics, HealthSnapshot, HealthTrigger, InvalidRecord
-from schemas.journal import parse_timestamp
 from schemas.topics import MEMORY_HEALTH
 
 log = logging.getLogger(__name__)

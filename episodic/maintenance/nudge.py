@@ -42,8 +42,8 @@ from typing import Any
 
 from episodic.kernel.ports import StateStore
 from episodic.maintenance.marks import advance, clean, seen
+from episodic_client.timestamps import format_timestamp, parse_timestamp
 from schemas.events import InvalidRecord, NudgeEvent
-from schemas.journal import format_timestamp, parse_timestamp
 
 MEMORY_UPDATED = "memory.updated"
 RUN_KIND = "nudge.run"

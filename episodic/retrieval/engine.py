@@ -65,7 +65,7 @@ from episodic.kernel.ports import (
 from episodic.kernel.settings import FUSION_BY_CHUNK_MODE, Settings
 from episodic.retrieval import expand as expand
 from episodic.store.sparse import Bm25Encoder
-from schemas.api import RecallRequest
+from episodic_client.models import RecallRequest
 
 if TYPE_CHECKING:
     from episodic.embedding.generations import ModelSwitch

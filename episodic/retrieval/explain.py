@@ -18,7 +18,7 @@ from typing import Any
 from episodic.kernel.errors import EpisodicError, StoreError
 from episodic.kernel.ports import Fusion, LegRanking
 from episodic.retrieval.engine import RecallEngine, RecallResult
-from schemas.api import RecallRequest
+from episodic_client.models import RecallRequest
 
 
 @dataclass(slots=True)

@@ -1,7 +1,7 @@
 """Forget from the explorer: by entry ids, by agent, or by run (a whole workspace stays an API call with
 `all: true`: one click is too easy a way to lose a workspace).
 
-The form is validated as `schemas.api.ForgetRequest` (the same 422 messages), the confirmation page shows
+The form is validated as `episodic_client.models.ForgetRequest` (the same 422 messages), the confirmation page shows
 what the selection holds now (the memories the ids name, or the first `PREVIEW` of the agent's or run's),
 and the confirmed forget is `recall.memories.submit_forget`, the function behind `POST /v1/memory/forget`:
 the same narrowing for a bound token, the same pending -> applied status, read back with the checks of
@@ -20,10 +20,10 @@ from episodic.kernel.auth import AuthError, Principal, authorize, forget_narrowe
 from episodic.kernel.ports import Selection
 from episodic.lifecycle.forget import STATUS, owners_of
 from episodic.lifecycle.inspect import memory_item, memory_page
+from episodic_client.models import ForgetRequest
 from recall.deps import Services
 from recall.memories import submit_forget
 from recall.ui.pages import BadInput
-from schemas.api import ForgetRequest
 
 PREVIEW = 20
 WAIT_S = 2.0  # the answer waits this long for the forget to be applied; the status page polls after

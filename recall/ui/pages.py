@@ -24,9 +24,9 @@ from episodic.maintenance.decay import DECAY_KEY, JOB_KIND
 from episodic.maintenance.health_job import window_days
 from episodic.maintenance.nudge import nudge_state
 from episodic.retrieval.explain import Explanation, explain
+from episodic_client.models import MemoryDetail, RecallRequest
 from recall.deps import Services
 from recall.ui import charts
-from schemas.api import MemoryDetail, RecallRequest
 
 HEALTH_DAYS = 14
 RUN_PAGES = 5  # a run's timeline: up to RUN_PAGES pages of MAX_PAGE memories (the newest ones)

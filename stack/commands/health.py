@@ -3,7 +3,7 @@ its band, the five metrics, a sparkline of the score over the last days and a ta
 
 `--now` asks the service to compute a snapshot first (`POST /v1/admin/run/health`: an admin token when auth
 is on). `--json` prints the service's answer. URL and token as `episodic recall` (--url, else EPISODIC_URL;
---token, else EPISODIC_TOKEN); the calls are `episodic.client.MemoryClient`'s. Exit codes: 0 ok, 1 the service
+--token, else EPISODIC_TOKEN); the calls are `episodic_client.MemoryClient`'s. Exit codes: 0 ok, 1 the service
 refused (no snapshot yet: 404, its message printed), 2 usage, 3 the service cannot be reached.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from episodic.client import MemoryClient
-from schemas.api import MAX_HEALTH_DAYS
+from episodic_client import MemoryClient
+from episodic_client.models import MAX_HEALTH_DAYS
 from stack.commands.recall import call_service
 
 METRICS = ("freshness", "coverage", "coherence", "efficiency", "reachability")

@@ -12,7 +12,7 @@
 service refused (its `error` printed), 2 usage, 3 the service cannot be reached, 4 queued but not applied
 within --wait (poll it with --status). URL: --url, else EPISODIC_URL (or EPISODIC_RECALL_URL), else
 http://<EPISODIC_HTTP_HOST>:<EPISODIC_HTTP_PORT>. Token: --token, else EPISODIC_TOKEN. The HTTP calls are
-`episodic.client.MemoryClient`'s (`forget`, `delete`, `forget_status`, `get`, `list_page`).
+`episodic_client.MemoryClient`'s (`forget`, `delete`, `forget_status`, `get`, `list_page`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 
 import httpx
 
-from episodic.client import MemoryClient
-from schemas.api import MAX_FORGET_WAIT_S
+from episodic_client import MemoryClient
+from episodic_client.models import MAX_FORGET_WAIT_S
 from stack.commands.recall import Column, call_service, text_table
 
 QUEUED = 4

@@ -7,7 +7,7 @@ Prints a readable table by default, the raw JSON response with --json, the rende
 URL: --url, else EPISODIC_URL (or EPISODIC_RECALL_URL), else http://<EPISODIC_HTTP_HOST>:<EPISODIC_HTTP_PORT>.
 Token: --token, else EPISODIC_TOKEN. Exit codes: 0 ok, 1 the service refused (4xx/5xx, its `error`
 printed), 2 usage (a bad argument names the field), 3 the service cannot be reached. The HTTP calls are
-`episodic.client.MemoryClient`'s (typed, with retries on 503 and connection errors).
+`episodic_client.MemoryClient`'s (typed, with retries on 503 and connection errors).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from episodic.client import ClientConfigError, MemoryClient, RequestRefused, ServiceUnreachable
 from episodic.kernel.settings import Settings
 from episodic.retrieval.render import relative_age
-from schemas.api import RecallRequest, RenderRequest
+from episodic_client import ClientConfigError, MemoryClient, RequestRefused, ServiceUnreachable
+from episodic_client.models import RecallRequest, RenderRequest
 
 
 def _parser() -> argparse.ArgumentParser:

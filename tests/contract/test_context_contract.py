@@ -16,7 +16,7 @@ from episodic.kernel.ports import Fusion, MemoryPoint, MemoryStore, ScopeFilter,
 from episodic.lifecycle.forget import Forgetter, Position
 from episodic.retrieval.engine import RecallEngine
 from episodic.store.sparse import Bm25Encoder
-from schemas.api import RecallRequest
+from episodic_client.models import RecallRequest
 from schemas.events import EmbeddableRecord, ForgetRecord, ForgetSelector
 from tests.contract.conftest import DIM, MakePoint, e
 

@@ -26,7 +26,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from episodic.client import (
+from episodic_client import (
     AsyncMemoryClient,
     EntriesRejected,
     Forbidden,
@@ -35,7 +35,7 @@ from episodic.client import (
     NotFound,
     ServiceUnavailable,
 )
-from episodic.client_calls import RetryPolicy
+from episodic_client.calls import RetryPolicy
 from infra.broker import EmbeddedBroker, free_port
 from stack.runtime import Stack
 from tests.e2e.conftest import poll, running_stack, stack_settings
@@ -142,7 +142,8 @@ async def test_the_client_inspects_lists_and_forgets(surfaces: Surfaces) -> None
 
 
 def mcp_env(surfaces: Surfaces, **extra: str) -> dict[str, str]:
-    return {"PYTHONPATH": str(ROOT), "EPISODIC_URL": surfaces.url, "EPISODIC_CLIENT_RETRIES": "1", **extra}
+    path = os.pathsep.join([str(ROOT), str(ROOT / "clients" / "python")])
+    return {"PYTHONPATH": path, "EPISODIC_URL": surfaces.url, "EPISODIC_CLIENT_RETRIES": "1", **extra}
 
 
 async def call(session: ClientSession, tool: str, args: dict[str, Any]) -> Any:
@@ -209,6 +210,33 @@ async def test_mcp_over_stdio_remembers_and_recalls_as_its_token(surfaces: Surfa
             after = await call(session, "recall", {"query": key, "mode": "sparse"})
             assert not after.is_error and after.structured_content["hits"] == []
             assert await recalled(coder, key, theirs)
+
+
+async def test_the_client_distributions_mcp_server_needs_no_engine(surfaces: Surfaces) -> None:
+    """`episodic-mcp` (episodic-client[mcp]): the same tools over HTTP calls; no policy, so importance is null."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "episodic_client.mcp.cli"],
+        env=mcp_env(surfaces, EPISODIC_TOKEN=TOKENS["a"][0], EPISODIC_WORKSPACE_ID="ws-a", EPISODIC_AGENT_ID="lean"),
+        cwd=str(ROOT),
+    )
+    key = phrase()
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        assert {t.name for t in (await session.list_tools()).tools} == {
+            "recall", "recall_render", "remember", "forget", "memory_health"
+        }  # fmt: skip
+        wrote = await call(session, "remember", {"summary": f"the lean server writes too {key}"})
+        assert not wrote.is_error, wrote.content
+        memory = wrote.structured_content
+        assert memory["agent_id"] == "lean" and memory["written_via"] == "http" and memory["importance"] is None
+
+        async def found() -> bool:
+            result = await call(session, "recall", {"query": key, "mode": "sparse"})
+            assert not result.is_error, result.content
+            return memory["id"] in {h["entry_id"] for h in result.structured_content["hits"]}
+
+        await poll(found, timeout=30, what="the memory recalled through the client's MCP server")
 
 
 async def test_mcp_can_write_straight_to_kafka(surfaces: Surfaces) -> None:
@@ -340,7 +368,7 @@ async def test_a_confluent_kafka_producer_feeds_the_pipeline(surfaces: Surfaces)
 async def test_the_langchain_retriever_returns_documents(surfaces: Surfaces) -> None:
     from langchain_core.documents import Document
 
-    from episodic.langchain_retriever import EpisodicRetriever
+    from episodic_client.langchain import EpisodicRetriever
 
     key = phrase()
     identity = Identity(workspace_id="ws-a", agent_id="lc-agent")

@@ -29,8 +29,8 @@ from episodic.lifecycle.forget import Forgetter
 from episodic.store.edge import EdgeStore
 from episodic.store.sparse import Bm25Encoder
 from episodic.store.state import QdrantStateStore
+from episodic_client.models import MemoryDetail, MemoryPage
 from recall.app import create_app
-from schemas.api import MemoryDetail, MemoryPage
 from schemas.events import EmbeddableRecord, ForgetRecord
 
 pytestmark = pytest.mark.integration

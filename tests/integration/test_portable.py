@@ -28,7 +28,7 @@ from episodic.lifecycle.inspect import memory_detail
 from episodic.lifecycle.portable import BadExport, Importer, check_export, export_workspace, read_export
 from episodic.retrieval.engine import RecallEngine
 from episodic.store.sparse import Bm25Encoder
-from schemas.api import RecallRequest
+from episodic_client.models import RecallRequest
 from schemas.events import EmbeddableRecord
 from stack.stores import open_state
 from tests.tmpfs import fast_tmp_dir

@@ -30,7 +30,7 @@ from episodic.store.edge import EdgeStore
 from episodic.store.facade import QdrantStore
 from episodic.store.sparse import Bm25Encoder
 from episodic.store.state import QdrantStateStore
-from schemas.api import RecallRequest
+from episodic_client.models import RecallRequest
 from schemas.events import EmbeddableRecord
 from stack.stores import ensure_existing
 

@@ -1,4 +1,4 @@
-"""The typed memory clients (episodic.client) and the `episodic recall` front-end over them.
+"""The typed memory clients (episodic_client) and the `episodic recall` front-end over them.
 
 httpx.MockTransport stands in for the service: these check the requests, the typed answers, the errors,
 the retries (503 and connection errors only) and the batching of journal writes. tests/e2e runs the
@@ -15,7 +15,8 @@ import httpx
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from episodic.client import (
+from episodic.kernel.settings import Settings
+from episodic_client import (
     AsyncMemoryClient,
     ClientConfigError,
     EntriesRejected,
@@ -33,9 +34,8 @@ from episodic.client import (
     UnexpectedAnswer,
     default_url,
 )
-from episodic.client_calls import journal_batches
-from episodic.kernel.settings import Settings
-from schemas.api import MAX_JOURNAL_BYTES, MAX_JOURNAL_ENTRIES, RecallRequest
+from episodic_client.calls import journal_batches
+from episodic_client.models import MAX_JOURNAL_BYTES, MAX_JOURNAL_ENTRIES, RecallRequest
 from schemas.journal import parse_entry
 from stack.commands.recall import main as recall_main
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from episodic.client import ClientConfigError, Identity, NotFound, ServiceUnavailable
-from schemas.api import MemoryItem
+from episodic_client import ClientConfigError, Identity, NotFound, ServiceUnavailable
+from episodic_client.models import MemoryItem
 from tests.unit.test_client import Service
 
 APPLIED = {

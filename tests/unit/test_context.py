@@ -12,10 +12,10 @@ from episodic.domain.context_mode import ContextMode, parse_mode
 from episodic.indexing.context import cut, folded_text, set_adjacent
 from episodic.kernel.settings import Settings
 from episodic.retrieval.render import render
+from episodic_client.models import Hit, RecallRequest
 from eval.context import ContextSpec
 from eval.context import render as mirror_render
 from eval.data import Turn
-from schemas.api import Hit, RecallRequest
 
 
 @pytest.mark.parametrize(

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from schemas.events import EmbeddableRecord, InvalidRecord
 from schemas.journal import (
@@ -248,3 +250,22 @@ def test_json_of_writes_what_the_record_writes_for_entries_and_records() -> None
     # given a record (a subclass of the entry), the extra fields are not written twice
     again = EmbeddableRecord.json_of(record, base_importance=0.5, accepted_at=now)
     assert EmbeddableRecord.from_json(again) == EmbeddableRecord.from_entry(e, base_importance=0.5, accepted_at=now)
+
+
+# Offsets as the journal may carry them: whole minutes, and the seconds Python's ISO parser also reads.
+OFFSETS = st.one_of(
+    st.none(),
+    st.just(UTC),
+    st.integers(-1439, 1439).map(lambda m: timezone(timedelta(minutes=m))),
+    st.integers(-86399, 86399).map(lambda s: timezone(timedelta(seconds=s))),
+)
+
+
+@settings(max_examples=2000)
+@given(st.datetimes(timezones=OFFSETS))
+def test_format_timestamp_writes_what_msgspec_wrote(value: datetime) -> None:
+    """`format_timestamp` moved from msgspec's encoder to the standard library (it lives in the client now,
+    which has no msgspec): the canonical `ts` of every entry must stay the same text."""
+    from episodic_client.timestamps import format_timestamp
+
+    assert format_timestamp(value) == msgspec.json.encode(value)[1:-1].decode()

@@ -16,9 +16,9 @@ from episodic.kernel.metrics import Metrics
 from episodic.kernel.settings import Settings
 from episodic.maintenance.health_job import HealthConfig, HealthJob
 from episodic.store.sparse import Bm25Encoder
+from episodic_client.models import MAX_JOURNAL_BYTES, MAX_JOURNAL_ENTRIES
 from recall import journal as journal_routes
 from recall.app import create_app
-from schemas.api import MAX_JOURNAL_BYTES, MAX_JOURNAL_ENTRIES
 from schemas.journal import parse_entry
 from tests.e2e.journal import build
 from tests.unit.test_nudge import MemoryState

@@ -1,7 +1,8 @@
 """The shape of the house: import layers (import-linter), package docstrings, module size.
 
-Imports point one way: schemas <- core (episodic) <- streams / consumers / recall <- stack, with infra
-imported only by stack. The contracts live in pyproject's [tool.importlinter]; `make lint` runs
+Imports point one way: episodic_client <- schemas <- core (episodic) <- streams / consumers / recall <- stack,
+with infra imported only by stack. episodic_client is the client distribution (clients/python): nothing of
+the engine, ours or third-party. The contracts live in pyproject's [tool.importlinter]; `make lint` runs
 `lint-imports` and so does this test, plus a run against a copy of the tree with a forbidden import added,
 to prove the contracts fail when they should.
 """
@@ -22,6 +23,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PACKAGES: list[str] = PYPROJECT["tool"]["importlinter"]["root_packages"]
+CLIENT = "episodic_client"  # the one package of the client distribution, which has its own pyproject
+CLIENT_DIST = Path("clients") / "python"
+CLIENT_PYPROJECT = tomllib.loads((ROOT / CLIENT_DIST / "pyproject.toml").read_text())
+
+
+def src(pkg: str) -> Path:
+    """Where a package's sources sit in the repository (relative): the client's in its distribution."""
+    return CLIENT_DIST / pkg if pkg == CLIENT else Path(pkg)
+
+
 TOOLS = {"tests", "bench", "eval"}  # top-level packages outside the distribution: they may import anything
 MAX_LINES = 400
 SIZE_MARKER = re.compile(r"^[ \t]*Size:[ \t]*\S+(?:[ \t]+\S+){2,}", re.MULTILINE)  # "Size:" and a reason of 3+ words
@@ -33,7 +44,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", code, "--config", "pyproject.toml", "--no-cache", "--no-logo"],
         cwd=root,
-        env={**os.environ, "PYTHONPATH": str(root)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / CLIENT_DIST)])},
         capture_output=True,
         text=True,
         timeout=120,
@@ -43,7 +54,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
 def test_the_import_contracts_hold() -> None:
     run = lint_imports(ROOT)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "5 kept, 0 broken" in run.stdout, run.stdout
+    assert "6 kept, 0 broken" in run.stdout, run.stdout
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +63,8 @@ def tree_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("tree")
     shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
     for pkg in PACKAGES:
-        shutil.copytree(ROOT / pkg, root / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.json", "*.y*ml"))
+        ignore = shutil.ignore_patterns("__pycache__", "*.json", "*.y*ml")
+        shutil.copytree(ROOT / src(pkg), root / src(pkg), ignore=ignore)
     return root
 
 
@@ -72,6 +84,9 @@ def tree_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ({"episodic/store/_probe.py": "def f() -> None:\n    from episodic.maintenance.linker import Linker\n"},
          "the core's sub-packages"),
         ({"episodic/retrieval/_probe.py": "import episodic.lifecycle.forget\n"}, "the core's sub-packages"),
+        # the client importing the engine's contracts, or a package of the engine's (lazily)
+        ({"clients/python/episodic_client/_probe.py": "from schemas.journal import parse_entry\n"}, "the client"),
+        ({"clients/python/episodic_client/_probe.py": "def f() -> None:\n    import msgspec\n"}, "the client"),
         # a circle between two modules of one package
         (
             {"stack/commands/_probe_a.py": "import stack.commands._probe_b\n",
@@ -81,7 +96,7 @@ def tree_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ],
     ids=[
         "core-up-lazy", "schemas-up", "stage-to-stage", "stage-to-infra", "infra-to-core", "store-up-to-maintenance",
-        "retrieval-to-lifecycle", "circle",
+        "retrieval-to-lifecycle", "client-to-schemas", "client-to-msgspec", "circle",
     ],
 )  # fmt: skip
 def test_the_import_contracts_fail_on_a_violation(tree_copy: Path, probes: dict[str, str], contract: str) -> None:
@@ -103,21 +118,31 @@ def _docstring(path: Path) -> str:
 
 
 def test_the_packages_are_the_same_everywhere() -> None:
-    """A new top-level package is registered in every place that lists them, or this fails."""
-    on_disk = {p.parent.name for p in ROOT.glob("*/__init__.py")} - TOOLS
+    """A new top-level package is registered in every place that lists them, or this fails. The client's
+    package sits in its own distribution: installed by its pyproject (and first, in the Makefile and the
+    image), type-checked by its own mypy line."""
+    on_disk = {p.parent.name for p in ROOT.glob("*/__init__.py")} - TOOLS | {CLIENT}
+    assert {p.parent.name for p in (ROOT / CLIENT_DIST).glob("*/__init__.py")} == {CLIENT}
+    assert CLIENT_PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"] == [f"{CLIENT}*"]
+    assert CLIENT_PYPROJECT["project"]["name"] == "episodic-client"
+    assert any(d.startswith("episodic-client") for d in PYPROJECT["project"]["dependencies"])
+    assert f"\t$(BIN)/mypy {CLIENT_DIST / CLIENT}\n" in (ROOT / "Makefile").read_text()
+    assert f"COPY {CLIENT_DIST} ./{CLIENT_DIST}\n" in (ROOT / "infra" / "Dockerfile").read_text()
     installed = {pattern.rstrip("*") for pattern in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]}
+    installed |= {CLIENT}
     first_party = set(PYPROJECT["tool"]["ruff"]["lint"]["isort"]["known-first-party"]) - TOOLS
     in_image = set(re.findall(r"^COPY (\w+) \./\1$", (ROOT / "infra" / "Dockerfile").read_text(), re.MULTILINE))
+    in_image |= {CLIENT}
     linted = re.findall(r"^\t\$\(BIN\)/mypy ([\w ]+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
     assert len(linted) == 2, linted  # the packages, then the tools (bench, eval)
-    assert set(PACKAGES) == on_disk == installed == first_party == in_image == set(linted[0].split())
+    assert set(PACKAGES) == on_disk == installed == first_party == in_image == set(linted[0].split()) | {CLIENT}
     assert set(linted[1].split()) == {"bench", "eval"}  # type-checked too, never installed
     assert PYPROJECT["project"]["scripts"]["episodic"] == "stack.cli:main"
 
 
 @pytest.mark.parametrize("pkg", PACKAGES)
 def test_every_package_says_what_it_owns_and_may_import(pkg: str) -> None:
-    doc = _docstring(ROOT / pkg / "__init__.py")
+    doc = _docstring(ROOT / src(pkg) / "__init__.py")
     assert re.search(r"^Owns: \S", doc, re.MULTILINE), f"{pkg}/__init__.py: no 'Owns: ...' line"
     assert re.search(r"^May import: \S", doc, re.MULTILINE), f"{pkg}/__init__.py: no 'May import: ...' line"
 
@@ -154,7 +179,7 @@ def oversized_without_reason(paths: list[Path]) -> list[str]:
 
 
 def test_modules_over_400_lines_say_why() -> None:
-    modules = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
+    modules = [p for pkg in PACKAGES for p in sorted((ROOT / src(pkg)).rglob("*.py"))]
     assert len(modules) > 50
     offenders = oversized_without_reason(modules)
     assert not offenders, (
@@ -177,8 +202,8 @@ def test_the_size_rule_catches_a_long_module(tmp_path: Path) -> None:
 
 
 # Modules that may read the environment themselves: the settings class; the launcher, which imports nothing
-# of ours; the recall client library (its own configuration is issue 12's typed client).
-ENV_READERS = {"episodic/kernel/settings.py", "infra/broker.py", "episodic/client.py"}
+# of ours; the client's settings (the client installs without pydantic-settings: it reads EPISODIC_* itself).
+ENV_READERS = {"episodic/kernel/settings.py", "infra/broker.py", "clients/python/episodic_client/settings.py"}
 ENV_READ = re.compile(r"os\.environ\.get\(|os\.getenv\(|os\.environ\[|environ\.get\(")
 
 
@@ -186,7 +211,7 @@ def test_configuration_is_read_through_settings_only() -> None:
     offenders = [
         f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
         for pkg in PACKAGES
-        for path in sorted((ROOT / pkg).rglob("*.py"))
+        for path in sorted((ROOT / src(pkg)).rglob("*.py"))
         if str(path.relative_to(ROOT)) not in ENV_READERS
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if ENV_READ.search(line)

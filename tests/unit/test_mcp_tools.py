@@ -1,4 +1,4 @@
-"""The MCP tools (stack.mcp_server) through the SDK's own in-memory client, over a scripted recall service.
+"""The MCP tools (episodic_client.mcp.tools) through the SDK's own in-memory client, over a scripted recall service.
 
 They check the tool schemas (identity fields absent, unknown arguments refused), what each tool sends,
 how refusals and outages reach the agent (tool errors, never a crash) and where the identity comes from.
@@ -14,11 +14,11 @@ import httpx
 import pytest
 from mcp import Client
 
-from episodic.client import AsyncMemoryClient, Identity, RetryPolicy
 from episodic.kernel.settings import Settings
-from stack.commands.mcp import _parser, preflight
-from stack.mcp_server import MemoryTools, bearer, build_server
-from stack.mcp_writers import HttpWriter, KafkaWriter, Writer
+from episodic_client import AsyncMemoryClient, Identity, RetryPolicy
+from episodic_client.mcp.tools import HttpWriter, MemoryTools, Writer, bearer, build_server
+from stack.commands.mcp import _parser, importance, preflight
+from stack.mcp_writers import KafkaWriter
 
 HIT = {
     "entry_id": "e1", "score": 0.91, "age_seconds": 120.0, "entry_type": "peer.escalation", "severity": "error",
@@ -66,14 +66,15 @@ class Service:
         return [r.url.path for r in self.seen]
 
 
-def server(svc: Service, identity: Identity | None = None, writer: Writer | None = None) -> Any:
+def server(svc: Service, identity: Identity | None = None, writer: Writer | None = None, *, engine: bool = True) -> Any:
+    """The engine's server (`episodic mcp`: the policy's importance), or with engine=False the client's."""
     client = AsyncMemoryClient(
         "http://svc",
         identity=identity if identity is not None else Identity("acme", "planner", "platform"),
         transport=httpx.MockTransport(svc),
         retry=RetryPolicy(retries=0),
     )
-    return build_server(MemoryTools(client, writer or HttpWriter()))
+    return build_server(MemoryTools(client, writer or HttpWriter(), importance=importance if engine else None))
 
 
 async def test_the_tools_and_their_schemas_hold_no_identity() -> None:
@@ -167,6 +168,15 @@ async def test_remember_writes_an_entry_that_is_always_embedded() -> None:
     assert entry["refs"] == {"episodic": True} and entry["crew_id"] == "platform" and entry["payload"] == {"gib": 4}
     generated = again.structured_content["id"]
     assert generated and json.loads(svc.seen[1].content)["entries"][0]["id"] == generated
+
+
+async def test_the_client_only_server_remembers_without_an_importance() -> None:
+    """`episodic-mcp` (episodic-client[mcp]) has no embedding policy: it writes the same entry, importance null."""
+    svc = Service()
+    async with Client(server(svc, engine=False)) as mcp:
+        result = await mcp.call_tool("remember", {"summary": "raised the heap", "entry_type": "peer.escalation"})
+    assert not result.is_error and result.structured_content["importance"] is None
+    assert json.loads(svc.seen[0].content)["entries"][0]["refs"] == {"episodic": True}
 
 
 async def test_refusals_and_outages_are_tool_errors_an_agent_can_read() -> None:

@@ -18,7 +18,7 @@ from episodic.retrieval.render import (
     render,
     render_tokens,
 )
-from schemas.api import MIN_RENDER_CHARS
+from episodic_client.models import MIN_RENDER_CHARS
 
 DAY = 86400.0
 

@@ -1,13 +1,13 @@
 """Typed HTTP clients of the memory service (SPEC §7, §11): `MemoryClient` and `AsyncMemoryClient`.
 
-    from episodic.client import MemoryClient
+    from episodic_client import MemoryClient
 
     with MemoryClient.from_settings() as memory:   # EPISODIC_URL, EPISODIC_TOKEN, EPISODIC_WORKSPACE_ID, ...
         block = memory.render("what went wrong in checkout last time?", run_id=run).text
         ...                                        # the agent works, with `block` in its prompt
         memory.remember("Raised the checkout heap to 4 GiB; the OOMs stopped", run_id=run)
 
-- Requests and answers are the API's pydantic models (`schemas.api`); bad arguments raise pydantic's
+- Requests and answers are the API's pydantic models (`episodic_client.models`); bad arguments raise pydantic's
   `ValidationError` (it names the field) before anything is sent.
 - Identity (workspace, agent, crew, role -> scope) comes from `Identity` (configuration), or from the token
   with `identify()` (`GET /v1/whoami`); keyword arguments override it per call.
@@ -17,7 +17,7 @@
 - The memory lifecycle: `forget` (a selection), `delete` (one id), `forget_status`, `get` (one memory
   with its counters and relations) and `list` (every memory of a selection, newest first, following the
   pages' cursors; `list_page` for one page). A forget's HTTP timeout is its `wait` plus a margin.
-- Errors are the core's own (`episodic.client_errors`): `ServiceUnreachable`, and `RequestRefused` with
+- Errors are the client's own (`episodic_client.errors`): `ServiceUnreachable`, and `RequestRefused` with
   one subclass per status (`InvalidRequest`, `Unauthorized`, `Forbidden`, `NotFound`, `PayloadTooLarge`,
   `ServiceUnavailable`, `EntriesRejected`), carrying the service's `error` message.
 - `remember_many` splits a batch to the service's bounds (entries and bytes) and merges the answers.
@@ -38,7 +38,7 @@ import httpx
 from pydantic import SecretStr
 from tenacity import AsyncRetrying, Retrying
 
-from episodic.client_calls import (
+from episodic_client.calls import (
     DEFAULT_TIMEOUT_S,
     Call,
     Calls,
@@ -50,26 +50,14 @@ from episodic.client_calls import (
     merge_accepted,
     new_entry,
 )
-from episodic.client_errors import (
-    ClientConfigError,
-    ClientError,
+from episodic_client.errors import (
     EntriesRejected,
-    Forbidden,
-    InvalidRequest,
-    NotFound,
-    PayloadTooLarge,
-    RecallClientError,
-    RecallRefused,
-    RequestRefused,
-    ServiceUnavailable,
     ServiceUnreachable,
-    Unauthorized,
-    UnexpectedAnswer,
 )
-from episodic.kernel.settings import Settings
-from schemas.api import (
+from episodic_client.models import (
     DEFAULT_FORGET_WAIT_S,
     DEFAULT_PAGE,
+    JOURNAL_TOPIC,
     ForgetResponse,
     JournalAccepted,
     MemoryDetail,
@@ -82,25 +70,20 @@ from schemas.api import (
     StatsResponse,
     WhoAmI,
 )
-from schemas.topics import JOURNAL_ENTRIES
+from episodic_client.settings import ClientSettings
 
 T = TypeVar("T")
 
-__all__ = [
-    "AsyncMemoryClient", "ClientConfigError", "ClientError", "EntriesRejected", "Forbidden", "Identity",
-    "InvalidRequest", "MemoryClient", "NotFound", "PayloadTooLarge", "RecallClientError", "RecallRefused",
-    "RequestRefused", "RetryPolicy", "ServiceUnavailable", "ServiceUnreachable", "Unauthorized",
-    "UnexpectedAnswer", "default_url",
-]  # fmt: skip
+__all__ = ["AsyncMemoryClient", "MemoryClient", "default_url"]  # the package re-exports them, and the errors
 
 
 def default_url() -> str:
     """EPISODIC_URL, else EPISODIC_RECALL_URL, else http://<EPISODIC_HTTP_HOST>:<EPISODIC_HTTP_PORT>."""
-    return Settings().service_url
+    return ClientSettings.from_env().service_url
 
 
 def _rejected(e: EntriesRejected) -> JournalAccepted:
-    return JournalAccepted(accepted=0, ids=[], rejected=len(e.errors), errors=e.errors, topic=JOURNAL_ENTRIES)
+    return JournalAccepted(accepted=0, ids=[], rejected=len(e.errors), errors=e.errors, topic=JOURNAL_TOPIC)
 
 
 class _Base:
@@ -127,8 +110,8 @@ class _Base:
         self._headers = {"Authorization": f"Bearer {secret}"} if secret else {}
 
     @staticmethod
-    def settings_kwargs(settings: Settings | None) -> dict[str, Any]:
-        s = settings or Settings()
+    def settings_kwargs(settings: ClientSettings | None) -> dict[str, Any]:
+        s = settings or ClientSettings.from_env()
         return {
             "url": s.service_url,
             "token": s.token,
@@ -138,8 +121,9 @@ class _Base:
         }
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None, **overrides: Any) -> Self:
-        """A client configured by `Settings` (EPISODIC_URL, EPISODIC_TOKEN, EPISODIC_WORKSPACE_ID, ...)."""
+    def from_settings(cls, settings: ClientSettings | None = None, **overrides: Any) -> Self:
+        """A client configured by `settings` (default: `ClientSettings.from_env()`: EPISODIC_URL, EPISODIC_TOKEN,
+        EPISODIC_WORKSPACE_ID, ...; the engine's `Settings` is one too)."""
         return cls(**{**cls.settings_kwargs(settings), **overrides})
 
     @property
@@ -184,7 +168,7 @@ class _Base:
     def _selector(
         entry_ids: Iterable[str] | None, agent_id: str | None, run_id: str | None, all: bool
     ) -> dict[str, Any]:
-        """A forget's selection (`schemas.api.ForgetRequest` checks it: one of entry_ids, agent_id, run_id,
+        """A forget's selection (`episodic_client.models.ForgetRequest` checks it: one of entry_ids, agent_id, run_id,
         all; agent_id may narrow entry_ids or run_id)."""
         ids = None if entry_ids is None else [entry_ids] if isinstance(entry_ids, str) else builtins.list(entry_ids)
         fields = {"entry_ids": ids, "agent_id": agent_id, "run_id": run_id, "all": all}

@@ -1,5 +1,5 @@
 """What the sync and async memory clients share: identity, errors, the calls of the API as values, the
-retry policy. No IO here: `episodic.client` sends a `Call` with httpx and hands the answer to `decode`.
+retry policy. No IO here: `episodic_client.client` sends a `Call` with httpx and hands the answer to `decode`.
 
 Adding an endpoint is one `Calls` method returning a `Call` and a one-line method on each client.
 """
@@ -19,7 +19,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 from tenacity import RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from episodic.client_errors import (
+from episodic_client.errors import (
     BY_STATUS,
     ClientConfigError,
     EntriesRejected,
@@ -28,8 +28,8 @@ from episodic.client_errors import (
     ServiceUnreachable,
     UnexpectedAnswer,
 )
-from episodic.kernel.auth import Role, Scope, scope_for_role
-from schemas.api import (
+from episodic_client.models import (
+    JOURNAL_TOPIC,
     MAX_FORGET_WAIT_S,
     MAX_ID_LEN,
     MAX_JOURNAL_BYTES,
@@ -45,8 +45,11 @@ from schemas.api import (
     RecallResponse,
     RenderRequest,
     RenderResponse,
+    Role,
+    Scope,
     StatsResponse,
     WhoAmI,
+    scope_for_role,
 )
 
 T = TypeVar("T")
@@ -169,7 +172,7 @@ def journal_batches(entries: list[dict[str, Any]]) -> Iterator[tuple[int, list[d
         yield start, batch
 
 
-def merge_accepted(parts: Iterable[tuple[int, JournalAccepted]], topic: str = "journal.entries") -> JournalAccepted:
+def merge_accepted(parts: Iterable[tuple[int, JournalAccepted]], topic: str = JOURNAL_TOPIC) -> JournalAccepted:
     """One answer for a batch sent in parts: indexes (and `entries[i]` in messages) relative to the whole."""
     ids: list[str] = []
     errors: list[EntryError] = []

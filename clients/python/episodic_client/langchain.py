@@ -1,7 +1,7 @@
-"""A LangChain retriever over the memory client (the optional extra: `pip install 'episodic[langchain]'`).
+"""A LangChain retriever over the memory client (the optional extra: `pip install 'episodic-client[langchain]'`).
 
-    from episodic.client import MemoryClient
-    from episodic.langchain_retriever import EpisodicRetriever
+    from episodic_client import MemoryClient
+    from episodic_client.langchain import EpisodicRetriever
 
     retriever = EpisodicRetriever(client=MemoryClient.from_settings(), k=8)
     docs = retriever.invoke("why did checkout run out of memory?")   # or `await retriever.ainvoke(...)`
@@ -22,11 +22,11 @@ try:
     from langchain_core.documents import Document
     from langchain_core.retrievers import BaseRetriever
 except ImportError as e:  # pragma: no cover - exercised only without the extra
-    raise ImportError("episodic.langchain_retriever needs langchain-core: pip install 'episodic[langchain]'") from e
+    raise ImportError("episodic_client.langchain needs langchain-core: pip install 'episodic-client[langchain]'") from e
 from pydantic import ConfigDict, Field
 
-from episodic.client import AsyncMemoryClient, MemoryClient
-from schemas.api import Hit
+from episodic_client.client import AsyncMemoryClient, MemoryClient
+from episodic_client.models import Hit
 
 
 def to_document(hit: Hit) -> Document:

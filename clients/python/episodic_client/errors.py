@@ -1,16 +1,16 @@
-"""The memory clients' errors (`episodic.client` re-exports them): `ServiceUnreachable`, and `RequestRefused`
+"""The memory clients' errors (`episodic_client` re-exports them): `ServiceUnreachable`, and `RequestRefused`
 with one subclass per status, carrying the service's `error` message (it names the field)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from episodic.kernel.errors import EpisodicError
-from schemas.api import EntryError
+from episodic_client.models import EntryError
 
 
-class ClientError(EpisodicError):
-    """Base class of the memory client's errors."""
+class ClientError(Exception):
+    """Base class of the memory client's errors. Its own base, not the engine's `EpisodicError`: the client
+    installs without the engine, and no engine handler catches a client's error."""
 
 
 class ClientConfigError(ClientError, ValueError):

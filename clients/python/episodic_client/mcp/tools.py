@@ -1,4 +1,4 @@
-"""The memory as MCP tools (`episodic mcp`), on the official `mcp` SDK's `MCPServer`.
+"""The memory as MCP tools (`episodic-mcp`, and the engine's `episodic mcp`), on the official `mcp` SDK's `MCPServer`.
 
 Tools: `recall` (ranked memories, with the recall filters), `recall_render` (the `<recalled-memory>` block,
 with a pending nudge), `remember` (write a journal entry), `forget` (this agent's own memories, by id or by
@@ -11,8 +11,11 @@ streamable HTTP a caller's own `Authorization: Bearer` token replaces the server
 recall service decides what that token may see. Every tool's arguments forbid unknown fields, so a model
 that tries `workspace_id` (or `scope`, `agent_id`, `crew_id`) gets a validation error, not another scope.
 
-Writes go to `POST /v1/journal` (the service checks the token's workspace) or, with `--writes kafka`,
-straight to `journal.entries` after the gate's own parser accepted the entry (`stack.mcp_writers`).
+Writes go through a `Writer`: `HttpWriter` (here: `POST /v1/journal`, the service checks the token's workspace)
+or, in the engine's `episodic mcp --writes kafka`, straight to `journal.entries` after the gate's own parser
+accepted the entry (`stack.mcp_writers.KafkaWriter`). `remember` answers with the base importance the embedding
+policy gives the entry when the server was given that policy (`importance=`: the engine's `episodic mcp`); the
+client-only server has no engine, and answers null.
 
 `forget` is narrowed to the configured agent: the request carries its `agent_id` with the ids or the run, so
 the service removes only that agent's memories among them whatever the token (a bound token's forget is
@@ -24,20 +27,24 @@ handler method and one `ToolSpec` row in `specs()`.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.mcpserver.tools import Tool
-from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
+try:
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.tools import Tool
+    from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
+    from mcp_types import CallToolResult, TextContent, ToolAnnotations
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError("episodic_client.mcp needs the MCP SDK: pip install 'episodic-client[mcp]'") from e
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from episodic.client import (
+from episodic_client import (
     AsyncMemoryClient,
     ClientConfigError,
     EntriesRejected,
@@ -46,10 +53,8 @@ from episodic.client import (
     RequestRefused,
     ServiceUnreachable,
 )
-from episodic.client_calls import new_entry
-from episodic.domain.policy import decide
-from episodic.kernel.auth import digest
-from schemas.api import (
+from episodic_client.calls import new_entry
+from episodic_client.models import (
     DEFAULT_FORGET_WAIT_S,
     MAX_FORGET_IDS,
     MAX_FORGET_WAIT_S,
@@ -59,7 +64,6 @@ from schemas.api import (
     RecallResponse,
     RenderRequest,
 )
-from stack.mcp_writers import Writer
 
 log = logging.getLogger("episodic.mcp")
 
@@ -154,7 +158,9 @@ class RememberResult(BaseModel):
     workspace_id: str
     agent_id: str
     run_id: str | None
-    importance: float = Field(description="the base importance the embedding policy gives it")
+    importance: float | None = Field(
+        description="the base importance the embedding policy gives it (null: a server without the engine's policy)"
+    )
     written_via: Literal["http", "kafka"]
 
 
@@ -192,13 +198,44 @@ def bearer(headers: Any) -> str | None:
     return token.strip() or None if scheme.lower() == "bearer" else None
 
 
+class Writer(Protocol):
+    """Where `remember` writes: the journal endpoint, or (the engine's) Kafka."""
+
+    via: Literal["http", "kafka"]
+
+    async def write(self, client: AsyncMemoryClient, entry: dict[str, Any]) -> None: ...
+
+
+class HttpWriter:
+    """`POST /v1/journal` with the caller's client (the service checks the token's workspace)."""
+
+    via: Literal["http", "kafka"] = "http"
+
+    async def write(self, client: AsyncMemoryClient, entry: dict[str, Any]) -> None:
+        answer = await client.remember_many([entry])
+        if answer.errors:
+            raise ToolError("entry refused: " + "; ".join(e.error for e in answer.errors))
+
+
+# The base importance of an explicit `remember` (entry_type, severity): the engine's embedding policy.
+Importance = Callable[[str, str], float]
+
+
 class MemoryTools:
     """The tools' handlers over one `AsyncMemoryClient` (configured identity and token)."""
 
-    def __init__(self, client: AsyncMemoryClient, writer: Writer, *, caller_tokens: bool = False) -> None:
+    def __init__(
+        self,
+        client: AsyncMemoryClient,
+        writer: Writer,
+        *,
+        caller_tokens: bool = False,
+        importance: Importance | None = None,
+    ) -> None:
         self.client = client
         self.writer = writer
         self.caller_tokens = caller_tokens
+        self.importance = importance
         self._identities: dict[str, tuple[float, Identity]] = {}
 
     async def caller(self, ctx: Context | None) -> AsyncMemoryClient:
@@ -208,7 +245,7 @@ class MemoryTools:
         ident = client.identity
         if ident.workspace_id is not None and (ident.agent_id is not None or ident.crew_id is not None):
             return client
-        key = digest(token) if token else ""
+        key = hashlib.sha256(token.encode()).hexdigest() if token else ""  # the cache never holds a token
         cached = self._identities.get(key)
         if cached is None or cached[0] < time.monotonic():
             filled = ident.fill_from(await client.whoami())
@@ -242,13 +279,13 @@ class MemoryTools:
         # An explicit `remember` is always embedded (refs.episodic), whatever its entry type.
         entry = new_entry(ident, summary, refs={"episodic": True}, **args)
         await self.writer.write(client, entry)
-        importance = decide(entry["entry_type"], entry["severity"], forced=True).base_importance
+        importance = None if self.importance is None else self.importance(entry["entry_type"], entry["severity"])
         return RememberResult(
             id=entry["id"],
             workspace_id=entry["workspace_id"],
             agent_id=entry["agent_id"],
             run_id=entry.get("run_id"),
-            importance=float(importance or 0.0),
+            importance=importance,
             written_via=self.writer.via,
         )
 

@@ -1,5 +1,9 @@
-"""Recall HTTP API models (SPEC §7). The OpenAPI document generated from these is the contract.
+"""The memory service's HTTP API models (SPEC §7, §11). The OpenAPI document generated from these is the contract.
 Size: every request and response model of the HTTP API in one module, the one place the contract is read.
+
+One definition for both sides: the clients build and decode with them, and the service (`recall/`) declares its
+routes with them (the engine distribution depends on this one). Needs pydantic only; the timestamps are
+`episodic_client.timestamps`.
 
 Validation rules (every violation is a 422 that names the field, never a 5xx):
 
@@ -30,7 +34,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationInfo, field_validator
 
-from schemas.journal import format_timestamp, parse_timestamp
+from episodic_client.timestamps import format_timestamp, parse_timestamp
 
 MAX_ID_LEN = 128
 MAX_QUERY_CHARS = 4096
@@ -43,13 +47,21 @@ MAX_JOURNAL_ENTRIES = 500
 MAX_JOURNAL_BYTES = 1 << 20  # the whole request body; clients split larger batches
 
 MAX_ENTRY_TYPES = 50
+# The topic `POST /v1/journal` produces to (`JournalAccepted.topic`); the engine's topic names take it from here.
+JOURNAL_TOPIC = "journal.entries"
 
 Scope = Literal["own", "crew_shared"]
+Role = Literal["agent", "lead"]  # what a token or a client is bound as (seed 001)
 Mode = Literal["hybrid", "dense", "sparse"]
 Via = Literal["direct", "similar", "supports", "adjacent"]
 Severity = Literal["debug", "info", "warn", "error"]
 
 IdStr = Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_LEN)]
+
+
+def scope_for_role(role: Role | None) -> Scope:
+    """Seed 001's ScopeForRole: an agent (the default) reads its own past; a lead its crew's shared memory."""
+    return "crew_shared" if role == "lead" else "own"
 
 
 class RecallRequest(BaseModel):
