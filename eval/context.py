@@ -49,6 +49,20 @@ class ContextSpec:
         return "+".join(parts)
 
 
+def parse_ctx(text: str) -> ContextSpec:
+    """'prev=1,words=64,date=1' -> ContextSpec (the eval commands' --ctx option)."""
+    kw: dict[str, int | bool | None] = {}
+    for part in filter(None, text.split(",")):
+        name, _, value = part.partition("=")
+        if name == "date":
+            kw[name] = value in ("1", "true")
+        elif name in ("prev", "words"):
+            kw[name] = int(value) if value not in ("", "none") else None
+        else:
+            raise ValueError(f"unknown context option {name!r} (prev, words, date)")
+    return ContextSpec(**kw)  # type: ignore[arg-type]
+
+
 def date_line(stamp: str) -> str:
     """'2023/05/20 (Sat) 00:59' -> 'Saturday 20 May 2023 (2023-05-20)'; '' when it does not parse."""
     try:

@@ -110,10 +110,10 @@ class EmbeddingCache:
 
 
 def main() -> None:
-    from eval.context import ContextSpec
+    from eval.context import ContextSpec, parse_ctx
     from eval.data import load
+    from eval.memories import Memories
     from eval.sentences import pieces as split_pieces
-    from eval.views import Memories
 
     ap = argparse.ArgumentParser(description="fill the embedding cache for the eval sets")
     ap.add_argument("--set", default="both", choices=["oracle", "s", "both"])
@@ -146,22 +146,6 @@ def main() -> None:
                 ]
                 log.info("%s %s ctx=%s split=%s: %d chunks", name, group[0].name, spec.label(), split, len(pieces))
                 cache.fill(sorted(dict.fromkeys(pieces), key=len))  # similar lengths together: less padding
-
-
-def parse_ctx(text: str):
-    """'prev=1,words=64,date=1' -> ContextSpec."""
-    from eval.context import ContextSpec
-
-    kw: dict[str, int | bool | None] = {}
-    for part in filter(None, text.split(",")):
-        name, _, value = part.partition("=")
-        if name == "date":
-            kw[name] = value in ("1", "true")
-        elif name in ("prev", "words"):
-            kw[name] = int(value) if value not in ("", "none") else None
-        else:
-            raise ValueError(f"unknown context option {name!r} (prev, words, date)")
-    return ContextSpec(**kw)  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

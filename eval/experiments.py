@@ -12,8 +12,7 @@ from dataclasses import replace
 
 from episodic.kernel.settings import FUSION_BY_CHUNK_MODE, Settings
 from eval.bm25 import Bm25Spec
-from eval.context import ContextSpec
-from eval.embcache import parse_ctx
+from eval.context import ContextSpec, parse_ctx
 from eval.methods import Method, adjacent, dbsf, default_hybrid, formula, lexical, rrf, single
 from eval.prf import Rm3
 from eval.views import Dense, Sparse, Views, build

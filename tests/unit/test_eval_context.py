@@ -74,9 +74,10 @@ def test_query_weights() -> None:
 
 
 def test_run_level_rerank_lifts_a_candidate_whose_run_has_other_strong_candidates() -> None:
+    from eval.memories import Memories
     from eval.methods import Ranked
     from eval.runlevel import run_level, run_scores
-    from eval.views import Memories, Q
+    from eval.views import Q
 
     mem = Memories(corpus=None)  # type: ignore[arg-type]
     mem.run = np.array([0, 0, 1, 2])  # memories 0 and 1 share a run
