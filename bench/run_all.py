@@ -33,6 +33,7 @@ BENCHES: dict[str, str] = {
     "context": "bench.bench_context",
     "chunking": "bench.bench_chunking",
     "render": "bench.bench_render",
+    "explorer": "bench.bench_explorer",
 }
 # Other benchmarks in the repo (owned elsewhere) that follow the same --quick convention; run if present.
 OPTIONAL: dict[str, str] = {"gate": "bench.bench_gate"}
