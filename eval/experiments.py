@@ -7,6 +7,7 @@ Row names: D = the dense leg (MiniLM, "role: content", chunks 256/32, max-sim), 
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -16,6 +17,8 @@ from eval.context import ContextSpec, parse_ctx
 from eval.methods import Method, adjacent, dbsf, default_hybrid, formula, lexical, rrf, single
 from eval.prf import Rm3
 from eval.views import Dense, Sparse, Views, build
+
+log = logging.getLogger("eval.sweep")
 
 Result = tuple[Views, dict[str, Method], str]
 
@@ -434,6 +437,27 @@ def lexical_confidence(a: argparse.Namespace) -> Result:
     return views, ms, "Lexical confidence: the BM25-based legs scaled by how strongly BM25 matched the query"
 
 
+def folding(a: argparse.Namespace) -> Result:
+    """Near-duplicate folding (``EPISODIC_FOLD_*``, eval.folding): the shipped tree over the memories the
+    linker leaves, fold cosine x content-word Jaccard (the same numbers and dates always required), beside
+    the tree without folding (the previous default). Each variant's folds are counted on stderr."""
+    from episodic.domain.folding import FoldRule
+    from eval.folding import fold_groups, folded
+
+    rows: dict = {"S": Sparse(), "SC": Sparse(ctx=RECOMMENDED_CONTEXT)}
+    rows["DP"] = Dense(split="p32", penalty=PIECE_PENALTY, candidates=200)
+    views = build(a.sets, rows)
+    ms: dict[str, Method] = {"without folding (previous default)": shipped()}
+    for cos in (0.80, 0.83, 0.86, 0.90, 0.95):
+        for jac in (0.0, 0.3, 0.5, 0.7, 0.8):
+            rule = FoldRule(cosine=cos, jaccard=jac)
+            mems = {id(q.mem): q.mem for qs in views.views.values() for q in qs}
+            n = sum(len(f.into) for m in mems.values() if (f := fold_groups(m, rule)) is not None)
+            log.info("fold cosine %.2f jaccard %.1f: %d memories folded", cos, jac, n)
+            ms[f"fold cosine {cos}, jaccard {jac} ({n} folded)"] = folded(shipped(), rule)
+    return views, ms, "Near-duplicate folding: the shipped tree over the memories the linker leaves"
+
+
 EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "legs": legs,
     "bm25-options": bm25_options,
@@ -450,4 +474,5 @@ EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "sentences": sentence_chunks,
     "piece-prior": piece_prior,
     "lexical": lexical_confidence,
+    "folding": folding,
 }

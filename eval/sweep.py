@@ -56,6 +56,10 @@ def evaluate(views: Views, methods: Mapping[str, Method]) -> dict[str, dict[str,
         v["asst"] = [q for q in v["oracle/dev"] if q.type == ASST]
 
     def run(m: Method, qs: list[Q]) -> Score:
+        # a method over folded memories (eval.folding) says what each hit covers; else a hit covers its aliases
+        cover = getattr(m, "cover", None)
+        if cover is not None:
+            return score(([cover(q.mem, i) for i in m(q)[0][:10]], q.evidence) for q in qs)
         return score(([q.mem.aliases[i] for i in m(q)[0][:10]], q.evidence) for q in qs)
 
     return {name: {vn: run(m, qs) for vn, qs in v.items() if qs} for name, m in methods.items()}

@@ -244,7 +244,10 @@ def _detail_response(services: Services, principal: Principal, workspace_id: str
     found = memory_detail(services.store, services.state, workspace_id, entry_id)
     if found is None:
         return None
-    authorize_memory(principal, entry_id=entry_id, agent_id=found.get("agent_id"), crew_id=found.get("crew_id"))
+    agent = found.get("agent_id")
+    if principal.agent_id is not None and principal.agent_id in found.get("agents", ()):
+        agent = principal.agent_id  # folded from several agents' entries: each of them owns it
+    authorize_memory(principal, entry_id=entry_id, agent_id=agent, crew_id=found.get("crew_id"))
     return _json(MemoryDetail.model_validate(found))
 
 

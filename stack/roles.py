@@ -399,6 +399,7 @@ class LinkerRole(AgentRole):
     name = "linker"
 
     async def start(self, res: Resources) -> None:
+        from episodic.domain.folding import FoldRule
         from episodic.maintenance.linker import Linker
         from streams.linker import linker_runner
 
@@ -411,11 +412,13 @@ class LinkerRole(AgentRole):
             min_mean_cosine=s.similar_min_mean,
             clock=res.clock,
             cores=res.cores,  # waits while bulk embedding runs in this process (edges may lag, vectors not)
+            fold_rule=FoldRule(cosine=s.fold_cosine, jaccard=s.fold_jaccard, enabled=s.fold_enabled),
         )
         self.runner = linker_runner(s, linker=linker, metrics=res.metrics)
         await self.runner.start()
         top, above = s.similar_top_k, s.similar_threshold
-        self._line = f"linker: similar edges, top {top} above cosine {above} (group {self.runner.app_id})"
+        fold = f"folds near duplicates at cosine {s.fold_cosine}" if s.fold_enabled else "no folding"
+        self._line = f"linker: similar edges, top {top} above cosine {above}, {fold} (group {self.runner.app_id})"
 
 
 class ImportanceRole(AgentRole):

@@ -43,7 +43,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ALIAS_LIMIT = 20  # alias ids kept per memory (the newest); `occurrences` counts them all
 
-COUNTER_FIELDS = ("reference_count", "last_referenced_at", "importance_score", "aliases", "occurrences", "indexed_at")
+# Kept by a new version of a memory (a changed summary under the same id), near-duplicate folds included.
+COUNTER_FIELDS: tuple[str, ...] = ("reference_count", "last_referenced_at", "importance_score", "aliases")
+COUNTER_FIELDS += ("occurrences", "indexed_at", "folded", "agents", "folded_into")  # folded: until re-linked
 
 
 def _now() -> datetime:

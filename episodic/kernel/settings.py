@@ -246,6 +246,20 @@ class Settings(BaseSettings, ClientSettings):
         description="similar edge between memories of several pieces: their mean vectors' cosine at least this "
         "(two memories sharing one stock sentence and nothing else get no edge); 0: off",
     )
+    fold_enabled: bool = Field(
+        default=True,
+        description="the linker folds a new memory into a near duplicate (same crew, type and priority; "
+        "episodic.domain.folding): recall shows one memory listing both entries and agents",
+    )
+    fold_cosine: float = Field(
+        default=0.86, gt=0.0, le=1.0, description="near-duplicate fold: cosine (of mean vectors) at least this"
+    )
+    fold_jaccard: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="near-duplicate fold: content-word Jaccard at least this (and the same numbers and dates)",
+    )
     decay_schedule: str = Field(
         default="30 3 * * *", description="DecayAndReinforce (and retention), a cron expression in UTC"
     )

@@ -20,14 +20,16 @@ before the batch is indexed, `Forgetter.admit` on the batch's entries. What "bef
   the recall service), so a backlog of the selection queued ahead of the forget is left out, not embedded
   and then removed; the consumer still applies the forget at its place in the stream.
 
-Applying removes the memories that match (a forgotten alias takes its whole memory with it: an alias is the
-same text), tombstones every id they carry, removes the edges of other memories that point at them (their own
-edges go with them), takes their text out of the run context other memories were indexed with and links their
-run neighbours to each other (`episodic.indexing.context.scrub`), then deletes them; the memories' reference counts and
-importance live on their points, so they go too, and counts and health computed from the store no longer see
-them. The outcome is recorded in a status document (kind `forget`, key the forget id) that the recall service
-reads back. Re-applying an applied forget (re-delivery) changes nothing; a crash half-way is re-applied in
-full.
+Applying removes the memories that match (a forgotten alias takes its whole memory with it: an alias is the same
+text; a near duplicate folded into another memory is its own point, so forgetting it, or its agent, takes only
+that part out of the memory, and forgetting a memory that absorbed others leaves them standing,
+`episodic.indexing.folding.unfold`), tombstones every id they carry, removes the edges of other memories that
+point at them (their own edges go with them), takes their text out of the run context other memories were
+indexed with and links their run neighbours to each other (`episodic.indexing.context.scrub`), then deletes
+them; the memories' reference counts and importance live on their points, so they go too, and counts and health
+computed from the store no longer see them. The outcome is recorded in a status document (kind `forget`, key the
+forget id) that the recall service reads back. Re-applying an applied forget (re-delivery) changes nothing; a
+crash half-way is re-applied in full.
 
 Size: a little over 400 lines: applying a forget is one ordered, crash-safe procedure (tombstones, edges,
 run context, delete) that reads top to bottom here.
@@ -46,6 +48,7 @@ import msgspec
 
 from episodic.domain.identity import point_id
 from episodic.indexing.context import scrub
+from episodic.indexing.folding import unfold
 from episodic.kernel.ports import MemoryStore, Selection, StateStore
 from episodic.store.sparse import Bm25Encoder
 from schemas.events import MAX_FORGET_IDS, EmbeddableRecord, ForgetRecord, ForgetSelector, ForgottenEvent
@@ -395,6 +398,8 @@ class Forgetter:
             for chunk in _chunks(sorted(gone), PAGE):
                 outcome.edges += self.store.remove_edges_to(ws, chunk, sparing=targets)
             scrub(self.store, self.bm25, ws, gone, targets)
+            # near-duplicate folds: the memories that stay drop these parts, or take over from an owner removed
+            unfold(self.store, ws, targets)
         self.store.delete(sorted(targets))
 
 

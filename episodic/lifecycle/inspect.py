@@ -1,6 +1,7 @@
 """Inspecting and listing memories (SPEC §11 `GET /v1/memory/{entry_id}`, `GET /v1/memories`), over the ports.
 
-- `memory_detail`: one memory by entry id, an alias resolving to its memory, with its relations in both
+- `memory_detail`: one memory by entry id, an alias or an entry folded into it (a near duplicate,
+  `episodic.indexing.folding`) resolving to its memory, with its relations in both
   directions; `None` when there is none, `Forgotten` when a forget removed it.
 - `memory_page`: a page of a workspace's memories, newest first (`ts` descending, then point id: a stable
   order, ties included), with an opaque cursor. The cursor holds where the page ended and a digest of the
@@ -22,6 +23,7 @@ from typing import Any
 
 from episodic.domain.identity import point_id
 from episodic.indexing.context import shown_context
+from episodic.indexing.folding import AGENTS, FOLDED_INTO, folded_entries
 from episodic.kernel.ports import DENSE, MemoryStore, PagePosition, Selection, StateStore
 from episodic.lifecycle.forget import TOMBSTONE, tombstone_key
 from episodic.store.rules import model_field
@@ -82,6 +84,7 @@ def memory_item(p: dict[str, Any], vector: str = DENSE) -> dict[str, Any]:
         "occurrences": _int(p.get("occurrences"), 1),
         "aliases": _ids(p.get("aliases")),
         "has_dense": has_dense(p, vector),
+        "folded_into": _str(p.get(FOLDED_INTO)) or None,
     }
 
 
@@ -95,6 +98,10 @@ def memory_detail(
     if payload is None:
         owner = store.find_by_alias(workspace_id, [entry_id]).get(entry_id)
         payload = store.retrieve([owner]).get(owner) if owner is not None else None
+    into = payload.get(FOLDED_INTO) if payload is not None else None
+    if isinstance(into, str) and into:  # a near duplicate folded into another memory: that memory answers
+        owner_pid = point_id(workspace_id, into)
+        payload = store.retrieve([owner_pid]).get(owner_pid) or payload
     if payload is None or payload.get("workspace_id") != workspace_id:
         tomb = state.get(TOMBSTONE, tombstone_key(workspace_id, entry_id)) if state is not None else None
         if tomb is not None:
@@ -107,8 +114,23 @@ def memory_detail(
     ]
     refs = payload.get("refs")
     vector = str(getattr(store, "vector", DENSE))  # the active embedding generation's vector
+    item = memory_item(payload, vector)
+    del item["folded_into"]
     return {
-        **memory_item(payload, vector),
+        **item,
+        "folded": [
+            {
+                "entry_id": e["entry_id"],
+                "agent_id": _str(e.get("agent_id")),
+                "ts": _str(e.get("ts")),
+                "cosine": _float(e.get("cosine")) or 0.0,
+                "at": str(e.get("at", "")),
+                "occurrences": _int(e.get("occurrences"), 1),
+                "aliases": _ids(e.get("aliases")),
+            }
+            for e in folded_entries(payload)
+        ],
+        "agents": _ids(payload.get(AGENTS)),
         "requested_id": entry_id,
         "workspace_id": workspace_id,
         "payload": _dict(payload.get("payload")),

@@ -42,6 +42,7 @@ from episodic.domain.chunking import LEGACY
 from episodic.domain.identity import dedup_key, point_id
 from episodic.embedding.generations import Generation, model_key
 from episodic.indexing.context import cut_out, folded_text, shown_context
+from episodic.indexing.folding import FOLDED_INTO, folded_entries, owner_fields
 from episodic.indexing.indexer import iso, memory_payload
 from episodic.kernel.ports import DENSE, Embedder, MemoryPoint, MemoryStore, Selection, SparseVec, StateStore
 from episodic.lifecycle.forget import TOMBSTONE, Forgetter, tombstone_key
@@ -358,4 +359,17 @@ class Importer:
         payload.update(counters, relations=edges, links=sorted({e["dst"] for e in edges}))
         if m.accepted_at:
             payload["accepted_at"] = m.accepted_at
-        return payload
+        return _folds_kept(payload, ws, gone)
+
+
+def _folds_kept(payload: dict[str, Any], ws: str, gone: set[tuple[str, str]]) -> dict[str, Any]:
+    """Near-duplicate folds (carried in `extra`) without the parts forgotten here: an owner drops the absorbed
+    entries that are tombstoned, and an absorbed entry whose owner is tombstoned stands on its own again."""
+    into = payload.get(FOLDED_INTO)
+    if isinstance(into, str) and (ws, into) in gone:
+        payload[FOLDED_INTO] = None
+    parts = folded_entries(payload)
+    kept = [e for e in parts if (ws, e["entry_id"]) not in gone]
+    if len(kept) != len(parts):
+        payload.update(owner_fields(payload, kept))
+    return payload

@@ -19,6 +19,11 @@ candidate list and are all turned down, the linker searches once more, four time
   memories whose vectors arrive out of order.
 - **Duplicates** (`mode: "duplicate"`) are folded into an existing memory and get no edges of their own;
   `sparse-only` events wait for their `vector` event.
+- **Near duplicates fold** (`episodic.domain.folding`, `episodic.indexing.folding`): among the candidates, the
+  nearest whose cosine (of the mean vectors, for memories of several pieces) reaches the fold rule's, that
+  may fold (same crew, type, priority) and whose words and facts agree, absorbs the new memory: the new one
+  gets `folded_into` and no edges, the old one lists it in `folded`. A memory that absorbed another in
+  this batch is not folded itself (no chains), and one absorbed in this batch absorbs nothing.
 
 - **Batched, and after bulk embedding.** The neighbour searches of a whole batch of events go to the store
   as one batch (`MemoryStore.similar_to_many`: Qdrant plans them as one pass over its segments), and with
@@ -41,8 +46,10 @@ from typing import Any
 
 import numpy as np
 
+from episodic.domain.folding import FOLDED_INTO, FoldRule, compatible, near_duplicate
 from episodic.embedding.cores import CoreBudget
 from episodic.indexing.context import ADJACENT as RUN_EDGES
+from episodic.indexing.folding import fold, unfold
 from episodic.kernel.errors import StoreError
 from episodic.kernel.ports import DENSE, MemoryStore, SimilarRequest, StoredHit, relations_payload
 from episodic.store.rules import pieces_field
@@ -108,6 +115,7 @@ class LinkResult:
     ignored: int = 0  # duplicate and sparse-only events
     missing: int = 0  # memories gone (forgotten, archived) or without their vector
     failed: int = 0  # memories the store refused
+    folded: int = 0  # memories folded into a near duplicate (no edges of their own)
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -123,6 +131,7 @@ class Linker:
         min_mean_cosine: float = MIN_MEAN_COSINE,
         clock: Callable[[], datetime] = _now,
         cores: CoreBudget | None = None,
+        fold_rule: FoldRule | None = None,
     ) -> None:
         if not 0.0 < threshold <= 1.0 or top_k < 1 or not 0.0 <= min_mean_cosine <= 1.0:
             raise ValueError("threshold must be in (0, 1], top_k at least 1 and min_mean_cosine in [0, 1]")
@@ -132,6 +141,7 @@ class Linker:
         self.min_mean_cosine = min_mean_cosine
         self.clock = clock
         self.cores = cores  # the process's core budget: a batch waits while bulk embedding runs
+        self.fold_rule = fold_rule or FoldRule()
 
     def link(self, events: Sequence[IndexedEvent]) -> LinkResult:
         """Link the memories of a batch of memory.indexed events; one store write for the batch."""
@@ -159,11 +169,19 @@ class Linker:
                 result.already += 1
             else:
                 ready[pid] = point
+        unfolded: set[str] = set()  # new versions of absorbed memories: taken out of their owners, decided afresh
+        for pid, point in ready.items():
+            if point.payload.get(FOLDED_INTO):
+                unfold(self.store, str(point.payload.get("workspace_id")), {pid: point.payload})
+                unfolded.add(pid)
         new_edges: dict[str, set[str]] = {}  # entry id -> entry ids it points at (written in this batch)
         similar: dict[str, list[dict[str, Any]]] = {}  # point id -> its new similar edges
-        for pid, chosen in self._neighbours(ready, new_edges).items():
+        folds: dict[str, tuple[str, str, float]] = {}  # absorbed point id -> (owner point id, entry id, cosine)
+        for pid, chosen in self._neighbours(ready, new_edges, folds).items():
             if chosen is None:
                 result.failed += 1
+                continue
+            if pid in folds:
                 continue
             similar[pid] = [
                 {"dst": c.entry_id, "relation": SIMILAR, "weight": round(min(1.0, c.cosine), 6), "created_at": now}
@@ -171,7 +189,8 @@ class Linker:
             ]
         # The other edges are read again just before the write: while the neighbours were searched, the
         # indexer may have given a memory its run's `next` edge (episodic.indexing.context), which must not be lost.
-        fresh = self.store.retrieve(sorted(similar), fields=("relations",)) if similar else {}
+        wanted = set(similar) | set(folds) | {o for o, _, _ in folds.values()}
+        fresh = self.store.retrieve(sorted(wanted), fields=_FRESH_FIELDS) if wanted else {}
         updates: dict[str, dict[str, Any]] = {}
         for pid, edges in similar.items():
             if pid not in fresh:  # forgotten meanwhile
@@ -181,10 +200,46 @@ class Linker:
                 e for e in fresh[pid].get("relations") or [] if isinstance(e, dict) and e.get("relation") != SIMILAR
             ]
             updates[pid] = {**relations_payload(kept + edges), "linked_at": now}
+            if pid in unfolded:
+                updates[pid][FOLDED_INTO] = None
             result.linked += 1
             result.edges += len(edges)
+        for pid, (owner_pid, owner_id, cosine) in folds.items():
+            absorbed, owner = fresh.get(pid), fresh.get(owner_pid)
+            if absorbed is None or owner is None:  # either forgotten meanwhile: no fold
+                result.missing += absorbed is None
+                if absorbed is not None:
+                    updates[pid] = {"linked_at": now, FOLDED_INTO: None}
+                continue
+            fields = fold(owner, absorbed, cosine=cosine, at=now)
+            owner.update(fields)  # the next fold into the same owner starts from this one
+            updates[owner_pid] = {**updates.get(owner_pid, {}), **fields}
+            updates[pid] = {FOLDED_INTO: owner_id, "linked_at": now}
+            result.folded += 1
         self.store.set_payloads(updates)
         return result
+
+    def _fold_target(
+        self, point: StoredHit, near: list[tuple[str, str, float]], folds: dict[str, tuple[str, str, float]]
+    ) -> tuple[str, str, float] | None:
+        """The memory this one folds into (point id, entry id, cosine), or None: the nearest of `near` (the
+        candidates at or above the fold cosine, best first) that may fold and is worded alike, skipping the
+        memories absorbed in this batch; a memory that absorbed another in this batch is not folded itself."""
+        rule = self.fold_rule
+        near = [n for n in near if n[0] not in folds]
+        if not rule.enabled or not near or point.point_id in {o for o, _, _ in folds.values()}:
+            return None
+        found = self.store.retrieve([pid for pid, _, _ in near], fields=_FOLD_FIELDS)
+        text = str(point.payload.get("summary") or "")
+        for pid, eid, cosine in near:
+            old = found.get(pid)
+            if old is None or not compatible(point.payload, old):
+                continue
+            verdict = near_duplicate(cosine, text, str(old.get("summary") or ""), rule)
+            if verdict.fold:
+                log.debug("linker: %s folds into %s (%s)", point.payload.get("entry_id"), eid, verdict.reason)
+                return pid, eid, cosine
+        return None
 
     def _request(self, point: StoredHit, limit: int) -> SimilarRequest:
         p = point.payload
@@ -217,10 +272,11 @@ class Linker:
         return out
 
     def _neighbours(
-        self, points: dict[str, StoredHit], new_edges: dict[str, set[str]]
+        self, points: dict[str, StoredHit], new_edges: dict[str, set[str]], folds: dict[str, tuple[str, str, float]]
     ) -> dict[str, list[Candidate] | None]:
         """The chosen neighbours of each point (None: the store refused its search), chosen in order, each
-        against the edges chosen before it; `new_edges` gets each choice."""
+        against the edges chosen before it; `new_edges` gets each choice. A point that folds into a near
+        duplicate (decided on the first search, where the nearest are) goes to `folds` and gets no edges."""
         first = self.top_k * CANDIDATE_FACTOR
         chosen: dict[str, list[Candidate] | None] = {}
         means: dict[str, dict[str, float]] = {pid: {} for pid in points}  # point id -> hit id -> mean cosine
@@ -246,6 +302,24 @@ class Linker:
                     )
                     for h in hits
                 ]
+                if limit == first:
+                    near = sorted(
+                        (
+                            (
+                                h.point_id,
+                                c.entry_id,
+                                c.cosine if c.mean_cosine is None else min(c.cosine, c.mean_cosine),
+                            )
+                            for h, c in zip(hits, candidates, strict=True)
+                            if c.entry_id != source
+                        ),
+                        key=lambda n: (-n[2], n[1]),
+                    )
+                    target = self._fold_target(point, [n for n in near if n[2] >= self.fold_rule.cosine], folds)
+                    if target is not None:
+                        folds[pid] = target
+                        chosen[pid] = []
+                        continue
                 picked = choose_similar(
                     source, candidates, threshold=self.threshold, top_k=self.top_k, min_mean=self.min_mean_cosine
                 )
@@ -277,6 +351,12 @@ class Linker:
         return {
             pid: float(mean_vector(h.dense) @ source) if (h := found.get(pid)) and h.dense else -1.0 for pid in many
         }
+
+
+# What the batch's write reads again: the edges (kept but `similar`), and what a fold records of either side.
+_FRESH_FIELDS = ("relations", "entry_id", "agent_id", "ts", "occurrences", "aliases", "folded")
+# What the fold rule compares (episodic.domain.folding.compatible, near_duplicate).
+_FOLD_FIELDS = ("workspace_id", "crew_id", "entry_type", "priority", "summary", FOLDED_INTO)
 
 
 def _pieces(value: Any) -> int:

@@ -51,6 +51,7 @@ import numpy as np
 from episodic.domain.chunking import mode_of
 from episodic.domain.scoring import parse_time
 from episodic.indexing.context import shown_context
+from episodic.indexing.folding import AGENTS, folded_ids
 from episodic.kernel.errors import EpisodicError, StoreError
 from episodic.kernel.ports import (
     SEVERITIES,
@@ -161,6 +162,8 @@ class RecallHit:
     via: str = "direct"
     aliases: list[str] = field(default_factory=list)
     occurrences: int = 1
+    folded: list[str] = field(default_factory=list)  # entry ids of near duplicates folded into it
+    agents: list[str] = field(default_factory=list)  # the agents it stands for when folded from several
     cosine: float | None = None
     point_id: str = ""
     workspace_id: str = ""
@@ -185,6 +188,8 @@ class RecallHit:
             "aliases": self.aliases,
             "context": self.context,
             "occurrences": self.occurrences,
+            "folded": self.folded,
+            "agents": self.agents,
         }
 
     def referenced(self) -> dict[str, Any]:
@@ -444,6 +449,10 @@ class RecallEngine:
             via="direct",
             aliases=aliases,
             occurrences=_occurrences(p.get("occurrences"), len(aliases)),
+            folded=folded_ids(p),
+            agents=[str(a) for a in p.get(AGENTS) or [] if isinstance(a, str)]
+            if isinstance(p.get(AGENTS), list)
+            else [],
             cosine=max_sim(qvec, s.dense),
             point_id=s.point_id,
             workspace_id=_text(p.get("workspace_id")),

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from episodic.domain.folding import AGENTS, FOLDED_INTO
 from episodic.kernel.ports import CONTEXT, DENSE, SPARSE, Fusion, RecallFilter, ScopeFilter, Selection, SparseVec
 from episodic.store.rules import pieces_field
 
@@ -122,13 +123,25 @@ def scope_filter(scope: ScopeFilter) -> Filter:
 def who_filter(scope: ScopeFilter) -> Filter:
     """Workspace always; `own`: the agent's memories; `crew_shared`: the agent's own memories (whatever
     their crew, none included) and the crew's high-value ones (SPEC §7: own + high-value crew); without an
-    agent, the crew's high-value memories only."""
+    agent, the crew's high-value memories only. A memory folded from several agents' entries is each of
+    those agents' own (`agents`); a memory folded into another is never seen by itself (`visible`)."""
     if scope.scope == "own":
-        return in_workspace(scope.workspace_id, Match("agent_id", str(scope.agent_id)))
+        return in_workspace(scope.workspace_id, own_by(str(scope.agent_id)), visible())
     crew_high = Filter(must=(Match("crew_id", str(scope.crew_id)), AtLeast("importance_score", scope.high_value)))
     if scope.agent_id:
-        return in_workspace(scope.workspace_id, Filter(should=(Match("agent_id", scope.agent_id), crew_high)))
-    return in_workspace(scope.workspace_id, *crew_high.must)
+        mine = own_by(scope.agent_id)
+        return in_workspace(scope.workspace_id, Filter(should=(*mine.should, crew_high)), visible())
+    return in_workspace(scope.workspace_id, *crew_high.must, visible())
+
+
+def own_by(agent_id: str) -> Filter:
+    """The agent's memories: written by it (`agent_id`) or folded from one of its entries (`agents`)."""
+    return Filter(should=(Match("agent_id", agent_id), Match(AGENTS, agent_id)))
+
+
+def visible() -> IsEmpty:
+    """Not folded into another memory (episodic.indexing.folding): recall and listings show the owner."""
+    return IsEmpty(FOLDED_INTO)
 
 
 # The densify backfill's view of a memory (and nothing else: it reads up to a batch of these at a time).
@@ -199,9 +212,9 @@ def before_time(ts: str) -> DatetimeRange:
 
 def nearest_filter(workspace_id: str, exclude_entry_ids: tuple[str, ...] = (), using: str = DENSE) -> Filter:
     """Nearest neighbours of a memory: the workspace's memories with a dense vector, except `exclude_entry_ids`
-    (the memory itself and its aliases)."""
+    (the memory itself and its aliases), and memories folded into another (their owner stands for them)."""
     must_not: tuple[Condition, ...] = (MatchAny("entry_id", exclude_entry_ids),) if exclude_entry_ids else ()
-    return Filter(must=(workspace(workspace_id), HasDense(using)), must_not=must_not)
+    return Filter(must=(workspace(workspace_id), HasDense(using), visible()), must_not=must_not)
 
 
 def count_filter(workspace_id: str | None, has_dense: bool | None, using: str = DENSE) -> Filter | None:

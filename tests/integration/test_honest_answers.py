@@ -112,12 +112,14 @@ def _garbage_points(bm25: Bm25Encoder, embedder: Any) -> list[MemoryPoint]:
             "entry_id": 42, "workspace_id": "ws", "agent_id": "a1", "crew_id": 7, "summary": {"not": "text"},
             "ts": 1234, "entry_type": ["x"], "severity": None, "payload": "not an object", "aliases": "dup",
             "occurrences": "many", "importance_score": "high", "relations": "none", "links": 5,
+            "folded": "x", "agents": 3,
         },
         {"workspace_id": "ws", "agent_id": "a1"},  # nearly nothing
         {  # odd but typed values
             "entry_id": "odd", "workspace_id": "ws", "agent_id": "a1", "summary": "x" * 20_000, "ts": "yesterday",
             "aliases": [1, None, "kept", {"a": 1}], "occurrences": 1e30, "importance_score": -3,
             "relations": [{"dst": None}, "junk"], "payload": {"deep": [[[[]]]]},
+            "folded": [{"entry_id": 5}, "junk", {"entry_id": "f1", "aliases": [1, "f2"]}], "agents": ["a1", 7],
         },
     ]  # fmt: skip
     return [
@@ -140,8 +142,10 @@ def test_garbage_stored_by_hand_never_becomes_a_500(store: EdgeStore, embedder: 
     assert render["text"].startswith("<recalled-memory") and len(render["text"]) <= 2000
     odd = next(h for h in post(c, mode="sparse", k=10)["hits"] if h["entry_id"] == "odd")
     assert odd["aliases"] == ["kept"] and odd["occurrences"] == int(1e30) and odd["age_seconds"] == 0
+    assert odd["folded"] == ["f1", "f2"] and odd["agents"] == ["a1"]  # near-duplicate folds, coerced
     worst = next(h for h in post(c, mode="sparse", k=10)["hits"] if h["entry_id"] == "42")
     assert worst["summary"] == "" and worst["payload"] == {} and worst["aliases"] == [] and worst["occurrences"] == 1
+    assert worst["folded"] == [] and worst["agents"] == []
     stats = c.get("/v1/memory/stats", params={"workspace_id": "ws"})
     assert stats.status_code == 200 and stats.json()["indexed"] == 4
 

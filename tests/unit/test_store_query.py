@@ -17,6 +17,7 @@ from episodic.store.query import (
     Filter,
     Fused,
     HasDense,
+    IsEmpty,
     Lowering,
     Match,
     MatchAny,
@@ -46,8 +47,12 @@ OWN = ScopeFilter(workspace_id="ws-a", scope="own", agent_id="ag")
 SPARSE = SparseVec([3, 9], [1.0, 2.0])
 
 
+MINE = Filter(should=(Match("agent_id", "ag"), Match("agents", "ag")))  # written by it, or folded from its entry
+VISIBLE = IsEmpty("folded_into")  # a near duplicate folded into another memory is seen through that memory
+
+
 def test_own_scope_is_the_agents_memories_in_the_workspace() -> None:
-    assert scope_filter(OWN) == Filter(must=(WS, Match("agent_id", "ag")))
+    assert scope_filter(OWN) == Filter(must=(WS, MINE, VISIBLE))
 
 
 def test_crew_shared_scope_is_own_or_the_crews_high_value() -> None:
@@ -55,9 +60,10 @@ def test_crew_shared_scope_is_own_or_the_crews_high_value() -> None:
     high = AtLeast("importance_score", 0.7)
     crew_high = Filter(must=(Match("crew_id", "c"), high))
     # the agent's own memories whatever their crew (none included), or the crew's high-value ones
-    assert scope_filter(scope) == Filter(must=(WS, Filter(should=(Match("agent_id", "ag"), crew_high))))
+    mine_or_crew = Filter(should=(*MINE.should, crew_high))
+    assert scope_filter(scope) == Filter(must=(WS, mine_or_crew, VISIBLE))
     no_agent = ScopeFilter(workspace_id="ws-a", scope="crew_shared", crew_id="c", high_value=0.7)
-    assert scope_filter(no_agent) == Filter(must=(WS, Match("crew_id", "c"), high))
+    assert scope_filter(no_agent) == Filter(must=(WS, Match("crew_id", "c"), high, VISIBLE))
 
 
 def test_every_scope_filter_starts_with_the_workspace() -> None:
@@ -247,9 +253,10 @@ def test_lowering_builds_each_shared_node_once_and_reuses_it() -> None:
     query = Query(hybrid_prefetch([1.0, 0.0], SPARSE, OWN, flt, 10, fusion), flt, 5)
     lower = Lowering(vocab)
     fused, score, top = lower(query.prefetch), lower(query.score), lower(query.filter)
-    # one scope filter, one idf filter; one dense leg; one sparse vector for the three BM25 legs
+    # one scope filter (with its agent_id-or-agents filter), one idf filter; one dense leg; one sparse vector
+    # for the three BM25 legs
     assert vocab.calls == Counter(
-        filter=2, match=3, dense_leg=1, sparse_vector=1, sparse_leg=3, fused=1, times_importance=1
+        filter=3, match=4, is_empty=1, dense_leg=1, sparse_vector=1, sparse_leg=3, fused=1, times_importance=1
     )
     kind, legs, method, k, weights, fused_filter, limit = fused
     assert (kind, method, k, weights, limit) == ("fused", "rrf", 60, [1.0, 1.0, 1.0, 1.0], 40)
@@ -259,7 +266,8 @@ def test_lowering_builds_each_shared_node_once_and_reuses_it() -> None:
     assert lexical[1] is both[1] is head[1]  # the same engine sparse vector
     assert head[3] == 2
     assert score == ("times_importance", "importance_score", 0.5)
-    assert top == ("filter", [("match", "workspace_id", "ws-a"), ("match", "agent_id", "ag")], None, None)
+    mine = ("filter", None, [("match", "agent_id", "ag"), ("match", "agents", "ag")], None)
+    assert top == ("filter", [("match", "workspace_id", "ws-a"), mine, ("is_empty", "folded_into")], None, None)
 
 
 def test_a_piece_penalty_wraps_the_dense_leg_once_and_the_re_scored_leg_reads_the_wrapped_one() -> None:
@@ -323,7 +331,8 @@ def test_recall_filters_narrow_the_scope_inside_the_filter() -> None:
     assert scope_filter(scope) == Filter(
         must=(
             WS,
-            Match("agent_id", "ag"),
+            MINE,
+            VISIBLE,
             DatetimeRange("ts", gte="2026-01-01T00:00:00Z", lt="2026-02-01T00:00:00Z"),
             MatchAny("entry_type", ("peer.escalation", "approval.denied")),
             MatchAny("severity", ("warn", "error")),
@@ -388,9 +397,9 @@ def test_the_shared_store_modules_import_no_engine() -> None:
 
 
 def test_nearest_filter_is_the_workspace_with_vectors_without_the_memory_itself() -> None:
-    assert nearest_filter("ws-a") == Filter(must=(WS, HasDense()))
+    assert nearest_filter("ws-a") == Filter(must=(WS, HasDense(), VISIBLE))
     assert nearest_filter("ws-a", ("e1", "alias")) == Filter(
-        must=(WS, HasDense()), must_not=(MatchAny("entry_id", ("e1", "alias")),)
+        must=(WS, HasDense(), VISIBLE), must_not=(MatchAny("entry_id", ("e1", "alias")),)
     )
 
 

@@ -208,7 +208,20 @@ class Hit(BaseModel):
         "EPISODIC_ALIAS_LIMIT of them, 20 by default)",
     )
     occurrences: int = Field(
-        default=1, ge=1, description="how many entries this memory stands for: itself and every exact duplicate"
+        default=1,
+        ge=1,
+        description="how many entries this memory stands for: itself, every exact duplicate and every near "
+        "duplicate folded into it",
+    )
+    folded: list[str] = Field(
+        default_factory=list,
+        description="entry ids of near duplicates folded into this memory (reworded, or written by another "
+        "agent of the crew; EPISODIC_FOLD_*), with their aliases; each stays readable by GET /v1/memory/{id}",
+    )
+    agents: list[str] = Field(
+        default_factory=list,
+        description="when near duplicates from several agents were folded into it: those agents, the memory's "
+        "own first (each finds it in scope own); empty otherwise",
     )
     context: list[ContextLine] | None = Field(
         default=None,
@@ -398,11 +411,25 @@ class RelationOut(BaseModel):
     created_at: str
 
 
+class FoldedPart(BaseModel):
+    """One near duplicate folded into a memory (episodic.indexing.folding); its entry keeps its own point."""
+
+    entry_id: str
+    agent_id: str | None
+    ts: str | None
+    cosine: float = Field(description="the two memories' cosine when folded")
+    at: str = Field(description="when it was folded")
+    occurrences: int = Field(default=1, description="it and its exact duplicates")
+    aliases: list[str] = Field(default_factory=list)
+
+
 class MemoryDetail(BaseModel):
     """`GET /v1/memory/{entry_id}`: one memory as stored, with its counters, aliases and relations."""
 
     entry_id: str
-    requested_id: str = Field(description="the id asked for: entry_id, or one of its aliases")
+    requested_id: str = Field(
+        description="the id asked for: entry_id, one of its aliases, or an entry folded into it (see folded)"
+    )
     workspace_id: str
     crew_id: str | None
     agent_id: str | None
@@ -424,6 +451,12 @@ class MemoryDetail(BaseModel):
     model: str | None = Field(description="the model that made the dense vector")
     aliases: list[str]
     occurrences: int
+    folded: list[FoldedPart] = Field(
+        default_factory=list, description="the near duplicates folded into this memory, oldest fold first"
+    )
+    agents: list[str] = Field(
+        default_factory=list, description="the agents it stands for when folded from several (its own first)"
+    )
     relations: list[RelationOut] = Field(description="edges from and to this memory")
     context: list[ContextLine] | None = Field(
         default=None, description="the earlier memories of its run it was indexed with (null: without context)"
@@ -446,6 +479,9 @@ class MemoryItem(BaseModel):
     occurrences: int
     aliases: list[str]
     has_dense: bool
+    folded_into: str | None = Field(
+        default=None, description="folded into that memory as a near duplicate: recall shows that one, not this"
+    )
 
 
 class MemoryPage(BaseModel):

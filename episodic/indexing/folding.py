@@ -1,0 +1,130 @@
+"""Near-duplicate folds as stored: what a fold writes, and how a forget takes one agent's part back out.
+
+A fold never deletes an entry. The absorbed memory keeps its point, text, vectors and counters, and gets
+`folded_into` (its owner's entry id): every recall and listing passes over it (`episodic.store.query`), and
+`GET /v1/memory/{id}` of its id answers with the owner. The owner lists what it absorbed in `folded` (per
+entry: its id, agent, ts, the cosine it folded at, its occurrences and aliases), the agents it now stands
+for in `agents` (its own first), and counts them all in `occurrences`. Scope `own` matches `agent_id` or
+`agents`, so each agent whose entry was folded finds the memory, and no other agent does.
+
+Forgetting stays exact because the parts are still there (`unfold`):
+- an absorbed entry forgotten (by id, or its agent): the owner drops it from `folded`, `agents` and
+  `occurrences`;
+- an owner forgotten while its absorbed entries stay: the oldest of them becomes the memory again (its
+  `folded_into` cleared) and owns the others, so the other agents keep their part.
+
+Who decides that two memories fold is the linker (`episodic.maintenance.linker`, by `episodic.domain.folding`);
+this module only writes the decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from episodic.domain.folding import AGENTS, FOLDED, FOLDED_INTO
+from episodic.domain.identity import point_id
+from episodic.kernel.ports import MemoryStore
+
+__all__ = ["AGENTS", "FOLDED", "FOLDED_INTO", "agents_of", "fold", "folded_entries", "folded_ids", "unfold"]
+
+
+def _occ(p: dict[str, Any]) -> int:
+    v = p.get("occurrences")
+    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) and v >= 1 else 1
+
+
+def folded_entries(p: dict[str, Any]) -> list[dict[str, Any]]:
+    """The entries folded into memory `p` (well-formed ones only)."""
+    raw = p.get(FOLDED)
+    return (
+        [e for e in raw if isinstance(e, dict) and isinstance(e.get("entry_id"), str)] if isinstance(raw, list) else []
+    )
+
+
+def folded_ids(p: dict[str, Any]) -> list[str]:
+    """Every entry id a memory stands for through folds: each absorbed entry's id and its aliases."""
+    out: list[str] = []
+    for e in folded_entries(p):
+        out.append(str(e["entry_id"]))
+        out.extend(str(a) for a in e.get("aliases") or [] if isinstance(a, str))
+    return out
+
+
+def agents_of(agent_id: Any, entries: Iterable[dict[str, Any]]) -> list[str]:
+    """The agents a memory stands for: its own, then those of its folded entries, once each."""
+    seen = [str(agent_id)] if agent_id is not None else []
+    for e in entries:
+        a = e.get("agent_id")
+        if a is not None and str(a) not in seen:
+            seen.append(str(a))
+    return seen
+
+
+def part_of(absorbed: dict[str, Any], *, cosine: float, at: str) -> dict[str, Any]:
+    """What an owner records of one absorbed memory."""
+    return {
+        "entry_id": str(absorbed.get("entry_id")),
+        "agent_id": absorbed.get("agent_id"),
+        "ts": absorbed.get("ts"),
+        "cosine": round(float(cosine), 6),
+        "at": at,
+        "occurrences": _occ(absorbed),
+        "aliases": [str(a) for a in absorbed.get("aliases") or [] if isinstance(a, str)],
+    }
+
+
+def owner_fields(owner: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The owner's fold fields for exactly these absorbed `entries`: its occurrences are its own (exact
+    duplicates included) plus theirs."""
+    own = _occ(owner) - sum(int(e.get("occurrences") or 1) for e in folded_entries(owner))
+    return {
+        FOLDED: entries,
+        AGENTS: agents_of(owner.get("agent_id"), entries) if entries else [],
+        "occurrences": max(1, own) + sum(int(e.get("occurrences") or 1) for e in entries),
+    }
+
+
+def fold(owner: dict[str, Any], absorbed: dict[str, Any], *, cosine: float, at: str) -> dict[str, Any]:
+    """The owner's fields after absorbing `absorbed` (an entry already among its parts is replaced)."""
+    eid = str(absorbed.get("entry_id"))
+    entries = [e for e in folded_entries(owner) if e["entry_id"] != eid]
+    return owner_fields(owner, [*entries, part_of(absorbed, cosine=cosine, at=at)])
+
+
+def unfold(store: MemoryStore, workspace_id: str, removed: dict[str, dict[str, Any]]) -> int:
+    """Before `removed` (point id -> payload) are deleted: take their parts out of the memories that stay.
+    Returns how many memories it rewrote."""
+    gone = {str(p.get("entry_id")) for p in removed.values()}
+    updates: dict[str, dict[str, Any]] = {}
+    # 1. absorbed entries removed: their owners (those that stay) drop them
+    owners: dict[str, set[str]] = {}
+    for p in removed.values():
+        into = p.get(FOLDED_INTO)
+        if isinstance(into, str) and into not in gone:
+            owners.setdefault(point_id(workspace_id, into), set()).add(str(p.get("entry_id")))
+    current = store.retrieve(sorted(owners)) if owners else {}
+    for pid, dropped in owners.items():
+        owner = current.get(pid)
+        if owner is None:
+            continue
+        kept = [e for e in folded_entries(owner) if e["entry_id"] not in dropped]
+        updates[pid] = owner_fields(owner, kept)
+    # 2. owners removed: the oldest absorbed entry that stays takes the memory over
+    for p in removed.values():
+        rest = [e for e in folded_entries(p) if e["entry_id"] not in gone]
+        if not rest:
+            continue
+        heir, others = rest[0], rest[1:]
+        heir_pid = point_id(workspace_id, heir["entry_id"])
+        heir_payload = store.retrieve([heir_pid]).get(heir_pid)
+        if heir_payload is None:
+            continue
+        fields = owner_fields({**heir_payload, FOLDED: []}, others)
+        updates[heir_pid] = {**fields, FOLDED_INTO: None}
+        for e in others:
+            updates[point_id(workspace_id, e["entry_id"])] = {FOLDED_INTO: heir["entry_id"]}
+    updates = {pid: f for pid, f in updates.items() if pid not in removed}
+    if updates:
+        store.set_payloads(updates)
+    return len(updates)

@@ -1,0 +1,139 @@
+"""Near-duplicate folding (episodic.maintenance.linker, episodic.indexing.folding) on every engine: the fold
+itself, scopes exact across a fold, GET of an absorbed id, forgetting one agent's part, and export/import."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from episodic.domain.folding import FoldRule
+from episodic.domain.identity import point_id
+from episodic.kernel.ports import MemoryStore, ScopeFilter, StateStore
+from episodic.lifecycle.forget import Forgetter
+from episodic.lifecycle.inspect import memory_detail
+from episodic.lifecycle.portable import export_line
+from episodic.maintenance.linker import Linker
+from schemas.events import ForgetRecord, ForgetSelector, IndexedEvent
+from tests.contract.conftest import MakePoint, e, mix
+
+T = datetime(2026, 11, 20, 12, 0, 0, tzinfo=UTC)
+OOM = "Checkout OOM-killed during the load test"
+OOM_2 = "The checkout OOM-killed during load test"
+OOM_3 = "checkout was OOM-killed during a load test!"
+
+
+def vector_event(entry_id: str, ws: str = "ws-a") -> IndexedEvent:
+    return IndexedEvent(
+        entry_id=entry_id, workspace_id=ws, point_id=point_id(ws, entry_id), indexed_at=T, mode="vector"
+    )
+
+
+def linker(store: MemoryStore, **rule: Any) -> Linker:
+    return Linker(store=store, clock=lambda: T, fold_rule=FoldRule(**rule))
+
+
+def ids(store: MemoryStore, agent: str, ws: str = "ws-a") -> list[str]:
+    hits = store.query_dense(e(0), ScopeFilter(ws, "own", agent_id=agent), 10)
+    return sorted(str(h.payload["entry_id"]) for h in hits)
+
+
+def payload(store: MemoryStore, entry_id: str, ws: str = "ws-a") -> dict[str, Any]:
+    pid = point_id(ws, entry_id)
+    return store.retrieve([pid])[pid]
+
+
+def three_agents(store: MemoryStore, mk: MakePoint) -> None:
+    """One event written by three agents of a crew (near duplicates), and an unrelated memory of a fourth."""
+    store.upsert(
+        [
+            mk("a1", OOM, e(0), agent="agent-a", ts="2026-01-01T00:00:00Z"),
+            mk("b1", OOM_2, mix((0, 1.0), (1, 0.2)), agent="agent-b", ts="2026-01-01T00:01:00Z"),
+            mk("c1", OOM_3, mix((0, 1.0), (2, 0.2)), agent="agent-c", ts="2026-01-01T00:02:00Z"),
+            mk("d1", "the release train leaves on Tuesday", mix((0, 1.0), (3, 1.0)), agent="agent-d"),
+        ]
+    )
+    result = linker(store).link([vector_event("b1"), vector_event("c1")])
+    assert result.folded == 2
+
+
+def test_near_duplicates_from_three_agents_fold_into_the_first(store: MemoryStore, mk: MakePoint) -> None:
+    three_agents(store, mk)
+    owner = payload(store, "a1")
+    assert [p["entry_id"] for p in owner["folded"]] == ["b1", "c1"]
+    assert owner["agents"] == ["agent-a", "agent-b", "agent-c"] and owner["occurrences"] == 3
+    assert payload(store, "b1")["folded_into"] == "a1" and payload(store, "c1")["folded_into"] == "a1"
+    assert payload(store, "b1")["summary"] == OOM_2  # the absorbed entry keeps its own point and text
+    # scope own: each of the three agents finds the one memory, the fourth only its own
+    for agent in ("agent-a", "agent-b", "agent-c"):
+        assert ids(store, agent) == ["a1"]
+    assert ids(store, "agent-d") == ["d1"]
+    # crew_shared with an agent: its own (folded) memory, never the absorbed entries themselves
+    crew = store.query_dense(e(0), ScopeFilter("ws-a", "crew_shared", agent_id="agent-b", crew_id="crew-x"), 10)
+    assert [h.payload["entry_id"] for h in crew] == ["a1"]
+
+
+def test_a_new_version_of_an_absorbed_entry_is_decided_again(store: MemoryStore, mk: MakePoint) -> None:
+    three_agents(store, mk)
+    # c1 rewritten to say something else (the indexer keeps folded_into, clears linked_at): no longer a duplicate
+    store.upsert([mk("c1", "checkout is fine now", mix((0, 1.0), (2, 0.2)), agent="agent-c", folded_into="a1")])
+    assert linker(store).link([vector_event("c1")]).folded == 0
+    assert payload(store, "c1").get("folded_into") is None
+    owner = payload(store, "a1")
+    assert [p["entry_id"] for p in owner["folded"]] == ["b1"] and owner["agents"] == ["agent-a", "agent-b"]
+    assert ids(store, "agent-c") == ["c1"]
+
+
+def test_what_does_not_fold(store: MemoryStore, mk: MakePoint) -> None:
+    store.upsert(
+        [
+            mk("t1", "the release train leaves on Tuesday", e(0)),
+            mk("t2", "the release train now leaves on Thursday", mix((0, 1.0), (1, 0.1))),  # a change: not a repeat
+            mk("x1", OOM, e(4), crew="crew-2"),
+            mk("x2", OOM_2, mix((4, 1.0), (5, 0.1)), crew="crew-3"),  # another crew: crew_shared must not change
+            mk("y1", OOM, e(6), priority="pin"),
+            mk("y2", OOM_2, mix((6, 1.0), (5, 0.1))),  # another priority: its floor must not change
+        ]
+    )
+    assert linker(store).link([vector_event(i) for i in ("t2", "x2", "y2")]).folded == 0
+    assert linker(store, enabled=False).link([vector_event("t1")]).folded == 0
+
+
+def test_get_of_an_absorbed_id_answers_with_its_memory(store: MemoryStore, state: StateStore, mk: MakePoint) -> None:
+    three_agents(store, mk)
+    detail = memory_detail(store, state, "ws-a", "c1")
+    assert detail is not None
+    assert (detail["entry_id"], detail["requested_id"]) == ("a1", "c1")
+    assert [p["entry_id"] for p in detail["folded"]] == ["b1", "c1"]
+    assert detail["agents"] == ["agent-a", "agent-b", "agent-c"] and detail["occurrences"] == 3
+
+
+def forget(fid: str, **selector: Any) -> ForgetRecord:
+    return ForgetRecord(forget_id=fid, workspace_id="ws-a", selector=ForgetSelector(**selector), requested_at=T)
+
+
+def test_forgetting_an_agent_takes_only_its_part(store: MemoryStore, state: StateStore, mk: MakePoint) -> None:
+    three_agents(store, mk)
+    forgetter = Forgetter(store=store, state=state, clock=lambda: T)
+    forgetter.apply(forget("f-b", agent_id="agent-b"))
+    owner = payload(store, "a1")
+    assert [p["entry_id"] for p in owner["folded"]] == ["c1"] and owner["agents"] == ["agent-a", "agent-c"]
+    assert owner["occurrences"] == 2
+    assert ids(store, "agent-b") == [] and ids(store, "agent-c") == ["a1"]
+
+
+def test_forgetting_the_owner_leaves_the_others_standing(store: MemoryStore, state: StateStore, mk: MakePoint) -> None:
+    three_agents(store, mk)
+    Forgetter(store=store, state=state, clock=lambda: T).apply(forget("f-a1", entry_ids=["a1"]))
+    heir = payload(store, "b1")
+    assert heir.get("folded_into") is None
+    assert [p["entry_id"] for p in heir["folded"]] == ["c1"] and heir["agents"] == ["agent-b", "agent-c"]
+    assert payload(store, "c1")["folded_into"] == "b1"
+    assert ids(store, "agent-a") == [] and ids(store, "agent-b") == ["b1"] and ids(store, "agent-c") == ["b1"]
+
+
+def test_an_export_line_carries_the_fold(store: MemoryStore, mk: MakePoint) -> None:
+    three_agents(store, mk)
+    owner = export_line(payload(store, "a1"), None)["memory"]["extra"]
+    absorbed = export_line(payload(store, "b1"), None)["memory"]["extra"]
+    assert [p["entry_id"] for p in owner["folded"]] == ["b1", "c1"] and owner["agents"][1:] == ["agent-b", "agent-c"]
+    assert absorbed["folded_into"] == "a1"
