@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     with tmp_dir() as d:
         index_all(d / "recall", many, 512, "prev:2", noisy)
         store = EdgeStore(d / "recall")
-        store.ensure_collection(384)  # not optimised: what production serves (README, bench_recall_latency)
+        store.ensure_collection(384)  # not optimised: what production serves (docs/benchmarks.md, bench_recall_latency)
         qs = [(embedder.embed_query(q).tolist(), bm25.query(q)) for q in QUESTIONS]
         lat: dict[str, list[float]] = {"five": [], "four": []}
         for i in range(queries):

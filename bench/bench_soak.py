@@ -21,7 +21,7 @@ the count produced): both must be 0. RSS "does not grow without bound" when the 
 10 % of the middle minute's (a plateau after warm-up; the model, the ONNX session and the store's
 segments settle in the first minutes); runs shorter than 6 minutes report it without a verdict. The
 embedded broker's RSS is shown apart: Tansu's memory storage keeps every record (no retention, see
-README), so it grows with the traffic by design.
+docs/configuration.md), so it grows with the traffic by design.
 
     python -m bench.bench_soak                 # 10 minutes
     python -m bench.bench_soak --minutes 3     # a shorter run

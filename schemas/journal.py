@@ -33,7 +33,8 @@ MAX_ID_LEN = 128
 MAX_SUMMARY_CHARS = 16_384
 MAX_PAYLOAD_BYTES = 64 * 1024
 # Objects and arrays nest at most this many levels in an entry, the entry itself being the first: the depth
-# that orjson writes, and where the gate stopped forwarding before this limit was stated (see README).
+# that orjson writes, and where the gate stopped forwarding before this limit was stated (docs/pipeline.md,
+# "Bad input").
 MAX_DEPTH = 254
 
 Severity = Literal["debug", "info", "warn", "error"]

@@ -1,6 +1,6 @@
 """Memory health: the five metrics, the score and the bands, as pure functions (SPEC §8, seed 001 "Health
 scoring"). Each metric is one function from measured inputs to 0–100, or None when it cannot be measured
-(nothing to measure: no memories, no dense vectors, no recalls in the window); the README states the same
+(nothing to measure: no memories, no dense vectors, no recalls in the window); docs/health.md states the same
 definitions.
 
 - freshness    = 100 × 0.5^(median age in days / half-life): the median of `now − ts` over the scope's

@@ -14,7 +14,7 @@ short forward pass before the embedder's threads shrink.
 Background work yields the other way: while bulk embedding runs (a pass of at least `BULK_PASS_TOKENS` word
 pieces within the last `BULK_HOLD_S`: a backlog, not the trickle of steady ingestion), the linker waits
 (`wait_bulk`, at most `YIELD_MAX_S` a batch) before its neighbour queries, so a burst's vectors come first
-and its edges a little later. Measured with `bench.bench_burst` (README "Measured").
+and its edges a little later. Measured with `bench.bench_burst` (docs/benchmarks.md).
 
 "Idle" is judged inside this process only; on a machine whose cores are busy with other work, every
 core's threads wait on preempted peers and run slower than one. So the budget also measures: each pass

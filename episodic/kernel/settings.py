@@ -319,7 +319,7 @@ class Settings(BaseSettings, ClientSettings):
             raise ValueError(f"not a cron expression (minute hour day month weekday, UTC): {value!r}")
         return value.strip()
 
-    # Health agent (SPEC §8; definitions in episodic/domain/health.py and the README)
+    # Health agent (SPEC §8; definitions in episodic/domain/health.py and docs/health.md)
     health_daily_at: str = Field(
         default="03:00",
         pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$",

@@ -19,7 +19,7 @@ read-write lock lets data calls share the open shard and makes close wait for th
 Not optimised in production: `optimize()` (segment merge, HNSW) holds the GIL for its whole duration
 (measured: 72 s for 20k points on the 2-core machine, with a Python thread making no progress meanwhile),
 which would freeze the event loop that carries the recall service, the gate and the consumer. The
-benchmark reports recall latency without it (what production serves) and with it (README).
+benchmark reports recall latency without it (what production serves) and with it (docs/benchmarks.md).
 
 Size: over 400 lines: one engine's whole translation (its calls, vocabulary, error mapping and the named
 dense vectors of the embedding generations) stays in one module, like store_qdrant.

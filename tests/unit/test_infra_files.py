@@ -238,21 +238,49 @@ def _expand_braces(text: str) -> str:
     return text
 
 
-def test_the_readme_configuration_reference_names_every_setting() -> None:
+DOCS = INFRA.parent / "docs"
+
+
+def test_the_configuration_reference_names_every_setting() -> None:
+    """docs/configuration.md and the page it points to for security (docs/security.md) name every setting,
+    the client's included (the engine's Settings extends them)."""
     from episodic.kernel.settings import Settings
 
-    readme = (INFRA.parent / "README.md").read_text()
-    # the settings tables: Configuration, and the ones of the sections it points to (security, health, ...)
-    rows = "\n".join(line.split("|")[1] for line in readme.splitlines() if line.startswith("| `EPISODIC_"))
+    config = (DOCS / "configuration.md").read_text()
+    tables = config + (DOCS / "security.md").read_text()
+    # the settings tables: Configuration, and Security settings (Kafka TLS and SASL, Qdrant)
+    rows = "\n".join(line.split("|")[1] for line in tables.splitlines() if line.startswith("| `EPISODIC_"))
     named = set(re.findall(r"EPISODIC_[A-Z0-9_]+", _expand_braces(rows)))
     missing = sorted(f"EPISODIC_{f.upper()}" for f in Settings.model_fields if f"EPISODIC_{f.upper()}" not in named)
-    assert not missing, f"settings without a row in a README settings table: {missing}"
-    assert "Security settings" in readme[readme.index("## Configuration") : readme.index("## Tokens")]
+    assert not missing, f"settings without a row in a settings table of docs/: {missing}"
+    assert "[Security settings](security.md)" in config
     assert _expand_braces("`EPISODIC_A_{B,C}_D`") == "`EPISODIC_A_B_D EPISODIC_A_C_D`"
 
 
-def test_the_readme_operations_section_covers_running_it() -> None:
-    readme = (INFRA.parent / "README.md").read_text()
-    ops = readme[readme.index("## Operations") :]
-    for heading in ("### Deployment", "### Sizing", "### Upgrade", "### Backup and restore of the store"):
+def test_the_operations_reference_covers_running_it() -> None:
+    ops = (DOCS / "operations.md").read_text()
+    for heading in ("## Deployment", "## Sizing", "## Upgrade", "## Backup and restore of the store"):
         assert heading in ops, heading
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)\s]*)?\)")
+
+
+def test_the_readme_links_every_reference_page_and_every_link_resolves() -> None:
+    """The README keeps what a newcomer reads first and links the reference in docs/: every page is linked
+    from the README and from docs/README.md, and every relative link of both and of the pages leads to a
+    file that exists."""
+    readme = (INFRA.parent / "README.md").read_text()
+    index = (DOCS / "README.md").read_text()
+    pages = sorted(p.name for p in DOCS.glob("*.md") if p.name != "README.md")
+    assert len(pages) >= 10, pages
+    for page in pages:
+        assert f"](docs/{page}" in readme, f"README.md does not link docs/{page}"
+        assert f"]({page})" in index, f"docs/README.md does not list {page}"
+    for doc in [INFRA.parent / "README.md", *sorted(DOCS.glob("*.md"))]:
+        for target in LINK.findall(doc.read_text()):
+            if "://" not in target:
+                assert (doc.parent / target).exists(), f"{doc.name}: broken link {target}"
+    # the two commands stay where a newcomer starts
+    first = readme[: readme.index("## Try it")]
+    assert "make up" in first and "make test" in first

@@ -1,7 +1,7 @@
 """Kafka TLS / SASL and Qdrant API key / TLS: the settings, the one place that builds the client options
 (`episodic.kernel.transport_security`), that every client the project opens gets them, and that no secret is printed.
 
-Tansu 0.6 (the embedded broker) cannot serve these (see README, "Security settings"), so these tests look
+Tansu 0.6 (the embedded broker) cannot serve these (see docs/security.md), so these tests look
 at the clients' configuration: real aiokafka, Faust, confluent-kafka and qdrant-client objects built from
 the options, and recorders in place of the client classes at each call site of the project.
 """

@@ -275,7 +275,7 @@ MAX_HEALTH_DAYS = 366
 
 
 class HealthMetricsModel(BaseModel):
-    """0–100 each; null when there was nothing to measure (definitions: README "Memory health")."""
+    """0–100 each; null when there was nothing to measure (definitions: docs/health.md)."""
 
     freshness: float | None = Field(description="100 × 0.5^(median age in days / half-life)")
     coverage: float | None = Field(description="accepted embeddable entries whose memory has a dense vector, %")
