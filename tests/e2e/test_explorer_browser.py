@@ -62,6 +62,8 @@ class Walk:
         self.shots = shots
         self.errors: list[str] = []
         self.allowed = 0  # refusals the current step expects
+        self.requests: list[str] = []  # every URL the pages asked for (all must be the service's own)
+        page.on("request", lambda r: self.requests.append(r.url))
         page.on("console", self._console)
         page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
 
@@ -122,6 +124,8 @@ async def test_walk_every_page_of_the_explorer_in_chromium(stack_with_sample: st
             w = Walk(context.pages[0] if context.pages else await context.new_page(), shots)
             await _walk(w, base)
             assert w.errors == [], w.errors
+            foreign = [u for u in w.requests if not u.startswith((base + "/", "data:"))]
+            assert foreign == [], foreign  # every asset ships in the package: nothing fetched from elsewhere
         finally:
             await context.close()
             shutil.rmtree(profile, ignore_errors=True)
@@ -146,6 +150,8 @@ async def _walk(w: Walk, base: str) -> None:
     first = await w.text()
     assert re.search(r"acme\s+12", first) and re.search(r"globex\s+2", first), first
     assert await page.locator("td.chart svg rect").count() >= 14
+    await page.keyboard.press("Tab")  # the first stop is the skip link, then the navigation
+    assert await page.evaluate("document.activeElement.className") == "skip"
     await page.keyboard.press("/")
     assert await page.evaluate("document.activeElement.id") == "q"
     await w.shot("workspaces")
