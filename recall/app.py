@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from episodic.embedding.cores import CoreBudget
 from episodic.embedding.generations import ModelSwitch
-from episodic.kernel.auth import AuthError, is_loopback, load_tokens
+from episodic.kernel.auth import AuthError, load_tokens
 from episodic.kernel.errors import EpisodicError
 from episodic.kernel.metrics import Metrics
 from episodic.kernel.ports import Embedder, MemoryStore, StateStore
@@ -40,6 +40,7 @@ from episodic.kernel.settings import Settings
 from episodic.maintenance.health_job import HealthJob
 from episodic.retrieval.engine import RecallEngine
 from episodic.store.sparse import Bm25Encoder
+from episodic_client.settings import is_loopback
 from recall import journal, memories, whoami
 from recall.admin import router as admin_router
 from recall.deps import ForgetSink, Job, NudgeLookup, Produce, Publish, Services, Status

@@ -40,7 +40,6 @@ Tokens are compared by their SHA-256 digest, so lookups do not depend on the sec
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -361,14 +360,3 @@ def forget_narrowed(principal: Principal, *, selector_field: str, agent_id: str 
 def load_tokens(path: str | Path | None) -> TokenTable | None:
     """The token table named by settings, or None (open service) when no file is configured."""
     return None if path is None else TokenTable.load(path)
-
-
-def is_loopback(host: str) -> bool:
-    """True for localhost and loopback addresses (127.0.0.0/8, ::1)."""
-    h = host.strip().strip("[]").lower()
-    if h == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(h).is_loopback
-    except ValueError:
-        return False

@@ -63,7 +63,8 @@ def check_broker(settings: Settings, list_topics: Callable[[str], set[str]] | No
 
 
 def check_auth_config(settings: Settings) -> Check:
-    from episodic.kernel.auth import AuthConfigError, is_loopback, load_tokens
+    from episodic.kernel.auth import AuthConfigError, load_tokens
+    from episodic_client.settings import is_loopback
 
     try:
         tokens = load_tokens(settings.tokens_file)

@@ -20,12 +20,12 @@ from episodic.kernel.auth import (
     authorize_write,
     digest,
     forget_narrowed,
-    is_loopback,
     listing_narrowed,
     load_tokens,
     may_see_memory,
     scope_for_role,
 )
+from episodic_client.settings import is_loopback
 
 TOK_A = "token-for-workspace-a"
 TOK_BC = "token-for-workspaces-b-and-c"
