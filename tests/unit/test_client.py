@@ -8,6 +8,7 @@ clients against a real stack.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -294,6 +295,46 @@ def test_configuration_comes_from_settings(monkeypatch: pytest.MonkeyPatch) -> N
         assert memory.identity == Identity("w", "a", "c", "lead") and memory._headers["Authorization"].endswith("env")
     with MemoryClient.from_settings(Settings(url="http://other:1"), token=None) as memory:
         assert memory.url == "http://other:1" and memory._headers == {}
+
+
+CLIENT_ENVS = [
+    {"EPISODIC_URL": "https://m.example/", "EPISODIC_TOKEN": "t" * 20, "EPISODIC_WORKSPACE_ID": "w",
+     "EPISODIC_AGENT_ID": "a", "EPISODIC_CREW_ID": "c", "EPISODIC_ROLE": "lead", "EPISODIC_CLIENT_TIMEOUT_S": "2.5",
+     "EPISODIC_CLIENT_RETRIES": "0"},
+    {"episodic_recall_url": "http://old:1", "Episodic_Http_Port": "81", "EPISODIC_HTTP_HOST": "::"},  # any case
+    {},
+]  # fmt: skip
+BAD_CLIENT_ENVS = [{"EPISODIC_ROLE": "boss"}, {"EPISODIC_CLIENT_RETRIES": "21"}, {"EPISODIC_WORKSPACE_ID": ""},
+                   {"EPISODIC_HTTP_PORT": "70000"}, {"EPISODIC_CLIENT_TIMEOUT_S": "0"}]  # fmt: skip
+
+
+@pytest.mark.parametrize("env", CLIENT_ENVS)
+def test_the_clients_settings_read_the_environment_as_the_engines_do(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client installed alone reads EPISODIC_* itself (ClientSettings.from_env, pydantic only); the engine's
+    Settings (pydantic-settings) extends that class: the same variables give the same values."""
+    from episodic_client import ClientSettings
+
+    for var in [v for v in os.environ if v.upper().startswith("EPISODIC_")]:
+        monkeypatch.delenv(var)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    alone, engine = ClientSettings.from_env(), Settings()
+    assert {f: getattr(engine, f) for f in ClientSettings.model_fields} == alone.model_dump()
+    assert alone.service_url == engine.service_url
+
+
+@pytest.mark.parametrize("env", BAD_CLIENT_ENVS)
+def test_a_bad_client_setting_is_refused_by_both(env: dict[str, str]) -> None:
+    from episodic_client import ClientSettings
+
+    ((name, value),) = env.items()
+    field = name.removeprefix("EPISODIC_").lower()
+    with pytest.raises(ValidationError, match=field):
+        ClientSettings.from_env(env)
+    with pytest.raises(ValidationError, match=field):
+        Settings(**{field: value})
 
 
 async def test_the_async_client_does_the_same() -> None:
