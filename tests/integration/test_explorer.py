@@ -246,3 +246,35 @@ def test_a_bound_token_sees_only_its_agents_memories(env: dict[str, Any]) -> Non
     r = c.post("/ui/forget", data={"csrf": csrf, "workspace_id": "ws-a", "entry_ids": "theirs"})
     assert r.status_code == 403 and error_of(r.text).startswith("entry_ids")
     assert c.get("/ui/dlq").status_code == 403  # dead letters are not narrowed to an agent
+
+
+@pytest.mark.parametrize(
+    ("form", "field"),
+    [
+        ({"workspace_id": "ws-a"}, "all"),  # no selection at all
+        ({"workspace_id": "", "entry_ids": "old-db"}, "workspace_id"),
+        ({"workspace_id": "ws-a", "entry_ids": "x" * 129}, "entry_ids.0"),
+        ({"workspace_id": "ws-a", "entry_ids": "old-db", "run_id": "r-old"}, "run_id"),
+    ],
+)
+def test_a_bad_forget_form_is_a_422_page_naming_the_field(
+    env: dict[str, Any], form: dict[str, str], field: str
+) -> None:
+    c = env["client"]
+    csrf = csrf_of(c.get("/ui/forget").text)
+    r = c.post("/ui/forget", data={"csrf": csrf, "confirm": "yes", **form})
+    assert r.status_code == 422 and error_of(r.text).startswith(f"{field}:"), error_of(r.text) or r.text
+    assert env["sink"].sent == []
+
+
+def test_dead_letter_garbage_is_refused_before_kafka_and_kafka_down_is_a_503_page(shared: dict[str, Any]) -> None:
+    c = shared["client"]  # its status names a bootstrap nothing listens on
+    r = c.get("/ui/dlq/not-an-id")
+    assert r.status_code == 422 and error_of(r.text).startswith("ids:")
+    csrf = csrf_of(c.get("/ui/forget").text)
+    r = c.post("/ui/dlq/replay", data={"csrf": csrf})
+    assert r.status_code == 422 and error_of(r.text).startswith("id:")
+    r = c.post("/ui/dlq/replay", data={"csrf": "f" * 64, "id": "0:1", "confirm": "yes"})
+    assert r.status_code == 403 and error_of(r.text).startswith("refused")
+    r = c.get("/ui/dlq")
+    assert r.status_code == 503 and "Kafka cannot be reached" in error_of(r.text) and "127.0.0.1:1" not in r.text
