@@ -66,6 +66,7 @@ RECALL_EVERY_S = 0.05  # 20/s
 MAX_IN_FLIGHT = 40
 WORKSPACES = [f"soak-ws-{i}" for i in range(8)]
 RSS_PLATEAU = 0.10
+FLAT = 1.2  # issue 27: the last 5 minutes' p99 within this of minutes 2-6
 MIN_MINUTES_FOR_VERDICT = 6  # shorter runs are mostly warm-up: the RSS plateau is reported, not judged
 TAIL_S = 180.0
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -335,7 +336,29 @@ def report(soak: Soak, lost_ix: int, lost_gate: int, tail_s: float) -> list[Row]
         f"{lost_gate} never consumed by the gate; RSS last vs middle minute {growth:+.1%}"
     )
     label = "minute 1 of the same run"
+    # issue 27's steady state: the last 5 minutes pooled against minutes 2-6 pooled, within FLAT
+    early, late = soak.minutes[1:6], soak.minutes[-5:]
+    flat_rows = []
+    for what, key in (("freshness", "fresh"), ("recall", "recall")):
+        e99 = percentile([x for m in early for x in getattr(m, key)], 99)
+        l99 = percentile([x for m in late for x in getattr(m, key)], 99)
+        judged = len(soak.minutes) >= 10
+        flat_rows.append(
+            Row(
+                "soak",
+                f"{what} p99, last 5 minutes",
+                l99,
+                "s",
+                e99,
+                "minutes 2-6 of the same run",
+                target=f"<= {FLAT:.1f}x" if judged else "",
+                ok=(l99 <= FLAT * e99) if judged else None,
+                note="" if judged else "windows overlap in a run under 10 minutes: not judged",
+            )
+        )
+        print(f"{what} p99: last 5 minutes {l99 * 1000:.0f} ms, minutes 2-6 {e99 * 1000:.0f} ms ({l99 / e99:.2f}x)")
     return [
+        *flat_rows,
         Row("soak", "freshness p99, last minute", percentile(last.fresh, 99), "s", base_f, label),
         Row("soak", "recall p99, last minute", percentile(last.recall, 99), "s", base_r, label),
         Row("soak", "stack RSS, last minute", last.rss_stack, "MiB", first.rss_stack, label),

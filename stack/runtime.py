@@ -228,7 +228,7 @@ class Stack:
             log.info("no model loaded: roles %s embed nothing", ", ".join(self.roles))
         self.embedder = embedder
         dim = embedder.dim if embedder is not None else DEFAULT_DIM
-        self.store = store = await asyncio.to_thread(open_store, s, dim=dim)
+        self.store = store = await asyncio.to_thread(open_store, s, dim=dim, background_index=True)
         self.state = state = await asyncio.to_thread(open_state, store)
         self.bm25 = Bm25Encoder()
         if isinstance(store, QdrantStore):

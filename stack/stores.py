@@ -15,8 +15,10 @@ from episodic.store.facade import QdrantStore
 from episodic.store.state import QdrantStateStore
 
 
-def open_store(settings: Settings, *, dim: int) -> MemoryStore:
-    """The configured store with its collection ensured for `dim`-dimensional chunk vectors."""
+def open_store(settings: Settings, *, dim: int, background_index: bool = False) -> MemoryStore:
+    """The configured store with its collection ensured for `dim`-dimensional chunk vectors. `background_index`
+    (the long-running stack): an embedded store builds its dense index in a worker process as it grows
+    (`EPISODIC_EDGE_INDEX_AFTER`); one-off commands leave it alone."""
     store: MemoryStore
     if settings.qdrant_url:
         from episodic.store.qdrant_server import QdrantServerStore
@@ -33,6 +35,8 @@ def open_store(settings: Settings, *, dim: int) -> MemoryStore:
         store = EdgeStore(
             settings.data_dir / "qdrant-edge" / settings.collection,
             prefetch_limit=settings.prefetch_limit,
+            index_after=settings.edge_index_after if background_index else 0,  # the dense index, built in a worker process and swapped in
+            index_threads=settings.edge_index_threads,
         )
     try:
         ensure_existing(store, dim)

@@ -173,6 +173,16 @@ class Settings(BaseSettings, ClientSettings):
     # Recall
     high_value_threshold: float = Field(default=0.6, ge=0.0, le=1.0)
     prefetch_limit: int = Field(default=100, ge=10, le=2000)
+    edge_index_after: int = Field(
+        default=10_000,
+        ge=0,
+        description="embedded store (Qdrant Edge): rebuild its dense index (HNSW) in a worker process, swapped in "
+        "without stopping queries, whenever this many memories were written since the last build; 0: never "
+        "(every dense query scans its workspace)",
+    )
+    edge_index_threads: int = Field(
+        default=1, ge=1, le=64, description="indexing threads of that worker process (niced): cores it may take"
+    )
     # Hybrid fusion, chosen on LongMemEval dev (eval/README.md): weighted RRF (k=3) over four legs: dense (2.5,
     # ranked by cosine - 0.08 ln(pieces)), BM25 (1), the dense candidates re-scored by the context BM25 (0.5)
     # and the context BM25 (1); with context off, or a collection without it, the first three (re-scored by

@@ -16,10 +16,12 @@ without any lock) finished with no error and the exact point count. So the recal
 queries while the consumer writes. Only the shard's lifecycle (load, create, close) is exclusive: a
 read-write lock lets data calls share the open shard and makes close wait for them.
 
-Not optimised in production: `optimize()` (segment merge, HNSW) holds the GIL for its whole duration
-(measured: 72 s for 20k points on the 2-core machine, with a Python thread making no progress meanwhile),
-which would freeze the event loop that carries the recall service, the gate and the consumer. The
-benchmark reports recall latency without it (what production serves) and with it (docs/benchmarks.md).
+Indexed in the background: `optimize()` (segment merge, HNSW) holds the GIL for its whole run, which would
+freeze the event loop that carries the recall service, the gate and the consumer; so the dense index is
+built in a worker process over a copy of the shard and swapped in (`episodic.store.edge_index`), every
+`index_after` memories written (`EPISODIC_EDGE_INDEX_AFTER`). Writes go through `_write` and `_apply`: the
+first lets the copy and the swap hold writes back (queries go on), the second journals each update
+operation while a copy is being indexed, for the catch-up.
 
 Size: over 400 lines: one engine's whole translation (its calls, vocabulary, error mapping and the named
 dense vectors of the embedding generations) stays in one module, like store_qdrant.
@@ -27,9 +29,14 @@ dense vectors of the embedding generations) stays in one module, like store_qdra
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import logging
+import os
+import shutil
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -38,6 +45,8 @@ from typing import Any
 
 from episodic.kernel.errors import StoreError, StoreUnavailable
 from episodic.kernel.ports import CONTEXT, DENSE, SPARSE, MemoryPoint, SparseVec
+from episodic.store import edge_index
+from episodic.store.edge_index import BackgroundIndexer, IndexCycle, Worker
 from episodic.store.facade import DEFAULT_PREFETCH, Engine, QdrantStore, Record, ScoredRecord
 from episodic.store.query import Filter, Lowering, Query
 from episodic.store.rules import IndexKind
@@ -49,10 +58,15 @@ except ImportError as e:  # pragma: no cover - a core dependency; guard for a cl
     raise ImportError("EdgeStore needs qdrant-edge-py: pip install 'qdrant-edge-py>=0.9'") from e
 
 _FATAL = (KeyboardInterrupt, SystemExit, GeneratorExit)
+log = logging.getLogger(__name__)
 
 
 def _config(
-    dim: int, vector: str = DENSE, others: Mapping[str, int] | None = None, context: bool = True
+    dim: int,
+    vector: str = DENSE,
+    others: Mapping[str, int] | None = None,
+    context: bool = True,
+    hnsw: qe.HnswIndexConfig | None = None,
 ) -> qe.EdgeConfig:
     """The layout: the dense multivector `vector` of `dim` (and any `others`, the other embedding
     generations the shard holds), cosine, max-sim; the IDF sparse vectors `bm25` and, with `context`,
@@ -69,7 +83,22 @@ def _config(
             for name, size in dense.items()
         },
         sparse_vectors={name: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf) for name in sparse},
+        hnsw_config=hnsw,
     )
+
+
+def layout_config(path: Path, hnsw: qe.HnswIndexConfig) -> qe.EdgeConfig:
+    """The config of the shard at `path` as its config file records it, with `hnsw` (the index worker's)."""
+    try:
+        config = json.loads((path / CONFIG_FILE).read_text())
+        dense = {str(k): int(v["size"]) for k, v in (config.get("vectors") or {}).items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise StoreError(f"qdrant-edge: cannot read the layout at {path}: {e}") from e
+    if not dense:
+        raise StoreError(f"qdrant-edge: no dense vector in the layout at {path}")
+    first = DENSE if DENSE in dense else sorted(dense)[0]
+    others = {k: v for k, v in dense.items() if k != first}
+    return _config(dense[first], first, others, CONTEXT in (stored_sparse_names(path) or set()), hnsw)
 
 
 _MAXSIM = qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim)
@@ -145,11 +174,35 @@ class EdgeEngine(Engine):
         self._dim: int | None = None
         self._vector = DENSE  # the vector `ensure` checked (the reopen check)
         self._closed = False
+        self._writes = ReadWriteLock()  # writers share it; an index cycle's copy and swap hold it alone
+        self._journal: list[Any] | None = None  # update operations since the copy, while one is indexed
+        self._journal_lock = threading.Lock()
+        self.written = 0  # points upserted since the shard was opened or last indexed
+        self._worker: Worker | None = None
+        edge_index.recover(path)
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
     def _has_data(self) -> bool:
         return self.path.is_dir() and any(self.path.iterdir())
+
+    @contextmanager
+    def _write(self, op: str) -> Iterator[None]:
+        """`_guard` for a write: also shares the write lock, which an index cycle holds alone while it copies
+        the shard and while it swaps the indexed copy in."""
+        with self._writes.shared(), self._guard(op):
+            yield
+
+    def _apply(self, shard: qe.EdgeShard, op: Any) -> None:
+        """One update operation on the live shard; journaled while a copy is being indexed (in the order
+        applied: two writers' operations on one point must replay in the same order)."""
+        if self._journal is None:
+            shard.update(op)
+            return
+        with self._journal_lock:
+            shard.update(op)
+            if self._journal is not None:
+                self._journal.append(op)
 
     @contextmanager
     def _guard(self, op: str, *, exclusive: bool = False) -> Iterator[None]:
@@ -208,7 +261,7 @@ class EdgeEngine(Engine):
             present = set(self._shard.info().payload_schema)
             for name, kind in indexes.items():
                 if name not in present:
-                    self._shard.update(qe.UpdateOperation.create_field_index(name, _index_schema(kind)))
+                    self._apply(self._shard, qe.UpdateOperation.create_field_index(name, _index_schema(kind)))
 
     def flush(self) -> None:
         with self._guard("flush"):
@@ -216,6 +269,9 @@ class EdgeEngine(Engine):
                 self._shard.flush()
 
     def close(self) -> None:
+        worker = self._worker
+        if worker is not None:
+            worker.stop()  # an index build in flight is abandoned; the live shard has everything
         with self._guard("close", exclusive=True):
             shard, self._shard, self._closed = self._shard, None, True
             if shard is not None:
@@ -241,31 +297,31 @@ class EdgeEngine(Engine):
             return self._disk_vectors() if self._has_data() else {}
 
     def add_dense(self, name: str, dim: int) -> None:
-        with self._guard("add_dense"):
+        with self._write("add_dense"):
             shard = self._open()
             have = self._disk_vectors().get(name)
             if have is None:
-                shard.update(qe.UpdateOperation.create_dense_vector(name, dim, qe.Distance.Cosine, _MAXSIM))
+                self._apply(shard, qe.UpdateOperation.create_dense_vector(name, dim, qe.Distance.Cosine, _MAXSIM))
             elif have != dim:
                 raise StoreError(f"qdrant-edge: vector {name!r} exists with dim {have}, asked for {dim}")
 
     def drop_dense(self, name: str) -> None:
-        with self._guard("drop_dense"):
+        with self._write("drop_dense"):
             shard = self._open()
             if name in self._disk_vectors():
-                shard.update(qe.UpdateOperation.delete_vector_name(name))
+                self._apply(shard, qe.UpdateOperation.delete_vector_name(name))
 
     def set_vectors(self, name: str, rows: Mapping[str, list[list[float]]], fields: dict[str, Any]) -> int:
         """The named vector of each point and `fields` merged into its payload; a point deleted meanwhile
         is skipped (the shard says "No point with id")."""
         written = 0
-        with self._guard("set_vectors"):
+        with self._write("set_vectors"):
             shard = self._open()
             for pid, vec in rows.items():
                 uid = _point_id(pid)
                 try:
-                    shard.update(qe.UpdateOperation.update_vectors([qe.PointVectors(uid, {name: vec})]))
-                    shard.update(qe.UpdateOperation.set_payload([uid], fields))
+                    self._apply(shard, qe.UpdateOperation.update_vectors([qe.PointVectors(uid, {name: vec})]))
+                    self._apply(shard, qe.UpdateOperation.set_payload([uid], fields))
                     written += 1
                 except Exception as e:  # not BaseException: a Rust panic still goes to _guard
                     if "No point with id" not in str(e):
@@ -283,10 +339,95 @@ class EdgeEngine(Engine):
         with self._guard("info"):
             return set(self._open().info().payload_schema)
 
+    def unindexed(self) -> int:
+        """Points the shard holds beyond its indexed vectors (an estimate of what scans cost: multi-piece
+        memories count one vector per named vector, not per piece)."""
+        with self._guard("info"):
+            info = self._open().info()
+        return max(0, int(info.points_count) - int(info.indexed_vectors_count))
+
+    def index_in_worker(self, threads: int = 1) -> IndexCycle:
+        """One index cycle (episodic.store.edge_index): copy, build in a worker process, catch up, swap.
+        Queries go on throughout but for the swap's reload; writes wait for the copy and the swap. Raises
+        StoreError if the build fails (the live shard is then as it was)."""
+        cycle = IndexCycle()
+        work, replaced = edge_index.copy_path(self.path), edge_index.replaced_path(self.path)
+        shutil.rmtree(work, ignore_errors=True)
+        t0 = time.perf_counter()
+        with self._writes.exclusive():
+            with self._guard("index: flush"):
+                self._open().flush()
+            written_before = self.written
+            shutil.copytree(self.path, work)
+            self._journal = []
+        cycle.copy_s = time.perf_counter() - t0
+        new: qe.EdgeShard | None = None
+        try:
+            self._worker = Worker(work, threads)
+            report = self._worker.run()
+            cycle.build_s = float(report.get("seconds", 0.0))
+            cycle.points, cycle.segments = int(report["points"]), int(report["segments"])
+            cycle.indexed_vectors = int(report["indexed_vectors"])
+            t1 = time.perf_counter()
+            new = qe.EdgeShard.load(str(work))
+            done = 0
+            while True:  # replay outside the swap while the live shard keeps serving (and journaling)
+                with self._journal_lock:
+                    pending = list((self._journal or [])[done:])
+                if len(pending) <= edge_index.CATCH_UP_LEFT:
+                    break
+                for op in pending:
+                    new.update(op)
+                done += len(pending)
+            cycle.catch_up_s = time.perf_counter() - t1
+            t2 = time.perf_counter()
+            with self._writes.exclusive():
+                if self._closed:
+                    raise StoreUnavailable(f"EdgeStore at {self.path} closed while indexing")
+                rest = list((self._journal or [])[done:])
+                for op in rest:
+                    new.update(op)
+                cycle.replayed = done + len(rest)
+                new.flush()
+                new.close()
+                new = None
+                t3 = time.perf_counter()
+                with self._guard("index: swap", exclusive=True):
+                    live, self._shard = self._shard, None
+                    if live is not None:
+                        live.flush()
+                        live.close()
+                    os.rename(self.path, replaced)
+                    os.rename(work, self.path)
+                    try:
+                        self._shard = qe.EdgeShard.load(str(self.path))
+                    except BaseException:
+                        os.rename(self.path, work)  # back to the live shard, as it was
+                        os.rename(replaced, self.path)
+                        self._shard = qe.EdgeShard.load(str(self.path))
+                        raise
+                cycle.pause_s = time.perf_counter() - t3
+                self._journal = None
+                self.written -= written_before
+            cycle.swap_s = time.perf_counter() - t2
+        except BaseException as e:
+            self._journal = None
+            if new is not None:
+                with contextlib.suppress(Exception):
+                    new.close()
+            shutil.rmtree(work, ignore_errors=True)
+            if isinstance(e, (StoreError, StoreUnavailable, *_FATAL)):
+                raise
+            raise StoreError(f"qdrant-edge index cycle at {self.path}: {e}") from e
+        finally:
+            self._worker = None
+        shutil.rmtree(replaced, ignore_errors=True)
+        return cycle
+
     # -- writes --------------------------------------------------------------------------------------
 
     def upsert(self, points: Sequence[MemoryPoint]) -> None:
-        with self._guard("upsert"):  # building the points converts the payload: its errors are rejections too
+        with self._write("upsert"):  # building the points converts the payload: its errors are rejections too
             edge_points = []
             for p in points:
                 vectors: dict[str, Any] = {SPARSE: qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))}
@@ -295,43 +436,44 @@ class EdgeEngine(Engine):
                 if p.context is not None and self.has_context:
                     vectors[CONTEXT] = qe.SparseVector(list(p.context.indices), list(p.context.values))
                 edge_points.append(qe.Point(_point_id(p.point_id), vectors, p.payload))
-            self._open().update(qe.UpdateOperation.upsert_points(edge_points))
+            self._apply(self._open(), qe.UpdateOperation.upsert_points(edge_points))
+            self.written += len(edge_points)
 
     def set_payload(self, point_id: str, fields: dict[str, Any]) -> None:
         pid = _point_id(point_id)
-        with self._guard("set_payload"):
-            self._open().update(qe.UpdateOperation.set_payload([pid], fields))
+        with self._write("set_payload"):
+            self._apply(self._open(), qe.UpdateOperation.set_payload([pid], fields))
 
     def set_dense(self, point_id: str, rows: list[list[float]], fields: dict[str, Any], vector: str = DENSE) -> None:
         pid = _point_id(point_id)
-        with self._guard("set_dense"):
+        with self._write("set_dense"):
             shard = self._open()
-            shard.update(qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {vector: rows})]))
-            shard.update(qe.UpdateOperation.set_payload([pid], fields))
+            self._apply(shard, qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {vector: rows})]))
+            self._apply(shard, qe.UpdateOperation.set_payload([pid], fields))
 
     def set_context(self, point_id: str, context: SparseVec, fields: dict[str, Any]) -> None:
         pid = _point_id(point_id)
         vector = qe.SparseVector(list(context.indices), list(context.values))
-        with self._guard("set_context"):
+        with self._write("set_context"):
             shard = self._open()
-            shard.update(qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {CONTEXT: vector})]))
-            shard.update(qe.UpdateOperation.set_payload([pid], fields))
+            self._apply(shard, qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {CONTEXT: vector})]))
+            self._apply(shard, qe.UpdateOperation.set_payload([pid], fields))
 
     def delete(self, point_ids: list[str]) -> None:
         ids: list[Any] = [_point_id(p) for p in point_ids]
-        with self._guard("delete"):
-            self._open().update(qe.UpdateOperation.delete_points(ids))
+        with self._write("delete"):
+            self._apply(self._open(), qe.UpdateOperation.delete_points(ids))
 
     def set_payloads(self, updates: Mapping[str, dict[str, Any]]) -> int:
         """One set_payload operation per point (Edge has no batch of different payloads), in one hold of
         the open shard: ~25 µs a point. A point deleted meanwhile is skipped (the shard says "No point with id")."""
         ops = [(pid, qe.UpdateOperation.set_payload([_point_id(pid)], fields)) for pid, fields in updates.items()]
         written = 0
-        with self._guard("set_payloads"):
+        with self._write("set_payloads"):
             shard = self._open()
             for _pid, op in ops:
                 try:
-                    shard.update(op)
+                    self._apply(shard, op)
                     written += 1
                 except Exception as e:  # not BaseException: a Rust panic still goes to _guard
                     if "No point with id" not in str(e):
@@ -339,8 +481,8 @@ class EdgeEngine(Engine):
         return written
 
     def set_payload_where(self, flt: Filter, fields: dict[str, Any]) -> None:
-        with self._guard("set_payload_where"):
-            self._open().update(qe.UpdateOperation.set_payload_by_filter(Lowering(self)(flt), fields))
+        with self._write("set_payload_where"):
+            self._apply(self._open(), qe.UpdateOperation.set_payload_by_filter(Lowering(self)(flt), fields))
 
     def sibling(self, suffix: str) -> EdgeEngine:
         """Another shard directory beside this one (`<name>_<suffix>`): Edge has one collection per shard."""
@@ -479,9 +621,32 @@ class EdgeEngine(Engine):
 class EdgeStore(QdrantStore):
     """MemoryStore on a Qdrant Edge shard at `path` (created on first `ensure_collection`)."""
 
-    def __init__(self, path: str | Path, *, prefetch_limit: int = DEFAULT_PREFETCH) -> None:
+    def __init__(
+        self, path: str | Path, *, prefetch_limit: int = DEFAULT_PREFETCH, index_after: int = 0, index_threads: int = 1
+    ) -> None:
+        """`index_after`: build the dense index in a worker process (episodic.store.edge_index) whenever this
+        many points were written since the last build (0: never; queries then scan)."""
         self._edge = EdgeEngine(Path(path))
         super().__init__(self._edge, prefetch_limit=prefetch_limit)
+        self.index_after, self.index_threads = index_after, index_threads
+        self.indexer: BackgroundIndexer | None = None
+
+    def ensure_collection(self, dim: int, *, vector: str = DENSE) -> None:
+        super().ensure_collection(dim, vector=vector)
+        if self.index_after > 0 and self.indexer is None:
+            self._edge.written = self._edge.unindexed()  # what the shard already holds unindexed counts too
+            self.indexer = BackgroundIndexer(
+                lambda: self._edge.index_in_worker(self.index_threads),
+                lambda: self._edge.written >= self.index_after,
+                on_cycle=lambda c: log.info("qdrant-edge: dense index rebuilt in a worker: %s", c.as_dict()),
+                on_error=lambda e: log.warning("qdrant-edge: background index build failed (will retry): %s", e),
+            )
+            self.indexer.start()
+
+    def close(self) -> None:
+        if self.indexer is not None:
+            self.indexer.stop(timeout=0)  # its thread is a daemon; the engine's close ends its worker
+        super().close()
 
     @property
     def path(self) -> Path:
@@ -496,3 +661,8 @@ class EdgeStore(QdrantStore):
     def payload_indexes(self) -> set[str]:
         """Names of the indexed payload fields."""
         return self._edge.payload_indexes()
+
+    def index_now(self, threads: int | None = None) -> IndexCycle:
+        """One background index cycle now (episodic.store.edge_index), in the calling thread: what the
+        stack's `BackgroundIndexer` runs every `index_after` memories. Queries go on meanwhile."""
+        return self._edge.index_in_worker(threads or self.index_threads)

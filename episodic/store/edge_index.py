@@ -1,0 +1,218 @@
+"""The embedded store's dense index (HNSW), built in a worker process over a copy of the shard and swapped in.
+
+Qdrant Edge never indexes by itself, and its `optimize()` (segment merge, HNSW build) holds the GIL for its
+whole run (20k one-piece memories: 48 s on one indexing thread here, with a Python thread of the same process
+making no progress meanwhile), so in the process that carries the recall service, the gate and the
+consumer it would stop everything. Unindexed, every dense leg and linker query scans its workspace, so a
+query costs more with every memory written (issue 27).
+
+A cycle (`EdgeEngine.index_in_worker`, run by `BackgroundIndexer` once `EPISODIC_EDGE_INDEX_AFTER` memories
+were written since the last one):
+
+1. **Copy.** Writes wait (queries do not) while the shard is flushed and its directory copied beside it
+   (`<name>.indexing`); from then on every update operation applied to the live shard is also journaled.
+2. **Build.** A worker process (`python -m episodic.store.edge_index <copy>`, niced, `threads` indexing
+   threads: one by default, leaving the other core to the stack) loads the copy with the index settings
+   below, runs `optimize()` and closes it. The stack's process only waits on the child (no GIL held).
+3. **Catch up.** This process loads the indexed copy and replays the journal into it while the live shard
+   keeps serving (Edge's update operations are values: the same one applies to both shards).
+4. **Swap.** Writes wait again; the last journaled operations are replayed, the copy is flushed and
+   closed; then, with queries waiting too (the shard's lifecycle lock), the live shard is closed, the
+   directories renamed (live -> `<name>.replaced`, copy -> `<name>`) and the indexed shard loaded. The
+   replaced directory is deleted afterwards.
+
+A crash at any step leaves a loadable shard: before the renames the live directory is intact (a leftover
+copy is deleted at the next start); between the two renames `<name>` is missing and `<name>.replaced` holds
+the live shard, flushed and closed, which `recover` moves back; after them `<name>` holds everything.
+
+Index settings: per-workspace graphs only (`payload_m=16`, `m=0`, over the `workspace_id` tenant index),
+as the server adapter's collection: every dense query is filtered by one workspace and searches that
+workspace's graph; a workspace smaller than `full_scan_threshold` is scanned through its payload index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import qdrant_edge as qe
+
+from episodic.kernel.errors import StoreError
+
+COPY_SUFFIX = ".indexing"
+REPLACED_SUFFIX = ".replaced"
+HNSW_M = 0  # no global graph: every dense query is filtered by its workspace
+HNSW_PAYLOAD_M = 16  # one graph per workspace (tenant index)
+HNSW_EF_CONSTRUCT = 100
+FULL_SCAN_KB = 10_000  # a workspace with fewer vectors than this many KB is scanned via its payload index
+CATCH_UP_LEFT = 256  # replay outside the swap until at most this many journaled operations are left
+WORKER_TIMEOUT_S = 6 * 3600.0
+
+
+def index_hnsw(threads: int) -> qe.HnswIndexConfig:
+    """The HNSW settings a worker builds with."""
+    return qe.HnswIndexConfig(
+        m=HNSW_M,
+        ef_construct=HNSW_EF_CONSTRUCT,
+        full_scan_threshold=FULL_SCAN_KB,
+        max_indexing_threads=threads,
+        payload_m=HNSW_PAYLOAD_M,
+    )
+
+
+def copy_path(path: Path) -> Path:
+    return path.with_name(path.name + COPY_SUFFIX)
+
+
+def replaced_path(path: Path) -> Path:
+    return path.with_name(path.name + REPLACED_SUFFIX)
+
+
+def recover(path: Path) -> None:
+    """Put the shard at `path` back after a cycle that a crash cut short (see the module doc)."""
+    replaced, copy = replaced_path(path), copy_path(path)
+    if not path.exists() and replaced.exists():
+        replaced.rename(path)  # the live shard, flushed and closed before the first rename
+    if path.exists():
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.rmtree(replaced, ignore_errors=True)
+
+
+@dataclass
+class IndexCycle:
+    points: int = 0  # in the copy
+    copy_s: float = 0.0  # writes waited this long for the copy
+    build_s: float = 0.0  # the worker process
+    catch_up_s: float = 0.0
+    swap_s: float = 0.0  # writes waited this long for the swap; queries for `pause_s` of it
+    pause_s: float = 0.0
+    replayed: int = 0  # journaled operations replayed into the indexed copy
+    segments: int = 0
+    indexed_vectors: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class Worker:
+    """The build step: a child process over the copy; `stop()` ends it (the stack is shutting down)."""
+
+    def __init__(self, path: Path, threads: int) -> None:
+        self.path, self.threads = path, threads
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stopped = False
+
+    def run(self, timeout: float = WORKER_TIMEOUT_S) -> dict[str, Any]:
+        cmd = [sys.executable, "-m", "episodic.store.edge_index", str(self.path), "--threads", str(self.threads)]
+        if self._stopped:
+            raise StoreError("qdrant-edge index build: stopped")
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            out, err = self._proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            self._proc.kill()
+            self._proc.communicate()
+            raise StoreError(f"qdrant-edge index build over {self.path}: over {timeout:.0f}s") from e
+        if self._proc.returncode != 0:
+            tail = err.decode(errors="replace").strip().splitlines()[-3:]
+            raise StoreError(f"qdrant-edge index build over {self.path} failed ({self._proc.returncode}): {tail}")
+        try:
+            return dict(json.loads(out.decode().strip().splitlines()[-1]))
+        except (ValueError, IndexError) as e:
+            raise StoreError(f"qdrant-edge index build over {self.path}: no report ({out[-200:]!r})") from e
+
+    def stop(self) -> None:
+        self._stopped = True
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
+
+class BackgroundIndexer:
+    """Runs `cycle()` in a daemon thread whenever `due()` says enough was written (checked every `every_s`);
+    a failed cycle is logged by `on_error` and retried at the next check."""
+
+    def __init__(
+        self,
+        cycle: Callable[[], IndexCycle],
+        due: Callable[[], bool],
+        *,
+        every_s: float = 5.0,
+        on_cycle: Callable[[IndexCycle], None] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self._cycle, self._due, self.every_s = cycle, due, every_s
+        self._on_cycle, self._on_error = on_cycle, on_error
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="edge-index", daemon=True)
+        self.cycles: list[IndexCycle] = []
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                if not self._due():
+                    continue
+                cycle = self._cycle()
+            except BaseException as e:  # a failed build leaves the live shard as it was
+                if self._stop.is_set():
+                    return
+                if self._on_error is not None:
+                    self._on_error(e)
+                continue
+            self.cycles.append(cycle)
+            if self._on_cycle is not None:
+                self._on_cycle(cycle)
+
+
+def _build(path: str, threads: int) -> dict[str, Any]:
+    """The worker: the copy at `path` loaded with the index settings, optimised, flushed and closed."""
+    from episodic.store.edge import layout_config  # not at the top: edge imports this module
+
+    t0 = time.perf_counter()
+    shard = qe.EdgeShard.load(path, layout_config(Path(path), index_hnsw(threads)))
+    changed = shard.optimize()
+    info = shard.info()
+    shard.flush()
+    shard.close()
+    return {
+        "optimized": bool(changed),
+        "seconds": round(time.perf_counter() - t0, 3),
+        "points": int(info.points_count),
+        "segments": int(info.segments_count),
+        "indexed_vectors": int(info.indexed_vectors_count),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="build the dense index of a copy of a Qdrant Edge shard")
+    ap.add_argument("path")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    try:
+        os.nice(10)  # behind the stack's own work on a shared machine
+    except OSError:  # pragma: no cover - not permitted: run at the same priority
+        pass
+    print(json.dumps(_build(args.path, args.threads)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

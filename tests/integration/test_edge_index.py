@@ -1,0 +1,128 @@
+"""The embedded store's dense index built in a worker process and swapped in (episodic.store.edge_index),
+over the real Qdrant Edge shard: nothing written meanwhile is lost, queries go on, a crash or a failed build
+leaves a loadable shard."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from episodic.domain.identity import point_id
+from episodic.kernel.errors import StoreError
+from episodic.kernel.ports import MemoryPoint, ScopeFilter, SparseVec
+from episodic.store import edge_index
+from episodic.store.edge import EdgeStore
+
+pytestmark = pytest.mark.integration
+
+DIM = 8
+
+
+def vec(rng: random.Random) -> list[float]:
+    v = [rng.gauss(0, 1) for _ in range(DIM)]
+    n = sum(x * x for x in v) ** 0.5
+    return [x / n for x in v]
+
+
+def point(i: int, rng: random.Random, ws: str | None = None) -> MemoryPoint:
+    ws = ws or f"ws-{i % 2}"
+    payload = {"entry_id": f"e{i}", "workspace_id": ws, "agent_id": "a1", "summary": f"memory {i}", "aliases": []}
+    return MemoryPoint(point_id(ws, f"e{i}"), SparseVec([i % 50 + 1], [1.0]), payload, [vec(rng)])
+
+
+def pid(i: int) -> str:
+    return point_id(f"ws-{i % 2}", f"e{i}")
+
+
+def filled(path: Path, n: int, **kw: int) -> EdgeStore:
+    store = EdgeStore(path, **kw)
+    store.ensure_collection(DIM)
+    rng = random.Random(1)
+    for start in range(0, n, 500):
+        store.upsert([point(i, rng) for i in range(start, min(n, start + 500))])
+    return store
+
+
+def test_writes_during_a_build_are_all_in_the_swapped_shard_and_queries_go_on(fast_dir: Path) -> None:
+    store = filled(fast_dir / "edge", 2000)
+    rng = random.Random(2)
+    result: dict[str, object] = {}
+    indexing = threading.Thread(target=lambda: result.setdefault("cycle", store._edge.index_in_worker()))
+    indexing.start()
+    i, queries = 2000, 0
+    deleted: set[str] = set()
+    updated: set[str] = set()
+    deadline = time.monotonic() + 120
+    while indexing.is_alive() and time.monotonic() < deadline:  # write, update, delete and query meanwhile
+        k = i - 2000
+        if k < 1000:
+            store.upsert([point(i, rng)])
+            store.set_payload(pid(k), {"importance_score": 0.123})
+            updated.add(pid(k))
+            if k % 7 == 0:
+                store.delete([pid(1999 - k)])
+                deleted.add(pid(1999 - k))
+            i += 1
+        hits = store.query_dense(vec(rng), ScopeFilter("ws-0", scope="own", agent_id="a1"), 5)
+        assert len(hits) == 5
+        queries += 1
+    indexing.join(5)
+    cycle = result["cycle"]
+    assert isinstance(cycle, edge_index.IndexCycle)
+    assert cycle.replayed > 0 and queries > 0  # the build really overlapped with writes and queries
+    assert store.count() == i - len(deleted)
+    assert not store.retrieve(sorted(deleted))
+    got = store.retrieve(sorted(updated), fields=("importance_score",))
+    assert len(got) == len(updated) and all(p["importance_score"] == 0.123 for p in got.values())
+    assert not edge_index.copy_path(store.path).exists() and not edge_index.replaced_path(store.path).exists()
+    store.close()
+    again = EdgeStore(fast_dir / "edge")  # reloads from disk: the swapped shard is the store
+    assert again.count() == i - len(deleted)
+    again.close()
+
+
+def test_a_failed_build_leaves_the_live_shard_and_stops_journaling(
+    fast_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = filled(fast_dir / "edge", 300)
+
+    def broken(self: edge_index.Worker, timeout: float = 1.0) -> dict[str, object]:
+        raise StoreError("worker died")
+
+    monkeypatch.setattr(edge_index.Worker, "run", broken)
+    with pytest.raises(StoreError, match="worker died"):
+        store._edge.index_in_worker()
+    assert store._edge._journal is None and not edge_index.copy_path(store.path).exists()
+    store.upsert([point(300, random.Random(3))])
+    assert store.count() == 301
+    store.close()
+
+
+def test_a_crash_between_the_renames_is_recovered_at_the_next_start(fast_dir: Path) -> None:
+    store = filled(fast_dir / "edge", 300)
+    store.close()
+    path = fast_dir / "edge"
+    path.rename(edge_index.replaced_path(path))  # the live shard moved aside, the copy not yet in place
+    edge_index.copy_path(path).mkdir()
+    again = EdgeStore(path)
+    assert again.count() == 300
+    assert not edge_index.copy_path(path).exists() and not edge_index.replaced_path(path).exists()
+    again.close()
+
+
+def test_the_background_indexer_builds_once_enough_was_written(fast_dir: Path) -> None:
+    store = filled(fast_dir / "edge", 600, index_after=500)
+    assert store.indexer is not None
+    store.indexer.every_s = 0.2
+    deadline = time.monotonic() + 120
+    while not store.indexer.cycles and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert store.indexer.cycles, "no index cycle within 120 s"
+    assert store.indexer.cycles[0].points == 600
+    assert store._edge.written < 500  # counted again from the copy
+    assert store.count() == 600
+    store.close()
