@@ -1,24 +1,25 @@
-"""Hybrid recall latency over HTTP at 10k and 100k memories spread over ten workspaces, querying one.
+"""Hybrid recall latency over HTTP at 10k to 1M memories spread over ten workspaces, querying one.
 
 Seeding (directly into the Qdrant Edge store of a temporary data directory, not through Kafka): N
 synthetic but realistic journal summaries, one agent per workspace, `summary.generated` at info, the
 payload the Indexer writes. Embedding 100k texts on a CPU takes too long, so S texts (default 1024) get
 real all-MiniLM-L6-v2 vectors and every other memory gets the vector of one of them plus Gaussian noise
 (cosine ≈ 0.93 to its source), renormalised; every memory's BM25 vector is computed from its own text.
-Measured in the same run, for each size, twice: first on the store as written (what production serves:
-`episodic up` never runs Qdrant Edge's optimizers, which hold the GIL for their whole run, see
-episodic/store/edge.py), then after `store.optimize()` (segments merged, HNSW built):
+Measured in the same run, for each size, twice: first on the store as written (today's default before
+issue 27: never indexed, the stack started with `EPISODIC_EDGE_INDEX_AFTER=0`), then on a copy of it
+indexed by the background cycle the stack now runs (a worker process over a copy of the shard, swapped
+in: episodic.store.edge_index; timed) and served by a stack with the default settings:
   direct    in this process, on the seeded store: the bare query embedding (`embed_query`), the store
             query alone (`query_hybrid`, precomputed vectors) and both through `RecallEngine.recall`;
   http      `episodic up` as a child process on that data directory (free loopback ports), sequential
             `POST /v1/recall` (hybrid, scope own, k 5) with a keep-alive client: idle, then under
             ingestion load (20 embeddable + 400 filtered entries/s produced to its broker meanwhile).
 
-Target: HTTP p99 <= 25 ms at 100k with ingestion idle, as production serves it (not optimised).
+Target: HTTP p99 <= 25 ms at 100k with ingestion idle, as production serves it (indexed in the background).
 
     python -m bench.bench_recall_latency            # 10k and 100k, 300 queries each
     python -m bench.bench_recall_latency --quick    # 2k and 10k, 60 queries, S=128
-    python -m bench.bench_recall_latency --sizes 10000 30000 --queries 200
+    python -m bench.bench_recall_latency --sizes 10000 100000 300000 1000000 --queries 200 --sample 512
 """
 
 from __future__ import annotations

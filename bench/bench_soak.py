@@ -66,6 +66,7 @@ RECALL_EVERY_S = 0.05  # 20/s
 MAX_IN_FLIGHT = 40
 WORKSPACES = [f"soak-ws-{i}" for i in range(8)]
 RSS_PLATEAU = 0.10
+INDEX_LOG = "dense index rebuilt in a worker"  # episodic.store.edge's log line for each background index cycle
 FLAT = 1.2  # issue 27: the last 5 minutes' p99 within this of minutes 2-6
 MIN_MINUTES_FOR_VERDICT = 6  # shorter runs are mostly warm-up: the RSS plateau is reported, not judged
 TAIL_S = 180.0
@@ -235,7 +236,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
     soak = Soak(minutes=[Minute() for _ in range(args.minutes)])
     with tmp_dir("episodic-soak-") as tmp:
         log_path = tmp / "stack.log"
-        env = stack_env(tmp / "data", broker_port=broker_port, http_port=http_port)
+        env = stack_env(tmp / "data", broker_port=broker_port, http_port=http_port, **args.env)
         with child_process(episodic_up_cmd(), env=env, log_path=log_path) as proc:
             health = wait_http(f"{base}/healthz", timeout=args.start_timeout, proc=proc, log_path=log_path)
             print(f"bench_soak: stack up ({health.get('episodic')}), broker {bootstrap}, http {base}", flush=True)
@@ -275,6 +276,10 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 await asyncio.gather(reader, return_exceptions=True)
             if args.log:
                 args.log.write_bytes(log_path.read_bytes())
+            cycles = [line for line in log_path.read_text(errors="replace").splitlines() if INDEX_LOG in line]
+            print(f"background index cycles in the stack's log: {len(cycles)}")
+            for line in cycles:
+                print("  " + line[line.index(INDEX_LOG) :][:400])
             if proc.poll() is not None:
                 raise RuntimeError(f"the stack exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
     return report(soak, lost_ix, lost_gate, tail_s)
@@ -389,7 +394,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mix", choices=MIXES, default="short", help="journal summaries (default short)")
     ap.add_argument("--start-timeout", type=float, default=180.0)
     ap.add_argument("--log", type=Path, help="keep the stack's log here")
+    ap.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE",
+        help="a setting for the stack (the shell's EPISODIC_* are not passed on), e.g. EPISODIC_EDGE_INDEX_AFTER=0",
+    )  # fmt: skip
     args = ap.parse_args(argv)
+    bad = [kv for kv in args.env if "=" not in kv or not kv.startswith("EPISODIC_")]
+    if bad:
+        ap.error(f"--env takes EPISODIC_KEY=VALUE, not {bad[0]!r}")
+    args.env = dict(kv.split("=", 1) for kv in args.env)
     if args.quick:
         args.minutes = 2
     if args.minutes < 1:

@@ -23,8 +23,9 @@ built in a worker process over a copy of the shard and swapped in (`episodic.sto
 first lets the copy and the swap hold writes back (queries go on), the second journals each update
 operation while a copy is being indexed, for the catch-up.
 
-Size: over 400 lines: one engine's whole translation (its calls, vocabulary, error mapping and the named
-dense vectors of the embedding generations) stays in one module, like store_qdrant.
+Size: over 400 lines: one engine's whole translation (its calls, vocabulary, error mapping, the index
+cycle's swap and the named dense vectors of the embedding generations) stays in one module, like
+store_qdrant.
 """
 
 from __future__ import annotations
@@ -653,9 +654,9 @@ class EdgeStore(QdrantStore):
         return self._edge.path
 
     def optimize(self) -> bool:
-        """Run the shard's segment optimizers (merge, index); blocking, and it holds the GIL throughout,
-        so the process does nothing else meanwhile: for benchmarks and offline maintenance only. Edge
-        does not run them itself."""
+        """Run the shard's segment optimizers (merge, index) in this process; blocking, and it holds the GIL
+        throughout, so the process does nothing else meanwhile: for offline maintenance only. A running
+        stack indexes in a worker process instead (`index_now`, episodic.store.edge_index)."""
         return self._edge.optimize()
 
     def payload_indexes(self) -> set[str]:

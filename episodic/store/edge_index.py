@@ -11,7 +11,7 @@ were written since the last one):
 
 1. **Copy.** Writes wait (queries do not) while the shard is flushed and its directory copied beside it
    (`<name>.indexing`); from then on every update operation applied to the live shard is also journaled.
-2. **Build.** A worker process (`python -m episodic.store.edge_index <copy>`, niced, `threads` indexing
+2. **Build.** A worker process (`python -m episodic.store.edge_worker <copy>`, niced, `threads` indexing
    threads: one by default, leaving the other core to the stack) loads the copy with the index settings
    below, runs `optimize()` and closes it. The stack's process only waits on the child (no GIL held).
 3. **Catch up.** This process loads the indexed copy and replays the journal into it while the live shard
@@ -32,14 +32,11 @@ workspace's graph; a workspace smaller than `full_scan_threshold` is scanned thr
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,7 +110,7 @@ class Worker:
         self._stopped = False
 
     def run(self, timeout: float = WORKER_TIMEOUT_S) -> dict[str, Any]:
-        cmd = [sys.executable, "-m", "episodic.store.edge_index", str(self.path), "--threads", str(self.threads)]
+        cmd = [sys.executable, "-m", "episodic.store.edge_worker", str(self.path), "--threads", str(self.threads)]
         if self._stopped:
             raise StoreError("qdrant-edge index build: stopped")
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -182,37 +179,7 @@ class BackgroundIndexer:
                 self._on_cycle(cycle)
 
 
-def _build(path: str, threads: int) -> dict[str, Any]:
-    """The worker: the copy at `path` loaded with the index settings, optimised, flushed and closed."""
-    from episodic.store.edge import layout_config  # not at the top: edge imports this module
+if __name__ == "__main__":  # the worker's module before it had its own (a process started by an older stack)
+    import runpy
 
-    t0 = time.perf_counter()
-    shard = qe.EdgeShard.load(path, layout_config(Path(path), index_hnsw(threads)))
-    changed = shard.optimize()
-    info = shard.info()
-    shard.flush()
-    shard.close()
-    return {
-        "optimized": bool(changed),
-        "seconds": round(time.perf_counter() - t0, 3),
-        "points": int(info.points_count),
-        "segments": int(info.segments_count),
-        "indexed_vectors": int(info.indexed_vectors_count),
-    }
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="build the dense index of a copy of a Qdrant Edge shard")
-    ap.add_argument("path")
-    ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args(argv)
-    try:
-        os.nice(10)  # behind the stack's own work on a shared machine
-    except OSError:  # pragma: no cover - not permitted: run at the same priority
-        pass
-    print(json.dumps(_build(args.path, args.threads)), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    runpy.run_module("episodic.store.edge_worker", run_name="__main__")
