@@ -35,7 +35,7 @@ def open_store(settings: Settings, *, dim: int, background_index: bool = False) 
         store = EdgeStore(
             settings.data_dir / "qdrant-edge" / settings.collection,
             prefetch_limit=settings.prefetch_limit,
-            index_after=settings.edge_index_after if background_index else 0,  # the dense index, built in a worker process and swapped in
+            index_after=settings.edge_index_after if background_index else 0,  # built in a worker, swapped in
             index_threads=settings.edge_index_threads,
         )
     try:
