@@ -74,6 +74,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MIN_PREFETCH = 100
+# (query embedder, the vector its queries run on, the hybrid fusion, the query vector): `RecallEngine.query_for`
+QueryModel = tuple[Embedder | None, str | None, Fusion, np.ndarray | None]
 
 
 def _now() -> datetime:
@@ -284,13 +286,12 @@ class RecallEngine:
         mode = mode_of(gen.pieces) if self.fusion_by_mode else None
         return embedder, gen.vector, (self.fusion_by_mode.get(mode, self.fusion) if mode else self.fusion)
 
-    def query_model(self) -> tuple[Embedder | None, str | None, Fusion]:
-        """The query embedder, its vector name and the fusion a request made now would use (for explain)."""
-        return self._query_model()
-
-    def embed_query(self, text: str, embedder: Embedder | None) -> np.ndarray | None:
-        """The query vector as `recall` makes it (None: no embedder, or it failed)."""
-        return self._embed_query(text, embedder)
+    def query_for(self, req: RecallRequest) -> QueryModel:
+        """The query embedder, its vector name, the fusion and the query vector (None in sparse mode, or with
+        no embedder, or when embedding failed) that `recall` uses for `req`, read once."""
+        embedder, using, fusion = self._query_model()
+        qvec = self._embed_query(req.query, embedder) if req.mode != "sparse" else None
+        return embedder, using, fusion, qvec
 
     def scope_filter(self, req: RecallRequest) -> ScopeFilter:
         return ScopeFilter(
@@ -311,14 +312,15 @@ class RecallEngine:
             log.exception("query embedding failed; answering from the sparse leg")
             return None
 
-    def recall(self, req: RecallRequest) -> RecallResult:
-        """Run one recall. Raises ValueError for an invalid scope, StoreUnavailable/StoreError on store failure."""
+    def recall(self, req: RecallRequest, *, model: QueryModel | None = None) -> RecallResult:
+        """Run one recall. Raises ValueError for an invalid scope, StoreUnavailable/StoreError on store failure.
+        `model`: the query's model, fusion and vector when the caller made them already (`query_for`: the
+        explorer's why runs the legs with the same ones, embedding the query once)."""
         now = self.clock()
         scope = self.scope_filter(req)
         # Sparse mode needs no query vector: skipping it keeps BM25 recalls cheap (their hits carry
         # cosine null in memory.referenced).
-        embedder, using, fusion = self._query_model()
-        qvec = self._embed_query(req.query, embedder) if req.mode != "sparse" else None
+        _, using, fusion, qvec = model if model is not None else self.query_for(req)
         degraded = req.mode != "sparse" and qvec is None
         # Ask for the candidates' dense vectors only where the query cosine can be computed.
         with_dense = qvec is not None

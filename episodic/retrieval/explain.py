@@ -17,7 +17,7 @@ from typing import Any
 
 from episodic.kernel.errors import EpisodicError, StoreError
 from episodic.kernel.ports import Fusion, LegRanking
-from episodic.retrieval.engine import RecallEngine, RecallResult
+from episodic.retrieval.engine import QueryModel, RecallEngine, RecallResult
 from episodic_client.models import RecallRequest
 
 
@@ -54,11 +54,13 @@ def fusion_view(fusion: Fusion) -> dict[str, Any]:
             "piece_penalty": fusion.piece_penalty}  # fmt: skip
 
 
-def explain(engine: RecallEngine, req: RecallRequest, result: RecallResult) -> Explanation:
-    """Each hit's place in each leg of `req` (see the module doc). Raises StoreError on store failure."""
-    embedder, using, fusion = engine.query_model()
+def explain(
+    engine: RecallEngine, req: RecallRequest, result: RecallResult, model: QueryModel | None = None
+) -> Explanation:
+    """Each hit's place in each leg of `req` (see the module doc), with the query model `recall` used
+    (`RecallEngine.query_for`; made again when not given). Raises StoreError on store failure."""
+    _, using, fusion, qvec = model if model is not None else engine.query_for(req)
     scope = engine.scope_filter(req)
-    qvec = engine.embed_query(req.query, embedder) if req.mode != "sparse" else None
     sparse = engine.bm25.query(req.query)
     prefetch = max(req.k, fusion.prefetch_limit)
     try:

@@ -161,8 +161,9 @@ def search(services: Services, principal: Principal, req: RecallRequest) -> Sear
     authorize_recall(
         principal, workspace_id=req.workspace_id, scope=req.scope, agent_id=req.agent_id, crew_id=req.crew_id
     )
-    result = services.engine.recall(req)
-    return SearchResult(req, result.hits, result.degraded, explain(services.engine, req, result))
+    model = services.engine.query_for(req)  # the query embedded once, for the recall and its why
+    result = services.engine.recall(req, model=model)
+    return SearchResult(req, result.hits, result.degraded, explain(services.engine, req, result, model))
 
 
 # -- one memory --------------------------------------------------------------------------------------------------
