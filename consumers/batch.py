@@ -11,6 +11,8 @@ Deterministic ones never wedge the partition:
 - a forget the store refuses is marked failed (its status document carries the error, so the recall service
   answers `failed` and the caller can ask again) and goes to journal.dlq as
   `forget_failed`; the batch's other records go on;
+- an entry whose id belongs to another agent's memory (episodic.indexing.indexer) goes to journal.dlq as
+  `id_taken` with its original bytes; the rest of the batch is indexed;
 - entries: the batch is split in halves until the records that fail alone are found; those go to
   journal.dlq as `store_rejected` with their original bytes. Each half is admitted again before it is
   indexed, so an entry a forget covers is never indexed (nor dead-lettered), whichever half it lands in.
@@ -27,7 +29,7 @@ from typing import Any, TypeAlias
 
 from aiokafka import ConsumerRecord
 
-from consumers.poison import FORGET_FAILED, STORE_REJECTED, Abandoned, dead_letter, merged
+from consumers.poison import FORGET_FAILED, ID_TAKEN, STORE_REJECTED, Abandoned, dead_letter, merged
 from episodic.indexing.indexer import BatchResult, Indexer
 from episodic.kernel.metrics import Metrics
 from episodic.lifecycle.forget import ForgetOutcome, Forgetter, Position
@@ -116,7 +118,7 @@ class BatchApplier:
             kept, left_out = await self._admit(items)
             records = [r for r, _ in kept]
             result = await self.retrying(self.indexer.index_batch, records, defer_dense=defer) if records else None
-            return Applied(result=result or BatchResult(), left_out=left_out)
+            return Applied(result=result or BatchResult(), left_out=left_out, dead=_refused(result, kept))
         except Abandoned:
             raise
         except Exception as e:  # the store (or the indexer) refuses something in these records
@@ -140,6 +142,19 @@ class BatchApplier:
         kept, out = await self.retrying(self.forgetter.admit, records, [_position(m) for _, m in items])
         keep = {id(r) for r in kept}
         return [it for it in items if id(it[0]) in keep], len(out)
+
+
+def _refused(result: BatchResult | None, items: Sequence[Item]) -> list[DlqRecord]:
+    """Dead letters (`id_taken`) of the entries the indexer left out: their id is another agent's memory."""
+    if result is None or not result.refused:
+        return []
+    msgs = {id(rec): msg for rec, msg in items}
+    dead = []
+    for rec, error in result.refused:
+        log.warning("%s/%s refused (dead-lettered as %s): the id belongs to another agent's memory",
+                    rec.workspace_id, rec.id, ID_TAKEN)  # fmt: skip
+        dead.append(dead_letter(ID_TAKEN, error, msgs[id(rec)]))
+    return dead
 
 
 def observe(metrics: Metrics, applied: Applied, items: Sequence[Item]) -> None:

@@ -10,10 +10,27 @@ from __future__ import annotations
 from aiokafka import ConsumerRecord
 
 from episodic.indexing.indexer import BatchResult
-from schemas.events import BAD_CONTROL, BAD_EMBEDDABLE, FORGET_FAILED, STORE_REJECTED, DlqRecord, ReplayHistory
+from schemas.events import (
+    BAD_CONTROL,
+    BAD_EMBEDDABLE,
+    FORGET_FAILED,
+    ID_TAKEN,
+    STORE_REJECTED,
+    DlqRecord,
+    ReplayHistory,
+)
 
 # The reasons live in schemas (the replay tool reads them too); the consumer's modules name them from here.
-__all__ = ["BAD_CONTROL", "BAD_EMBEDDABLE", "FORGET_FAILED", "STORE_REJECTED", "Abandoned", "dead_letter", "merged"]
+__all__ = [
+    "BAD_CONTROL",
+    "BAD_EMBEDDABLE",
+    "FORGET_FAILED",
+    "ID_TAKEN",
+    "STORE_REJECTED",
+    "Abandoned",
+    "dead_letter",
+    "merged",
+]
 
 
 class Abandoned(Exception):
@@ -31,6 +48,7 @@ def merged(a: BatchResult, b: BatchResult) -> BatchResult:
         embed_failed=a.embed_failed or b.embed_failed,
         deferred=a.deferred + b.deferred,
         chars=a.chars + b.chars,
+        refused=[*a.refused, *b.refused],
     )
 
 

@@ -4,8 +4,10 @@ Each entry is validated by the gate's own parser (`parse_entry` on the entry's J
 come back with their index, field and reason, valid ones are produced to `journal.entries` keyed by
 workspace (acks=all), and the answer (202) comes only after the broker acknowledged every one of them.
 A broker failure is 503 and nothing is claimed: retrying the batch is safe, since an entry is idempotent
-by (workspace_id, id). A token may write only to its own workspaces, and a bound token only as its agent
-(403 naming `entries[i].<field>`). The body is bounded (`MAX_JOURNAL_BYTES`, chunked bodies included: 413).
+by (workspace_id, id). A token may write only to its own workspaces, and a bound token only as its agent and
+without `priority` (403 naming `entries[i].<field>`). The entry id is not checked here: an id that another
+agent's memory holds is dead-lettered by the consumer (`id_taken`), so that this answer cannot tell which ids
+exist (issue 29). The body is bounded (`MAX_JOURNAL_BYTES`, chunked bodies included: 413).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import json
 import logging
 import re
+import uuid
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
@@ -145,7 +148,13 @@ async def post_journal(
     counter.labels(outcome="invalid").inc(len(errors))
     for i, entry, _ in valid:
         try:
-            authorize_write(principal, workspace_id=entry.workspace_id, agent_id=entry.agent_id, crew_id=entry.crew_id)
+            authorize_write(
+                principal,
+                workspace_id=entry.workspace_id,
+                agent_id=entry.agent_id,
+                crew_id=entry.crew_id,
+                priority=entry.priority,
+            )
         except AuthError as e:
             counter.labels(outcome="forbidden").inc(len(valid))
             raise e.at(f"entries[{i}]") from None
@@ -164,11 +173,13 @@ async def post_journal(
         await asyncio.wait_for(services.produce(JOURNAL_ENTRIES, records), ACK_TIMEOUT_S)
     except Exception as e:
         counter.labels(outcome="unavailable").inc(len(valid))
-        log.warning("POST /v1/journal: the broker did not acknowledge %d entries: %r", len(valid), e)
+        # The broker's words stay in the log (they name its hosts); the answer carries a reference to them.
+        ref = uuid.uuid4().hex[:12]
+        log.warning("POST /v1/journal: the broker did not acknowledge %d entries (ref %s): %r", len(valid), ref, e)
         return _error_body(
             503,
-            f"the broker did not acknowledge the batch ({type(e).__name__}: {e}); nothing is claimed: retry it "
-            "(entries are idempotent by workspace_id and id)",
+            f"the broker did not acknowledge the batch ({type(e).__name__}; ref {ref}: see the service log); "
+            "nothing is claimed: retry it (entries are idempotent by workspace_id and id)",
         )
     counter.labels(outcome="accepted").inc(len(valid))
     body = JournalAccepted(

@@ -13,10 +13,11 @@ and `failure`, as soon as that is known.
 Every route authorizes the caller for the workspace (an admin token, or a token of that workspace). A bound
 token (episodic.kernel.auth) is held to its agent: it inspects and lists its agent's memories (a lead also its
 crew's), reads the status of forgets narrowed to its agent, and forgets only its own agent's memories: its
-selection is narrowed to that agent (`agent_id` added to the selector, which the consumer honours), the ids
-it names must not be another agent's memories (403 naming `entry_ids[i]`), and `all: true` or another agent
-is 403 naming the field. Store and model work, and a memory's or a page's validation and JSON encoding,
-run in the thread pool.
+selection is narrowed to that agent (`agent_id` added to the selector, which the consumer honours), and
+`all: true` or another agent is 403 naming the field. A bound token cannot tell another agent's entry id
+from a missing one (issue 29): inspecting it is the same 404 as a missing id, and forgetting it is accepted
+and removes nothing, as for an id of no memory (the forget is narrowed to the token's agent). Store and
+model work, and a memory's or a page's validation and JSON encoding, run in the thread pool.
 
 Entry ids may hold any character, `/` included, so `{entry_id}` takes the rest of the path. A GET of an id
 spelled `stats` or `health`, or starting with `forget/`, reaches those routes instead: `GET
@@ -41,7 +42,6 @@ from episodic.kernel.auth import (
     AuthError,
     Principal,
     authorize,
-    authorize_memory,
     forget_narrowed,
     listing_narrowed,
     may_see_memory,
@@ -53,7 +53,6 @@ from episodic.lifecycle.forget import (
     PENDING,
     STATUS,
     announce,
-    owners_of,
     selector_of,
     status_document,
 )
@@ -119,17 +118,6 @@ def _answer(doc: dict[str, Any]) -> JSONResponse:
     return JSONResponse(status_code=200 if final else 202, content=body.model_dump(mode="json"), headers=headers)
 
 
-async def _check_ids(services: Services, principal: Principal, workspace_id: str, ids: list[str], field: str) -> None:
-    """A bound token may name only its agent's memories (ids of no memory yet pass: the narrowed forget
-    tombstones them for its agent only)."""
-    found = await run_in_threadpool(owners_of, services.store, workspace_id, ids)
-    for n, entry_id in enumerate(ids):
-        if entry_id in found:
-            _, p = found[entry_id]
-            where = field if field == "entry_id" else f"{field}[{n}]"
-            authorize_memory(principal, entry_id=entry_id, agent_id=p.get("agent_id"), crew_id=None, field=where)
-
-
 async def submit_forget(
     services: Services,
     principal: Principal,
@@ -147,9 +135,9 @@ async def submit_forget(
     authorize(principal, workspace_id)
     if principal.bound:
         selected = "entry_ids" if entry_ids else "run_id" if run_id else "agent_id"
+        # Ids of another agent's memories are not refused (a 403 would tell them from missing ones): the
+        # forget is narrowed to the token's agent, so it removes none of them, as for an id of no memory.
         agent_id = forget_narrowed(principal, selector_field=selected, agent_id=agent_id, all=all)
-        if entry_ids:
-            await _check_ids(services, principal, workspace_id, entry_ids, field)
     selector = selector_of(entry_ids=entry_ids, agent_id=agent_id, run_id=run_id, all=all)
     state, sink = services.state, services.forget_sink
     if state is None or sink is None:
@@ -240,14 +228,16 @@ def _json(model: MemoryDetail | MemoryPage) -> Response:
 
 
 def _detail_response(services: Services, principal: Principal, workspace_id: str, entry_id: str) -> Response | None:
-    """The memory's answer, once the caller may see it (a bound token: its agent's, or a lead's crew's)."""
+    """The memory's answer, once the caller may see it (a bound token: its agent's, or a lead's crew's); None
+    for a memory it may not see, answered as a missing one (issue 29: a 403 would confirm the id exists)."""
     found = memory_detail(services.store, services.state, workspace_id, entry_id)
     if found is None:
         return None
     agent = found.get("agent_id")
     if principal.agent_id is not None and principal.agent_id in found.get("agents", ()):
         agent = principal.agent_id  # folded from several agents' entries: each of them owns it
-    authorize_memory(principal, entry_id=entry_id, agent_id=agent, crew_id=found.get("crew_id"))
+    if not may_see_memory(principal, agent_id=agent, crew_id=found.get("crew_id")):
+        return None
     return _json(MemoryDetail.model_validate(found))
 
 
@@ -256,7 +246,10 @@ async def _detail(services: Services, principal: Principal, workspace_id: str, e
     try:
         found = await run_in_threadpool(_detail_response, services, principal, workspace_id, entry_id)
     except Forgotten as e:
-        return _error(404, f"entry_id: {e}")
+        if principal.bound:  # whose memory it was is not kept with its tombstone: answered as a missing one
+            found = None
+        else:
+            return _error(404, f"entry_id: {e}")
     if found is None:
         return _error(404, f"entry_id: no memory {entry_id!r} in workspace {workspace_id!r}")
     return found

@@ -21,9 +21,10 @@ The tokens file (named by `EPISODIC_TOKENS_FILE`) is JSON, parsed by the `Tokens
 - Binding (seed 001's ScopeForRole): `role` "agent" (requires `agent_id`) may recall only `own` memories
   of its `agent_id`; `role` "lead" (requires `crew_id`) may also use `crew_shared` of its `crew_id`, with
   its own `agent_id` or none. `agent_id` alone means role "agent". A bound token writes journal entries
-  only as its agent (and crew). A request outside the binding is 403 with a message naming the field.
-  Tokens without a role (workspace tokens) keep the workspace rule only: any agent, crew and scope of
-  their workspaces (for orchestrators that act for many agents). Admin tokens cannot be bound.
+  only as its agent (and crew), and without `priority` (an operator's marker). A request outside the
+  binding is 403 with a message naming the field. Tokens without a role (workspace tokens) keep the
+  workspace rule only: any agent, crew and scope of their workspaces (for orchestrators that act for many
+  agents). Admin tokens cannot be bound.
 - A request carries `Authorization: Bearer <token>`. Missing header -> 401 (reason "missing");
   malformed header or unknown token -> 401 (reason "invalid"); a known token asking for something it may
   not -> 403 (reason "forbidden").
@@ -285,11 +286,20 @@ def authorize_crew(principal: Principal, crew_id: str | None) -> None:
         raise _forbid("crew_id", f"token {principal.name!r} is bound to crew {principal.crew_id!r}; not {crew_id!r}")
 
 
-def authorize_write(principal: Principal, *, workspace_id: str, agent_id: str, crew_id: str | None) -> None:
-    """A journal entry: its workspace must be the token's; a bound token writes only as its agent and crew."""
+def authorize_write(
+    principal: Principal, *, workspace_id: str, agent_id: str, crew_id: str | None, priority: str | None = None
+) -> None:
+    """A journal entry: its workspace must be the token's; a bound token writes only as its agent and crew,
+    and sets no `priority` (an operator's marker that floors importance at up to 0.95: an agent could
+    otherwise lift its own entries into its lead's crew-shared recall; issue 29)."""
     authorize(principal, workspace_id, verb="write")
     if not principal.bound:
         return
+    if priority is not None:
+        raise _forbid(
+            "priority",
+            f"{_bound_to(principal)}; priority is an operator's marker: only a workspace or admin token sets it",
+        )
     if agent_id != principal.agent_id:
         bound_to = f"agent {principal.agent_id!r}" if principal.agent_id else f"crew {principal.crew_id!r} only"
         raise _forbid(

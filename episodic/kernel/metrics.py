@@ -37,7 +37,7 @@ INDEX_MODES: tuple[str, ...] = get_args(IndexMode)  # the modes memory.indexed c
 # (consumers.poison: a record on journal.embeddable that does not decode; a control record it cannot decode
 # or apply; a record the store rejects deterministically; a forget the store refuses to apply).
 GATE_ERROR_REASON = "gate_error"
-CONSUMER_DLQ_REASONS = ("bad_embeddable", "bad_control", "store_rejected", "forget_failed")
+CONSUMER_DLQ_REASONS = ("bad_embeddable", "bad_control", "store_rejected", "forget_failed", "id_taken")
 DEAD_LETTER_REASONS: tuple[str, ...] = (*DLQ_REASONS, GATE_ERROR_REASON, *CONSUMER_DLQ_REASONS)
 # Where the consumers count errors. Every value has a writer: decode/embed/store/publish/commit/broker in the
 # embedding consumer (publish also in the gate and the recall service), densify in its densify loop, lag in

@@ -294,13 +294,14 @@ class Forgetter:
         outcome = ForgetOutcome(forget, self.clock())
         if sel.entry_ids is not None:
             found = self._by_ids(ws, sel.entry_ids)
+            if sel.agent_id is not None:  # narrowed: only that agent's memories among them; another agent's id
+                # is handled as an id of no memory, so that the answer cannot tell the two apart (issue 29)
+                found = {pid: p for pid, p in found.items() if p.get("agent_id") == sel.agent_id}
             owned = {str(p.get("entry_id")) for p in found.values()}
             owned |= {str(a) for p in found.values() for a in p.get("aliases") or []}
             # ids asked for that no memory has (yet) are tombstoned too: they may be on their way
             requested = {e: "requested" for e in sel.entry_ids if e not in owned}
             self._tombstone(forget, requested, outcome.at, agent_id=sel.agent_id)
-            if sel.agent_id is not None:  # narrowed: only that agent's memories among them
-                found = {pid: p for pid, p in found.items() if p.get("agent_id") == sel.agent_id}
             targets: Iterable[tuple[str, dict[str, Any]]] = found.items()
         else:
             targets = self.store.select(Selection(ws, agent_id=sel.agent_id, run_id=sel.run_id))

@@ -426,28 +426,39 @@ def test_a_bound_token_sees_and_forgets_only_its_agents_memories(env: dict[str, 
 
     # inspect and list: an agent its own memories, the lead its crew's (a1's and a2's are all of crew c1)
     assert c.get("/v1/memory/old-oom", params=ws, headers=a1).status_code == 200
-    r = c.get("/v1/memory/theirs", params=ws, headers=a1)
-    assert r.status_code == 403 and r.json()["error"].startswith("entry_id: token 'a1' is bound to agent 'a1'")
-    assert c.get("/v1/memory/old-oom", params=ws, headers=a2).status_code == 403
+    # another agent's memory is answered as a missing one (issue 29: a 403 would confirm that the id exists)
+    for path, missing in [("/v1/memory/theirs", "/v1/memory/no-such-id"), ("/v1/memory", "/v1/memory")]:
+        theirs_params = {**ws, "entry_id": "theirs"} if path == "/v1/memory" else ws
+        none_params = {**ws, "entry_id": "no-such-id"} if path == "/v1/memory" else ws
+        r, r0 = c.get(path, params=theirs_params, headers=a1), c.get(missing, params=none_params, headers=a1)
+        assert r.status_code == r0.status_code == 404
+        assert r.json()["error"].replace("theirs", "X") == r0.json()["error"].replace("no-such-id", "X")
+    assert c.get("/v1/memory/old-oom", params=ws, headers=a2).status_code == 404
     assert c.get("/v1/memory/theirs", params=ws, headers=lead).status_code == 200
     assert "theirs" not in ids(a1) and len(ids(a1)) == 10 and ids(a2) == {"theirs"}
     assert ids(lead) == ids(a1) | {"theirs"} and ids(lead, agent_id="a2") == {"theirs"}
     assert c.get("/v1/memories", params={**ws, "agent_id": "a2"}, headers=a1).json()["error"].startswith("agent_id:")
     assert c.get("/v1/memories", params={**ws, "crew_id": "c9"}, headers=lead).json()["error"].startswith("crew_id:")
 
-    # forget: never a workspace, another agent, or another agent's memory (nothing is sent)
+    # forget: never a workspace or another agent (nothing is sent)
     refusals = [
         (c.post, "/v1/memory/forget", {"json": {**ws, "all": True}, "headers": a1}, "all"),
         (c.post, "/v1/memory/forget", {"json": {**ws, "agent_id": "a2"}, "headers": a1}, "agent_id"),
-        (c.post, "/v1/memory/forget", {"json": {**ws, "entry_ids": ["old-db", "theirs"]}, "headers": a1},
-         "entry_ids[1]"),
-        (c.delete, "/v1/memory/theirs", {"params": ws, "headers": a1}, "entry_id"),
-        (c.delete, "/v1/memory/theirs", {"params": ws, "headers": lead}, "entry_id"),  # a lead forgets only its own
     ]  # fmt: skip
     for call, path, kw, field in refusals:
         r = call(path, **kw)
         assert r.status_code == 403 and r.json()["error"].startswith(f"{field}: "), (path, kw, r.text)
     assert sink.sent == []
+    # another agent's memory by id: answered as an id of no memory (narrowed to the token's agent, it removes
+    # nothing), so that the answer does not tell the two apart; a lead forgets only its own agent's too
+    for headers in (a1, lead):
+        r, r0 = (c.delete(f"/v1/memory/{i}", params=ws, headers=headers) for i in ("theirs", "no-memory-yet"))
+        assert r.status_code == r0.status_code == 200 and r.json()["removed"] == r0.json()["removed"], r.text
+        assert r.json()["removed"]["memories"] == 0
+    r = c.post("/v1/memory/forget", json={**ws, "entry_ids": ["old-db", "theirs"]}, headers=a1)
+    assert r.status_code == 200 and r.json()["removed"]["memories"] == 1  # old-db, its own
+    assert c.get("/v1/memory/theirs", params=ws, headers=lead).status_code == 200  # still there
+    sink.sent.clear()
 
     # a run's forget is narrowed to the token's agent: a2's memory of that run stays
     r = c.post("/v1/memory/forget", json={**ws, "run_id": "r-now"}, headers=a1)

@@ -167,13 +167,18 @@ def test_a_bound_token_writes_only_as_its_agent_and_crew(env: Env) -> None:
     assert r.status_code == 403 and r.json()["error"].startswith("entries[1].agent_id: token 'planner' is bound")
     r = env.post({"entries": [entry(1, crew_id="other")]}, who="planner")
     assert r.status_code == 403 and r.json()["error"].startswith("entries[0].crew_id:")
+    # priority is an operator's marker: an agent cannot floor its own entries' importance (issue 29)
+    r = env.post({"entries": [entry(1), entry(2, priority="permanent")]}, who="planner")
+    assert r.status_code == 403 and r.json()["error"].startswith("entries[1].priority: token 'planner' is bound")
+    assert env.post({"entries": [entry(2, priority="permanent")]}).status_code == 202  # a workspace token may
 
 
 def test_a_broker_failure_is_503_and_claims_nothing(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    env.producer.fail = RuntimeError("KafkaConnectionError: broker down")
+    env.producer.fail = RuntimeError("KafkaConnectionError: Unable to bootstrap from kafka-0.internal:9092")
     r = env.post({"entries": [entry(1)]})
     assert r.status_code == 503
     assert "did not acknowledge" in r.json()["error"] and "retry" in r.json()["error"]
+    assert "kafka-0.internal" not in r.text and "ref " in r.json()["error"]  # errors name no internal hosts
     assert env.count("unavailable") == 1 and env.count("accepted") == 0
     env.producer.fail, env.producer.hang = None, True
     monkeypatch.setattr(journal_routes, "ACK_TIMEOUT_S", 0.2)

@@ -45,7 +45,7 @@ def test_dead_letter_reasons_have_writers() -> None:
     from consumers import poison
 
     consumer = "\n".join(p.read_text() for p in (ROOT / "consumers").glob("*.py"))
-    names = ("BAD_EMBEDDABLE", "BAD_CONTROL", "STORE_REJECTED", "FORGET_FAILED")
+    names = ("BAD_EMBEDDABLE", "BAD_CONTROL", "STORE_REJECTED", "FORGET_FAILED", "ID_TAKEN")
     declared = {getattr(poison, name) for name in names}
     assert set(DEAD_LETTER_REASONS) - set(DLQ_REASONS) - {UNEXPECTED_REASON} == declared
     for name in names:  # the embedding consumer dead-letters with each
