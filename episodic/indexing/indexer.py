@@ -2,6 +2,9 @@
 
 Pure orchestration over the ports: one `embed_documents` call and one store upsert per batch.
 
+Size: a little over 400 lines: one batch's decisions (identity, ownership, duplicates, aliases) are taken in
+one loop, in batch order, with the batch's own state; splitting the loop would split that state.
+
 - Point ids are uuid5(workspace_id, entry id): re-delivery of the same id is idempotent and never resets
   reference_count, last_referenced_at or importance; a changed summary under the same id replaces text
   and vectors and keeps those counters.
@@ -11,10 +14,8 @@ Pure orchestration over the ports: one `embed_documents` call and one store upse
   event says mode "duplicate" with `duplicate_of`. A re-delivered alias changes nothing while it is among
   the kept ids (re-delivery comes soon after the first delivery; an id pushed out by `alias_limit` newer
   duplicates would count once more).
-- An entry id belongs to the agent that first wrote it (issue 29): an entry of another agent under an id
-  the workspace already holds (as a memory's id or one of its aliases, or earlier in the same batch) never
-  replaces or joins that memory; it is left out and named in `BatchResult.refused`, which the consumer
-  dead-letters as `id_taken`. Its summary, agent, counters and edges stay the first writer's.
+- An entry id belongs to the agent that first wrote it (`episodic.indexing.ownership`): another agent's entry
+  under it is left out, named in `BatchResult.refused` (the consumer dead-letters it as `id_taken`).
 - No embedder, or `defer_dense`: points get only the sparse vector ("sparse-only"); `densify` adds the
   dense vectors later (the consumer's densify loop, which is also the backfill after sparse-only mode).
 - Run context and adjacency (`episodic.indexing.context`): each new memory of a run is indexed with the memories
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from episodic.domain.context_mode import ContextMode
 from episodic.domain.identity import dedup_key, point_id
 from episodic.indexing.context import RunContext
+from episodic.indexing.ownership import refusal
 from episodic.kernel.errors import StoreError
 from episodic.kernel.ports import DENSE, Embedder, MemoryPoint, MemoryStore, Relation, merge_relations
 from episodic.store.query import DENSIFY_FAILURES
@@ -78,16 +80,7 @@ class BatchResult:
     chars: int = 0  # characters of the texts that were (or would have been) embedded
     failed: int = 0  # densify: memories whose text (or vector) failed this time
     quarantined: list[str] = field(default_factory=list)  # densify: "workspace/entry" that reached the limit
-    # entries left out because their id belongs to another agent's memory: (record, error), dead-lettered
-    refused: list[tuple[EmbeddableRecord, str]] = field(default_factory=list)
-
-
-def id_taken(rec: EmbeddableRecord) -> str:
-    """The dead letter's error for an entry whose id another agent's memory holds (names no other agent)."""
-    return (
-        f"id: entry {rec.id!r} of workspace {rec.workspace_id!r} belongs to another agent's memory; an entry id "
-        f"belongs to the agent that first wrote it: write agent {rec.agent_id!r}'s entry under a new id"
-    )
+    refused: list[tuple[EmbeddableRecord, str]] = field(default_factory=list)  # another agent's id: (entry, error)
 
 
 def supports_relations(rec: EmbeddableRecord, created_at: str) -> list[Relation]:
@@ -235,14 +228,13 @@ class Indexer:
             )
 
         def taken(rec: EmbeddableRecord, owner: dict[str, Any] | None) -> bool:
-            if owner is None or owner.get("agent_id") in (None, rec.agent_id):
-                return False
-            result.refused.append((rec, id_taken(rec)))
-            return True
+            why = refusal(rec, owner)
+            result.refused += [(rec, why)] if why else []
+            return why is not None
 
         for i, rec in enumerate(records):
             pid, key, ws = pids[i], keys[i], rec.workspace_id
-            if pid in pending and taken(rec, pending[pid][1]):
+            if taken(rec, pending[pid][1] if pid in pending else existing.get(pid)):  # another agent's id
                 continue
             if pid in pending:  # same id twice in one batch: the later version wins, counters kept
                 _, payload = pending[pid]
@@ -250,8 +242,6 @@ class Indexer:
                     rec,
                     _keep(payload, _payload(rec, indexed_at=payload["indexed_at"], model=None, key=key)),
                 )
-                continue
-            if pid in existing and taken(rec, existing[pid]):
                 continue
             if pid in existing:
                 old = existing[pid]

@@ -91,8 +91,9 @@ def preview(services: Services, principal: Principal, ask: Ask) -> Preview:
                 out.unknown.append(eid)
                 continue
             item = memory_item(found[eid][1])
-            if agent is not None and item["agent_id"] != agent:
-                raise AuthError("forbidden", f"memory {eid!r} is not one of agent {agent!r}'s", field="entry_ids")
+            if agent is not None and item["agent_id"] != agent:  # another agent's: shown as an id of no memory,
+                out.unknown.append(eid)  # as the narrowed forget treats it (a refusal would confirm it; issue 29)
+                continue
             out.memories.append(item)
         return out
     selection = Selection(ask.workspace_id, agent_id=agent, run_id=ask.run_id)

@@ -17,9 +17,9 @@ from markupsafe import Markup
 from pydantic import ValidationError
 
 from episodic.domain.scoring import decay_importance, parse_time
-from episodic.kernel.auth import Principal, authorize, authorize_memory, authorize_recall, listing_narrowed
+from episodic.kernel.auth import Principal, authorize, authorize_recall, listing_narrowed, may_see_memory
 from episodic.kernel.ports import Selection
-from episodic.lifecycle.inspect import memory_detail, memory_page
+from episodic.lifecycle.inspect import Forgotten, memory_detail, memory_page
 from episodic.maintenance.decay import DECAY_KEY, JOB_KIND
 from episodic.maintenance.health_job import window_days
 from episodic.maintenance.nudge import nudge_state
@@ -188,12 +188,22 @@ def importance_curve(detail: MemoryDetail, now: datetime) -> tuple[list[tuple[fl
 
 
 def memory(services: Services, principal: Principal, workspace_id: str, entry_id: str) -> MemoryDetail | None:
-    """The memory as `GET /v1/memory/{id}` answers it (raises Forgotten, AuthError as it does)."""
+    """The memory as `GET /v1/memory/{id}` answers it (raises Forgotten, AuthError as it does): for a bound
+    token, another agent's memory (or a forgotten one) is None, as a missing id (issue 29)."""
     authorize(principal, workspace_id)
-    found = memory_detail(services.store, services.state, workspace_id, entry_id)
+    try:
+        found = memory_detail(services.store, services.state, workspace_id, entry_id)
+    except Forgotten:
+        if principal.bound:
+            return None
+        raise
     if found is None:
         return None
-    authorize_memory(principal, entry_id=entry_id, agent_id=found.get("agent_id"), crew_id=found.get("crew_id"))
+    agent = found.get("agent_id")
+    if principal.agent_id is not None and principal.agent_id in found.get("agents", ()):
+        agent = principal.agent_id  # folded from several agents' entries: each of them owns it
+    if not may_see_memory(principal, agent_id=agent, crew_id=found.get("crew_id")):
+        return None
     return MemoryDetail.model_validate(found)
 
 
