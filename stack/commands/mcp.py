@@ -60,10 +60,12 @@ def main(argv: list[str]) -> int:
     client = AsyncMemoryClient.from_settings(settings, **({"url": args.url} if args.url else {}))
     kafka = KafkaWriter(str(settings.kafka_bootstrap), kafka_options(settings)) if args.writes == "kafka" else None
     writer: Writer = kafka or HttpWriter()
-    tools = MemoryTools(client, writer, caller_tokens=args.transport == "http", importance=importance)
+    tools = MemoryTools(
+        client, writer, caller_tokens=args.transport == "http", importance=importance, require_token=cli.exposed(args)
+    )
     cli.describe(tools)
+    cli.warn_insecure(args)
     try:
-        asyncio.run(cli.serve(args, tools, on_close=kafka.close if kafka is not None else None))
+        return asyncio.run(cli.serve(args, tools, on_close=kafka.close if kafka is not None else None))
     except KeyboardInterrupt:
-        pass
-    return 0
+        return 0

@@ -16,6 +16,7 @@ from mcp import Client
 
 from episodic.kernel.settings import Settings
 from episodic_client import AsyncMemoryClient, Identity, RetryPolicy
+from episodic_client.mcp.cli import exposed, service_authenticates
 from episodic_client.mcp.tools import HttpWriter, MemoryTools, Writer, bearer, build_server
 from stack.commands.mcp import _parser, importance, preflight
 from stack.mcp_writers import KafkaWriter
@@ -66,15 +67,23 @@ class Service:
         return [r.url.path for r in self.seen]
 
 
-def server(svc: Service, identity: Identity | None = None, writer: Writer | None = None, *, engine: bool = True) -> Any:
-    """The engine's server (`episodic mcp`: the policy's importance), or with engine=False the client's."""
-    client = AsyncMemoryClient(
+def client_of(svc: Service, identity: Identity | None = None) -> AsyncMemoryClient:
+    return AsyncMemoryClient(
         "http://svc",
         identity=identity if identity is not None else Identity("acme", "planner", "platform"),
         transport=httpx.MockTransport(svc),
         retry=RetryPolicy(retries=0),
     )
-    return build_server(MemoryTools(client, writer or HttpWriter(), importance=importance if engine else None))
+
+
+def server(
+    svc: Service, identity: Identity | None = None, writer: Writer | None = None, *, engine: bool = True, **kw: Any
+) -> Any:
+    """The engine's server (`episodic mcp`: the policy's importance), or with engine=False the client's."""
+    tools = MemoryTools(
+        client_of(svc, identity), writer or HttpWriter(), importance=importance if engine else None, **kw
+    )
+    return build_server(tools)
 
 
 async def test_the_tools_and_their_schemas_hold_no_identity() -> None:
@@ -200,7 +209,8 @@ async def test_refusals_and_outages_are_tool_errors_an_agent_can_read() -> None:
     async with Client(server(down)) as mcp:
         result = await mcp.call_tool("recall", {"query": "x"})
     text = result.content[0].text
-    assert result.is_error and text.endswith("memory service unreachable: cannot reach http://svc: connection refused")
+    # the service's address stays in the server's log (errors name no internal host; issue 29)
+    assert result.is_error and "memory service unreachable (see " in text and "svc" not in text
 
 
 async def test_memory_health_relays_a_missing_snapshot_clearly() -> None:
@@ -308,3 +318,48 @@ async def test_forget_refuses_what_is_not_one_selection_of_its_own() -> None:
     async with Client(server(refused)) as mcp:
         result = await mcp.call_tool("forget", {"run_id": "r1"})
     assert result.is_error and "HTTP 403" in result.content[0].text
+
+
+async def test_kafka_writes_are_held_to_the_callers_token_like_the_journal_endpoint() -> None:
+    """--writes kafka goes around POST /v1/journal: the service says who the token is, and the endpoint's own
+    rule is applied before anything reaches the broker (issue 29)."""
+    cases = [
+        (401, {"error": "invalid bearer token"}, "HTTP 401"),
+        (200, {**WHO, "agent_id": "coder"}, "agent_id: token 'planner' is bound to agent 'coder'"),
+        (200, {**WHO, "workspaces": ["other"], "agent_id": None, "role": None, "crew_id": None}, "workspace_id:"),
+    ]
+    for status, who, refusal in cases:
+        writer = KafkaWriter("127.0.0.1:1")
+        svc = Service(v1_whoami=(status, who))
+        async with Client(server(svc, writer=writer)) as mcp:
+            result = await mcp.call_tool("remember", {"summary": "checkout OOM fixed by a bigger heap"})
+        assert result.is_error and refusal in result.content[0].text, result.content
+        assert writer._producer is None and "/v1/whoami" in svc.paths()
+
+
+async def test_a_broker_failure_names_no_host() -> None:
+    writer = KafkaWriter("kafka-0.internal.example:1")  # nothing resolves it: the producer cannot start
+    async with Client(server(Service(), writer=writer)) as mcp:
+        result = await mcp.call_tool("remember", {"summary": "checkout OOM fixed by a bigger heap"})
+    text = result.content[0].text
+    assert result.is_error and "did not acknowledge" in text and "ref " in text and "internal" not in text
+
+
+async def test_beyond_loopback_every_call_needs_the_callers_own_token() -> None:
+    svc = Service()
+    async with Client(server(svc, caller_tokens=True, require_token=True)) as mcp:
+        result = await mcp.call_tool("recall", {"query": "x"})
+    assert result.is_error and "send your own 'Authorization: Bearer <token>'" in result.content[0].text
+    assert svc.seen == []  # nothing reached the service
+
+
+async def test_beyond_loopback_the_recall_service_must_authenticate() -> None:
+    assert exposed(_parser().parse_args(["--transport", "http", "--host", "0.0.0.0"]))
+    assert not exposed(_parser().parse_args(["--transport", "http", "--host", "0.0.0.0", "--insecure"]))
+    assert not exposed(_parser().parse_args(["--transport", "http"]))  # loopback
+    assert await service_authenticates(client_of(Service(v1_whoami=(401, {"error": "missing bearer token"})))) is None
+    open_service = Service(v1_whoami=(200, {**WHO, "name": "open", "auth": False, "admin": True}))
+    assert "no tokens file" in str(await service_authenticates(client_of(open_service)))
+    assert open_service.seen[0].headers.get("authorization") is None  # asked without any token
+    down = Service(v1_whoami=httpx.ConnectError("connection refused"))  # type: ignore[arg-type]
+    assert "cannot reach" in str(await service_authenticates(client_of(down)))

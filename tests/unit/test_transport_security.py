@@ -13,7 +13,7 @@ import logging
 import ssl
 from pathlib import Path
 from typing import Any
-from unittest.mock import MagicMock
+from unittest.mock import AsyncMock, MagicMock
 
 import pytest
 from cryptography import x509
@@ -32,6 +32,7 @@ from episodic.kernel.transport_security import (
     kafka_ssl_context,
     qdrant_options,
 )
+from episodic_client.models import WhoAmI
 
 PASSWORD = "kafka-pw-7f3a9c-do-not-print"
 KEY_PASSWORD = "key-pw-51be-do-not-print"
@@ -333,8 +334,12 @@ async def test_the_mcp_kafka_writer_gets_the_options(monkeypatch: pytest.MonkeyP
         "id": "e1", "workspace_id": "ws", "agent_id": "a", "ts": "2026-11-21T10:00:00Z",
         "entry_type": "summary.generated", "severity": "info", "summary": "s", "payload": {},
     }  # fmt: skip
+    # the caller's token, as the service describes it (the writer checks the entry against it first)
+    who = WhoAmI(name="t", auth=True, admin=False, workspaces=["ws"], agent_id=None, crew_id=None, role=None,
+                 scope=None)  # fmt: skip
+    client = MagicMock(whoami=AsyncMock(return_value=who))
     with pytest.raises(Exception, match="did not acknowledge"):
-        await KafkaWriter("kafka.example:9093", kafka_options(sasl())).write(MagicMock(), entry)
+        await KafkaWriter("kafka.example:9093", kafka_options(sasl())).write(client, entry)
     assert_sasl(rec.calls[0])
 
 

@@ -22,7 +22,11 @@ the service removes only that agent's memories among them whatever the token (a 
 narrowed by the service as well). It never forgets another agent, or a workspace.
 
 Adding a tool is one `ToolArgs` model (or one derived from the API's request model with `api_args`), one
-handler method and one `ToolSpec` row in `specs()`.
+handler method and one `ToolSpec` row in `specs()`. Beyond loopback (`require_token`) every call must bring
+the caller's own token, and errors name no internal address (issue 29).
+
+Size: a little over 400 lines: each tool's arguments, handler and description sit together, so that what an
+agent is shown reads in one place.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ log = logging.getLogger("episodic.mcp")
 
 IDENTITY_FIELDS = frozenset({"workspace_id", "agent_id", "crew_id", "scope"})
 WHOAMI_TTL_S = 300.0
+NO_TOKEN = "this MCP server is reachable beyond loopback: send your own 'Authorization: Bearer <token>'"
 MAX_SUMMARY_CHARS = 16_384  # SPEC §3
 Severity = Literal["debug", "info", "warn", "error"]
 INSTRUCTIONS = (
@@ -231,16 +236,20 @@ class MemoryTools:
         *,
         caller_tokens: bool = False,
         importance: Importance | None = None,
+        require_token: bool = False,  # beyond loopback: every call brings the caller's own token (issue 29)
     ) -> None:
         self.client = client
         self.writer = writer
         self.caller_tokens = caller_tokens
         self.importance = importance
+        self.require_token = require_token
         self._identities: dict[str, tuple[float, Identity]] = {}
 
     async def caller(self, ctx: Context | None) -> AsyncMemoryClient:
         """The client for this call: the caller's token (HTTP transport) or the server's, and its identity."""
         token = bearer(ctx.headers) if (self.caller_tokens and ctx is not None) else None
+        if token is None and self.require_token:
+            raise ToolError(NO_TOKEN)
         client = self.client if token is None else self.client.acting_as(token=token)
         ident = client.identity
         if ident.workspace_id is not None and (ident.agent_id is not None or ident.crew_id is not None):
@@ -369,8 +378,9 @@ def _guarded(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[
         except RequestRefused as e:
             note = " (identity comes from the server's configuration or your token)" if e.status_code == 403 else ""
             raise ToolError(f"refused by the memory service (HTTP {e.status_code}): {e.message}{note}") from None
-        except ServiceUnreachable as e:
-            raise ToolError(f"memory service unreachable: {e}") from None
+        except ServiceUnreachable as e:  # its words name the service's address: they stay in the log
+            log.warning("memory service unreachable: %s", e)
+            raise ToolError("memory service unreachable (see the MCP server's log)") from None
         except ClientConfigError as e:
             raise ToolError(str(e)) from None
 
