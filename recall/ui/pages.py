@@ -55,12 +55,14 @@ class WorkspaceRow:
     weakest: str | None = None
 
 
-def _lag(services: Services) -> dict[str, float]:
+def _by_label(services: Services, family: str, label: str, sample: str | None = None) -> dict[str, float]:
+    """A metric of this process by one label (e.g. consumer lag by group), read from its registry."""
     out: dict[str, float] = {}
     for fam in services.metrics.registry.collect():
-        if fam.name == "episodic_consumer_lag_records":
+        if fam.name == family:
             for s in fam.samples:
-                out[s.labels.get("group", "?")] = s.value
+                if sample is None or s.name == sample:
+                    out[s.labels.get(label, "?")] = s.value
     return out
 
 
@@ -103,7 +105,12 @@ def overview(services: Services, principal: Principal) -> dict[str, Any]:
         status = {}
     return {
         "rows": rows,
-        "lag": _lag(services),
+        "lag": _by_label(services, "episodic_consumer_lag_records", "group"),
+        "dead": {
+            k: v
+            for k, v in _by_label(services, "episodic_dead_lettered", "reason", "episodic_dead_lettered_total").items()
+            if v
+        },
         "decay": decay,
         "kafka": status.get("kafka", "unknown"),
         "mode": "sparse-only" if services.engine.sparse_only else "vector",

@@ -150,6 +150,7 @@ async def _walk(w: Walk, base: str) -> None:
     first = await w.text()
     assert re.search(r"acme\s+12", first) and re.search(r"globex\s+2", first), first
     assert await page.locator("td.chart svg rect").count() >= 14
+    assert re.search(r"dead letters: .*bad_severity 1", first), first  # from this process's counters
     await page.keyboard.press("Tab")  # the first stop is the skip link, then the navigation
     assert await page.evaluate("document.activeElement.className") == "skip"
     await page.keyboard.press("/")
