@@ -54,6 +54,7 @@ HNSW_EF_CONSTRUCT = 100
 FULL_SCAN_KB = 10_000  # a workspace with fewer vectors than this many KB is scanned via its payload index
 CATCH_UP_LEFT = 256  # replay outside the swap until at most this many journaled operations are left
 WORKER_TIMEOUT_S = 6 * 3600.0
+RETRY_S = 30.0  # after a failed cycle; doubled for each further failure
 
 
 def index_hnsw(threads: int) -> qe.HnswIndexConfig:
@@ -137,7 +138,7 @@ class Worker:
 
 class BackgroundIndexer:
     """Runs `cycle()` in a daemon thread whenever `due()` says enough was written (checked every `every_s`);
-    a failed cycle is logged by `on_error` and retried at the next check."""
+    a failed cycle is logged by `on_error` and retried after a back-off."""
 
     def __init__(
         self,
@@ -163,6 +164,7 @@ class BackgroundIndexer:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        failures = 0
         while not self._stop.wait(self.every_s):
             try:
                 if not self._due():
@@ -173,7 +175,10 @@ class BackgroundIndexer:
                     return
                 if self._on_error is not None:
                     self._on_error(e)
+                failures += 1  # each try copies the whole shard: back off (30 s, 60 s, ... at most 16 min)
+                self._stop.wait(RETRY_S * 2 ** min(failures - 1, 5))
                 continue
+            failures = 0
             self.cycles.append(cycle)
             if self._on_cycle is not None:
                 self._on_cycle(cycle)

@@ -126,3 +126,22 @@ def test_the_background_indexer_builds_once_enough_was_written(fast_dir: Path) -
     assert store._edge.written < 500  # counted again from the copy
     assert store.count() == 600
     store.close()
+
+
+def test_a_failing_cycle_is_retried_after_a_back_off_not_at_every_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(edge_index, "RETRY_S", 0.3)
+    tries: list[float] = []
+    errors: list[BaseException] = []
+
+    def cycle() -> edge_index.IndexCycle:
+        tries.append(time.monotonic())
+        raise StoreError("disk full")
+
+    indexer = edge_index.BackgroundIndexer(cycle, lambda: True, every_s=0.01, on_error=errors.append)
+    indexer.start()
+    deadline = time.monotonic() + 30
+    while len(tries) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    indexer.stop()
+    assert len(tries) >= 3 and len(errors) == len(tries)
+    assert tries[1] - tries[0] >= 0.3 and tries[2] - tries[1] >= 0.6  # 0.3 s, then doubled
