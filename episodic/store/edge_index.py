@@ -183,8 +183,3 @@ class BackgroundIndexer:
             if self._on_cycle is not None:
                 self._on_cycle(cycle)
 
-
-if __name__ == "__main__":  # the worker's module before it had its own (a process started by an older stack)
-    import runpy
-
-    runpy.run_module("episodic.store.edge_worker", run_name="__main__")
