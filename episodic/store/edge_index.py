@@ -182,4 +182,3 @@ class BackgroundIndexer:
             self.cycles.append(cycle)
             if self._on_cycle is not None:
                 self._on_cycle(cycle)
-
