@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
@@ -199,7 +199,16 @@ async def healthz(response: Response, services: Services = Depends(get_services)
     return body
 
 
-@router.get("/metrics", tags=["ops"], summary="Prometheus exposition (no auth)", response_class=Response)
-async def metrics(services: Services = Depends(get_services)) -> Response:
+@router.get(
+    "/metrics",
+    tags=["ops"],
+    summary="Prometheus exposition (no auth; an admin token with EPISODIC_METRICS_ADMIN_ONLY)",
+    response_class=Response,
+)
+async def metrics(request: Request, services: Services = Depends(get_services)) -> Response:
+    # Its health gauges carry workspace ids: where tenants can reach the port, keep it for an admin token
+    # (Prometheus: `authorization: {credentials: ...}`) so that no tenant learns another's workspaces.
+    if services.settings.metrics_admin_only and services.tokens is not None:
+        authorize(services.tokens.authenticate(request.headers.get("authorization")), None)
     text = await run_in_threadpool(generate_latest, services.metrics.registry)
     return Response(text, media_type=CONTENT_TYPE_LATEST)

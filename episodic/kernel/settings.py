@@ -173,6 +173,10 @@ class Settings(BaseSettings, ClientSettings):
 
     # HTTP (http_host, http_port: the client's settings, above)
     tokens_file: Path | None = Field(default=None, description="bearer tokens file (JSON)")
+    metrics_admin_only: bool = Field(
+        default=False,
+        description="the recall service's /metrics answers only an admin token (its gauges name workspaces)",
+    )
 
     # Recall
     high_value_threshold: float = Field(default=0.6, ge=0.0, le=1.0)
