@@ -166,13 +166,14 @@ async def burst(
 
 
 def linker_handled(base: str) -> float:
-    """The stack's linker events handled so far (every outcome), from its /metrics."""
+    """The stack's `vector` events the linker has acted on so far (every outcome but `ignored`: the
+    `sparse-only` events of memories written BM25-first are passed over at once), from its /metrics."""
     import httpx
 
     text = httpx.get(f"{base}/metrics", timeout=10).text
     total = 0.0
     for line in text.splitlines():
-        if line.startswith('episodic_agent_events_total{agent="linker"'):
+        if line.startswith('episodic_agent_events_total{agent="linker"') and 'outcome="ignored"' not in line:
             total += float(line.rsplit(" ", 1)[1])
     return total
 
