@@ -106,12 +106,13 @@ class Densifier:
     async def once(self) -> int:
         """One round; returns how many memories it handled (filled, or failed and counted)."""
         self.busy = True
+        size = self.round_size()
         try:
-            result = await asyncio.to_thread(
-                self.indexer.densify, self.round_size(), quarantine_after=self.quarantine_after
-            )
+            result = await asyncio.to_thread(self.indexer.densify, size, quarantine_after=self.quarantine_after)
         finally:
             self.busy = False
+        if self.cores is not None:  # a full round means more are waiting: background work (the linker) yields
+            self.cores.backlog(len(result.events) + result.failed >= size)
         if result.embedded:
             self.speed.observe(result.chars, result.embed_seconds)
         if result.failed:

@@ -12,7 +12,8 @@ Sub-batches are also halved while the cores are claimed (`token_budget`), so a r
 short forward pass before the embedder's threads shrink.
 
 Background work yields the other way: while bulk embedding runs (a pass of at least `BULK_PASS_TOKENS` word
-pieces within the last `BULK_HOLD_S`: a backlog, not the trickle of steady ingestion), the linker waits
+pieces within the last `BULK_HOLD_S`: a backlog, not the trickle of steady ingestion; or the densify loop
+said its last round was full, `backlog(True)`, which also covers the gaps between its rounds), the linker waits
 (`wait_bulk`, at most `YIELD_MAX_S` a batch) before its neighbour queries, so a burst's vectors come first
 and its edges a little later. Measured with `bench.bench_burst` (docs/benchmarks.md).
 
@@ -71,6 +72,7 @@ class CoreBudget:
         self._rate: dict[int, float] = {}  # threads -> word pieces per second (moving average)
         self._free_passes = 0
         self._bulk_until = 0.0
+        self._backlog = False
 
     @property
     def bulk(self) -> int:
@@ -130,10 +132,16 @@ class CoreBudget:
             old = self._rate.get(threads)
             self._rate[threads] = rate if old is None else old + ALPHA * (rate - old)
 
-    def bulk_running(self) -> bool:
-        """Whether bulk embedding (a backlog's full passes) ran within the last `BULK_HOLD_S`."""
+    def backlog(self, waiting: bool) -> None:
+        """The densify loop's last round was full (`waiting`: more memories wait for their vectors) or not."""
         with self._lock:
-            return self.clock() < self._bulk_until
+            self._backlog = waiting
+
+    def bulk_running(self) -> bool:
+        """Whether bulk embedding runs: a backlog's full pass within the last `BULK_HOLD_S`, or a backlog
+        that the densify loop reported."""
+        with self._lock:
+            return self._backlog or self.clock() < self._bulk_until
 
     def wait_bulk(self, max_s: float = YIELD_MAX_S, *, sleep: Callable[[float], None] = time.sleep) -> float:
         """Block (a worker thread, never the event loop) while bulk embedding runs, at most `max_s`; the

@@ -195,3 +195,54 @@ def test_full_passes_mean_bulk_embedding_and_background_work_waits_for_it_bounde
     assert BULK_HOLD_S <= waited < BULK_HOLD_S + 0.1 and not b.bulk_running()
     b.observe(2, BULK_TOKENS, 0.1)
     assert b.wait_bulk(0.2, sleep=sleep) < 0.3  # bounded: edges may lag, not stall
+
+
+def test_a_reported_backlog_counts_as_bulk_embedding_until_it_is_gone() -> None:
+    clock = Clock()
+    b = CoreBudget(cores=2, clock=clock)
+    b.backlog(True)  # the densify loop's round was full: more wait, even between its passes
+    clock.t += 60
+    assert b.bulk_running()
+    b.backlog(False)
+    assert not b.bulk_running()
+
+
+def test_a_full_densify_round_reports_a_backlog_and_a_short_one_clears_it() -> None:
+    import asyncio
+    from datetime import UTC, datetime
+    from typing import Any
+
+    from consumers.densify import DENSIFY_BULK, Densifier
+    from episodic.indexing.indexer import BatchResult
+    from episodic.kernel.metrics import Metrics
+    from schemas.events import IndexedEvent
+
+    def ev(i: int) -> IndexedEvent:
+        return IndexedEvent(
+            entry_id=f"e{i}", workspace_id="w", point_id=f"p{i}", indexed_at=datetime.now(UTC), mode="vector"
+        )
+
+    class Indexer:
+        def __init__(self) -> None:
+            self.sizes = [DENSIFY_BULK, 3]
+
+        def densify(self, limit: int, *, quarantine_after: int | None = None) -> BatchResult:
+            return BatchResult(events=[ev(i) for i in range(min(limit, self.sizes.pop(0)))])
+
+    async def publish(sends: Any) -> None:
+        return None
+
+    b = CoreBudget(cores=2)
+    d = Densifier(
+        indexer=Indexer(),  # type: ignore[arg-type]
+        metrics=Metrics(),
+        speed=None,  # type: ignore[arg-type]
+        publish=publish,
+        quarantine_after=3,
+        stopping=asyncio.Event(),
+        cores=b,
+    )
+    asyncio.run(d.once())
+    assert b.bulk_running()  # a full round: more wait for their vectors
+    asyncio.run(d.once())
+    assert not b.bulk_running()
