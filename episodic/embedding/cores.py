@@ -40,6 +40,7 @@ EXPLORE_EVERY = 16  # while the cores are free, every 16th pass runs on the coun
 ALPHA = 0.3  # weight of a new pass in the moving averages of word pieces per second
 BULK_PASS_TOKENS = BULK_TOKENS // 4  # a pass this full means a backlog (steady ingestion's passes are smaller)
 BULK_HOLD_S = 0.5  # bulk embedding counts as running this long after its last such pass
+BACKLOG_HOLD_S = 10.0  # a densify backlog report lasts this long unless renewed (a round takes seconds)
 YIELD_MAX_S = 30.0  # background work (the linker) waits for bulk embedding at most this long per batch
 YIELD_POLL_S = 0.05
 
@@ -72,7 +73,7 @@ class CoreBudget:
         self._rate: dict[int, float] = {}  # threads -> word pieces per second (moving average)
         self._free_passes = 0
         self._bulk_until = 0.0
-        self._backlog = False
+        self._backlog_until = 0.0
 
     @property
     def bulk(self) -> int:
@@ -133,15 +134,17 @@ class CoreBudget:
             self._rate[threads] = rate if old is None else old + ALPHA * (rate - old)
 
     def backlog(self, waiting: bool) -> None:
-        """The densify loop's last round was full (`waiting`: more memories wait for their vectors) or not."""
+        """The densify loop's last round was full (`waiting`: more memories wait for their vectors) or not.
+        A report lasts `BACKLOG_HOLD_S` unless renewed (a loop that stopped reporting holds nothing back)."""
         with self._lock:
-            self._backlog = waiting
+            self._backlog_until = self.clock() + BACKLOG_HOLD_S if waiting else 0.0
 
     def bulk_running(self) -> bool:
         """Whether bulk embedding runs: a backlog's full pass within the last `BULK_HOLD_S`, or a backlog
         that the densify loop reported."""
         with self._lock:
-            return self._backlog or self.clock() < self._bulk_until
+            now = self.clock()
+            return now < self._backlog_until or now < self._bulk_until
 
     def wait_bulk(self, max_s: float = YIELD_MAX_S, *, sleep: Callable[[float], None] = time.sleep) -> float:
         """Block (a worker thread, never the event loop) while bulk embedding runs, at most `max_s`; the

@@ -200,10 +200,15 @@ def test_full_passes_mean_bulk_embedding_and_background_work_waits_for_it_bounde
 def test_a_reported_backlog_counts_as_bulk_embedding_until_it_is_gone() -> None:
     clock = Clock()
     b = CoreBudget(cores=2, clock=clock)
+    from episodic.embedding.cores import BACKLOG_HOLD_S
+
     b.backlog(True)  # the densify loop's round was full: more wait, even between its passes
-    clock.t += 60
+    clock.t += BACKLOG_HOLD_S / 2
     assert b.bulk_running()
     b.backlog(False)
+    assert not b.bulk_running()
+    b.backlog(True)
+    clock.t += BACKLOG_HOLD_S + 1  # a loop that stopped reporting holds nothing back
     assert not b.bulk_running()
 
 
