@@ -54,26 +54,40 @@ def fusion_view(fusion: Fusion) -> dict[str, Any]:
             "piece_penalty": fusion.piece_penalty}  # fmt: skip
 
 
-def explain(
-    engine: RecallEngine, req: RecallRequest, result: RecallResult, model: QueryModel | None = None
-) -> Explanation:
-    """Each hit's place in each leg of `req` (see the module doc), with the query model `recall` used
-    (`RecallEngine.query_for`; made again when not given). Raises StoreError on store failure."""
-    _, using, fusion, qvec = model if model is not None else engine.query_for(req)
+def leg_rankings(engine: RecallEngine, req: RecallRequest, model: QueryModel) -> list[LegRanking]:
+    """The legs of `req` run alone with the query model `recall` uses (`RecallEngine.query_for`). It needs
+    nothing of the recall's answer, so a caller may run it beside the recall (Qdrant Edge releases the GIL
+    while it queries: two threads take 0.55x the time of one after the other). Raises StoreError."""
+    _, using, fusion, qvec = model
     scope = engine.scope_filter(req)
     sparse = engine.bm25.query(req.query)
-    prefetch = max(req.k, fusion.prefetch_limit)
     try:
         if req.mode == "dense" and qvec is not None:
-            rankings = engine.store.explain_legs(qvec.tolist(), sparse, scope, req.k, fusion, using=using)
-            rankings = [r for r in rankings if r.name == "dense"]
-        else:
-            vector = qvec.tolist() if (req.mode == "hybrid" and qvec is not None) else None
-            rankings = engine.store.explain_legs(vector, sparse, scope, req.k, fusion, using=using)
+            found = engine.store.explain_legs(qvec.tolist(), sparse, scope, req.k, fusion, using=using)
+            return [r for r in found if r.name == "dense"]
+        vector = qvec.tolist() if (req.mode == "hybrid" and qvec is not None) else None
+        return engine.store.explain_legs(vector, sparse, scope, req.k, fusion, using=using)
     except EpisodicError:
         raise
     except Exception as e:  # adapters should wrap; never let a raw driver error become a 500
         raise StoreError(f"store explain failed: {type(e).__name__}: {e}") from e
+
+
+def explain(
+    engine: RecallEngine,
+    req: RecallRequest,
+    result: RecallResult,
+    model: QueryModel | None = None,
+    rankings: list[LegRanking] | None = None,
+) -> Explanation:
+    """Each hit's place in each leg of `req` (see the module doc), with the query model `recall` used
+    (made again when not given) and the legs' rankings (`leg_rankings`; run here when not given). Raises
+    StoreError on store failure."""
+    model = model if model is not None else engine.query_for(req)
+    fusion = model[2]
+    if rankings is None:
+        rankings = leg_rankings(engine, req, model)
+    prefetch = max(req.k, fusion.prefetch_limit)
     rrf = req.mode == "hybrid" and fusion.method == "rrf" and len(rankings) > 1
     whys: dict[str, HitWhy] = {}
     for hit in result.hits:

@@ -9,6 +9,7 @@ them, and counting the look would raise their importance.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -23,12 +24,14 @@ from episodic.lifecycle.inspect import Forgotten, memory_detail, memory_page
 from episodic.maintenance.decay import DECAY_KEY, JOB_KIND
 from episodic.maintenance.health_job import window_days
 from episodic.maintenance.nudge import nudge_state
-from episodic.retrieval.explain import Explanation, explain
+from episodic.retrieval.explain import Explanation, explain, leg_rankings
 from episodic_client.models import MemoryDetail, RecallRequest
 from recall.deps import Services
 from recall.ui import charts
 
 HEALTH_DAYS = 14
+# The search page's why runs its legs here, beside the recall (bounded: two searches' legs at once)
+WHY = ThreadPoolExecutor(max_workers=2, thread_name_prefix="explorer-why")
 RUN_PAGES = 5  # a run's timeline: up to RUN_PAGES pages of MAX_PAGE memories (the newest ones)
 RUN_PAGE = 100
 
@@ -168,9 +171,14 @@ def search(services: Services, principal: Principal, req: RecallRequest) -> Sear
     authorize_recall(
         principal, workspace_id=req.workspace_id, scope=req.scope, agent_id=req.agent_id, crew_id=req.crew_id
     )
-    model = services.engine.query_for(req)  # the query embedded once, for the recall and its why
-    result = services.engine.recall(req, model=model)
-    return SearchResult(req, result.hits, result.degraded, explain(services.engine, req, result, model))
+    engine = services.engine
+    model = engine.query_for(req)  # the query embedded once, for the recall and its why
+    legs = WHY.submit(leg_rankings, engine, req, model)  # beside the recall: the store releases the GIL
+    try:
+        result = engine.recall(req, model=model)
+    finally:
+        rankings = legs.result()
+    return SearchResult(req, result.hits, result.degraded, explain(engine, req, result, model, rankings))
 
 
 # -- one memory --------------------------------------------------------------------------------------------------
