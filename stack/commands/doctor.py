@@ -86,6 +86,43 @@ def check_auth_config(settings: Settings) -> Check:
     return Check("auth", "OK", f"{len(tokens)} token(s), {tokens.admins} admin, from {settings.tokens_file}")
 
 
+def check_exposure(settings: Settings) -> list[Check]:
+    """What this configuration opens to whom (SECURITY.md): the embedded broker beyond loopback, Kafka
+    clients without SASL, /metrics open beyond loopback."""
+    from episodic_client.settings import is_loopback
+
+    out: list[Check] = []
+    if settings.embedded_broker and not is_loopback(settings.broker_host):
+        if settings.broker_insecure:
+            out.append(Check(
+                "broker-exposure", "WARN",
+                f"the embedded broker listens on {settings.broker_host} without authentication: whoever reaches it "
+                "writes entries as any agent and forgets any workspace",
+                "bind it to 127.0.0.1 (EPISODIC_BROKER_HOST), or run Kafka with SASL (EPISODIC_KAFKA_BOOTSTRAP)",
+            ))  # fmt: skip
+        else:
+            out.append(Check(
+                "broker-exposure", "FAIL",
+                f"EPISODIC_BROKER_HOST={settings.broker_host} is beyond loopback: the embedded broker will refuse "
+                "to start (it has no authentication)",
+                "bind it to 127.0.0.1, or run Kafka with SASL (EPISODIC_KAFKA_BOOTSTRAP)",
+            ))  # fmt: skip
+    elif not settings.embedded_broker and not settings.kafka_security_protocol.startswith("SASL"):
+        out.append(Check(
+            "kafka-auth", "WARN",
+            f"Kafka clients are not authenticated ({settings.kafka_security_protocol}): whoever reaches the broker "
+            "writes entries as any agent and forgets any workspace, around the recall service's tokens",
+            "use SASL (EPISODIC_KAFKA_SECURITY_PROTOCOL=SASL_SSL and the SASL settings; SECURITY.md)",
+        ))  # fmt: skip
+    if settings.tokens_file is not None and not is_loopback(settings.http_host) and not settings.metrics_admin_only:
+        out.append(Check(
+            "metrics-exposure", "WARN",
+            f"/metrics on {settings.http_host} answers without a token, and its health gauges name workspaces",
+            "set EPISODIC_METRICS_ADMIN_ONLY=true (Prometheus then sends an admin token), or keep the port private",
+        ))  # fmt: skip
+    return out or [Check("exposure", "OK", "nothing opened beyond what its tokens protect")]
+
+
 def check_quarantine(quarantined: int, where: str) -> Check:
     if not quarantined:
         return Check("backfill", "OK", f"no memory quarantined by the dense backfill in {where}")
@@ -308,6 +345,7 @@ def main(argv: list[str]) -> int:
         *(check_roles(settings) if broker[0].level == "OK" else []),
         *([qdrant] if qdrant else []),
         check_auth_config(settings),
+        *check_exposure(settings),
         *check_service(settings, url, token, workspace=args.workspace),
     ]
     if args.json:

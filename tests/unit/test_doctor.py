@@ -8,7 +8,7 @@ import httpx
 
 from episodic.kernel.settings import Settings
 from stack.commands.checks import LAG_WARN_RECORDS
-from stack.commands.doctor import check_service
+from stack.commands.doctor import check_exposure, check_service
 from stack.commands.doctor_roles import (
     ROLE_INPUTS,
     check_decay,
@@ -174,3 +174,21 @@ def test_a_workspace_in_the_red_health_band_is_a_warning_with_the_fix() -> None:
     assert "episodic health --workspace" in (health.fix or "")
     fine = check_health({'episodic_memory_health_workspaces{band="green"}': 3.0})
     assert fine.level == "OK" and "3 green" in fine.message
+
+
+def test_exposure_names_what_the_configuration_opens_with_the_fix(tmp_path: Any) -> None:
+    """SECURITY.md's surfaces as doctor sees them (issue 29)."""
+    tokens = tmp_path / "tokens.json"
+    assert [c.level for c in check_exposure(Settings())] == ["OK"]  # embedded broker on loopback, open on loopback
+    refused = check_exposure(Settings(broker_host="0.0.0.0"))
+    assert refused[0].name == "broker-exposure" and refused[0].level == "FAIL" and "refuse" in refused[0].message
+    assert check_exposure(Settings(broker_host="0.0.0.0", broker_insecure=True))[0].level == "WARN"
+    kafka = check_exposure(Settings(kafka_bootstrap="kafka:9092"))
+    assert kafka[0].name == "kafka-auth" and kafka[0].level == "WARN" and "SASL" in kafka[0].fix
+    sasl = Settings(kafka_bootstrap="kafka:9092", kafka_security_protocol="SASL_SSL",
+                    kafka_sasl_mechanism="SCRAM-SHA-512", kafka_sasl_username="episodic",
+                    kafka_sasl_password="a-secret-password")  # fmt: skip
+    assert [c.level for c in check_exposure(sasl)] == ["OK"]
+    metrics = check_exposure(Settings(tokens_file=tokens, http_host="0.0.0.0"))
+    assert [c.name for c in metrics] == ["metrics-exposure"] and "EPISODIC_METRICS_ADMIN_ONLY" in metrics[0].fix
+    assert check_exposure(Settings(tokens_file=tokens, http_host="0.0.0.0", metrics_admin_only=True))[0].level == "OK"
