@@ -271,6 +271,8 @@ class EmbeddingConsumer:
         if result.written:
             m.upsert_duration.observe(result.upsert_seconds)
             m.points_written.inc(result.written)
+        if result.stale:
+            m.stale_versions.inc(result.stale)
         if result.embed_failed:
             m.consumer_errors.labels(stage="embed").inc()
             self.densifier.wake()  # written sparse-only: the densify loop finds the failing text

@@ -14,13 +14,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 from episodic.domain.chunking import Scheme
 from episodic.embedding.generations import Generation, Loader, ModelSwitch, adopt, embedder_making, model_key, plan
 from episodic.kernel.metrics import Metrics
 from episodic.kernel.ports import Embedder, StateStore
 from episodic.kernel.settings import Settings
-from episodic.lifecycle.reembed import Progress, Reembedder
+from episodic.lifecycle.reembed import DEFAULT_MAX_FAILED, Progress, Reembedder, ReembedFailed
 from episodic.store.facade import QdrantStore
 
 log = logging.getLogger(__name__)
@@ -102,14 +103,27 @@ class ReembedRunner:
     must not wait on it)."""
 
     def __init__(
-        self, *, store: QdrantStore, state: StateStore, embedder: Embedder, switch: ModelSwitch, metrics: Metrics
+        self,
+        *,
+        store: QdrantStore,
+        state: StateStore,
+        embedder: Embedder,
+        switch: ModelSwitch,
+        metrics: Metrics,
+        max_failed: int = DEFAULT_MAX_FAILED,
     ) -> None:
         self.metrics = metrics
         self.switch = switch
         self._seen = (0, 0)
         self._stop = threading.Event()
         self.reembedder = Reembedder(
-            store=store, state=state, embedder=embedder, on_progress=self._progress, on_switch=self._switched
+            store=store,
+            state=state,
+            embedder=embedder,
+            on_progress=self._progress,
+            on_switch=self._switched,
+            max_failed=max_failed,
+            on_failed=self._failed,
         )
         self._thread: threading.Thread | None = None
 
@@ -138,6 +152,10 @@ class ReembedRunner:
         self.metrics.reembed_switches.inc()
         self.switch.refresh(force=True)  # this process moves at once; the others within their poll
 
+    def _failed(self, record: dict[str, Any]) -> None:
+        self.switch.refresh(force=True)  # the failed generation shows in the metric at once
+        self.metrics.reembed_ratio.set(1.0)
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="reembed", daemon=True)
         self._thread.start()
@@ -145,6 +163,8 @@ class ReembedRunner:
     def _run(self) -> None:
         try:
             self.reembedder.run(self._stop)
+        except ReembedFailed as e:
+            log.error("re-embed: %s (fix the model, then start again to retry)", e)
         except Exception:
             log.exception("re-embed: the pass stopped on an error; the next start resumes it")
 

@@ -12,6 +12,9 @@ flight, the consumer finishes and commits its batch in flight, then the HTTP ser
 store and the broker stop. A dead broker (30 s unreachable, or the embedded one exits) or a crashed role
 stops the stack with a non-zero status, except a stack of roles that do without Kafka (`episodic serve`):
 it starts and keeps answering while Kafka is away, with /healthz saying kafka "degraded".
+
+Size: a little over 400 lines: the stack's whole lifecycle (open, start the roles, watch, drain, stop) reads
+top to bottom here.
 """
 
 from __future__ import annotations
@@ -234,6 +237,8 @@ class Stack:
         self.embedder = embedder
         dim = embedder.dim if embedder is not None else DEFAULT_DIM
         self.store = store = await asyncio.to_thread(open_store, s, dim=dim, background_index=True)
+        if isinstance(store, QdrantStore):  # the write discipline's conflicts, counted per writer
+            store.on_conflict = lambda writer, n: self.metrics.write_conflicts.labels(writer=writer).inc(n)
         self.state = state = await asyncio.to_thread(open_state, store)
         self.bm25 = Bm25Encoder()
         if isinstance(store, QdrantStore):
@@ -246,7 +251,12 @@ class Stack:
             self.switch = switch
             if embedder is not None and documents and ReembedRunner.wanted(switch, embedder):
                 self.reembed = ReembedRunner(
-                    store=store, state=state, embedder=embedder, switch=switch, metrics=self.metrics
+                    store=store,
+                    state=state,
+                    embedder=embedder,
+                    switch=switch,
+                    metrics=self.metrics,
+                    max_failed=s.reembed_max_failed,
                 )
                 self.reembed.start()
 

@@ -46,7 +46,7 @@ from typing import Any
 
 from episodic.domain.context_mode import HEADER, ContextMode
 from episodic.domain.identity import point_id
-from episodic.kernel.ports import MemoryStore, Relation, SparseVec, merge_relations
+from episodic.kernel.ports import Change, MemoryStore, Relation, SparseVec, merge_relations
 from episodic.store.sparse import Bm25Encoder
 from schemas.events import EmbeddableRecord
 
@@ -240,18 +240,23 @@ class RunContext:
         plan.vectors[m.point_id] = self.bm25.document(folded_text(lines, m.summary, date))
 
     def apply(self, plan: Plan, created_at: str) -> None:
-        """Write the neighbours' edges (before the points: see the module doc). Each neighbour is read again
-        just before its write, so an edge another writer (the linker's `similar`) added since the plan's
-        read is kept."""
-        fresh = (
-            self.store.retrieve(sorted(plan.neighbours), fields=("entry_id", "relations")) if plan.neighbours else {}
-        )
-        for pid, edges in plan.neighbours.items():
-            payload = fresh.get(pid)
-            if payload is None:  # forgotten meanwhile
-                continue
-            if any([set_adjacent(payload, rel, dst, created_at) for rel, dst in edges.items()]):
-                self.store.set_payload(pid, {"relations": payload["relations"], "links": payload["links"]})
+        """Write the neighbours' edges (before the points: see the module doc), each under the write
+        discipline: an edge another writer (the linker's `similar`) adds meanwhile is kept."""
+
+        def change(pid: str, payload: dict[str, Any]) -> Change | None:
+            return adjacent_change(payload, plan.neighbours[pid], created_at)
+
+        if plan.neighbours:
+            self.store.update_memories(plan.neighbours, change, writer="run-edges", fields=("relations", "links"))
+
+
+def adjacent_change(payload: dict[str, Any], edges: dict[str, str], created_at: str) -> Change | None:
+    """The write that gives a memory (its `payload` as read) the run edges `edges` (relation -> entry id);
+    None when it has them."""
+    mine = {"entry_id": payload.get("entry_id"), "relations": payload.get("relations")}
+    if not any([set_adjacent(mine, rel, dst, created_at) for rel, dst in edges.items()]):
+        return None
+    return Change({"relations": mine["relations"], "links": mine["links"]})
 
 
 def scrub(
@@ -262,15 +267,22 @@ def scrub(
     run neighbours to each other. Returns the number of memories rewritten."""
     touched = 0
     if store.has_context:
-        for pid, payload in store.find_by_context(workspace_id, sorted(gone)):
-            if pid in removed:
-                continue
-            context = [c for c in payload.get("context") or [] if isinstance(c, dict) and c.get("entry_id") not in gone]
+
+        def change(pid: str, payload: dict[str, Any]) -> Change | None:
+            have = [c for c in payload.get("context") or [] if isinstance(c, dict)]
+            context = [c for c in have if c.get("entry_id") not in gone]
+            if len(context) == len(have):
+                return None  # rebuilt already (a retry after its own write)
             lines = [str(c.get("text", "")) for c in context]
             text = folded_text(lines, str(payload.get("summary", "")), payload.get("context_date") or None)
             fields = {"context": context, "context_ids": [str(c.get("entry_id")) for c in context]}
-            store.set_context(pid, bm25.document(text), fields)
-            touched += 1
+            return Change(fields, context=bm25.document(text))
+
+        pids = [pid for pid, _ in store.find_by_context(workspace_id, sorted(gone)) if pid not in removed]
+        report = store.update_memories(
+            pids, change, writer="context-scrub", fields=("entry_id", "summary", "context", "context_date")
+        )
+        touched += len(report.applied)
     touched += relink(store, workspace_id, gone, removed.values())
     return touched
 
@@ -312,17 +324,16 @@ def relink(store: MemoryStore, workspace_id: str, gone: set[str], removed: Itera
     if not pairs:
         return 0
     ids = {point_id(workspace_id, e): e for e in {*pairs, *pairs.values()}}
-    found = store.retrieve(sorted(ids))
-    by_entry = {ids[pid]: (pid, p) for pid, p in found.items()}
-    now = _iso(datetime.now(UTC))
-    written = 0
+    present = {ids[pid] for pid in store.retrieve(sorted(ids), fields=("entry_id",))}
+    edges: dict[str, dict[str, str]] = {}  # point id -> {relation: entry id}
     for before, after in pairs.items():
-        if before in by_entry and after in by_entry:
-            (bpid, bp), (apid, ap) = by_entry[before], by_entry[after]
-            if set_adjacent(bp, "next", after, now):
-                store.set_payload(bpid, {"relations": bp["relations"], "links": bp["links"]})
-                written += 1
-            if set_adjacent(ap, "previous", before, now):
-                store.set_payload(apid, {"relations": ap["relations"], "links": ap["links"]})
-                written += 1
-    return written
+        if before in present and after in present:
+            edges.setdefault(point_id(workspace_id, before), {})["next"] = after
+            edges.setdefault(point_id(workspace_id, after), {})["previous"] = before
+    now = _iso(datetime.now(UTC))
+
+    def change(pid: str, payload: dict[str, Any]) -> Change | None:
+        return adjacent_change(payload, edges[pid], now)
+
+    report = store.update_memories(edges, change, writer="relink", fields=("entry_id", "relations", "links"))
+    return len(report.applied)

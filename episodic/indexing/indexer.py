@@ -2,12 +2,15 @@
 
 Pure orchestration over the ports: one `embed_documents` call and one store upsert per batch.
 
-Size: a little over 400 lines: one batch's decisions (identity, ownership, duplicates, aliases) are taken in
-one loop, in batch order, with the batch's own state; splitting the loop would split that state.
+Size: over 400 lines: one batch's decisions (identity, ownership, versions, duplicates, aliases, the write
+discipline's re-reads) are taken in one loop, in batch order, with the batch's own state; splitting the
+loop would split that state.
 
 - Point ids are uuid5(workspace_id, entry id): re-delivery of the same id is idempotent and never resets
   reference_count, last_referenced_at or importance; a changed summary under the same id replaces text
-  and vectors and keeps those counters.
+  and vectors and keeps those counters. Versions are ordered by the acceptance stamp (`accepted_at`, the
+  gate's or the HTTP journal's clock, kept through re-delivery and replay): an older version never
+  overwrites a newer one (counted `stale`; the agent's own `ts` never decides).
 - Exact duplicates (same workspace, agent, entry_type and normalised summary) keep one point: the first
   id stays `entry_id`, later ids go to `aliases` (the newest `alias_limit` of them, so that a repeated
   heartbeat cannot grow a point and every response without bound), `occurrences` counts them all, and the
@@ -21,6 +24,7 @@ one loop, in batch order, with the batch's own state; splitting the loop would s
 - Run context and adjacency (`episodic.indexing.context`): each new memory of a run is indexed with the memories
   before it (a second BM25 vector over the context-folded text; `context` in its payload) and linked to its
   run neighbours by `previous` / `next` edges. Neither changes the summary nor the dense vector.
+
 """
 
 from __future__ import annotations
@@ -36,7 +40,17 @@ from episodic.domain.identity import dedup_key, point_id
 from episodic.indexing.context import RunContext
 from episodic.indexing.ownership import refusal
 from episodic.kernel.errors import StoreError
-from episodic.kernel.ports import DENSE, Embedder, MemoryPoint, MemoryStore, Relation, merge_relations
+from episodic.kernel.ports import (
+    DENSE,
+    REV,
+    REVS,
+    Change,
+    Embedder,
+    MemoryPoint,
+    MemoryStore,
+    Relation,
+    merge_relations,
+)
 from episodic.store.query import DENSIFY_FAILURES
 from episodic.store.rules import model_field
 from episodic.store.sparse import Bm25Encoder
@@ -47,11 +61,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+WRITE_ATTEMPTS = 8  # rounds of a batch's conditional writes before it fails (and comes back)
 DEFAULT_ALIAS_LIMIT = 20  # alias ids kept per memory (the newest); `occurrences` counts them all
 
-# Kept by a new version of a memory (a changed summary under the same id), near-duplicate folds included.
+# Kept by a new version of a memory (a changed summary under the same id), near-duplicate folds included,
+# and the write discipline's history (a conditional writer whose write was read still finds its token).
 COUNTER_FIELDS: tuple[str, ...] = ("reference_count", "last_referenced_at", "importance_score", "aliases")
-COUNTER_FIELDS += ("occurrences", "indexed_at", "folded", "agents", "folded_into")  # folded: until re-linked
+COUNTER_FIELDS += ("occurrences", "indexed_at", "folded", "agents", "folded_into", REVS)  # folded: until re-linked
 
 
 def _now() -> datetime:
@@ -79,6 +95,7 @@ class BatchResult:
     deferred: int = 0  # points written sparse first; their dense vectors come from `densify`
     chars: int = 0  # characters of the texts that were (or would have been) embedded
     failed: int = 0  # densify: memories whose text (or vector) failed this time
+    stale: int = 0  # older versions of stored memories (by acceptance stamp): not written
     quarantined: list[str] = field(default_factory=list)  # densify: "workspace/entry" that reached the limit
     refused: list[tuple[EmbeddableRecord, str]] = field(default_factory=list)  # another agent's id: (entry, error)
 
@@ -184,10 +201,18 @@ class Indexer:
         gen, embedder = self.switch.current()
         return embedder, gen.vector
 
-    def index_batch(self, records: list[EmbeddableRecord], *, defer_dense: bool = False) -> BatchResult:
+    def index_batch(
+        self, records: list[EmbeddableRecord], *, defer_dense: bool = False, _attempt: int = 1
+    ) -> BatchResult:
         """Index one batch. `defer_dense`: write the new points with their BM25 vectors only (searchable
         now, event mode "sparse-only") and leave the dense vectors to `densify`, which runs when the model
-        is free: the consumer asks for it when embedding inline would keep the batch invisible too long."""
+        is free: the consumer asks for it when embedding inline would keep the batch invisible too long.
+
+        Writes follow the store's write discipline: a point is written whole only while it is still at the
+        revision this batch read (or still absent), so a reference count, an edge or an alias another writer
+        gave it meanwhile is never lost; the records whose memory changed in between are indexed again from
+        a fresh read (up to `WRITE_ATTEMPTS` rounds, then StoreError: the batch is not committed and comes
+        back)."""
         result = BatchResult()
         if not records:
             return result
@@ -236,8 +261,11 @@ class Indexer:
             pid, key, ws = pids[i], keys[i], rec.workspace_id
             if taken(rec, pending[pid][1] if pid in pending else existing.get(pid)):  # another agent's id
                 continue
-            if pid in pending:  # same id twice in one batch: the later version wins, counters kept
-                _, payload = pending[pid]
+            if pid in pending:  # same id twice in one batch: the newer version wins, counters kept
+                earlier, payload = pending[pid]
+                if rec.accepted_at < earlier.accepted_at:  # an older version after a newer one (a retry)
+                    result.stale += 1
+                    continue
                 pending[pid] = (
                     rec,
                     _keep(payload, _payload(rec, indexed_at=payload["indexed_at"], model=None, key=key)),
@@ -246,6 +274,17 @@ class Indexer:
             if pid in existing:
                 old = existing[pid]
                 if old.get("summary") == rec.summary and old.get("entry_type") == rec.entry_type:
+                    event(rec, pid, "vector" if old.get("has_dense") else "sparse-only")
+                    continue
+                if older_version(rec, old):  # re-delivered or replayed: never overwrites the newer one
+                    result.stale += 1
+                    log.info(
+                        "indexer: %s/%s accepted at %s is older than the stored version (%s); not written",
+                        rec.workspace_id,
+                        rec.id,
+                        iso(rec.accepted_at),
+                        old.get("accepted_at"),
+                    )
                     event(rec, pid, "vector" if old.get("has_dense") else "sparse-only")
                     continue
                 new = _payload(rec, indexed_at=old.get("indexed_at") or indexed_at, model=None, key=key)
@@ -286,6 +325,7 @@ class Indexer:
 
         # Embed (one model call) and write (one upsert).
         points: list[MemoryPoint] = []
+        redo: BatchResult | None = None  # the records whose memory changed under the write, indexed again
         embedder, vector = self._model()
         if pending:
             items = list(pending.items())
@@ -318,18 +358,48 @@ class Indexer:
             self.runs.apply(
                 plan, indexed_at
             )  # the neighbours' edges first: a crash in between loses none on re-delivery
-            self.store.upsert(points)
+            expect = {pid: (existing.get(pid) or {}).get(REV) for pid, _ in items}
+            lost = set(self.store.upsert_if(points, expect, writer="indexer"))
             result.upsert_seconds = self.perf() - t0
-            result.written = len(points)
+            result.written = len(points) - len(lost)
             for pid, (rec, payload) in items:
-                event(rec, pid, "vector" if payload["has_dense"] else "sparse-only")
-        for pid, merged in alias_updates.items():
-            self.store.set_payload(pid, {"aliases": merged["aliases"], "occurrences": merged["occurrences"]})
+                if pid not in lost:
+                    event(rec, pid, "vector" if payload["has_dense"] else "sparse-only")
+            if lost:
+                if _attempt >= WRITE_ATTEMPTS:
+                    raise StoreError(f"indexer: {len(lost)} memories kept changing under {_attempt} writes")
+                again = [r for r in records if point_id(r.workspace_id, r.id) in lost]
+                log.info("indexer: %d memories changed since this batch read them; indexing them again", len(lost))
+                redo = self.index_batch(again, defer_dense=defer_dense, _attempt=_attempt + 1)
+        if alias_updates:
+            self._absorb(alias_updates)
+        if redo is not None:
+            _merge(result, redo)
+            events += redo.events
         # Events in input order: re-sort by the record order they were produced for.
         order = {(r.workspace_id, r.id): i for i, r in enumerate(records)}
         events.sort(key=lambda e: order.get((e.workspace_id, e.entry_id), 0))
         result.events = events
         return result
+
+    def _absorb(self, alias_updates: dict[str, dict[str, Any]]) -> None:
+        """The batch's duplicates into their owners' `aliases` and `occurrences`, under the write discipline:
+        each owner as it is at the write (another batch or an import may have added its own ids)."""
+        added = {
+            pid: [a for a in merged["aliases"] if a != merged.get("entry_id")] for pid, merged in alias_updates.items()
+        }
+
+        def change(pid: str, payload: dict[str, Any]) -> Change | None:
+            al = list(payload.get("aliases") or [])
+            new = [a for a in added[pid] if a not in al and a != payload.get("entry_id")]
+            if not new:
+                return None
+            al = (al + new)[-self.alias_limit :] if self.alias_limit else []
+            return Change({"aliases": al, "occurrences": int(payload.get("occurrences") or 1) + len(new)})
+
+        self.store.update_memories(
+            alias_updates, change, writer="aliases", fields=("entry_id", "aliases", "occurrences")
+        )
 
     def densify(self, limit: int = 32, *, quarantine_after: int | None = None) -> BatchResult:
         """Add dense vectors to up to `limit` memories that lack them (indexed sparse-only, or with the
@@ -365,11 +435,22 @@ class Indexer:
             if isinstance(v, BaseException):
                 self._densify_failed(result, pid, payload, v, quarantine_after)
                 continue
+            summary = payload.get("summary")
+            fields = {"has_dense": True, model_field(vector): embedder.model_id}
+            rows = {vector: v.tolist()}
+
+            def change(
+                _pid: str, now_read: dict[str, Any], summary: Any = summary, fields: Any = fields, rows: Any = rows
+            ) -> Change | None:
+                # the vector of this summary only: one replaced since the model ran gets its own vector
+                return Change(fields, vectors=rows) if now_read.get("summary") == summary else None
+
             try:
-                fields = {"has_dense": True, model_field(vector): embedder.model_id}
-                self.store.set_dense(pid, v.tolist(), fields, **named)
+                report = self.store.update_memories([pid], change, writer="densify", fields=("summary",))
             except StoreError as e:  # this vector is refused (StoreUnavailable propagates: retried later)
                 self._densify_failed(result, pid, payload, e, quarantine_after)
+                continue
+            if pid not in report.applied:
                 continue
             result.events.append(
                 IndexedEvent(
@@ -397,6 +478,44 @@ class Indexer:
             log.error("densify: %s failed %d times (%s); quarantined, it stays BM25-only", where, failures, error)
         else:
             log.warning("densify: %s failed (%d so far): %s", where, failures, error)
+
+
+def _vector_of(
+    summary: Any, fields: dict[str, Any], rows: dict[str, list[list[float]]]
+) -> Callable[[str, dict[str, Any]], Change | None]:
+    """The write of dense `rows` (and `fields`) made for `summary`: nothing when the memory's summary is another."""
+
+    def change(_pid: str, payload: dict[str, Any]) -> Change | None:
+        return Change(fields, vectors=rows) if payload.get("summary") == summary else None
+
+    return change
+
+
+def older_version(rec: EmbeddableRecord, stored: dict[str, Any]) -> bool:
+    """Whether `rec` is an older version of the stored memory: the acceptance stamps decide (the gate's, kept
+    through re-delivery and replay; never the agent's `ts`). A memory without a readable stamp is older."""
+    text = stored.get("accepted_at")
+    if not text:
+        return False
+    try:
+        then = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return rec.accepted_at < (then if then.tzinfo else then.replace(tzinfo=UTC))
+
+
+def _merge(into: BatchResult, other: BatchResult) -> None:
+    """Add a re-indexing round's result (the records whose memory changed under the first write)."""
+    into.embedded += other.embedded
+    into.written += other.written
+    into.embed_seconds += other.embed_seconds
+    into.upsert_seconds += other.upsert_seconds
+    into.context_seconds += other.context_seconds
+    into.embed_failed = into.embed_failed or other.embed_failed
+    into.deferred += other.deferred
+    into.chars += other.chars
+    into.stale += other.stale
+    into.refused += other.refused
 
 
 def embed_each_on_failure(embedder: Embedder, texts: list[str], *, what: str) -> list[Any]:

@@ -165,6 +165,20 @@ class Metrics:
             ["group"],
             registry=r,
         )
+        self.write_conflicts = Counter(
+            "episodic_store_write_conflicts_total",
+            "Conditional memory writes that found the memory changed since their read (re-read and retried), by writer",
+            ["writer"],
+            registry=r,
+        )
+        for writer in WRITERS:
+            self.write_conflicts.labels(writer=writer)
+        self.stale_versions = Counter(
+            "episodic_stale_versions_total",
+            "Entries not written because the store holds a newer version of them (by acceptance stamp): "
+            "re-deliveries and replays of older versions",
+            registry=r,
+        )
         self.sparse_only = Gauge("episodic_sparse_only", "1 while running without an embedder", registry=r)
         # forget (SPEC §11)
         self.forgets = Counter(
@@ -242,19 +256,25 @@ class Metrics:
             self.reembed_points.labels(outcome=outcome)
         self.embedding_generation = Gauge(
             "episodic_embedding_generation_info",
-            "1 for the active embedding generation (its model, vector and pieces) and for a pending one "
-            "(state=pending)",
+            "1 for the active embedding generation (its model, vector and pieces), for a pending one "
+            "(state=pending) and for the last re-embed that stopped as failed (state=failed)",
             ["state", "model", "vector", "pieces"],
             registry=r,
         )
         self.reembed_switches = Counter(
             "episodic_reembed_switches_total", "Switches to a new embedding generation made here", registry=r
         )
+        self.reembed_failed = Gauge(
+            "episodic_reembed_failed_points",
+            "Memories that failed the model of the last re-embed that stopped as failed (0: none failed since the "
+            "last switch)",
+            registry=r,
+        )
 
     def observe_generations(self, doc: dict[str, Any]) -> None:
         """The generations document (episodic.embedding.generations) as the info gauge."""
         self.embedding_generation.clear()
-        for state in ("active", "pending"):
+        for state in ("active", "pending", "failed"):
             gen = doc.get(state)
             if isinstance(gen, dict):
                 pieces = str(gen.get("pieces") or LEGACY)  # a generation recorded before its pieces were
@@ -264,6 +284,8 @@ class Metrics:
         if not doc.get("pending"):
             self.reembed_ratio.set(1.0)
             self.reembed_remaining.set(0)
+        failed = doc.get("failed")
+        self.reembed_failed.set(int(failed.get("failed") or 0) if isinstance(failed, dict) else 0)
 
     def observe_forgets(self, outcomes: Iterable[Any], left_out: int) -> None:
         """Forgets applied (`episodic.lifecycle.forget.ForgetOutcome`; re-deliveries not counted) and records left
@@ -410,6 +432,23 @@ class Metrics:
         self._health_labelled = labelled
         for b in BANDS:
             self.health_workspaces.labels(band=b).set(sum(1 for v in self._health_latest.values() if v[1] == b))
+
+
+# The writers under the store's write discipline (episodic.store's ownership table), the metric's labels.
+WRITERS = (
+    "indexer",
+    "aliases",
+    "densify",
+    "re-embed",
+    "import",
+    "decay",
+    "linker",
+    "relations",
+    "edges",
+    "run-edges",
+    "relink",
+    "context-scrub",
+)
 
 
 def _drop(gauge: Gauge, *labels: str) -> None:

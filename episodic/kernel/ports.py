@@ -12,7 +12,7 @@ would scatter the contract).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -242,6 +242,36 @@ def relations_payload(edges: list[dict[str, Any]]) -> dict[str, Any]:
     return {"relations": edges, "links": sorted({str(e["dst"]) for e in edges})}
 
 
+REV = "rev"  # payload: a memory's revision, a fresh token on every write of any of its fields (episodic.store)
+REVS = "revs"  # payload: the tokens of its last conditional writes (how a writer knows its write was applied)
+
+
+@dataclass
+class Change:
+    """What one conditional writer writes to one memory (`MemoryStore.update_memories`): `fields` merged
+    into its payload, `vectors` (named dense rows) and `context` (the context BM25 vector) replaced, or with
+    `delete` the memory removed."""
+
+    fields: dict[str, Any] = field(default_factory=dict)
+    vectors: dict[str, list[list[float]]] = field(default_factory=dict)
+    context: SparseVec | None = None
+    delete: bool = False
+
+
+@dataclass
+class WriteReport:
+    """How a conditional write went: `applied` (point ids written, or deleted), `unchanged` (the writer
+    had nothing to write), `missing` (no such memory, or it went meanwhile), `conflicts` (writes that
+    found the memory changed since their read: re-read and retried), `gave_up` (still conflicting after
+    the last attempt: nothing of this writer was written to them)."""
+
+    applied: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    missing: int = 0
+    conflicts: int = 0
+    gave_up: list[str] = field(default_factory=list)
+
+
 class MemoryStore(ABC):
     """The store port. Every query is scoped by a ScopeFilter (workspace isolation at the boundary).
 
@@ -262,6 +292,33 @@ class MemoryStore(ABC):
     @abstractmethod
     def upsert(self, points: list[MemoryPoint]) -> None:
         """Insert or replace whole points (vectors and payload)."""
+
+    @abstractmethod
+    def upsert_if(self, points: list[MemoryPoint], expect: Mapping[str, str | None], *, writer: str) -> list[str]:
+        """Write whole points, each only while the memory is still at the revision (payload `rev`) its
+        writer read (`expect`; None: it was absent, or written before revisions). Returns the point ids
+        another writer changed since (not written: re-read and decide again). Counted per `writer`.
+
+        Raises:
+            StoreError: a point without an expected revision, or one the store refuses."""
+
+    @abstractmethod
+    def update_memories(
+        self,
+        point_ids: Iterable[str],
+        change: Callable[[str, dict[str, Any]], Change | None],
+        *,
+        writer: str,
+        fields: Sequence[str] | None = None,
+        attempts: int = 8,
+    ) -> WriteReport:
+        """Read-modify-write under the write discipline: each memory is read (only `fields` when given), its
+        `Change` computed by `change(point_id, payload)` (None: nothing to write) and written only while the
+        memory is still at the revision read; one changed meanwhile is read again and `change` asked again
+        (up to `attempts`). `change` must be a pure function of the payload it gets (see the facade).
+
+        Returns:
+            The WriteReport (applied, unchanged, missing, conflicts, gave_up)."""
 
     @abstractmethod
     def retrieve(self, point_ids: list[str], *, fields: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:

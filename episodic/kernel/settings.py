@@ -164,6 +164,13 @@ class Settings(BaseSettings, ClientSettings):
         description="failed attempts to embed a memory's text before the backfill quarantines it (it stays "
         "BM25-only; /v1/memory/stats and `episodic doctor` count it)",
     )
+    reembed_max_failed: int = Field(
+        default=5,
+        ge=0,
+        le=1_000_000_000,
+        description="memories that may fail a re-embed's new model (quarantined) for the pass to switch to it; "
+        "more, and the pass stops as failed with the old model still active",
+    )
     alias_limit: int = Field(
         default=20,
         ge=0,

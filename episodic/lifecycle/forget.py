@@ -11,14 +11,23 @@ before the batch is indexed, `Forgetter.admit` on the batch's entries. What "bef
   for that no memory has yet are tombstoned for that agent only (another agent's entry of that id passes).
 - **By agent, run or the whole workspace**: besides the tombstones of the memories removed, a rule (one
   state document per workspace lists them) keeps out the entries of the selection that were still on their
-  way when the forget was requested. An entry of the selection is kept out when any of these holds:
-  its `ts` is at or before the forget's `requested_at` (its history up to the forget, however late it
-  arrives: a lagging gate, a replay); the gate accepted it (`accepted_at`) at or before `requested_at`;
-  or it lies before the forget on the same `journal.embeddable` partition (re-delivery of what preceded it,
-  whatever the clocks say). Entries of the selection written after the forget, with a later `ts`, are new
-  memories and are indexed. The rule takes effect as soon as the broker holds the forget (`announce`, by
-  the recall service), so a backlog of the selection queued ahead of the forget is left out, not embedded
-  and then removed; the consumer still applies the forget at its place in the stream.
+  way when the forget was requested. "Before the forget" is decided by the acceptance stamp alone: an entry
+  of the selection is kept out when the gate (or the HTTP journal) accepted it (`accepted_at`, written into
+  the record, kept through re-delivery and replay of `journal.embeddable`) at or before the forget's
+  `requested_at`. Both stamps come from the pipeline's clocks, not the agent's and not the broker's: the
+  entry's own `ts` never decides (an agent with a slow clock, or one flushing a buffer, writes entries
+  with an old `ts` after the forget: they are new and indexed), and neither does the position on the topic
+  (offsets start again from 0 when the embedded broker restarts or a topic is re-created; a rule anchored
+  to an offset would then keep every new entry of the selection out). The rule takes effect as soon as the
+  broker holds the forget (`announce`, by the recall service), so a backlog of the selection queued ahead
+  of the forget is left out, not embedded and then removed; the consumer still applies the forget at its
+  place in the stream. **Retired**: a rule goes `RULE_HORIZON` (7 days, Kafka's default retention) after
+  its `requested_at`, when nothing accepted before it can still be on its way.
+- **Every id a memory absorbed**: a memory keeps only its newest aliases, but every exact duplicate it
+  absorbed shares its dedup key (workspace, agent, entry type, normalised text). Removing a memory
+  tombstones that key too (kind `forgotten_text`): an entry with that key accepted at or before the forget
+  (a re-delivered duplicate whose id the alias list had pushed out: the 30 heartbeats) stays out; the same
+  text accepted after the forget is a new memory.
 
 Applying removes the memories that match (a forgotten alias takes its whole memory with it: an alias is the same
 text; a near duplicate folded into another memory is its own point, so forgetting it, or its agent, takes only
@@ -40,13 +49,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
 
 import msgspec
 
-from episodic.domain.identity import point_id
+from episodic.domain.identity import dedup_key, point_id
 from episodic.indexing.context import scrub
 from episodic.indexing.folding import unfold
 from episodic.kernel.ports import MemoryStore, Selection, StateStore
@@ -59,8 +68,11 @@ log = logging.getLogger(__name__)
 STATUS = "forget"  # forget id -> its status document
 TOMBSTONE = "tombstone"  # tombstone_key(workspace, entry id) -> {workspace_id, entry_id, forget_id, at}
 RULES = "forget_rules"  # workspace id -> {"workspace_id", "rules": [rule, ...]}
+TEXT_TOMBSTONE = "forgotten_text"  # tombstone_key(workspace, dedup key) -> {workspace_id, forget_id, before}
 EARLY = "forget_early"  # forget id -> {"workspace_id", "rule": rule}: queued, not applied yet (see `announce`)
 MAX_EARLY = 10_000  # early rules read per batch (each lives from its forget's queueing to its application)
+
+RULE_HORIZON = timedelta(days=7)  # a rule is retired this long after its forget (nothing older can still arrive)
 
 PENDING, APPLIED, FAILED = "pending", "applied", "failed"
 PAGE = 256  # memories removed per step
@@ -180,12 +192,16 @@ def _rule(forget: ForgetRecord, position: Position | None) -> dict[str, Any]:
 
 
 def _supersedes(new: dict[str, Any], old: dict[str, Any]) -> bool:
-    """A whole-workspace rule keeps out everything an older rule does (its cut-offs are no earlier)."""
-    if not new["all"] or parse_iso(old["before"]) > parse_iso(new["before"]):
+    """A whole-workspace rule keeps out everything an older rule does (its cut-off is no earlier)."""
+    return bool(new["all"]) and parse_iso(old["before"]) <= parse_iso(new["before"])
+
+
+def retired(rule: dict[str, Any], now: datetime) -> bool:
+    """Whether nothing the rule covers can still arrive (`RULE_HORIZON` after its forget)."""
+    try:
+        return now - parse_iso(str(rule["before"])) > RULE_HORIZON
+    except (KeyError, ValueError):
         return False
-    if old["partition"] is None:
-        return True
-    return bool(old["partition"] == new["partition"] and new["offset"] is not None and new["offset"] >= old["offset"])
 
 
 def selects(rule: dict[str, Any], agent_id: str | None, run_id: str | None) -> bool:
@@ -193,19 +209,10 @@ def selects(rule: dict[str, Any], agent_id: str | None, run_id: str | None) -> b
     return rule.get("agent_id") in (None, agent_id) and rule.get("run_id") in (None, run_id)
 
 
-def covers(rule: dict[str, Any], record: EmbeddableRecord, position: Position | None) -> bool:
-    """True when `rule` keeps `record` out (see the module doc for what counts as before the forget)."""
-    if not selects(rule, record.agent_id, record.run_id):
-        return False
-    before = parse_iso(rule["before"])
-    if record.ts_datetime <= before or record.accepted_at <= before:
-        return True
-    return (
-        position is not None
-        and rule.get("partition") == position.partition
-        and rule.get("offset") is not None
-        and position.offset < rule["offset"]
-    )
+def covers(rule: dict[str, Any], record: EmbeddableRecord, position: Position | None = None) -> bool:
+    """True when `rule` keeps `record` out: the record is of the rule's selection and was accepted at or
+    before the forget (the module doc says why neither `ts` nor `position` decides; `position` is unused)."""
+    return selects(rule, record.agent_id, record.run_id) and record.accepted_at <= parse_iso(rule["before"])
 
 
 @dataclass(slots=True)
@@ -265,12 +272,20 @@ class Forgetter:
         for _, doc in self.state.scan(EARLY, limit=MAX_EARLY):
             if isinstance(doc.get("rule"), dict):
                 rules.setdefault(str(doc.get("workspace_id")), []).append(doc["rule"])
+        texts = [
+            tombstone_key(r.workspace_id, dedup_key(r.workspace_id, r.agent_id, r.entry_type, r.summary))
+            for r in records
+        ]
+        dead_texts = self.state.get_many(TEXT_TOMBSTONE, sorted(set(texts)))
         kept: list[EmbeddableRecord] = []
         out: list[EmbeddableRecord] = []
-        for rec, pos in zip(records, where, strict=True):
+        for rec, pos, text_key in zip(records, where, texts, strict=True):
             tomb = dead.get(tombstone_key(rec.workspace_id, rec.id))
-            if (tomb is not None and tomb.get("agent_id") in (None, rec.agent_id)) or any(
-                covers(rule, rec, pos) for rule in rules.get(rec.workspace_id, ())
+            text = dead_texts.get(text_key)
+            if (
+                (tomb is not None and tomb.get("agent_id") in (None, rec.agent_id))
+                or (text is not None and rec.accepted_at <= parse_iso(str(text.get("before"))))
+                or any(covers(rule, rec, pos) for rule in rules.get(rec.workspace_id, ()))
             ):
                 out.append(rec)
             else:
@@ -359,7 +374,8 @@ class Forgetter:
         if any(r.get("forget_id") == forget.forget_id for r in rules):
             return
         new = _rule(forget, position)
-        rules = [r for r in rules if not _supersedes(new, r)] + [new]
+        now = self.clock()
+        rules = [r for r in rules if not _supersedes(new, r) and not retired(r, now)] + [new]
         self.state.put(RULES, ws, {"workspace_id": ws, "rules": rules})
 
     def _tombstone(
@@ -383,6 +399,22 @@ class Forgetter:
             if docs:
                 self.state.put_many(TOMBSTONE, docs)
 
+    def _tombstone_texts(self, forget: ForgetRecord, payloads: Iterable[dict[str, Any]]) -> None:
+        """The dedup keys of the removed memories: every duplicate they absorbed (also the ids their alias
+        lists no longer name) accepted before the forget stays out (see the module doc)."""
+        ws = forget.workspace_id
+        keys = {tombstone_key(ws, str(p["dedup_key"])) for p in payloads if p.get("dedup_key")}
+        before = iso(forget.requested_at)
+        for chunk in _chunks(sorted(keys), PAGE):
+            have = self.state.get_many(TEXT_TOMBSTONE, chunk)
+            docs = {
+                k: {"workspace_id": ws, "forget_id": forget.forget_id, "before": before}
+                for k in chunk
+                if k not in have or parse_iso(str(have[k].get("before"))) < forget.requested_at
+            }
+            if docs:
+                self.state.put_many(TEXT_TOMBSTONE, docs)
+
     def _remove(self, forget: ForgetRecord, targets: dict[str, dict[str, Any]], outcome: ForgetOutcome) -> None:
         """Tombstone the ids of `targets`, cut the edges that point at them, delete them (in that order, so
         that a crash half-way leaves nothing that could come back)."""
@@ -394,6 +426,7 @@ class Forgetter:
             roles[str(payload.get("entry_id"))] = "memory"
             outcome.edges += len(payload.get("relations") or [])
         self._tombstone(forget, roles, outcome.at)
+        self._tombstone_texts(forget, targets.values())
         if not forget.selector.all:  # edges never cross workspaces: a whole-workspace forget leaves none behind
             gone = set(roles)
             for chunk in _chunks(sorted(gone), PAGE):

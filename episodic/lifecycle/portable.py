@@ -43,8 +43,9 @@ from episodic.domain.identity import dedup_key, point_id
 from episodic.embedding.generations import Generation, model_key
 from episodic.indexing.context import cut_out, folded_text, shown_context
 from episodic.indexing.folding import FOLDED_INTO, folded_entries, owner_fields
-from episodic.indexing.indexer import iso, memory_payload
-from episodic.kernel.ports import DENSE, Embedder, MemoryPoint, MemoryStore, Selection, SparseVec, StateStore
+from episodic.indexing.indexer import WRITE_ATTEMPTS, iso, memory_payload, older_version
+from episodic.kernel.errors import EpisodicError
+from episodic.kernel.ports import DENSE, REV, REVS, Embedder, MemoryPoint, MemoryStore, Selection, SparseVec, StateStore
 from episodic.lifecycle.forget import TOMBSTONE, Forgetter, tombstone_key
 from episodic.store.rules import is_pieces_field, model_field
 from episodic.store.sparse import Bm25Encoder
@@ -194,6 +195,7 @@ class ImportReport:
     forgotten: list[str] = field(default_factory=list)  # "workspace/entry" left out by the target's forgets
     aliases_dropped: int = 0
     workspaces: set[str] = field(default_factory=set)
+    stale: list[str] = field(default_factory=list)  # "workspace/entry" the target holds a newer version of
 
 
 def _record(item: Imported, now: datetime) -> EmbeddableRecord:
@@ -223,9 +225,12 @@ class Importer:
         bm25: Bm25Encoder,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         generation: Generation | None = None,
+        force: bool = False,
     ) -> None:
         """`generation`: the target's active generation (its model and pieces decide which rows are carried
-        over; `embedder`, if any, must make it); None: the embedder's own (a store without generations)."""
+        over; `embedder`, if any, must make it); None: the embedder's own (a store without generations).
+        `force`: replace a memory even when the target holds a newer version of it (by acceptance stamp)."""
+        self.force = force
         self.store, self.state, self.embedder, self.bm25, self.clock = store, state, embedder, bm25, clock
         # the generation the rows are written to: the target's, else the embedder's own
         self.target = generation or (Generation.made(DENSE, embedder) if embedder is not None else None)
@@ -286,13 +291,34 @@ class Importer:
                     context=self._context(payload, rec.summary),
                 )
             )
-        existing = self.store.retrieve([p.point_id for p in points], fields=("entry_id",))
-        try:
-            self.store.upsert(points)
+        existing = self.store.retrieve([p.point_id for p in points], fields=("entry_id", REV, REVS, "accepted_at"))
+        if not self.force:  # an older version never replaces a newer one (by acceptance stamp) unless forced
+            accepted = {point_id(rec.workspace_id, rec.id): rec for _, rec in todo}
+            newer = {
+                p.point_id
+                for p in points
+                if p.point_id in existing and older_version(accepted[p.point_id], existing[p.point_id])
+            }
+            report.stale += [f"{accepted[pid].workspace_id}/{accepted[pid].id}" for pid in sorted(newer)]
+            points = [p for p in points if p.point_id not in newer]
+        replaced = set(existing) & {p.point_id for p in points}
+        try:  # an imported memory replaces the stored one whole, as it is at the write (the write discipline)
+            todo_points, attempts = points, 0
+            while todo_points:
+                attempts += 1
+                expect = {p.point_id: (existing.get(p.point_id) or {}).get(REV) for p in todo_points}
+                for p in todo_points:  # the write discipline's history of the memory it replaces
+                    p.payload[REVS] = (existing.get(p.point_id) or {}).get(REVS)
+                lost = set(self.store.upsert_if(todo_points, expect, writer="import"))
+                if lost and attempts >= WRITE_ATTEMPTS:
+                    raise EpisodicError(f"{len(lost)} memories kept changing under the import's writes")
+                todo_points = [p for p in todo_points if p.point_id in lost]
+                existing = self.store.retrieve(sorted(lost), fields=("entry_id", REV, REVS)) if lost else {}
+                replaced |= set(existing)
         except Exception as e:
             raise ImportFailed(report.written, e) from e
         report.written += len(points)
-        report.replaced += len(existing)
+        report.replaced += len(replaced)
 
     def _context(self, payload: dict[str, Any], summary: str) -> SparseVec | None:
         """The context vector, computed again from the context lines the memory was indexed with (None when

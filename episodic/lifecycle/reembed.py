@@ -15,6 +15,14 @@ new one, in one write: every process's `ModelSwitch` moves to it within its poll
 (which fills memories without the *active* vector) catches the stragglers. The old vector is dropped
 `retire_after_s` later, once every process has stopped querying it.
 
+**Only on success.** The switch needs the new vector on every memory but at most `max_failed` (quarantined
+ones count as failures; default 5, `EPISODIC_REEMBED_MAX_FAILED`), and no memory still being retried: a
+model that fails on more stops the pass as failed (`ReembedFailed`): the old generation stays active with
+its vectors, the pending vector is retired, and the generations document keeps `failed` (the model, the
+counts, the reason) for `episodic reindex --status`, the metrics (`episodic_embedding_generation_info
+{state="failed"}`, `episodic_reembed_failed_points`) and `episodic doctor`. `episodic reindex` exits 1
+with the reason.
+
 **Failures.** A text the model fails on is embedded alone; one that still fails gets `reembed_failures`
 counted in its payload and leaves the pass at `quarantine_after` (the densify backfill retries it after the
 switch). One run at a time: the document holds a lease (`holder`, `lease_until`), renewed every page.
@@ -34,7 +42,7 @@ from typing import Any
 from episodic.embedding.generations import Generation, model_field, read, write
 from episodic.indexing.indexer import embed_each_on_failure
 from episodic.kernel.errors import EpisodicError
-from episodic.kernel.ports import Embedder, StateStore
+from episodic.kernel.ports import Change, Embedder, StateStore
 from episodic.store.facade import QdrantStore
 
 log = logging.getLogger(__name__)
@@ -46,6 +54,13 @@ RETIRE_ATTEMPTS = 10  # then the old vector stays (it costs disk, not correctnes
 
 class ReembedBusy(EpisodicError):
     """Another process holds the re-embed's lease."""
+
+
+class ReembedFailed(EpisodicError):
+    """The pass stopped as failed: too many memories failed the new model (the old generation stays)."""
+
+
+DEFAULT_MAX_FAILED = 5  # memories that may fail the new model (quarantined) for the switch to happen
 
 
 @dataclass
@@ -80,6 +95,8 @@ class Reembedder:
         wall: Callable[[], float] = time.time,
         on_progress: Callable[[Progress], None] | None = None,
         on_switch: Callable[[Generation], None] | None = None,
+        max_failed: int = DEFAULT_MAX_FAILED,
+        on_failed: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         if page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
@@ -93,6 +110,11 @@ class Reembedder:
         self.wall = wall
         self.on_progress = on_progress
         self.on_switch = on_switch
+        if max_failed < 0:
+            raise ValueError(f"max_failed must be >= 0, got {max_failed}")
+        self.max_failed = max_failed
+        self.on_failed = on_failed
+        self.last_error: str | None = None  # the model's last error on a text (kept with a failed pass)
         self.holder = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
     # -- one step -------------------------------------------------------------------------------------
@@ -127,12 +149,19 @@ class Reembedder:
             written, failed = self._embed_page(gen, page)
             pending["done"] = int(pending.get("done") or 0) + written
             pending["failed"] = int(pending.get("failed") or 0) + failed
+            if failed and self.last_error:
+                pending["last_error"] = self.last_error
         pending.update(cursor=nxt, holder=self.holder, lease_until=now + self.lease_s)
         if nxt is None:
             remaining = self.store.count_without_vector(
                 gen.vector, failures=FAILURES, quarantine_after=self.quarantine_after
             )
-            if remaining <= self.page_size:
+            retrying = self.store.count_failing(gen.vector, failures=FAILURES, quarantine_after=self.quarantine_after)
+            if remaining <= self.page_size and retrying == 0:
+                missing = self.store.count_without_vector(gen.vector, failures=FAILURES)
+                failed = missing - remaining  # quarantined: the model failed on them `quarantine_after` times
+                if failed > self.max_failed:
+                    self._fail(doc, gen, pending, failed)
                 self._switch(doc, gen)
                 return False
             pending["sweeps"] = int(pending.get("sweeps") or 0) + 1
@@ -144,12 +173,24 @@ class Reembedder:
         texts = [str(p.get("summary") or "") for _, p in page]
         vecs = embed_each_on_failure(self.embedder, texts, what="re-embed")
         rows = {pid: v.tolist() for (pid, _), v in zip(page, vecs, strict=True) if not isinstance(v, BaseException)}
-        written = self.store.set_vectors(gen.vector, rows, {model_field(gen.vector): gen.model}) if rows else 0
+        summaries = {pid: p.get("summary") for pid, p in page}
+        fields = {model_field(gen.vector): gen.model}
+
+        def change(pid: str, payload: dict[str, Any]) -> Change | None:
+            # the vector of the summary that was embedded: one the consumer replaced meanwhile is left to
+            # the next sweep (its new text is embedded then)
+            return Change(fields, vectors={gen.vector: rows[pid]}) if payload.get("summary") == summaries[pid] else None
+
+        report = self.store.update_memories(rows, change, writer="re-embed", fields=("summary",)) if rows else None
+        written = len(report.applied) if report is not None else 0
         failures = {
             pid: {FAILURES: int(p.get(FAILURES) or 0) + 1}
             for (pid, p), v in zip(page, vecs, strict=True)
             if isinstance(v, BaseException)
         }
+        errors = [v for v in vecs if isinstance(v, BaseException)]
+        if errors:
+            self.last_error = f"{type(errors[0]).__name__}: {errors[0]}"[:300]
         if failures:
             log.warning("re-embed: %d texts failed with %s (counted; retried next sweep)", len(failures), gen.model)
             self.store.set_payloads(failures)
@@ -159,13 +200,45 @@ class Reembedder:
         old = Generation.of(doc["active"])
         retired = [*(doc.get("retired") or []), {"vector": old.vector, "model": old.model, "at": self.wall()}]
         write(
-            self.state, {**doc, "active": gen.as_doc(), "pending": None, "retired": retired, "switched_at": self.wall()}
+            self.state,
+            {
+                **doc,
+                "active": gen.as_doc(),
+                "pending": None,
+                "failed": None,
+                "retired": retired,
+                "switched_at": self.wall(),
+            },
         )
         self.store.use_dense_vector(gen.vector)  # this process at once; the others through their ModelSwitch
         log.info("re-embed: done; %s is active (vector %s), %s retires", gen.model, gen.vector, old.vector)
         if self.on_switch is not None:
             self.on_switch(gen)
         self._report(gen, {}, switched=True)
+
+    def _fail(self, doc: dict[str, Any], gen: Generation, pending: dict[str, Any], failed: int) -> None:
+        total = self.store.count()
+        got = total - self.store.count_without_vector(gen.vector, failures=FAILURES)
+        reason = (
+            f"{failed} of {total} memories failed the model {gen.model} {self.quarantine_after} times "
+            f"(at most {self.max_failed} may: EPISODIC_REEMBED_MAX_FAILED); {got} got its vector"
+        )
+        old = Generation.of(doc["active"])
+        record = {
+            **gen.as_doc(),
+            "reason": reason,
+            "failed": failed,
+            "embedded": got,
+            "total": total,
+            "at": self.wall(),
+            "last_error": pending.get("last_error"),
+        }
+        retired = [*(doc.get("retired") or []), {"vector": gen.vector, "model": gen.model, "at": self.wall()}]
+        write(self.state, {**doc, "pending": None, "failed": record, "retired": retired})
+        log.error("re-embed: stopped as failed: %s; %s stays active (vector %s)", reason, old.model, old.vector)
+        if self.on_failed is not None:
+            self.on_failed(record)
+        raise ReembedFailed(f"the re-embed to {gen.model} failed: {reason}; {old.model} stays active")
 
     def _report(self, gen: Generation, pending: dict[str, Any], *, switched: bool) -> None:
         if self.on_progress is None:
@@ -233,6 +306,8 @@ class Reembedder:
             except ReembedBusy as e:
                 log.info("re-embed: %s; waiting", e)
                 stop.wait(self.lease_s / 4)
+            except ReembedFailed:
+                raise
             except EpisodicError as e:
                 log.warning("re-embed: a page failed (retried): %s", e)
                 stop.wait(idle_s)

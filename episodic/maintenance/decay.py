@@ -40,7 +40,7 @@ from episodic.indexing.context import cut_out
 from episodic.indexing.folding import unfold
 from episodic.kernel.errors import EpisodicError
 from episodic.kernel.metrics import DECAY_ACTIONS, Metrics
-from episodic.kernel.ports import MemoryStore, StateStore
+from episodic.kernel.ports import Change, MemoryStore, StateStore
 from episodic.lifecycle.forget import TOMBSTONE, tombstone_key, tombstone_retired
 from schemas.events import ARCHIVED_PAYLOAD_CHARS, ArchivedRecord
 
@@ -337,7 +337,21 @@ class DecayJob:
                 updates[pid] = {"importance_score": value}
         if expired:
             self._expire(expired, report)
-        report.updated += self.store.set_payloads(updates)
+        if not updates:
+            return
+
+        def change(_pid: str, payload: dict[str, Any]) -> Change | None:
+            # from the memory as it is at the write: a reference counted since the page was read counts
+            value = importance_of(payload, ref)
+            old = payload.get("importance_score")
+            return (
+                None
+                if isinstance(old, int | float) and abs(float(old) - value) < CHANGED
+                else Change({"importance_score": value})
+            )
+
+        done = self.store.update_memories(updates, change, writer="decay", fields=(*DECAY_FIELDS, "importance_score"))
+        report.updated += len(done.applied)
 
     def _retired(self, page: list[tuple[str, dict[str, Any]]]) -> set[str]:
         """The memories of the page that an earlier run archived and tombstoned but died before deleting: they

@@ -87,8 +87,8 @@ def accepted_ids(state: StateStore, workspace_id: str) -> dict[str, str]:
 def left_out(state: StateStore, workspace_id: str, entries: dict[str, dict[str, Any]]) -> set[str]:
     """Which of a workspace's accepted entries (entry id -> {"agent_id", "run_id", "ts", "accepted_at"}, as
     the health agent's ledger keeps them) a forget took or keeps out: tombstoned (for their agent), or
-    before a rule's cut-off by `ts` or `accepted_at` (the partition condition needs a position, which a
-    ledger does not keep). Entries without times are judged by their tombstones only."""
+    accepted at or before a rule's cut-off (`accepted_at`, as the consumer's rule decides: never `ts`).
+    Entries without an acceptance stamp are judged by their tombstones only."""
     if not entries:
         return set()
     out: set[str] = set()
@@ -102,7 +102,7 @@ def left_out(state: StateStore, workspace_id: str, entries: dict[str, dict[str, 
     for e, doc in entries.items():
         if e in out or not rules:
             continue
-        times = [parse_iso(str(doc[k])) for k in ("ts", "accepted_at") if doc.get(k)]
+        times = [parse_iso(str(doc[k])) for k in ("accepted_at",) if doc.get(k)]
         for rule in rules:
             if selects(rule, doc.get("agent_id"), doc.get("run_id")) and any(
                 t <= parse_iso(rule["before"]) for t in times

@@ -47,11 +47,12 @@ from typing import Any
 import numpy as np
 
 from episodic.domain.folding import FOLDED_INTO, FoldRule, compatible, near_duplicate
+from episodic.domain.identity import point_id
 from episodic.embedding.cores import CoreBudget
 from episodic.indexing.context import ADJACENT as RUN_EDGES
 from episodic.indexing.folding import fold, unfold
 from episodic.kernel.errors import StoreError
-from episodic.kernel.ports import DENSE, MemoryStore, SimilarRequest, StoredHit, relations_payload
+from episodic.kernel.ports import DENSE, Change, MemoryStore, SimilarRequest, StoredHit, relations_payload
 from episodic.store.rules import pieces_field
 from schemas.events import IndexedEvent
 
@@ -187,37 +188,63 @@ class Linker:
                 {"dst": c.entry_id, "relation": SIMILAR, "weight": round(min(1.0, c.cosine), 6), "created_at": now}
                 for c in chosen
             ]
-        # The other edges are read again just before the write: while the neighbours were searched, the
-        # indexer may have given a memory its run's `next` edge (episodic.indexing.context), which must not be lost.
-        wanted = set(similar) | set(folds) | {o for o, _, _ in folds.values()}
-        fresh = self.store.retrieve(sorted(wanted), fields=_FRESH_FIELDS) if wanted else {}
-        updates: dict[str, dict[str, Any]] = {}
-        for pid, edges in similar.items():
-            if pid not in fresh:  # forgotten meanwhile
-                result.missing += 1
-                continue
-            kept = [
-                e for e in fresh[pid].get("relations") or [] if isinstance(e, dict) and e.get("relation") != SIMILAR
-            ]
-            updates[pid] = {**relations_payload(kept + edges), "linked_at": now}
+        # Written under the write discipline (episodic.store): the other edges are those of the memory as it
+        # is at the write (the indexer may have given it its run's `next` edge meanwhile, which is kept), and
+        # a neighbour forgotten while the neighbours were searched gets no edge.
+        ws_of = {pid: todo[pid].workspace_id for pid in similar}
+        dsts = {point_id(ws_of[pid], e["dst"]) for pid, edges in similar.items() for e in edges}
+        alive = set(self.store.retrieve(sorted(dsts), fields=("entry_id",))) if dsts else set()
+
+        def change(pid: str, payload: dict[str, Any]) -> Change | None:
+            edges = [e for e in similar[pid] if point_id(ws_of[pid], e["dst"]) in alive]
+            kept = [e for e in payload.get("relations") or [] if isinstance(e, dict) and e.get("relation") != SIMILAR]
+            fields = {**relations_payload(kept + edges), "linked_at": now}
             if pid in unfolded:
-                updates[pid][FOLDED_INTO] = None
-            result.linked += 1
-            result.edges += len(edges)
-        for pid, (owner_pid, owner_id, cosine) in folds.items():
+                fields[FOLDED_INTO] = None
+            return Change(fields)
+
+        report = self.store.update_memories(similar, change, writer="linker", fields=("relations", "links"))
+        result.missing += report.missing
+        result.failed += len(report.gave_up)
+        result.linked += len(report.applied)
+        result.edges += sum(
+            sum(1 for e in similar[pid] if point_id(ws_of[pid], e["dst"]) in alive) for pid in report.applied
+        )
+        self._fold(folds, now, result)
+        return result
+
+    def _fold(self, folds: dict[str, tuple[str, str, float]], now: str, result: LinkResult) -> None:
+        """Fold each absorbed memory into its owner: the owner's fields under the write discipline (computed
+        from the owner as it is at the write), then the absorbed memory's mark (the linker's own fields)."""
+        if not folds:
+            return
+        wanted = set(folds) | {o for o, _, _ in folds.values()}
+        fresh = self.store.retrieve(sorted(wanted), fields=_FRESH_FIELDS)
+        marks: dict[str, dict[str, Any]] = {}
+        into: dict[str, list[tuple[str, float]]] = {}  # owner point id -> [(absorbed point id, cosine)]
+        for pid, (owner_pid, _owner_id, cosine) in folds.items():
             absorbed, owner = fresh.get(pid), fresh.get(owner_pid)
             if absorbed is None or owner is None:  # either forgotten meanwhile: no fold
                 result.missing += absorbed is None
                 if absorbed is not None:
-                    updates[pid] = {"linked_at": now, FOLDED_INTO: None}
+                    marks[pid] = {"linked_at": now, FOLDED_INTO: None}
                 continue
-            fields = fold(owner, absorbed, cosine=cosine, at=now)
-            owner.update(fields)  # the next fold into the same owner starts from this one
-            updates[owner_pid] = {**updates.get(owner_pid, {}), **fields}
-            updates[pid] = {FOLDED_INTO: owner_id, "linked_at": now}
-            result.folded += 1
-        self.store.set_payloads(updates)
-        return result
+            into.setdefault(owner_pid, []).append((pid, cosine))
+
+        def fold_in(owner_pid: str, owner_now: dict[str, Any]) -> Change:
+            owner, fields = dict(owner_now), {}
+            for pid, cosine in into[owner_pid]:
+                step = fold(owner, fresh[pid], cosine=cosine, at=now)
+                owner.update(step)  # the next fold into the same owner starts from this one
+                fields.update(step)
+            return Change(fields)
+
+        done = self.store.update_memories(into, fold_in, writer="linker", fields=_FRESH_FIELDS)
+        for owner_pid in done.applied:
+            for pid, _ in into[owner_pid]:
+                marks[pid] = {FOLDED_INTO: folds[pid][1], "linked_at": now}
+                result.folded += 1
+        self.store.set_payloads(marks)
 
     def _fold_target(
         self, point: StoredHit, near: list[tuple[str, str, float]], folds: dict[str, tuple[str, str, float]]

@@ -9,5 +9,36 @@ the read-write lock the embedded engine needs (`rwlock`).
 May import: `episodic.kernel`, `episodic.domain`, `schemas` and third-party libraries (qdrant-edge-py,
 qdrant-client, numpy).
 
-Who writes which fields of a memory is written in `facade`'s docstring.
+**The write discipline (issue 25).** Every write of a memory stamps a fresh revision token in its payload
+(`rev`, `episodic.kernel.ports.REV`). A write that depends on what its writer read is conditional on that
+revision (Qdrant's conditional update: `update_filter` on the server, `condition` in Edge): the memory is
+written only while it is still at the revision read, else the writer reads it again and decides again
+(`QdrantStore.update_memories` for field updates, vectors and deletes; `upsert_if` for whole points). A
+write that depends on nothing it read writes only the fields its writer owns (a partial payload update).
+Conflicts are counted per writer (`QdrantStore.write_conflicts`, the metric
+`episodic_store_write_conflicts_total`).
+
+Who writes which fields of a memory. The owner may write its fields unconditionally (a partial update);
+every other writer of them writes conditionally on `rev`:
+
+- content (entry_id, workspace_id, crew_id, agent_id, run_id, ts, entry_type, severity, summary, payload,
+  refs, priority, base_importance, accepted_at, dedup_key, the `bm25` vector): the indexer, a new memory
+  or a new version as a whole point (`upsert_if`, which keeps the counters, edges and `revs` it read);
+  `episodic import` the same way.
+- the active dense vector, has_dense, model, pieces: the indexer with the point; densify
+  (`update_memories`, only while the summary is the one it embedded).
+- another generation's vector, model_<vector>, pieces_<vector>: the re-embed pass (`update_memories`,
+  only for the summary it embedded); reembed_failures, densify_failures, densify_error: their pass (owner).
+- aliases, occurrences: the indexer's duplicate absorption (`update_memories`: the ids are added to the
+  list as it is at the write).
+- reference_count, last_referenced_at: the importance agent (owner; its ledger's before/after makes a
+  replay exact); a new version and an import keep them.
+- importance_score: decay (`update_memories`, computed from the memory as it is at the write).
+- relations, links, linked_at: the linker (`similar`), the indexer (`supports`; run `previous` / `next`
+  on the neighbours), forget and retention (edges cut, runs joined): all `update_memories`.
+- context, context_ids, context_date, the `bm25_context` vector: the indexer with the point; forget's
+  context scrub (`update_memories`).
+- the memory itself: forget deletes unconditionally (a forget wins over every write); retention deletes
+  after its tombstone (episodic.maintenance.decay).
+- rev (every write), revs (every conditional write).
 """

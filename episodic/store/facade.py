@@ -24,9 +24,12 @@ written here once for both engines.
 from __future__ import annotations
 
 import logging
+import random
 import time
+import uuid
 from abc import abstractmethod
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -35,6 +38,9 @@ from episodic.kernel.errors import StoreError
 from episodic.kernel.ports import (
     CONTEXT,
     DENSE,
+    REV,
+    REVS,
+    Change,
     Fusion,
     LegRanking,
     MemoryPoint,
@@ -46,11 +52,13 @@ from episodic.kernel.ports import (
     SimilarRequest,
     SparseVec,
     StoredHit,
+    WriteReport,
     merge_relations,
     relations_payload,
 )
 from episodic.store.query import (
     DENSIFY_FIELDS,
+    AtLeast,
     DatetimeRange,
     DenseLeg,
     Filter,
@@ -156,8 +164,21 @@ class Engine(Vocabulary):
         exist are skipped; returns how many were written."""
 
     @abstractmethod
-    def upsert(self, points: Sequence[MemoryPoint]) -> None:
-        """Write whole points, as given (validated, payload as stored, float rows)."""
+    def upsert(self, points: Sequence[MemoryPoint], condition: Filter | None = None) -> None:
+        """Write whole points, as given (validated, payload as stored, float rows). `condition`: an existing
+        point is replaced only when it matches (a point that does not exist is inserted)."""
+
+    @abstractmethod
+    def set_vector_where(self, name: str, point_id: str, rows: list[list[float]], flt: Filter) -> None:
+        """Replace the named dense rows of the point when it exists and matches `flt` (else nothing)."""
+
+    @abstractmethod
+    def set_context_where(self, point_id: str, context: SparseVec, flt: Filter) -> None:
+        """Replace the context vector of the point when it exists and matches `flt` (else nothing)."""
+
+    @abstractmethod
+    def delete_where(self, flt: Filter) -> None:
+        """Remove the points that match `flt` when the delete applies (one conditional write)."""
 
     @abstractmethod
     def set_payload(self, point_id: str, fields: dict[str, Any]) -> None:
@@ -270,6 +291,36 @@ def _hit(record: Record, score: float, with_dense: bool, vector: str = DENSE) ->
     )
 
 
+# -- the write discipline (the field ownership table is in episodic.store's docstring) -----------------
+
+DEFAULT_ATTEMPTS = 16  # a conditional writer's reads and writes of one memory before it gives up
+BACKOFF_S = 0.002  # after the n-th conflict a writer waits up to n times this (random: writers drift apart)
+REVS_KEPT = 16  # conditional writes remembered per memory (`revs`)
+
+
+def _with_token(revs: Any, token: str) -> list[str]:
+    """The `revs` after a conditional write `token` on a memory whose `revs` were `revs`."""
+    kept = [str(r) for r in revs] if isinstance(revs, list) else []
+    return [*kept[-(REVS_KEPT - 1) :], token]
+
+
+def _applied(payload: Mapping[str, Any] | None, token: str) -> bool:
+    """Whether the conditional write `token` was applied to the memory now read as `payload`: its token is in
+    `revs` (a conditional write after it, made by a writer that read it, keeps it there; an unconditional
+    partial write leaves `revs` alone)."""
+    return payload is not None and token in (payload.get(REVS) or ())
+
+
+def new_rev() -> str:
+    """A revision token (unique per write: two writers can never both believe they wrote the same one)."""
+    return uuid.uuid4().hex
+
+
+def at_revision(point_id: str, rev: str | None) -> Filter:
+    """The point `point_id` while it is still at revision `rev` (None: written before revisions existed)."""
+    return Filter(must=(HasId((point_id,)), Match(REV, rev) if rev else IsEmpty(REV)))
+
+
 # The lexical confidence's workspace size: how long a count is reused, and how many workspaces are remembered.
 SIZE_TTL_S = 30.0
 SIZE_CACHE_MAX = 10_000
@@ -289,6 +340,9 @@ class QdrantStore(MemoryStore):
         self._dims: dict[str, int] = {}
         # workspace -> (when counted, points): the lexical confidence's N, read again after SIZE_TTL_S
         self._sizes: dict[str, tuple[float, int]] = {}
+        # writer -> conditional writes that found the memory changed since their read (and were retried)
+        self.write_conflicts: Counter[str] = Counter()
+        self.on_conflict: Callable[[str, int], None] | None = None  # (writer, n): the metric, set by the stack
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -360,7 +414,9 @@ class QdrantStore(MemoryStore):
         for pid, d in rows.items():
             by_count.setdefault(len(d), {})[pid] = float_rows(d)
         key = pieces_field(name)
-        return sum(self.engine.set_vectors(name, part, {**fields, key: n}) for n, part in by_count.items())
+        return sum(
+            self.engine.set_vectors(name, part, {**fields, key: n, REV: new_rev()}) for n, part in by_count.items()
+        )
 
     def without_vector(
         self, name: str, limit: int, offset: str | None, *, fields: Sequence[str], failures: str, quarantine_after: int
@@ -375,6 +431,13 @@ class QdrantStore(MemoryStore):
         """Memories without the vector `name` (leaving out the quarantined ones, when `quarantine_after`)."""
         return self.engine.count(missing_dense_filter(quarantine_after, name, failures))
 
+    def count_failing(self, name: str, *, failures: str, quarantine_after: int) -> int:
+        """Memories without the vector `name` that failed it at least once and are not yet quarantined."""
+        flt = Filter(
+            must=(AtLeast(failures, 1.0),), must_not=(HasDense(name), AtLeast(failures, float(quarantine_after)))
+        )
+        return self.engine.count(flt)
+
     def _query_vector(self, using: str | None) -> tuple[str, int | None]:
         """The vector a query runs on (the active one unless the caller names the one its query vector was
         made for, so that a switch between embedding and querying cannot mix two models) and its dim."""
@@ -383,16 +446,134 @@ class QdrantStore(MemoryStore):
 
     # -- writes --------------------------------------------------------------------------------------
 
+    def _stamped(self, points: Sequence[MemoryPoint]) -> tuple[list[MemoryPoint], dict[str, str]]:
+        out: list[MemoryPoint] = []
+        tokens: dict[str, str] = {}
+        for p in points:  # each point's dense rows are checked against the dim of the vector they go to
+            validate_points([p], self._dims.get(p.vector))
+            tokens[p.point_id] = token = new_rev()
+            fields = {**p.payload, REV: token, REVS: _with_token(p.payload.get(REVS), token)}
+            stamped = MemoryPoint(p.point_id, p.sparse, fields, p.dense, p.vector, p.context)
+            out.append(stored_point(stamped, context=self.has_context))
+        return out, tokens
+
     def upsert(self, points: list[MemoryPoint]) -> None:
         if not points:
             return
-        for p in points:  # each point's dense rows are checked against the dim of the vector they go to
-            validate_points([p], self._dims.get(p.vector))
-        self.engine.upsert([stored_point(p, context=self.has_context) for p in points])
+        self.engine.upsert(self._stamped(points)[0])
+
+    def upsert_if(self, points: list[MemoryPoint], expect: Mapping[str, str | None], *, writer: str) -> list[str]:
+        """Write whole points, each only while the memory is still at the revision its writer read
+        (`expect`: point id -> the `rev` read, None for a memory that was absent, or written before
+        revisions). A point absent at the read is inserted only while it is still absent (or revision-less).
+        Each point's payload should carry the `revs` of the memory it read (the indexer keeps them with the
+        counters), so that a conditional writer whose write it read still finds its token. Returns the
+        point ids that were not written because another writer changed them since (the caller
+        re-reads and decides again)."""
+        if not points:
+            return []
+        missing = [p.point_id for p in points if p.point_id not in expect]
+        if missing:
+            raise StoreError(f"upsert_if: no expected revision for points {missing[:3]}")
+        stored, tokens = self._stamped(points)
+        condition = Filter(should=tuple(at_revision(pid, expect[pid]) for pid in tokens))
+        self.engine.upsert(stored, condition)
+        after = self.retrieve(sorted(tokens), fields=[REVS])
+        lost = sorted(pid for pid, token in tokens.items() if not _applied(after.get(pid), token))
+        if lost:
+            self._conflicted(writer, len(lost))
+        return lost
+
+    def _conflicted(self, writer: str, n: int) -> None:
+        self.write_conflicts[writer] += n
+        if self.on_conflict is not None:
+            self.on_conflict(writer, n)
+
+    def update_memories(
+        self,
+        point_ids: Iterable[str],
+        change: Callable[[str, dict[str, Any]], Change | None],
+        *,
+        writer: str,
+        fields: Sequence[str] | None = None,
+        attempts: int = DEFAULT_ATTEMPTS,
+    ) -> WriteReport:
+        """Read-modify-write of memories under the write discipline: read each payload (only `fields` when
+        given, and its revision), ask `change(point_id, payload)` what to write (None: nothing), write it
+        only while the memory is still at the revision read, and read the revisions back. A memory another
+        writer changed in between is read again and `change` asked again, up to `attempts` times.
+
+        `change` must compute its write from the payload it is given (not from an earlier read): on a
+        retry it sees the other writer's change and keeps it. A write can also be retried after it was
+        applied: each conditional write leaves its token in the memory's `revs` (the last `REVS_KEPT`), which
+        later conditional writes keep and unconditional partial writes do not touch, so a write is known
+        applied even when another writer wrote right after it."""
+        report = WriteReport()
+        todo = sorted(set(point_ids))
+        wanted = None if fields is None else sorted({*fields, REV, REVS, "entry_id", "workspace_id"})
+        for attempt in range(max(1, attempts)):
+            if not todo:
+                break
+            current = self.retrieve(todo, fields=wanted)
+            written: dict[str, str | None] = {}  # point id -> its new revision (None: deleted)
+            for pid in todo:
+                payload = current.get(pid)
+                if payload is None:
+                    report.missing += 1
+                    continue
+                ch = change(pid, payload)
+                if ch is None:
+                    report.unchanged += 1
+                    continue
+                written[pid] = self._write_at(pid, payload, ch)
+            after = self.retrieve(sorted(written), fields=[REVS]) if written else {}
+            retry: list[str] = []
+            for pid, token in written.items():
+                if token is None:  # a delete: applied when the memory is gone
+                    (report.applied if pid not in after else retry).append(pid)
+                elif pid not in after:
+                    report.missing += 1  # removed meanwhile (forgotten, retired): nothing to write
+                elif _applied(after[pid], token):
+                    report.applied.append(pid)
+                else:
+                    retry.append(pid)
+            if retry:
+                report.conflicts += len(retry)
+                self._conflicted(writer, len(retry))
+                time.sleep(random.uniform(0, BACKOFF_S * (attempt + 1)))
+            todo = retry
+        report.gave_up = todo
+        if todo:
+            log.warning(
+                "%s: %d memories kept changing under the write; left as they are: %s", writer, len(todo), todo[:5]
+            )
+        return report
+
+    def _write_at(self, pid: str, read: Mapping[str, Any], ch: Change) -> str | None:
+        cond = at_revision(pid, read.get(REV))
+        if ch.delete:
+            self.engine.delete_where(cond)
+            return None
+        token = new_rev()
+        fields = {**ch.fields, REV: token, REVS: _with_token(read.get(REVS), token)}
+        for name, rows in ch.vectors.items():
+            validate_dense(rows, self._dims.get(name), what=f"point {pid} vector {name!r}")
+            fields[pieces_field(name)] = len(rows)
+        validate_payload(fields, what=f"point {pid} payload update")
+        if ch.context is not None:
+            if not self.has_context:
+                raise StoreError(f"the collection has no {CONTEXT!r} vector")
+            validate_sparse(ch.context, what=f"point {pid} context vector")
+        for name, rows in ch.vectors.items():  # the vectors first: the payload's write is the one read back
+            self.engine.set_vector_where(name, pid, float_rows(rows), cond)
+        if ch.context is not None:
+            self.engine.set_context_where(pid, ch.context, cond)
+        self.engine.set_payload_where(cond, fields)
+        return token
 
     def set_payload(self, point_id: str, fields: dict[str, Any]) -> None:
         validate_payload(fields, what=f"point {point_id} payload update")
-        self.engine.set_payload(point_id, dict(fields))
+        self.engine.set_payload(point_id, {**fields, REV: new_rev()})
 
     def set_dense(
         self, point_id: str, dense: list[list[float]], fields: dict[str, Any], *, vector: str | None = None
@@ -400,14 +581,14 @@ class QdrantStore(MemoryStore):
         name, dim = self._query_vector(vector)
         validate_dense(dense, dim, what=f"point {point_id} dense vector")
         validate_payload(fields, what=f"point {point_id} payload update")
-        fields = {**fields, "has_dense": True, pieces_field(name): len(dense)}
+        fields = {**fields, "has_dense": True, pieces_field(name): len(dense), REV: new_rev()}
         self.engine.set_dense(point_id, float_rows(dense), fields, name)
 
     def set_context(self, point_id: str, context: SparseVec, fields: dict[str, Any]) -> None:
         if not self.has_context:
             raise StoreError(f"the collection has no {CONTEXT!r} vector")
         validate_sparse(context, what=f"point {point_id} context vector")
-        self.engine.set_context(point_id, context, dict(fields))
+        self.engine.set_context(point_id, context, {**fields, REV: new_rev()})
 
     def delete(self, point_ids: list[str]) -> None:
         if point_ids:
@@ -460,7 +641,7 @@ class QdrantStore(MemoryStore):
     def set_payloads(self, updates: Mapping[str, dict[str, Any]]) -> int:
         if not updates:
             return 0
-        return self.engine.set_payloads({pid: dict(fields) for pid, fields in updates.items()})
+        return self.engine.set_payloads({pid: {**fields, REV: new_rev()} for pid, fields in updates.items()})
 
     def find_by_dedup_keys(self, workspace_id: str, keys: list[str]) -> dict[str, tuple[str, dict[str, Any]]]:
         if not keys:
@@ -590,7 +771,7 @@ class QdrantStore(MemoryStore):
         # Written only where the count is still missing: a memory replaced since the scroll (its new rows
         # came with their own count) keeps that one.
         for n, ids in by_count.items():
-            self.engine.set_payload_where(Filter(must=(HasId(tuple(ids)), IsEmpty(key))), {key: n})
+            self.engine.set_payload_where(Filter(must=(HasId(tuple(ids)), IsEmpty(key))), {key: n, REV: new_rev()})
         return sum(len(ids) for ids in by_count.values())
 
     def workspaces(self, limit: int = WORKSPACES_LIMIT) -> dict[str, int]:
@@ -604,37 +785,35 @@ class QdrantStore(MemoryStore):
     # -- relations: stored on the source memory (payload `relations` + keyword array `links`) ------------
 
     def add_relations(self, relations: list[Relation]) -> int:
-        by_src: dict[tuple[str, str], list[Relation]] = {}
+        by_pid: dict[str, list[Relation]] = {}
         for r in relations:
-            by_src.setdefault((r.workspace_id, r.src), []).append(r)
-        pids = {key: point_id(*key) for key in by_src}
-        existing = self.retrieve(sorted(set(pids.values())))
-        added = 0
-        for key, rels in by_src.items():
-            payload = existing.get(pids[key])
-            if payload is None:
-                continue
-            merged = merge_relations(payload.get("relations"), rels)
-            if len(merged) == len(payload.get("relations") or []):
-                continue
-            added += len(merged) - len(payload.get("relations") or [])
-            self.set_payload(pids[key], relations_payload(merged))
-        return added
+            by_pid.setdefault(point_id(r.workspace_id, r.src), []).append(r)
+        gained: dict[str, int] = {}
+
+        def change(pid: str, payload: dict[str, Any]) -> Change | None:
+            have = payload.get("relations") or []
+            merged = merge_relations(have, by_pid[pid])
+            gained[pid] = len(merged) - len(have)
+            return Change(relations_payload(merged)) if gained[pid] else None
+
+        report = self.update_memories(by_pid, change, writer="relations", fields=("relations", "links"))
+        return sum(gained[pid] for pid in report.applied)
 
     def remove_edges_to(self, workspace_id: str, entry_ids: list[str], *, sparing: Collection[str] = ()) -> int:
         gone = set(entry_ids)
-        updates: dict[str, dict[str, Any]] = {}
-        removed = 0
-        for pid, payload in self.linked_to(workspace_id, sorted(gone)):
-            if pid in sparing:
-                continue
+        removed: dict[str, int] = {}
+
+        def change(pid: str, payload: dict[str, Any]) -> Change | None:
             edges = [e for e in payload.get("relations") or [] if isinstance(e, dict)]
             kept = [e for e in edges if e.get("dst") not in gone]
-            if len(kept) != len(edges) or set(payload.get("links") or []) & gone:
-                removed += len(edges) - len(kept)
-                updates[pid] = relations_payload(kept)
-        self.set_payloads(updates)
-        return removed
+            if len(kept) == len(edges) and not set(payload.get("links") or []) & gone:
+                return None
+            removed[pid] = len(edges) - len(kept)
+            return Change(relations_payload(kept))
+
+        pids = [pid for pid, _ in self.linked_to(workspace_id, sorted(gone)) if pid not in sparing]
+        report = self.update_memories(pids, change, writer="edges", fields=("relations", "links"))
+        return sum(removed[pid] for pid in report.applied)
 
     def relations_of(self, workspace_id: str, entry_ids: list[str]) -> list[Relation]:
         wanted = set(entry_ids)

@@ -272,7 +272,7 @@ class ClientEngine(Engine):
 
     # -- writes --------------------------------------------------------------------------------------
 
-    def upsert(self, points: Sequence[MemoryPoint]) -> None:
+    def upsert(self, points: Sequence[MemoryPoint], condition: Filter | None = None) -> None:
         structs = []
         for p in points:
             vectors: dict[str, Any] = {SPARSE: self.sparse_vector(list(p.sparse.indices), list(p.sparse.values))}
@@ -282,7 +282,8 @@ class ClientEngine(Engine):
                 vectors[CONTEXT] = self.sparse_vector(list(p.context.indices), list(p.context.values))
             structs.append(m.PointStruct(id=p.point_id, vector=vectors, payload=p.payload))
         with self._guard("upsert"):
-            self.client.upsert(self.collection, points=structs, wait=True)
+            update_filter = Lowering(self)(condition) if condition is not None else None
+            self.client.upsert(self.collection, points=structs, wait=True, update_filter=update_filter)
 
     def delete(self, point_ids: list[str]) -> None:
         with self._guard("delete"):
@@ -303,6 +304,30 @@ class ClientEngine(Engine):
             self.client.set_payload(
                 self.collection, payload=fields, points=m.FilterSelector(filter=Lowering(self)(flt)), wait=True
             )
+
+    def set_vector_where(self, name: str, point_id: str, rows: list[list[float]], flt: Filter) -> None:
+        with self._guard("set_vector_where"):
+            self.client.update_vectors(
+                self.collection,
+                points=[m.PointVectors(id=point_id, vector={name: rows})],
+                update_filter=Lowering(self)(flt),
+                wait=True,
+            )
+
+    def set_context_where(self, point_id: str, context: SparseVec, flt: Filter) -> None:
+        vector = self.sparse_vector(list(context.indices), list(context.values))
+        with self._guard("set_context_where"):
+            self.client.update_vectors(
+                self.collection,
+                points=[m.PointVectors(id=point_id, vector={CONTEXT: vector})],
+                update_filter=Lowering(self)(flt),
+                wait=True,
+            )
+
+    def delete_where(self, flt: Filter) -> None:
+        with self._guard("delete_where"):
+            selector = m.FilterSelector(filter=Lowering(self)(flt))
+            self.client.delete(self.collection, points_selector=selector, wait=True)
 
     def set_payloads(self, updates: Mapping[str, dict[str, Any]]) -> int:
         """One batch request (`batch_update_points`) for the points that exist; a point deleted between the

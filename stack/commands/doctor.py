@@ -158,7 +158,7 @@ def check_embedding(text: str) -> Check:
     from prometheus_client.parser import text_string_to_metric_families
 
     gens: dict[str, dict[str, str]] = {}
-    ratio, remaining = 1.0, 0.0
+    ratio, remaining, failed_points = 1.0, 0.0, 0.0
     for fam in text_string_to_metric_families(text):
         for sample in fam.samples:
             if sample.name == "episodic_embedding_generation_info" and sample.value == 1:
@@ -167,10 +167,21 @@ def check_embedding(text: str) -> Check:
                 ratio = sample.value
             elif sample.name == "episodic_reembed_remaining_points":
                 remaining = sample.value
-    active, pending = gens.get("active"), gens.get("pending")
+            elif sample.name == "episodic_reembed_failed_points":
+                failed_points = sample.value
+    active, pending, failed = gens.get("active"), gens.get("pending"), gens.get("failed")
     if active is None:
         return Check("embedding", "OK", "no embedding generation reported (sparse-only, or an older service)")
     now = f"recall ranks with {_named(active)} (vector {active.get('vector')})"
+    if failed is not None and pending is None:
+        return Check(
+            "embedding",
+            "WARN",
+            f"{now}; the re-embed to {_named(failed)} stopped as failed: {int(failed_points)} memories failed the "
+            "new model, so recall stayed on the old one",
+            "`episodic reindex --status` shows the reason and the model's last error; fix the model (or raise "
+            "EPISODIC_REEMBED_MAX_FAILED), then run `episodic reindex --model M` again",
+        )
     if pending is None:
         return Check("embedding", "OK", now)
     return Check(

@@ -104,6 +104,12 @@ def import_main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="episodic import", description="load an `episodic export` file into the store")
     ap.add_argument("file", type=Path)
     ap.add_argument("--check", action="store_true", help="validate the file only, write nothing")
+    ap.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a memory even when the store holds a newer version of it (by acceptance stamp); "
+        "without it an older version is left out and listed",
+    )
     args = ap.parse_args(argv)
     if not args.file.is_file():
         print(f"episodic import: no such file: {args.file}", file=sys.stderr)
@@ -134,7 +140,9 @@ def import_main(argv: list[str]) -> int:
                         file=sys.stderr,
                     )
                 embedder = maker
-            importer = Importer(store=store, state=state, embedder=embedder, bm25=Bm25Encoder(), generation=target)
+            importer = Importer(
+                store=store, state=state, embedder=embedder, bm25=Bm25Encoder(), generation=target, force=args.force
+            )
             report = importer.run(read_export(_lines(args.file)))
             store.flush()
     except (StoreError, StoreUnavailable, ImportFailed, OSError) as e:
@@ -148,6 +156,9 @@ def import_main(argv: list[str]) -> int:
     if report.forgotten:
         shown = ", ".join(report.forgotten[:10]) + (" ..." if len(report.forgotten) > 10 else "")
         print(f"left out {len(report.forgotten)} forgotten in the target: {shown}")
+    if report.stale:
+        shown = ", ".join(report.stale[:10]) + (" ..." if len(report.stale) > 10 else "")
+        print(f"left out {len(report.stale)} older than the version the store holds (--force replaces them): {shown}")
     if report.aliases_dropped:
         print(f"dropped {report.aliases_dropped} aliases forgotten in the target")
     return 0

@@ -6,7 +6,11 @@ generation records how: episodic.embedding.generations) and does nothing when th
 
 Runs the re-embed pass (episodic.lifecycle.reembed) in this process, in the foreground, with a progress line, until
 the new model's vectors are complete and it is the active generation; Ctrl-C stops it with its cursor saved
-(run it again to resume). `--status` prints where the store stands.
+(run it again to resume). `--status` prints where the store stands (and why the last pass failed, if it did).
+
+It switches only on success: when more than `EPISODIC_REEMBED_MAX_FAILED` memories (default 5) fail the new
+model, the pass stops as failed, the old model stays active with its vectors, and this exits 1 with the
+reason.
 
 With a Qdrant server (`EPISODIC_QDRANT_URL`) this runs beside the serving stack: recall keeps ranking with
 the old vectors meanwhile and every process switches within seconds when it is done. The embedded store
@@ -110,6 +114,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
                 page_size=args.page_size,
                 retire_after_s=retire,
                 on_progress=progress,
+                max_failed=settings.reembed_max_failed,
             )
             if not pass_.run(stop, idle_s=1.0):
                 print("stopped; the cursor is saved: run the same command again to resume", file=sys.stderr)

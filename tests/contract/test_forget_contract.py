@@ -118,11 +118,15 @@ def test_an_agents_forget_keeps_out_what_was_on_its_way_and_lets_new_entries_in(
     assert outcome.memories == 3 and outcome.entry_ids == ["a0", "a1", "a2"]
     assert present(store, "ws-a", "a0", "a1", "a2", "b0", "b1") == {"b0", "b1"}
     later = T + timedelta(minutes=1)
+    # "Before the forget" is the acceptance stamp alone (issue 25): neither the agent's `ts` nor the offset.
     cases = {
-        "old-ts": (rec("x1", ts=T - timedelta(days=3), accepted=later), Position(1, 150), False),
-        "ts-at-the-cut": (rec("x2", ts=T, accepted=later), Position(1, 150), False),
+        # an agent with a slow clock (or flushing a buffer) writes after the forget: a new memory
+        "old-ts-accepted-after": (rec("x1", ts=T - timedelta(days=3), accepted=later), Position(1, 150), True),
+        "ts-at-the-cut": (rec("x2", ts=T, accepted=later), Position(1, 150), True),
         "accepted-before": (rec("x3", ts=later, accepted=T - timedelta(seconds=1)), Position(1, 150), False),
-        "before-on-the-partition": (rec("x4", ts=later, accepted=later), Position(1, 99), False),
+        "accepted-at-the-cut": (rec("x3b", ts=later, accepted=T), Position(1, 150), False),
+        # the embedded broker restarted (offsets from 0 again): a new entry below the forget's old offset
+        "new-after-a-broker-restart": (rec("x4", ts=later, accepted=later), Position(1, 3), True),
         "other-partition": (rec("x5", ts=later, accepted=later), Position(0, 99), True),
         "new": (rec("x6", ts=later, accepted=later), Position(1, 101), True),
         "other-agent": (rec("x7", agent="agent-2", ts=T - timedelta(days=3)), Position(1, 50), True),
@@ -259,3 +263,40 @@ def test_the_health_ledger_does_not_count_what_a_forget_took_or_keeps_out(
     ledger.record([late, new])
     # e1 was removed (tombstoned), r2-old is kept out; another agent's entry of the run was not selected
     assert set(accepted_ids(state, "ws-a")) == {"e2", "other", "r2-new"}
+
+
+def test_a_rule_is_retired_when_nothing_it_covers_can_still_arrive(
+    store: MemoryStore, state: StateStore, ix: Indexer
+) -> None:
+    from episodic.lifecycle.forget import RULE_HORIZON
+
+    early = Forgetter(store=store, state=state, clock=lambda: T)
+    early.apply(forget("f-old", agent_id="agent-1"), Position(0, 1))
+    assert [r["forget_id"] for r in state.get(RULES, "ws-a")["rules"]] == ["f-old"]  # type: ignore[index]
+    much_later = T + RULE_HORIZON + timedelta(days=1)
+    late = Forgetter(store=store, state=state, clock=lambda: much_later)
+    f2 = ForgetRecord(
+        forget_id="f-new", workspace_id="ws-a", selector=ForgetSelector(agent_id="agent-2"), requested_at=much_later
+    )
+    late.apply(f2, Position(0, 2))
+    assert [r["forget_id"] for r in state.get(RULES, "ws-a")["rules"]] == ["f-new"]  # type: ignore[index]
+
+
+def test_a_forget_covers_every_id_its_memory_absorbed_not_only_the_kept_aliases(
+    store: MemoryStore, state: StateStore, bm25: Bm25Encoder, forgetter: Forgetter
+) -> None:
+    """The 30 heartbeats: a memory keeps its newest 20 alias ids; a re-delivery of an older duplicate id,
+    pushed out of the list, used to index the forgotten text again as a new memory."""
+    ix = Indexer(store=store, embedder=None, bm25=bm25, alias_limit=20)
+    beats = [rec(f"hb-{i}", "heartbeat: all green", ts=T - timedelta(minutes=60 - i)) for i in range(30)]
+    ix.index_batch(beats)
+    owner = store.retrieve([point_id("ws-a", "hb-0")])[point_id("ws-a", "hb-0")]
+    assert owner["occurrences"] == 30 and "hb-1" not in owner["aliases"]  # pushed out
+    forgetter.apply(forget("f-hb", entry_ids=["hb-0"]))
+    assert present(store, "ws-a", "hb-0") == set()
+    again = [beats[1], beats[5], beats[29]]  # re-delivered: their original acceptance stamps
+    kept, out = forgetter.admit(again)
+    assert kept == [] and len(out) == 3
+    # the same text accepted after the forget is a new memory
+    fresh = rec("hb-new", "heartbeat: all green", ts=T + timedelta(minutes=1), accepted=T + timedelta(minutes=1))
+    assert [r.id for r in forgetter.admit([fresh])[0]] == ["hb-new"]

@@ -81,9 +81,10 @@ def test_the_pass_fills_the_new_vector_then_switches_every_switch(
     doc = read(state)
     assert doc is not None and doc["active"]["vector"] == "dense_1" and doc["pending"] is None
     assert s.vector == "dense_1"
-    # The text model B fails on was counted and left out, not retried forever; it still has model A's vector.
+    # The text model B fails on was retried until quarantined (not forever), then counted as one of the
+    # failures the switch allows (EPISODIC_REEMBED_MAX_FAILED); it still has model A's vector.
     poison = point_id("ws-a", "e30")
-    assert s.retrieve([poison])[poison][FAILURES] == 1 and s.fetch([poison], with_dense=True)[poison].dense is None
+    assert s.retrieve([poison])[poison][FAILURES] == 2 and s.fetch([poison], with_dense=True)[poison].dense is None
     assert s.count_without_vector("dense_1", failures=FAILURES) == 1
     # The other process moves on its next poll: query vector and ranking are model B's.
     gen, model = other.current()
@@ -181,3 +182,71 @@ def test_queries_take_any_embedder_of_the_model_while_one_of_the_exact_cut_is_mi
     assert switch.current(queries=True)[1] is mine
     write(state, {"active": {"vector": DENSE, "model": "model-c", "dim": DIM, "pieces": LEGACY}, "retired": []})
     assert switch.current(queries=True)[1] is None  # another model: its vectors, not ours
+
+
+def test_a_model_that_fails_on_every_text_never_becomes_active(
+    store: MemoryStore, state: StateStore, mk: MakePoint
+) -> None:
+    """Issue 25: the switch used to leave the quarantined memories out of the count, so a model that raised on
+    every text switched after a few sweeps (at once under a page) and dense recall was gone."""
+    import threading
+
+    from episodic.kernel.metrics import Metrics
+    from episodic.lifecycle.reembed import ReembedFailed
+
+    s = q(store)
+    a = Hashed("model-a", DIM)
+    texts = [f"memory number {i} about topic {i % 3}" for i in range(20)]
+    broken = Hashed("model-b", 5, fail_on=frozenset(texts))
+    plan(s, state, a, wall=lambda: 0.0)
+    s.upsert([mk(f"e{i}", t, a.embed_documents([t])[0].tolist(), model="model-a") for i, t in enumerate(texts)])
+    plan(s, state, broken, wall=lambda: 0.0)
+    failed: list[dict[str, object]] = []
+    run = Reembedder(
+        store=s,
+        state=state,
+        embedder=broken,
+        page_size=64,
+        quarantine_after=3,
+        wall=lambda: 5.0,
+        on_failed=failed.append,
+    )
+    with pytest.raises(ReembedFailed, match="20 of 20 memories failed the model model-b"):
+        run.run(threading.Event(), idle_s=0.0)
+    doc = read(state)
+    assert doc is not None and doc["active"]["model"] == "model-a" and doc["pending"] is None
+    assert doc["failed"]["model"] == "model-b" and doc["failed"]["failed"] == 20 and doc["failed"]["embedded"] == 0
+    assert "RuntimeError: cannot embed" in str(doc["failed"]["last_error"])
+    assert [r["vector"] for r in doc["retired"]] == ["dense_1"] and failed and failed[0]["failed"] == 20
+    assert s.vector == DENSE and s.count(has_dense=True) == 20  # dense recall still has every old vector
+    assert len(s.query_dense(a.embed_query(texts[3]).tolist(), OWN, 5)) == 5  # answered by model A's vectors
+    m = Metrics()
+    m.observe_generations(doc)
+    assert m.registry.get_sample_value("episodic_reembed_failed_points") == 20
+    labels = {"state": "failed", "model": "model-b", "vector": "dense_1", "pieces": "whole"}
+    assert m.registry.get_sample_value("episodic_embedding_generation_info", labels) == 1
+
+
+def test_a_few_failures_within_the_allowance_switch_and_more_do_not(
+    store: MemoryStore, state: StateStore, mk: MakePoint
+) -> None:
+    from episodic.lifecycle.reembed import ReembedFailed
+
+    s = q(store)
+    a = Hashed("model-a", DIM)
+    texts = [f"memory number {i} about topic {i % 3}" for i in range(12)]
+    plan(s, state, a, wall=lambda: 0.0)
+    s.upsert([mk(f"e{i}", t, a.embed_documents([t])[0].tolist(), model="model-a") for i, t in enumerate(texts)])
+    three = Hashed("model-b", 5, fail_on=frozenset(texts[:3]))
+    plan(s, state, three, wall=lambda: 0.0)
+    strict = Reembedder(store=s, state=state, embedder=three, page_size=4, quarantine_after=1, max_failed=2)
+    with pytest.raises(ReembedFailed, match="3 of 12"):
+        while strict.step():
+            pass
+    assert read(state)["active"]["model"] == "model-a"  # type: ignore[index]
+    plan(s, state, three, wall=lambda: 0.0)  # run again, allowing three
+    lenient = Reembedder(store=s, state=state, embedder=three, page_size=4, quarantine_after=1, max_failed=3)
+    while lenient.step():
+        pass
+    doc = read(state)
+    assert doc is not None and doc["active"]["model"] == "model-b" and doc["failed"] is None

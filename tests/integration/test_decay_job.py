@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from itertools import pairwise
+from typing import Any
 
 import pytest
 
@@ -56,14 +57,15 @@ def test_a_reference_counted_during_the_run_is_not_lost(edge_stores: tuple[Memor
     seed(store, 20)
     pid = point_id("ws-a", "m3")
 
-    def concurrent_increment(updates: dict[str, dict[str, float]]) -> None:
-        if pid in updates:  # the importance agent counts a reference between the scan and the write
+    def concurrent_increment(pids: Any, *args: Any, **kw: Any) -> None:
+        if pid in pids:  # the importance agent counts a reference between the scan and the write
             store.set_payloads({pid: {"reference_count": 99}})
 
-    racing = Failing(store, "set_payloads", n=0, before=concurrent_increment)
+    racing = Failing(store, "update_memories", n=0, before=concurrent_increment)
     DecayJob(store=racing, state=state, clock=Clock(T0), page_size=8).run()  # type: ignore[arg-type]
     assert store.retrieve([pid])[pid]["reference_count"] == 99
-    assert importance(store, "m3") == pytest.approx(decay_importance(0.9, days=3, refs=3))
+    # the importance is that of the memory as it is at the write (the write discipline): 99 references
+    assert importance(store, "m3") == pytest.approx(decay_importance(0.9, days=3, refs=99))
 
 
 def test_a_run_that_crashed_half_way_resumes_at_its_page_with_its_reference_time(
@@ -72,7 +74,7 @@ def test_a_run_that_crashed_half_way_resumes_at_its_page_with_its_reference_time
     store, state = edge_stores
     seed(store)
     clock = Clock(T0 + timedelta(days=10))
-    crashing = Failing(store, "set_payloads", n=3)
+    crashing = Failing(store, "update_memories", n=3)
     with pytest.raises(RuntimeError, match="crash"):
         DecayJob(store=crashing, state=state, clock=clock, page_size=16).run()  # type: ignore[arg-type]
     cursor = state.get(JOB_KIND, DECAY_KEY)

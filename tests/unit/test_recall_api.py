@@ -56,6 +56,12 @@ class FakeStore(MemoryStore):
 
     def ensure_collection(self, dim: int) -> None: ...
     def upsert(self, points: Any) -> None: ...
+    def upsert_if(self, points: Any, expect: Any, *, writer: str) -> list[str]:
+        return []
+
+    def update_memories(self, point_ids: Any, change: Any, **kw: Any) -> Any:
+        raise AssertionError("the recall API writes no memory")
+
     def retrieve(self, point_ids: Any) -> dict[str, dict[str, Any]]:
         return {}
 
