@@ -248,6 +248,8 @@ class EmbeddingConsumer:
                     dead.append(dead_letter(BAD_EMBEDDABLE, str(e), msg))
                 else:
                     dead.append(dead_letter(BAD_CONTROL, str(e), msg))
+                    if self.forgetter is not None:  # a dead-lettered forget is a failed one (issue 25)
+                        await asyncio.to_thread(self.forgetter.fail_unreadable, msg.value or b"", str(e)[:300])
         m.batch_size.observe(len(batch))
 
         defer = False

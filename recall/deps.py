@@ -44,6 +44,7 @@ class Services:
     nudges: NudgeLookup | None = None
     state: StateStore | None = None  # forget status, tombstones (the memory lifecycle)
     forget_sink: ForgetSink | None = None  # forgets answer 503 without it
+    forget_queue_timeout_s: float = 20.0  # the broker's acknowledgement of a forget, before "unknown" (202)
     jobs: Mapping[str, Job] = field(default_factory=dict)  # name -> job, for /v1/admin/run/{name}
     produce: Produce | None = None  # POST /v1/journal answers 503 without it
     health: HealthJob | None = None  # the stored health snapshots (None: no state store in this process)

@@ -6,7 +6,10 @@ the selection's queued entries out from then on: `episodic.lifecycle.forget.anno
 consumer in order with that workspace's entries (episodic.lifecycle.forget). The answer waits up to `wait` seconds
 (default `episodic_client.models.DEFAULT_FORGET_WAIT_S`) for it to be applied: `200` with what was removed when it
 was, else `202` with the forget id and `status_url` (also the `Location` header) to poll. `wait=0` answers
-`202` at once. A forget that could not be queued is `503` (nothing was removed; its status says `failed`).
+`202` at once. A forget the broker refused is `503` (nothing has been removed; its status says `failed`,
+and says `applied` if the broker got it after all). One the broker has not acknowledged within
+`forget_queue_timeout_s` is `202` with `note` "unknown: ... ask its status": the producer keeps trying, and
+the status settles when it is done (announced and then applied, or failed).
 One the store refused to apply (consumers.batch: not a transient failure) is `200` with status `failed`
 and `failure`, as soon as that is known.
 
@@ -73,7 +76,6 @@ from recall.deps import Services, current_principal, get_services
 from schemas.events import ForgetRecord
 
 log = logging.getLogger(__name__)
-QUEUE_TIMEOUT_S = 20.0  # the broker's acknowledgement of the forget
 POLL_S = 0.05
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -109,9 +111,36 @@ def _status_url(forget_id: str, workspace_id: str) -> str:
     return f"/v1/memory/forget/{quote(forget_id, safe='')}?workspace_id={quote(workspace_id, safe='')}"
 
 
-def _answer(doc: dict[str, Any]) -> JSONResponse:
+UNKNOWN_NOTE = (
+    "unknown: the broker has not acknowledged the forget yet; it may still be queued and applied: ask its status"
+)
+
+
+def _settle(services: Services, record: ForgetRecord, send: asyncio.Future[None]) -> None:
+    """A forget whose send outlived the request: announced when the broker acknowledges it, failed when the
+    producer gives up (unless the consumer applied it meanwhile: a lost acknowledgement)."""
+    state = services.state
+    if state is None or send.cancelled():
+        return
+    error = send.exception()
+
+    def settle() -> None:
+        if error is None:
+            announce(state, record)
+            return
+        done = state.get(STATUS, record.forget_id)
+        if done is not None and done.get("status") == APPLIED:
+            return
+        log.warning("forget %s was never acknowledged: %s: %s", record.forget_id, type(error).__name__, error)
+        failure = "could not queue the forget: the broker did not acknowledge it in time (see the service log)"
+        state.put(STATUS, record.forget_id, status_document(record, FAILED, failure=failure))
+
+    asyncio.get_running_loop().run_in_executor(None, settle)
+
+
+def _answer(doc: dict[str, Any], *, note: str | None = None) -> JSONResponse:
     url = _status_url(str(doc["forget_id"]), str(doc["workspace_id"]))
-    body = ForgetResponse.model_validate({**doc, "status_url": url})
+    body = ForgetResponse.model_validate({**doc, "status_url": url, "note": note})
     applied = body.status == APPLIED
     headers = None if applied else {"Location": url}
     final = body.status in (APPLIED, FAILED)  # a forget the store refused is as done as an applied one
@@ -151,8 +180,14 @@ async def submit_forget(
     )
     # pending first: the consumer may apply it as soon as the broker has it
     await run_in_threadpool(state.put, STATUS, record.forget_id, status_document(record, PENDING))
+    send = asyncio.ensure_future(sink(record))
     try:
-        await asyncio.wait_for(sink(record), QUEUE_TIMEOUT_S)
+        await asyncio.wait_for(asyncio.shield(send), services.forget_queue_timeout_s)
+    except TimeoutError:
+        # Not acknowledged yet: the producer keeps trying, so the forget may still be queued and applied.
+        # Unknown, and said so (issue 25): the status settles when the send does (`_settle`).
+        send.add_done_callback(lambda done: _settle(services, record, done))
+        return _answer(status_document(record, PENDING), note=UNKNOWN_NOTE)
     except Exception as e:
         services.metrics.consumer_errors.labels(stage="publish").inc()
         done = await run_in_threadpool(state.get, STATUS, record.forget_id)
@@ -161,10 +196,16 @@ async def submit_forget(
         # The broker's error stays in the log (it may name hosts); the answer carries a reference to it.
         ref = uuid.uuid4().hex[:12]
         log.warning("forget %s could not be queued (ref %s): %s: %s", record.forget_id, ref, type(e).__name__, e)
-        failure = f"could not queue the forget: the broker did not acknowledge it (ref {ref}: see the service log)"
+        failure = (
+            f"could not queue the forget: the broker refused or did not acknowledge it (ref {ref}: see the service log)"
+        )
         failed = status_document(record, FAILED, failure=failure)
         await run_in_threadpool(state.put, STATUS, record.forget_id, failed)
-        return _error(503, f"{failure} (forget {record.forget_id}: nothing was removed; try again)")
+        return _error(
+            503,
+            f"{failure} (forget {record.forget_id}: nothing has been removed; if the broker got it after all, it is "
+            f"applied and its status says so: {_status_url(record.forget_id, record.workspace_id)}; else try again)",
+        )
     await run_in_threadpool(announce, state, record)
     deadline = time.monotonic() + wait
     doc: dict[str, Any] | None = None

@@ -1,5 +1,5 @@
-"""The `episodic` command: up, produce, recall, forget, show, ls, dlq, export, import, doctor, reindex, mcp,
-and `run ROLE` (one role per process, distributed mode) with its older per-role names.
+"""The `episodic` command: up, produce, recall, forget, show, ls, dlq, export, import, check, doctor, reindex,
+mcp, and `run ROLE` (one role per process, distributed mode) with its older per-role names.
 
 `python -m stack.cli COMMAND ...` (or `python -m stack ...`) is the same command without the console script.
 """
@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dlq": ("stack.commands.dlq:main", "dead letters: `dlq ls` lists them, `dlq replay` sends them back"),
     "export": ("stack.commands.portable:export_main", "write a workspace's memories to a JSON-lines file"),
     "import": ("stack.commands.portable:import_main", "load an exported JSON-lines file into the store"),
+    "check": ("stack.commands.check:main", "read the store and report broken invariants (forgotten, edges, counters)"),
     "doctor": ("stack.commands.doctor:main", "check broker, topics, every role, store, embedder, lag, decay and auth"),
     "run": ("stack.commands.run:main", "run one role (gate, embedder, http/recall, linker, ...) in this process"),
     "reindex": ("stack.commands.reindex:main", "re-embed the store with another model, then switch recall to it"),

@@ -32,3 +32,9 @@ def dedup_key(workspace_id: str, agent_id: str, entry_type: str, summary: str) -
         h.update(len(part).to_bytes(4, "big"))
         h.update(part.encode())
     return h.hexdigest()
+
+
+def summary_digest(summary: str) -> str:
+    """A short digest of the exact summary a dense vector was made from (`vector_of` in the payload): the
+    invariant check tells a vector of another text from the memory's own (episodic.lifecycle.check)."""
+    return hashlib.sha256(summary.encode()).hexdigest()[:16]

@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from episodic.domain.context_mode import ContextMode
-from episodic.domain.identity import dedup_key, point_id
+from episodic.domain.identity import dedup_key, point_id, summary_digest
 from episodic.indexing.context import RunContext
 from episodic.indexing.ownership import refusal
 from episodic.kernel.errors import StoreError
@@ -52,7 +52,7 @@ from episodic.kernel.ports import (
     merge_relations,
 )
 from episodic.store.query import DENSIFY_FAILURES
-from episodic.store.rules import model_field
+from episodic.store.rules import model_field, vector_of_field
 from episodic.store.sparse import Bm25Encoder
 from schemas.events import EmbeddableRecord, IndexedEvent
 
@@ -350,6 +350,8 @@ class Indexer:
             for j, (pid, (_rec, payload)) in enumerate(items):
                 vecs = dense[j].tolist() if dense is not None else None
                 payload[model_field(vector)] = embedder.model_id if vecs is not None and embedder else None
+                if vecs is not None:  # what the vector was made from (the invariant check reads it)
+                    payload[vector_of_field(vector)] = summary_digest(texts[j])
                 payload["has_dense"] = vecs is not None
                 sparse = self.bm25.document(texts[j])
                 context = plan.vectors.get(pid)
@@ -485,8 +487,10 @@ def _vector_of(
 ) -> Callable[[str, dict[str, Any]], Change | None]:
     """The write of dense `rows` (and `fields`) made for `summary`: nothing when the memory's summary is another."""
 
+    made_from = {vector_of_field(name): summary_digest(str(summary)) for name in rows}
+
     def change(_pid: str, payload: dict[str, Any]) -> Change | None:
-        return Change(fields, vectors=rows) if payload.get("summary") == summary else None
+        return Change({**fields, **made_from}, vectors=rows) if payload.get("summary") == summary else None
 
     return change
 

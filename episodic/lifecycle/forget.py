@@ -46,6 +46,7 @@ run context, delete) that reads top to bottom here.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -350,6 +351,27 @@ class Forgetter:
         keeps the selection's earlier entries out; asking again removes the rest."""
         failed = status_document(forget, FAILED, position=position, failure=f"could not apply: {failure}"[:500])
         self.state.put(STATUS, forget.forget_id, failed)
+        self.state.delete(EARLY, [forget.forget_id])  # the workspace's rule (added first) keeps what it must
+
+    def fail_unreadable(self, raw: bytes, failure: str) -> str | None:
+        """A forget the consumer could not decode was dead-lettered (`bad_control`): when its bytes still
+        name a forget this state knows (its id, its workspace), its status says failed with the reason, and
+        its early rule goes, so that it neither stays pending for ever nor keeps entries out. Returns the
+        forget id it settled, if any."""
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            return None
+        fid = doc.get("forget_id") if isinstance(doc, dict) else None
+        if not isinstance(fid, str) or not fid or len(fid) > 256:
+            return None
+        status = self.state.get(STATUS, fid)
+        if status is None or status.get("workspace_id") != doc.get("workspace_id") or status.get("status") == APPLIED:
+            return None
+        why = f"dead-lettered (bad_control): the consumer could not read it ({failure}); nothing of it was applied"
+        self.state.put(STATUS, fid, {**status, "status": FAILED, "failure": why[:500]})
+        self.state.delete(EARLY, [fid])
+        return fid
 
     def _count(self, outcome: ForgetOutcome) -> None:
         """The ids this forget tombstoned, and how many of them were memories (not aliases or ids asked for)."""

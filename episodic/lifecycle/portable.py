@@ -26,6 +26,9 @@ and nothing is written. Then, batch by batch:
 
 A store failure half-way raises `ImportFailed` saying how many memories were written: importing the same
 file again finishes the job (the writes are idempotent).
+
+Size: a little over 400 lines: export, the checks of an import and its writes (forgets, versions, the
+write discipline) are one format read top to bottom here.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from typing import Any
 import msgspec
 
 from episodic.domain.chunking import LEGACY
-from episodic.domain.identity import dedup_key, point_id
+from episodic.domain.identity import dedup_key, point_id, summary_digest
 from episodic.embedding.generations import Generation, model_key
 from episodic.indexing.context import cut_out, folded_text, shown_context
 from episodic.indexing.folding import FOLDED_INTO, folded_entries, owner_fields
@@ -47,7 +50,7 @@ from episodic.indexing.indexer import WRITE_ATTEMPTS, iso, memory_payload, older
 from episodic.kernel.errors import EpisodicError
 from episodic.kernel.ports import DENSE, REV, REVS, Embedder, MemoryPoint, MemoryStore, Selection, SparseVec, StateStore
 from episodic.lifecycle.forget import TOMBSTONE, Forgetter, tombstone_key
-from episodic.store.rules import is_pieces_field, model_field
+from episodic.store.rules import is_pieces_field, model_field, vector_of_field
 from episodic.store.sparse import Bm25Encoder
 from schemas.events import EmbeddableRecord
 from schemas.journal import InvalidEntry, JournalEntry, parse_entry
@@ -281,6 +284,8 @@ class Importer:
             payload = self._payload(item, rec, dense is not None, gone | dead_aliases, report)
             if vector != DENSE:  # the indexer's convention: the model of a later generation's vector
                 payload[model_field(vector)] = payload.pop("model", None)
+            if dense is not None:  # the rows are those of this summary (carried over or embedded again)
+                payload[vector_of_field(vector)] = summary_digest(rec.summary)
             points.append(
                 MemoryPoint(
                     point_id=point_id(ws, rec.id),

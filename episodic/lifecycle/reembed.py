@@ -39,11 +39,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from episodic.domain.identity import summary_digest
 from episodic.embedding.generations import Generation, model_field, read, write
 from episodic.indexing.indexer import embed_each_on_failure
 from episodic.kernel.errors import EpisodicError
 from episodic.kernel.ports import Change, Embedder, StateStore
 from episodic.store.facade import QdrantStore
+from episodic.store.rules import vector_of_field
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +181,10 @@ class Reembedder:
         def change(pid: str, payload: dict[str, Any]) -> Change | None:
             # the vector of the summary that was embedded: one the consumer replaced meanwhile is left to
             # the next sweep (its new text is embedded then)
-            return Change(fields, vectors={gen.vector: rows[pid]}) if payload.get("summary") == summaries[pid] else None
+            if payload.get("summary") != summaries[pid]:
+                return None
+            made_from = {vector_of_field(gen.vector): summary_digest(str(summaries[pid] or ""))}
+            return Change({**fields, **made_from}, vectors={gen.vector: rows[pid]})
 
         report = self.store.update_memories(rows, change, writer="re-embed", fields=("summary",)) if rows else None
         written = len(report.applied) if report is not None else 0

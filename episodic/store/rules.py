@@ -136,6 +136,13 @@ def model_field(vector: str) -> str:
     return "model" if vector == DENSE else f"model@{vector}"
 
 
+def vector_of_field(vector: str) -> str:
+    """The payload field that records the digest of the summary the named dense vector `vector` was made
+    from (`episodic.domain.identity.summary_digest`): `vector_of`, or `vector_of_<vector>` for a later
+    generation. Written with the rows by the indexer, densify, the re-embed pass and import."""
+    return "vector_of" if vector == DENSE else f"vector_of_{vector}"
+
+
 def pieces_field(vector: str) -> str:
     """The payload field that records how many rows (pieces of the text, episodic.domain.chunking) a memory's named
     dense vector `vector` has: `pieces` for the first generation, `pieces_<vector>` for the others. The store

@@ -300,3 +300,29 @@ def test_a_forget_covers_every_id_its_memory_absorbed_not_only_the_kept_aliases(
     # the same text accepted after the forget is a new memory
     fresh = rec("hb-new", "heartbeat: all green", ts=T + timedelta(minutes=1), accepted=T + timedelta(minutes=1))
     assert [r.id for r in forgetter.admit([fresh])[0]] == ["hb-new"]
+
+
+def test_a_dead_lettered_forget_is_failed_and_its_early_rule_goes(
+    store: MemoryStore, state: StateStore, forgetter: Forgetter
+) -> None:
+    """Issue 25: a forget the consumer could not decode was dead-lettered (`bad_control`) and stayed pending
+    for ever, its early rule keeping the selection's entries out."""
+    from episodic.lifecycle.forget import PENDING, status_document
+
+    f = forget("f-bad", agent_id="agent-1")
+    state.put(STATUS, "f-bad", status_document(f, PENDING))
+    announce(state, f)
+    assert state.get(EARLY, "f-bad") is not None
+    raw = b'{"forget_id": "f-bad", "workspace_id": "ws-a", "selector": {"agent_id": 7}}'
+    assert forgetter.fail_unreadable(raw, "selector.agent_id: expected str") == "f-bad"
+    doc = state.get(STATUS, "f-bad")
+    assert doc is not None and doc["status"] == "failed" and "bad_control" in doc["failure"]
+    assert state.get(EARLY, "f-bad") is None
+    # bytes that name no known forget (or another workspace's) settle nothing
+    assert forgetter.fail_unreadable(b"not json", "x") is None
+    assert forgetter.fail_unreadable(b'{"forget_id": "f-bad", "workspace_id": "ws-b"}', "x") is None
+    # a failed forget's early rule goes too (the store refused it)
+    g = forget("f-refused", run_id="r1")
+    announce(state, g)
+    forgetter.fail(g, None, "the store refused it")
+    assert state.get(EARLY, "f-refused") is None and state.get(STATUS, "f-refused")["status"] == "failed"  # type: ignore[index]

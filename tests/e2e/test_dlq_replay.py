@@ -62,15 +62,23 @@ def poison_store(stack: Stack, refused: set[str]) -> None:
     """The store refuses points of the entries in `refused` (a limit, a broken field: something to repair)."""
     store = stack.store
     assert store is not None
-    real = store.upsert
+    real, real_if = store.upsert, store.upsert_if
 
-    def upsert(points: list[MemoryPoint]) -> None:
+    def refuse(points: list[MemoryPoint]) -> None:
         bad = [p.payload["entry_id"] for p in points if p.payload.get("entry_id") in refused]
         if bad:
             raise StoreError(f"payload refused for {bad}")
+
+    def upsert(points: list[MemoryPoint]) -> None:
+        refuse(points)
         real(points)
 
+    def upsert_if(points: list[MemoryPoint], expect: Any, *, writer: str) -> list[str]:
+        refuse(points)  # the indexer's write (under the write discipline)
+        return real_if(points, expect, writer=writer)
+
     store.upsert = upsert  # type: ignore[method-assign]
+    store.upsert_if = upsert_if  # type: ignore[method-assign]
 
 
 async def recall_ids(stack: Stack, ws: str, query: str, mode: str = "hybrid") -> list[str]:

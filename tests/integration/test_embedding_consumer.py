@@ -53,14 +53,21 @@ class FlakyStore(EdgeStore):
             raise StoreError("qdrant-edge delete: refused (test)")
         super().delete(point_ids)
 
-    def upsert(self, points: list[MemoryPoint]) -> None:
+    def _refuse(self, points: list[MemoryPoint]) -> None:
         if self.down.is_set():
             raise StoreUnavailable("qdrant-edge upsert: the shard is away (test)")
         bad = [p.payload["entry_id"] for p in points if p.payload["entry_id"] in self.poison]
         if bad:
             raise StoreError(f"qdrant-edge upsert: refused {bad} (test)")
         self.upserts += 1
+
+    def upsert(self, points: list[MemoryPoint]) -> None:
+        self._refuse(points)
         super().upsert(points)
+
+    def upsert_if(self, points: list[MemoryPoint], expect: Any, *, writer: str) -> list[str]:
+        self._refuse(points)  # the indexer's write (under the write discipline)
+        return super().upsert_if(points, expect, writer=writer)
 
 
 @pytest.fixture

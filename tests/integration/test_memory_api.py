@@ -5,6 +5,7 @@ and recall filters that must still return k hits."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
@@ -25,7 +26,7 @@ from episodic.indexing.indexer import Indexer
 from episodic.kernel.metrics import Metrics
 from episodic.kernel.ports import Relation
 from episodic.kernel.settings import Settings
-from episodic.lifecycle.forget import Forgetter
+from episodic.lifecycle.forget import EARLY, Forgetter
 from episodic.store.edge import EdgeStore
 from episodic.store.sparse import Bm25Encoder
 from episodic.store.state import QdrantStateStore
@@ -72,8 +73,16 @@ class Sink:
         self.hold = False
         self.fail = False
         self.refused = False
+        self.slow: tuple[float, bool] | None = None  # (seconds before the broker answers, whether it then fails)
 
     async def __call__(self, record: ForgetRecord) -> None:
+        if self.slow is not None:
+            delay, fails = self.slow
+            await asyncio.sleep(delay)
+            if fails:
+                raise TimeoutError("the broker never acknowledged it (test)")
+            self.sent.append(record)
+            return
         if self.fail:
             raise ConnectionError("broker unreachable")
         self.sent.append(record)
@@ -349,11 +358,37 @@ def test_forget_by_selector_pending_then_applied(env: dict[str, Any]) -> None:
     assert c.get(r.json()["status_url"].replace("ws-a", "ws-b")).status_code == 404
 
 
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_forget_the_broker_has_not_acknowledged_yet_is_unknown_not_failed(env: dict[str, Any], fails: bool) -> None:
+    """Issue 25: a broker that acknowledges late used to get "nothing was removed" (503) although the forget
+    could still be applied. Now: 202 "unknown: ... ask its status", and the status settles when the send does."""
+    sink, state = env["sink"], env["state"]
+    sink.slow = (1.0, fails)
+    with env["app"]() as c:  # one event loop for the whole test, as a server has: the send outlives the request
+        services = c.app.state.services  # type: ignore[attr-defined]
+        c.app.state.services = dataclasses.replace(services, forget_queue_timeout_s=0.2)  # type: ignore[attr-defined]
+        r = c.post("/v1/memory/forget", params={"wait": 5}, json={"workspace_id": "ws-a", "agent_id": "a1"})
+        body = r.json()
+        assert r.status_code == 202 and body["status"] == "pending" and body["note"].startswith("unknown:")
+        assert r.headers["location"] == body["status_url"]
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            doc = state.get("forget", body["forget_id"])
+            if (doc["status"] == "failed") if fails else state.get(EARLY, body["forget_id"]) is not None:
+                break
+            time.sleep(0.05)
+    doc = state.get("forget", body["forget_id"])
+    if fails:  # the producer gave up: failed, with the reason
+        assert doc["status"] == "failed" and "did not acknowledge" in doc["failure"]
+    else:  # acknowledged late: queued and announced (its rule holds), applied when the consumer reaches it
+        assert doc["status"] == "pending" and state.get(EARLY, body["forget_id"]) is not None
+
+
 def test_a_forget_that_cannot_be_queued_is_503_and_failed(env: dict[str, Any]) -> None:
     c, sink, state = env["client"], env["sink"], env["state"]
     sink.fail = True
     r = c.post("/v1/memory/forget", json={"workspace_id": "ws-a", "agent_id": "a1"})
-    assert r.status_code == 503 and "nothing was removed" in r.json()["error"]
+    assert r.status_code == 503 and "nothing has been removed" in r.json()["error"]
     forget_id = r.json()["error"].split("forget ")[1].split(":")[0]
     assert state.get("forget", forget_id)["status"] == "failed"
     assert c.get("/v1/memory/old-db", params={"workspace_id": "ws-a"}).status_code == 200

@@ -89,7 +89,7 @@ async def test_serve_answers_while_kafka_is_down_and_delivers_the_buffer_later(
             assert "episodic_referenced_buffered 3.0" in text
             forget = {"workspace_id": "ws", "entry_ids": ["m0"]}
             r = await http.post("/v1/memory/forget", params={"wait": 0}, json=forget)
-            assert r.status_code == 503 and "nothing was removed" in r.json()["error"], r.text
+            assert r.status_code == 503 and "nothing has been removed" in r.json()["error"], r.text
 
             broker = EmbeddedBroker(port=kafka_port)  # Kafka is back
             broker.start()

@@ -23,6 +23,7 @@ def test_every_command_resolves_to_a_function() -> None:
     assert set(COMMANDS) == {
         *("up", "produce", "recall", "forget", "show", "ls", "doctor", "run", "gate", "embedder", "serve", "mcp"),
         *("linker", "importance", "health", "health-agent", "nudge-agent", "reindex", "dlq", "export", "import"),
+        "check",
     }
     for name in COMMANDS:
         assert callable(resolve(name)), name

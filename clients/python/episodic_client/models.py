@@ -401,6 +401,11 @@ class ForgetResponse(BaseModel):
     removed_ids: list[str] = Field(default_factory=list, description="the first 100 ids forgotten")
     status_url: str
     failure: str | None = None
+    note: str | None = Field(
+        default=None,
+        description="set when the outcome is not known yet: the broker had not acknowledged the forget when the "
+        "answer was given ('unknown: ... ask its status')",
+    )
 
 
 class RelationOut(BaseModel):
