@@ -34,6 +34,7 @@ BENCHES: dict[str, str] = {
     "chunking": "bench.bench_chunking",
     "render": "bench.bench_render",
     "explorer": "bench.bench_explorer",
+    "integrity": "bench.bench_integrity",
 }
 # Other benchmarks in the repo (owned elsewhere) that follow the same --quick convention; run if present.
 OPTIONAL: dict[str, str] = {"gate": "bench.bench_gate"}
@@ -44,6 +45,7 @@ TIMEOUT_S = {
     "recall": 5400,
     "gate": 1800,
     "decay": 1800,
+    "integrity": 1800,
     "linker": 1800,
     "health": 1200,
     "soak": 1800,
