@@ -223,6 +223,18 @@ def gate_consumed(metrics_text: str) -> float:
     )
 
 
+def write_conflicts(metrics_text: str) -> dict[str, float]:
+    """episodic_store_write_conflicts_total by writer (issue 25: how often writers met under the load)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        s.labels.get("writer", "?"): s.value
+        for f in text_string_to_metric_families(metrics_text)
+        for s in f.samples
+        if s.name == "episodic_store_write_conflicts_total" and s.value
+    }
+
+
 async def run(args: argparse.Namespace) -> list[Row]:
     import httpx
 
@@ -270,6 +282,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
                     await recalls
                     await sampler
                 lost_ix, lost_gate, tail_s = await wait_tail(soak, f"{base}/metrics", gate_before)
+                conflicts = write_conflicts(httpx.get(f"{base}/metrics", timeout=5).text)
             finally:
                 stop.set()
                 await producer.stop()
@@ -282,7 +295,9 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 print("  " + line[line.index(INDEX_LOG) :][:400])
             if proc.poll() is not None:
                 raise RuntimeError(f"the stack exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
-    return report(soak, lost_ix, lost_gate, tail_s)
+    total = sum(conflicts.values())
+    print(f"write conflicts (the write discipline's re-reads, issue 25): {total:.0f} {dict(sorted(conflicts.items()))}")
+    return [*report(soak, lost_ix, lost_gate, tail_s), Row("soak", "write conflicts, all writers", total, "")]
 
 
 async def sample_rss(pid: int, soak: Soak, clock: Any, t0: float) -> None:

@@ -123,5 +123,6 @@ async def test_nothing_forgotten_comes_back_and_nothing_new_is_dropped_across_a_
             assert stack.store.count(WS) == 12 + 3 + 1
             report = check_store(stack.store, stack.state)
             assert report.ok, report.as_dict()
+            print(f"write conflicts in phase 2: {dict(getattr(stack.store, 'write_conflicts', {}))}")
     finally:
         broker.stop()
