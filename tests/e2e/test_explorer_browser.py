@@ -2,7 +2,7 @@
 executable_path; `playwright install` is never run) against a live stack: the sample journal produced,
 sign in, the workspaces, a search that finds the OOM memory and says why, a memory page whose relation
 graph is walked by a click, the run's timeline, a dead letter inspected and replayed, a forget confirmed
-and applied, and a token bound to another agent that cannot see the planner's memories.
+and applied, and a token bound to another agent that cannot see the planner's memories (they read as missing ids).
 
 Every page is screenshotted into the test's temporary directory (kept by pytest as the run's artifacts,
 each file checked non-empty), and the browser's console must stay free of errors, except the one line
@@ -225,9 +225,16 @@ async def _walk(w: Walk, base: str) -> None:
     # a token bound to agent reviewer: the planner's memories are not its to see
     await page.click("header button:has-text('Sign out')")
     await _sign_in(w, base, REVIEWER)
+    # another agent's memory reads as a missing one (issue 29: a 403 would confirm the id exists)
+    w.allowed = 2
+    await page.goto(f"{base}/ui/memory/e0001?workspace_id=acme")
+    refused = await w.text()
+    await page.goto(f"{base}/ui/memory/no-such-id?workspace_id=acme")
+    missing = await w.text()
+    assert "no memory 'e0001'" in refused and "OOM" not in refused
+    assert refused.replace("e0001", "X") == missing.replace("no-such-id", "X")
     w.allowed = 1
     await page.goto(f"{base}/ui/memory/e0001?workspace_id=acme")
-    assert "not one of its memories" in await w.text()
     await w.shot("bound-refused")
     w.allowed = 1
     await page.goto(f"{base}/ui/search?workspace_id=acme&q=checkout&agent_id=planner")
