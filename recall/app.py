@@ -131,6 +131,40 @@ class Foreground:
             await self.app(scope, receive, send)
 
 
+def host_name(host: str) -> str:
+    """The name in a Host header, without its port: 'localhost:8080' -> 'localhost', '[::1]:80' -> '::1'."""
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    return host.split(":", 1)[0]
+
+
+class LoopbackNamesOnly:
+    """Answer only requests addressed to a loopback name (Host: localhost, 127.x.y.z, [::1]) with 421.
+
+    Without a tokens file every caller is admin and the service binds loopback only, so what keeps another
+    tenant of the machine's browser out is the bind; a web page can still reach it through DNS rebinding (its
+    own name resolved to 127.0.0.1), and such a request carries the page's name in Host. The stack installs
+    this when it serves without tokens on loopback; with tokens, a token decides and a rebinding page has
+    none (the explorer's cookie belongs to the loopback name)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"host"), "")
+            if not is_loopback(host_name(host)):
+                shown = host[:64].encode("ascii", "replace").decode()
+                resp = _error(
+                    421,
+                    f"Host {shown!r} is not a loopback name: without a tokens file this service answers "
+                    "requests to localhost, 127.0.0.1 or [::1] only",
+                )
+                await resp(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 class BodyLimit:
     """Refuse request bodies larger than `limit` bytes with 413: by Content-Length before reading them, and
     for a body without one (chunked transfer encoding) as soon as the bytes read pass the limit."""
@@ -189,8 +223,11 @@ def create_app(
     insecure: bool = False,
     switch: ModelSwitch | None = None,
     cores: CoreBudget | None = None,
+    loopback_names_only: bool = False,
 ) -> FastAPI:
-    """The recall service. Raises AuthConfigError for a bad tokens file, InsecureBind (see module doc)."""
+    """The recall service. Raises AuthConfigError for a bad tokens file, InsecureBind (see module doc).
+    `loopback_names_only` (the stack sets it when it serves on loopback without tokens): requests addressed to
+    another name are refused (LoopbackNamesOnly)."""
     tokens = load_tokens(settings.tokens_file)
     check_bind(settings.http_host, tokens_configured=tokens is not None, insecure=insecure)
     if tokens is None:
@@ -255,6 +292,8 @@ def create_app(
     app.include_router(memories.router)  # after /v1/memory/stats and /health: it takes any other id below
     install_ui(app, tokens)  # the memory explorer at /ui (recall/ui), behind the same tokens
     app.add_middleware(BodyLimit)
+    if loopback_names_only and tokens is None:
+        app.add_middleware(LoopbackNamesOnly)
     if cores is not None:  # a recall in flight claims a core back from bulk embedding (episodic.embedding.cores)
         app.add_middleware(Foreground, cores=cores)
     return app

@@ -33,6 +33,7 @@ from episodic.kernel.errors import EpisodicError
 from episodic.kernel.metrics import Metrics
 from episodic.kernel.settings import Settings
 from episodic.kernel.transport_security import kafka_options
+from episodic_client.settings import is_loopback
 from stack.publisher import Publisher
 
 if TYPE_CHECKING:
@@ -281,6 +282,8 @@ class HttpRole(Role):
             insecure=res.insecure,
             switch=res.switch,
             cores=res.cores,
+            # no tokens and a loopback bind: a DNS-rebinding page's requests (another Host) are refused
+            loopback_names_only=is_loopback(s.http_host),
         )
         config = uvicorn.Config(
             app, host=s.http_host, port=s.http_port, log_level="warning", access_log=False, lifespan="off"

@@ -59,7 +59,10 @@ async def test_the_recall_service_role_starts_answers_and_drains(tmp_path: Path,
         )
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{role.http_port}", timeout=5) as http:
             health = (await http.get("/healthz")).json()
+            # no tokens file on loopback: a request addressed to another name (DNS rebinding) is refused
+            rebound = await http.get("/v1/memory/stats", headers={"host": f"rebind.example:{role.http_port}"})
         assert health["kafka"] == "ok" and health["episodic"] == "sparse-only"
+        assert rebound.status_code == 421 and "loopback" in rebound.json()["error"]
     finally:
         await role.drain()
     assert role.server.should_exit and failed == []
