@@ -1,9 +1,10 @@
-"""What near-duplicate folding costs: the linker per new memory, and a recall query, against the previous default.
+"""What folding and supersession cost: the linker per new memory, and a recall query, against the previous default.
 
 Two Qdrant Edge stores are filled alike (`--memories`, one workspace, ten agents of one crew; a fifth of
 the memories are rewordings of an earlier one by another agent: its vector the original's plus noise,
 cosine ~0.93, and one word changed). Then `--batches` batches of 64 new memories (the same mix) are written
-to both and linked: one store's linker folds (the default), the other's does not (the previous default);
+to both and linked: one store's linker folds and checks supersession (the default), the other's does
+neither (the previous default);
 which store goes first alternates per batch. The figure is the linker's time per memory, p50 over batches.
 
 Recall: on the folding store, `--queries` hybrid queries in scope `own` with the scope filter that ships
@@ -88,6 +89,7 @@ def run(memories: int, batches: int, queries: int, root: Path) -> tuple[dict[str
 
     import episodic.store.query as Q
     from episodic.domain.folding import FoldRule
+    from episodic.domain.supersession import SupersedeRule
     from episodic.kernel.ports import Fusion, ScopeFilter
     from episodic.maintenance.linker import Linker
     from episodic.store.edge import EdgeStore
@@ -99,7 +101,9 @@ def run(memories: int, batches: int, queries: int, root: Path) -> tuple[dict[str
     stores = {name: EdgeStore(root / name) for name in ("fold", "nofold")}
     linkers = {
         "fold": Linker(store=stores["fold"], fold_rule=FoldRule()),
-        "nofold": Linker(store=stores["nofold"], fold_rule=FoldRule(enabled=False)),
+        "nofold": Linker(
+            store=stores["nofold"], fold_rule=FoldRule(enabled=False), supersede_rule=SupersedeRule(enabled=False)
+        ),
     }
     for s in stores.values():
         s.ensure_collection(DIM)
@@ -163,11 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = [
         Row(
             "folding",
-            "linker per new memory (p50 over batches), folding on",
+            "linker per new memory (p50 over batches), folding and supersession on",
             median(lat["fold"]),
             "s",
             median(lat["nofold"]),
-            "folding off (previous default), same memories, alternating",
+            "both off (previous default), same memories, alternating",
             note=f"{info['folded']} of {info['linked']} linked memories folded",
         )
     ]

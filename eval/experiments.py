@@ -438,24 +438,37 @@ def lexical_confidence(a: argparse.Namespace) -> Result:
 
 
 def folding(a: argparse.Namespace) -> Result:
-    """Near-duplicate folding (``EPISODIC_FOLD_*``, eval.folding): the shipped tree over the memories the
-    linker leaves, fold cosine x content-word Jaccard (the same numbers and dates always required), beside
-    the tree without folding (the previous default). Each variant's folds are counted on stderr."""
+    """Near-duplicate folding (``EPISODIC_FOLD_*``) and supersession (``EPISODIC_SUPERSEDE_*``), eval.folding:
+    the shipped tree over the memories the linker leaves and in the order recall gives them, fold cosine x
+    content-word Jaccard (the same numbers and dates always required) and supersession cosine x subject
+    Jaccard, beside the tree with neither (the previous default). Folds and supersessions are counted on
+    stderr; the knowledge-update questions get their own columns (ku)."""
     from episodic.domain.folding import FoldRule
-    from eval.folding import fold_groups, folded
+    from episodic.domain.supersession import SupersedeRule
+    from eval.folding import fold_groups, folded, mmr, newer_first, supersessions
 
     rows: dict = {"S": Sparse(), "SC": Sparse(ctx=RECOMMENDED_CONTEXT)}
     rows["DP"] = Dense(split="p32", penalty=PIECE_PENALTY, candidates=200)
     views = build(a.sets, rows)
-    ms: dict[str, Method] = {"without folding (previous default)": shipped()}
-    for cos in (0.80, 0.83, 0.86, 0.90, 0.95):
-        for jac in (0.0, 0.3, 0.5, 0.7, 0.8):
+    views.by_category = True
+    mems = {id(q.mem): q.mem for qs in views.views.values() for q in qs}
+    ms: dict[str, Method] = {"neither (previous default)": shipped()}
+    for cos in (0.80, 0.86, 0.90, 0.95):
+        for jac in (0.0, 0.5, 0.8):
             rule = FoldRule(cosine=cos, jaccard=jac)
-            mems = {id(q.mem): q.mem for qs in views.views.values() for q in qs}
             n = sum(len(f.into) for m in mems.values() if (f := fold_groups(m, rule)) is not None)
             log.info("fold cosine %.2f jaccard %.1f: %d memories folded", cos, jac, n)
             ms[f"fold cosine {cos}, jaccard {jac} ({n} folded)"] = folded(shipped(), rule)
-    return views, ms, "Near-duplicate folding: the shipped tree over the memories the linker leaves"
+    for cos in (0.70, 0.75, 0.80, 0.86):
+        for jac in (0.3, 0.5, 0.7):
+            sup = SupersedeRule(cosine=cos, jaccard=jac)
+            n = sum(len(s) for m in mems.values() if (s := supersessions(m, sup)) is not None)
+            log.info("supersede cosine %.2f jaccard %.1f: %d memories superseded", cos, jac, n)
+            ms[f"supersede cosine {cos}, jaccard {jac} ({n} superseded)"] = newer_first(shipped(), sup)
+    ms["SHIPPED: fold 0.86/0.5 + supersede 0.80/0.5"] = newer_first(folded(shipped(), FoldRule()), SupersedeRule())
+    for lam in (0.5, 0.7, 0.85, 0.95):  # diversity in the top k (seed 002), over the fused top 30
+        ms[f"MMR lambda {lam} (word Jaccard, top 30)"] = mmr(shipped(), lam)
+    return views, ms, "Folding and supersession: the shipped tree over the memories and edges the linker leaves"
 
 
 EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {

@@ -47,13 +47,17 @@ from eval.metrics import Score, score
 from eval.views import Q, Views
 
 ASST = "single-session-assistant"
-COLUMNS = ("s/dev", "s/holdout", "oracle/dev", "oracle/holdout", "asst")
+KU = "knowledge-update"  # the category supersession is for (eval/README.md, "Supersession")
+COLUMNS = ("s/dev", "s/holdout", "oracle/dev", "oracle/holdout", "asst", "ku/dev", "ku/holdout")
 
 
 def evaluate(views: Views, methods: Mapping[str, Method]) -> dict[str, dict[str, Score]]:
     v = dict(views.views)
     if "oracle/dev" in v:
         v["asst"] = [q for q in v["oracle/dev"] if q.type == ASST]
+    if views.by_category:  # knowledge-update questions of both sets, dev and holdout
+        for part in ("dev", "holdout"):
+            v[f"ku/{part}"] = [q for s in ("s", "oracle") for q in v.get(f"{s}/{part}", []) if q.type == KU]
 
     def run(m: Method, qs: list[Q]) -> Score:
         # a method over folded memories (eval.folding) says what each hit covers; else a hit covers its aliases

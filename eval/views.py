@@ -154,6 +154,7 @@ def sparse_rows(mem: Memories, queries: list[str], row: Sparse) -> np.ndarray:
 class Views:
     views: dict[str, list[Q]]
     skipped: dict[str, int]  # corpora left out per set (a dense row not cached yet)
+    by_category: bool = False  # eval.sweep adds the knowledge-update columns (ku/dev, ku/holdout)
 
 
 _MEM: dict[str, Memories] = {}

@@ -17,14 +17,14 @@ from msgspec import Meta
 from schemas.journal import Id
 
 EXPORT_VERSION = 1
-RELATIONS = ("similar", "supports", "contradicts", "next", "previous")
+RELATIONS = ("similar", "supports", "contradicts", "supersedes", "next", "previous")
 
 
 class ExportedRelation(msgspec.Struct, frozen=True):
     """An edge from this memory to another of its workspace (by entry id)."""
 
     dst: Id
-    relation: Literal["similar", "supports", "contradicts", "next", "previous"]
+    relation: Literal["similar", "supports", "contradicts", "supersedes", "next", "previous"]
     weight: float
     created_at: str = ""
 

@@ -403,6 +403,7 @@ class LinkerRole(AgentRole):
 
     async def start(self, res: Resources) -> None:
         from episodic.domain.folding import FoldRule
+        from episodic.domain.supersession import SupersedeRule
         from episodic.maintenance.linker import Linker
         from streams.linker import linker_runner
 
@@ -416,6 +417,9 @@ class LinkerRole(AgentRole):
             clock=res.clock,
             cores=res.cores,  # waits while bulk embedding runs in this process (edges may lag, vectors not)
             fold_rule=FoldRule(cosine=s.fold_cosine, jaccard=s.fold_jaccard, enabled=s.fold_enabled),
+            supersede_rule=SupersedeRule(
+                cosine=s.supersede_cosine, jaccard=s.supersede_jaccard, enabled=s.supersede_enabled
+            ),
         )
         self.runner = linker_runner(s, linker=linker, metrics=res.metrics)
         await self.runner.start()

@@ -217,7 +217,7 @@ class LegRanking:
 class Relation:
     src: str  # entry id
     dst: str
-    relation: Literal["similar", "supports", "contradicts", "next", "previous"]
+    relation: Literal["similar", "supports", "contradicts", "supersedes", "next", "previous"]
     weight: float
     created_at: str
     workspace_id: str = ""

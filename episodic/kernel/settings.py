@@ -285,6 +285,21 @@ class Settings(BaseSettings, ClientSettings):
         le=1.0,
         description="near-duplicate fold: content-word Jaccard at least this (and the same numbers and dates)",
     )
+    supersede_enabled: bool = Field(
+        default=True,
+        description="newer facts first: the linker gives a memory that changes a number or date of an earlier one "
+        "on the same subject a supersedes edge (episodic.domain.supersession), and recall puts it right above "
+        "the memory it replaces (bringing it in when only the older matched)",
+    )
+    supersede_cosine: float = Field(
+        default=0.80, gt=0.0, le=1.0, description="supersession: the two memories' cosine at least this"
+    )
+    supersede_jaccard: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="supersession: their content words other than numbers and dates overlap (Jaccard) at least this",
+    )
     decay_schedule: str = Field(
         default="30 3 * * *", description="DecayAndReinforce (and retention), a cron expression in UTC"
     )

@@ -24,6 +24,10 @@ candidate list and are all turned down, the linker searches once more, four time
   may fold (same crew, type, priority) and whose words and facts agree, absorbs the new memory: the new one
   gets `folded_into` and no edges, the old one lists it in `folded`. A memory that absorbed another in
   this batch is not folded itself (no chains), and one absorbed in this batch absorbs nothing.
+- **Newer facts supersede** (`episodic.domain.supersession`): a memory that does not fold, and the nearest
+  candidate of the same crew and type that is one subject with a changed number or date, get a `supersedes`
+  edge from the one with the later `ts` to the other, and the older gets `superseded_by` (recall puts the
+  newer first). One per new memory.
 
 - **Batched, and after bulk embedding.** The neighbour searches of a whole batch of events go to the store
   as one batch (`MemoryStore.similar_to_many`: Qdrant plans them as one pass over its segments), and with
@@ -33,7 +37,11 @@ candidate list and are all turned down, the linker searches once more, four time
 
 `supports` edges stay with the indexer: they need no vector, so the indexer writes them with the point
 itself, atomically, the moment the rule is searchable, also in sparse-only mode where this linker never
-runs. Both writers merge per (dst, relation) on the source memory, and the linker only replaces `similar`.
+runs. Both writers merge per (dst, relation) on the source memory, and the linker only replaces `similar`
+(and its own `supersedes`).
+
+Size: a little over 400 lines: each new memory's edges, fold and supersession are decided against one search
+of its neighbours, in one ordered pass over the batch, and written in one call; they read top to bottom here.
 """
 
 from __future__ import annotations
@@ -48,6 +56,8 @@ import numpy as np
 
 from episodic.domain.folding import FOLDED_INTO, FoldRule, compatible, near_duplicate
 from episodic.domain.identity import point_id
+from episodic.domain.scoring import parse_time
+from episodic.domain.supersession import SUPERSEDED_BY, SUPERSEDES, SupersedeRule, is_update
 from episodic.embedding.cores import CoreBudget
 from episodic.indexing.context import ADJACENT as RUN_EDGES
 from episodic.indexing.folding import fold, unfold
@@ -117,6 +127,7 @@ class LinkResult:
     missing: int = 0  # memories gone (forgotten, archived) or without their vector
     failed: int = 0  # memories the store refused
     folded: int = 0  # memories folded into a near duplicate (no edges of their own)
+    superseded: int = 0  # supersedes edges written (a newer fact over an older one)
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -133,6 +144,7 @@ class Linker:
         clock: Callable[[], datetime] = _now,
         cores: CoreBudget | None = None,
         fold_rule: FoldRule | None = None,
+        supersede_rule: SupersedeRule | None = None,
     ) -> None:
         if not 0.0 < threshold <= 1.0 or top_k < 1 or not 0.0 <= min_mean_cosine <= 1.0:
             raise ValueError("threshold must be in (0, 1], top_k at least 1 and min_mean_cosine in [0, 1]")
@@ -143,6 +155,7 @@ class Linker:
         self.clock = clock
         self.cores = cores  # the process's core budget: a batch waits while bulk embedding runs
         self.fold_rule = fold_rule or FoldRule()
+        self.supersede_rule = supersede_rule or SupersedeRule()
 
     def link(self, events: Sequence[IndexedEvent]) -> LinkResult:
         """Link the memories of a batch of memory.indexed events; one store write for the batch."""
@@ -178,7 +191,8 @@ class Linker:
         new_edges: dict[str, set[str]] = {}  # entry id -> entry ids it points at (written in this batch)
         similar: dict[str, list[dict[str, Any]]] = {}  # point id -> its new similar edges
         folds: dict[str, tuple[str, str, float]] = {}  # absorbed point id -> (owner point id, entry id, cosine)
-        for pid, chosen in self._neighbours(ready, new_edges, folds).items():
+        updated: dict[str, tuple[str, str, float, bool]] = {}  # point id -> (other point, entry id, cosine, newer)
+        for pid, chosen in self._neighbours(ready, new_edges, folds, updated).items():
             if chosen is None:
                 result.failed += 1
                 continue
@@ -188,6 +202,7 @@ class Linker:
                 {"dst": c.entry_id, "relation": SIMILAR, "weight": round(min(1.0, c.cosine), 6), "created_at": now}
                 for c in chosen
             ]
+        later = self._supersessions(updated, similar, now)
         # Written under the write discipline (episodic.store): the other edges are those of the memory as it
         # is at the write (the indexer may have given it its run's `next` edge meanwhile, which is kept), and
         # a neighbour forgotten while the neighbours were searched gets no edge.
@@ -197,7 +212,11 @@ class Linker:
 
         def change(pid: str, payload: dict[str, Any]) -> Change | None:
             edges = [e for e in similar[pid] if point_id(ws_of[pid], e["dst"]) in alive]
-            kept = [e for e in payload.get("relations") or [] if isinstance(e, dict) and e.get("relation") != SIMILAR]
+            kept = [
+                e
+                for e in payload.get("relations") or []
+                if isinstance(e, dict) and e.get("relation") not in (SIMILAR, SUPERSEDES)
+            ]
             fields = {**relations_payload(kept + edges), "linked_at": now}
             if pid in unfolded:
                 fields[FOLDED_INTO] = None
@@ -208,10 +227,55 @@ class Linker:
         result.failed += len(report.gave_up)
         result.linked += len(report.applied)
         result.edges += sum(
-            sum(1 for e in similar[pid] if point_id(ws_of[pid], e["dst"]) in alive) for pid in report.applied
+            sum(1 for e in similar[pid] if e["relation"] == SIMILAR and point_id(ws_of[pid], e["dst"]) in alive)
+            for pid in report.applied
         )
+        self._write_supersessions(later, result)
         self._fold(folds, now, result)
         return result
+
+    def _supersessions(
+        self, updated: dict[str, tuple[str, str, float, bool]], similar: dict[str, list[dict[str, Any]]], now: str
+    ) -> dict[str, tuple[list[dict[str, Any]], dict[str, str]]]:
+        """Each supersession's edge: on the new memory (with its similar edges) when it is the newer, else on
+        the existing one (returned: point id -> (edges, the older memories' superseded_by marks))."""
+        later: dict[str, tuple[list[dict[str, Any]], dict[str, str]]] = {}
+        if not updated:
+            return later
+        ids = self.store.retrieve(sorted({o for o, _, _, _ in updated.values()} | set(updated)), fields=("entry_id",))
+        for pid, (other, _, cosine, newer) in updated.items():
+            if pid not in ids or other not in ids or pid not in similar:
+                continue
+            src, dst = (pid, other) if newer else (other, pid)
+            edge = {"dst": str(ids[dst].get("entry_id")), "relation": SUPERSEDES, "weight": round(cosine, 6)}
+            edge["created_at"] = now
+            if src in similar:
+                similar[src].append(edge)
+            edges, marks = later.setdefault(src, ([], {}))
+            if src not in similar:
+                edges.append(edge)
+            marks[dst] = str(ids[src].get("entry_id"))
+        return later
+
+    def _write_supersessions(
+        self, later: dict[str, tuple[list[dict[str, Any]], dict[str, str]]], result: LinkResult
+    ) -> None:
+        """The edges that go on existing memories (merged under the write discipline), then every older
+        memory's `superseded_by` (the linker's own field)."""
+        on_existing = {pid: edges for pid, (edges, _) in later.items() if edges}
+
+        def add(pid: str, payload: dict[str, Any]) -> Change:
+            mine = [e for e in payload.get("relations") or [] if isinstance(e, dict)]
+            have = {(e.get("dst"), e.get("relation")) for e in mine}
+            new = [e for e in on_existing[pid] if (e["dst"], e["relation"]) not in have]
+            return Change(relations_payload(mine + new))
+
+        if on_existing:
+            self.store.update_memories(on_existing, add, writer="linker", fields=("relations", "links"))
+        marks = {dst: {SUPERSEDED_BY: src_id} for _, m in later.values() for dst, src_id in m.items()}
+        result.superseded += len(marks)
+        if marks:
+            self.store.set_payloads(marks)
 
     def _fold(self, folds: dict[str, tuple[str, str, float]], now: str, result: LinkResult) -> None:
         """Fold each absorbed memory into its owner: the owner's fields under the write discipline (computed
@@ -246,27 +310,39 @@ class Linker:
                 result.folded += 1
         self.store.set_payloads(marks)
 
-    def _fold_target(
+    def _decide(
         self, point: StoredHit, near: list[tuple[str, str, float]], folds: dict[str, tuple[str, str, float]]
-    ) -> tuple[str, str, float] | None:
-        """The memory this one folds into (point id, entry id, cosine), or None: the nearest of `near` (the
-        candidates at or above the fold cosine, best first) that may fold and is worded alike, skipping the
-        memories absorbed in this batch; a memory that absorbed another in this batch is not folded itself."""
-        rule = self.fold_rule
-        near = [n for n in near if n[0] not in folds]
-        if not rule.enabled or not near or point.point_id in {o for o, _, _ in folds.values()}:
-            return None
+    ) -> tuple[tuple[str, str, float] | None, tuple[str, str, float, bool] | None]:
+        """What this memory is to its nearest candidates (`near`: point id, entry id, cosine, best first):
+        the memory it folds into (episodic.domain.folding), or else the one it is an update of, or the update
+        of (episodic.domain.supersession; `True`: this one is the newer). Memories absorbed in this batch are
+        passed over; a memory that absorbed another in this batch is not folded itself."""
+        fold_rule, sup = self.fold_rule, self.supersede_rule
+        floor = min(fold_rule.cosine if fold_rule.enabled else 2.0, sup.cosine if sup.enabled else 2.0)
+        near = [n for n in near if n[0] not in folds and n[2] >= floor]
+        if not near:
+            return None, None
         found = self.store.retrieve([pid for pid, _, _ in near], fields=_FOLD_FIELDS)
         text = str(point.payload.get("summary") or "")
+        owner = point.point_id in {o for o, _, _ in folds.values()}
         for pid, eid, cosine in near:
             old = found.get(pid)
-            if old is None or not compatible(point.payload, old):
+            if old is None or owner or not compatible(point.payload, old):
                 continue
-            verdict = near_duplicate(cosine, text, str(old.get("summary") or ""), rule)
+            verdict = near_duplicate(cosine, text, str(old.get("summary") or ""), fold_rule)
             if verdict.fold:
                 log.debug("linker: %s folds into %s (%s)", point.payload.get("entry_id"), eid, verdict.reason)
-                return pid, eid, cosine
-        return None
+                return (pid, eid, cosine), None
+        for pid, eid, cosine in near:
+            old = found.get(pid)
+            same = old is not None and all(point.payload.get(k) == old.get(k) for k in _SAME_SUBJECT)
+            if old is None or not same or old.get(FOLDED_INTO):
+                continue
+            if is_update(cosine, text, str(old.get("summary") or ""), sup).fold:
+                mine, theirs = parse_time(point.payload.get("ts")), parse_time(old.get("ts"))
+                newer = mine is None or theirs is None or mine >= theirs  # no time to go by: the later written
+                return None, (pid, eid, cosine, newer)
+        return None, None
 
     def _request(self, point: StoredHit, limit: int) -> SimilarRequest:
         p = point.payload
@@ -299,7 +375,11 @@ class Linker:
         return out
 
     def _neighbours(
-        self, points: dict[str, StoredHit], new_edges: dict[str, set[str]], folds: dict[str, tuple[str, str, float]]
+        self,
+        points: dict[str, StoredHit],
+        new_edges: dict[str, set[str]],
+        folds: dict[str, tuple[str, str, float]],
+        updated: dict[str, tuple[str, str, float, bool]],
     ) -> dict[str, list[Candidate] | None]:
         """The chosen neighbours of each point (None: the store refused its search), chosen in order, each
         against the edges chosen before it; `new_edges` gets each choice. A point that folds into a near
@@ -342,11 +422,13 @@ class Linker:
                         ),
                         key=lambda n: (-n[2], n[1]),
                     )
-                    target = self._fold_target(point, [n for n in near if n[2] >= self.fold_rule.cosine], folds)
+                    target, update = self._decide(point, near, folds)
                     if target is not None:
                         folds[pid] = target
                         chosen[pid] = []
                         continue
+                    if update is not None:
+                        updated[pid] = update
                 picked = choose_similar(
                     source, candidates, threshold=self.threshold, top_k=self.top_k, min_mean=self.min_mean_cosine
                 )
@@ -383,7 +465,8 @@ class Linker:
 # What the batch's write reads again: the edges (kept but `similar`), and what a fold records of either side.
 _FRESH_FIELDS = ("relations", "entry_id", "agent_id", "ts", "occurrences", "aliases", "folded")
 # What the fold rule compares (episodic.domain.folding.compatible, near_duplicate).
-_FOLD_FIELDS = ("workspace_id", "crew_id", "entry_type", "priority", "summary", FOLDED_INTO)
+_FOLD_FIELDS = ("workspace_id", "crew_id", "entry_type", "priority", "summary", "ts", FOLDED_INTO)
+_SAME_SUBJECT = ("workspace_id", "crew_id", "entry_type")  # an update may change the priority
 
 
 def _pieces(value: Any) -> int:

@@ -50,6 +50,7 @@ import numpy as np
 
 from episodic.domain.chunking import mode_of
 from episodic.domain.scoring import parse_time
+from episodic.domain.supersession import SUPERSEDED_BY, SUPERSEDES
 from episodic.indexing.context import shown_context
 from episodic.indexing.folding import AGENTS, folded_ids
 from episodic.kernel.errors import EpisodicError, StoreError
@@ -165,6 +166,8 @@ class RecallHit:
     aliases: list[str] = field(default_factory=list)
     occurrences: int = 1
     folded: list[str] = field(default_factory=list)  # entry ids of near duplicates folded into it
+    supersedes: list[str] = field(default_factory=list)  # older memories whose fact this one changed
+    superseded_by: str | None = None  # the newer memory that changed this one's fact
     agents: list[str] = field(default_factory=list)  # the agents it stands for when folded from several
     cosine: float | None = None
     point_id: str = ""
@@ -192,6 +195,8 @@ class RecallHit:
             "occurrences": self.occurrences,
             "folded": self.folded,
             "agents": self.agents,
+            "supersedes": self.supersedes,
+            "superseded_by": self.superseded_by,
         }
 
     def referenced(self) -> dict[str, Any]:
@@ -234,6 +239,7 @@ class RecallEngine:
         adjacent: bool = False,
         adjacent_weight: float = 0.5,
         fusion_by_mode: Mapping[str, Fusion] | None = None,
+        newer_first: bool = True,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -249,6 +255,7 @@ class RecallEngine:
         self.clock = clock
         self.adjacent = adjacent
         self.adjacent_weight = adjacent_weight
+        self.newer_first = newer_first  # a superseded hit gets its newer memory right above it
 
     @classmethod
     def from_settings(
@@ -269,6 +276,7 @@ class RecallEngine:
             switch=switch,
             adjacent=settings.recall_adjacent,
             adjacent_weight=settings.adjacent_weight,
+            newer_first=settings.supersede_enabled,
             fusion_by_mode=fusions_by_mode(settings),
         )
 
@@ -346,6 +354,8 @@ class RecallEngine:
             hits = self._bring_in(hits, near, scope, qvec, now, req.k, using)
         if req.walk_depth == 1 and hits:
             hits = self._walk(hits, scope, qvec, now, req.k, using)
+        if self.newer_first and any(h.superseded_by for h in hits):
+            hits = self._newer_first(hits, scope, qvec, now, req.k, using)
         return RecallResult(
             mode=req.mode,
             degraded=degraded,
@@ -407,6 +417,28 @@ class RecallEngine:
         relations = self._guarded("relation lookup", lambda: self.store.relations_of(scope.workspace_id, ids))
         return self._bring_in(hits, expand.walked(hits, relations), scope, qvec, now, k, using)
 
+    def _newer_first(
+        self,
+        hits: list[RecallHit],
+        scope: ScopeFilter,
+        qvec: np.ndarray | None,
+        now: datetime,
+        k: int,
+        using: str | None = None,
+    ) -> list[RecallHit]:
+        """Each superseded hit's newer memory right above it (expand.newer_first), fetched through the scope
+        when it is not a hit."""
+        have = {h.entry_id for h in hits}
+        wanted = sorted({h.superseded_by for h in hits if h.superseded_by and h.superseded_by not in have})
+        found: list[RecallHit] = []
+        if wanted:
+            stored = self._guarded(
+                "supersession lookup",
+                lambda: self.store.find_entries(scope, wanted, with_dense=qvec is not None, using=using),
+            )
+            found = [h for s in stored if (h := self._to_hit(s, qvec, now)).workspace_id == scope.workspace_id]
+        return expand.newer_first(hits, found, k)
+
     def _bring_in(
         self,
         hits: list[RecallHit],
@@ -452,6 +484,14 @@ class RecallEngine:
             aliases=aliases,
             occurrences=_occurrences(p.get("occurrences"), len(aliases)),
             folded=folded_ids(p),
+            supersedes=[
+                str(e.get("dst"))
+                for e in p.get("relations") or []
+                if isinstance(e, dict) and e.get("relation") == SUPERSEDES
+            ]
+            if isinstance(p.get("relations"), list)
+            else [],
+            superseded_by=_text_or_none(p.get(SUPERSEDED_BY)),
             agents=[str(a) for a in p.get(AGENTS) or [] if isinstance(a, str)]
             if isinstance(p.get(AGENTS), list)
             else [],

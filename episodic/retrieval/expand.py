@@ -7,6 +7,10 @@
 
 Both return entry id -> (score, via) for memories that are not direct hits; the recall engine fetches
 them through the request's scope and lets them compete for the k places (`merged`: a direct hit wins a tie).
+
+- `newer_first`: a hit superseded by a newer memory (`superseded_by`, episodic.domain.supersession) gets that
+  memory right above it, moved up from lower in the list or brought in (via "supersedes"), with the older
+  one's score when its own is lower: an agent reads the current fact first and, below it, what it replaced.
 """
 
 from __future__ import annotations
@@ -59,3 +63,33 @@ def merged(hits: list[H], found: list[H], k: int) -> list[H]:
     """The top k of both, by score; stable, so a direct hit wins a tie."""
     found = sorted(found, key=lambda h: (-h.score, h.entry_id))
     return sorted([*hits, *found], key=lambda h: -h.score)[:k]
+
+
+class Dated(Scored, Protocol):
+    superseded_by: str | None
+    via: str
+
+
+D = TypeVar("D", bound=Dated)
+
+
+def newer_first(hits: list[D], found: Sequence[D], k: int) -> list[D]:
+    """`hits` with each superseded hit's newer memory right above it (one level: the newest of a chain is
+    brought up by its own predecessor). `found`: the newer memories that are not hits (fetched through the
+    scope; one missing there is simply not shown). The top k."""
+    by_id = {h.entry_id: h for h in [*hits, *found]}
+    out: list[D] = []
+    placed: set[str] = set()
+    for h in hits:
+        if h.entry_id in placed:
+            continue
+        newer = by_id.get(h.superseded_by or "")
+        if newer is not None and newer.entry_id not in placed and newer is not h:
+            if newer not in hits:
+                newer.via = "supersedes"
+            newer.score = max(newer.score, h.score)
+            out.append(newer)
+            placed.add(newer.entry_id)
+        out.append(h)
+        placed.add(h.entry_id)
+    return out[:k]

@@ -137,3 +137,52 @@ def test_an_export_line_carries_the_fold(store: MemoryStore, mk: MakePoint) -> N
     absorbed = export_line(payload(store, "b1"), None)["memory"]["extra"]
     assert [p["entry_id"] for p in owner["folded"]] == ["b1", "c1"] and owner["agents"][1:] == ["agent-b", "agent-c"]
     assert absorbed["folded_into"] == "a1"
+
+
+def test_a_newer_fact_supersedes_the_older_whichever_arrives_first(store: MemoryStore, mk: MakePoint) -> None:
+    store.upsert(
+        [
+            mk("t1", "the release train leaves on Tuesday", e(0), ts="2026-01-01T00:00:00Z"),
+            mk("t2", "the release train now leaves on Thursday", mix((0, 1.0), (1, 0.2)), ts="2026-02-01T00:00:00Z"),
+        ]
+    )
+    result = linker(store).link([vector_event("t2")])
+    assert (result.folded, result.superseded) == (0, 1)
+    assert [(r["dst"], r["relation"]) for r in payload(store, "t2")["relations"] if r["relation"] == "supersedes"] == [
+        ("t1", "supersedes")
+    ]
+    assert payload(store, "t1")["superseded_by"] == "t2"
+    # an older fact written late: the edge still goes from the newer memory
+    store.upsert([mk("t0", "the release train leaves on Monday", mix((0, 1.0), (2, 0.2)), ts="2025-12-01T00:00:00Z")])
+    assert linker(store).link([vector_event("t0")]).superseded == 1
+    assert payload(store, "t0")["superseded_by"] in {"t1", "t2"}
+    newer = payload(store, payload(store, "t0")["superseded_by"])
+    assert "t0" in {r["dst"] for r in newer["relations"] if r["relation"] == "supersedes"}
+
+
+def test_recall_puts_the_newer_fact_first_and_brings_it_in(store: MemoryStore, mk: MakePoint) -> None:
+    from episodic.retrieval.engine import RecallEngine
+    from episodic.store.sparse import Bm25Encoder
+    from episodic_client.models import RecallRequest
+
+    store.upsert(
+        [
+            mk("t1", "the release train leaves on Tuesday from platform nine", e(0), ts="2026-01-01T00:00:00Z"),
+            mk("t2", "the release train now leaves on Thursday", mix((0, 1.0), (1, 0.2)), ts="2026-02-01T00:00:00Z"),
+            mk("o1", "the platform nine lights are broken", e(5)),
+        ]
+    )
+    assert linker(store).link([vector_event("t2")]).superseded == 1
+    req = {"workspace_id": "ws-a", "agent_id": "agent-1", "mode": "sparse", "k": 2}
+    engine = RecallEngine(store=store, embedder=None, bm25=Bm25Encoder())
+    # both match: the newer right above the older, whatever BM25 thought
+    both = engine.recall(RecallRequest.model_validate({**req, "query": "release train Tuesday platform"})).hits
+    assert [(h.entry_id, h.via) for h in both] == [("t2", "direct"), ("t1", "direct")]
+    assert both[0].supersedes == ["t1"] and both[1].superseded_by == "t2" and both[0].score >= both[1].score
+    # only the older matches: the newer is brought in above it, counted in k
+    only = engine.recall(RecallRequest.model_validate({**req, "query": "Tuesday platform nine", "k": 3})).hits
+    assert [(h.entry_id, h.via) for h in only] == [("t2", "supersedes"), ("t1", "direct"), ("o1", "direct")]
+    off = RecallEngine(store=store, embedder=None, bm25=Bm25Encoder(), newer_first=False)
+    assert "t2" not in {
+        h.entry_id for h in off.recall(RecallRequest.model_validate({**req, "query": "platform nine"})).hits
+    }

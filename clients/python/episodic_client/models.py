@@ -53,7 +53,7 @@ JOURNAL_TOPIC = "journal.entries"
 Scope = Literal["own", "crew_shared"]
 Role = Literal["agent", "lead"]  # what a token or a client is bound as (seed 001)
 Mode = Literal["hybrid", "dense", "sparse"]
-Via = Literal["direct", "similar", "supports", "adjacent"]
+Via = Literal["direct", "similar", "supports", "adjacent", "supersedes"]
 Severity = Literal["debug", "info", "warn", "error"]
 
 IdStr = Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_LEN)]
@@ -217,6 +217,14 @@ class Hit(BaseModel):
         default_factory=list,
         description="entry ids of near duplicates folded into this memory (reworded, or written by another "
         "agent of the crew; EPISODIC_FOLD_*), with their aliases; each stays readable by GET /v1/memory/{id}",
+    )
+    supersedes: list[str] = Field(
+        default_factory=list,
+        description="entry ids of older memories this one updates (a changed number or date on the same "
+        "subject; EPISODIC_SUPERSEDE_*): it is placed right above them",
+    )
+    superseded_by: str | None = Field(
+        default=None, description="the newer memory that updates this one (shown right above it when in scope)"
     )
     agents: list[str] = Field(
         default_factory=list,
