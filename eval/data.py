@@ -100,13 +100,19 @@ def _question(rec: dict, turns: list[Turn]) -> Question:
     )
 
 
-def load_oracle(data_dir: Path = DATA_DIR, limit: int | None = None) -> list[Corpus]:
-    """The pooled oracle corpus: one corpus holding every question's sessions once."""
-    corpus = Corpus("oracle" if limit is None else f"oracle{limit}")
+def load_oracle(data_dir: Path = DATA_DIR, limit: int | None = None, only: str | None = None) -> list[Corpus]:
+    """The pooled oracle corpus: one corpus holding every question's sessions once. `only`: the questions of
+    that type alone, pooled (e.g. "knowledge-update"); `limit` then counts those."""
+    name = "oracle" if limit is None else f"oracle{limit}"
+    corpus = Corpus(name if only is None else f"{name}-{only}")
     seen: dict[str, list[Turn]] = {}
-    for n, rec in enumerate(_lines(data_dir / FILES["oracle"])):
-        if limit is not None and n >= limit:
+    kept = 0
+    for rec in _lines(data_dir / FILES["oracle"]):
+        if only is not None and rec.get("question_type") != only:
+            continue
+        if limit is not None and kept >= limit:
             break
+        kept += 1
         own: list[Turn] = []
         for sid, date, sess in zip(
             rec["haystack_session_ids"], rec["haystack_dates"], rec["haystack_sessions"], strict=True
@@ -164,9 +170,9 @@ def holdout(question_ids: Iterable[str]) -> frozenset[str]:
     return frozenset(ids[: round(len(ids) / 3)])
 
 
-def load(name: str, limit: int | None = None) -> list[Corpus]:
+def load(name: str, limit: int | None = None, only: str | None = None) -> list[Corpus]:
     if name == "oracle":
-        return load_oracle(limit=limit)
+        return load_oracle(limit=limit, only=only)
     if name == "s":
         return load_s(limit=limit)
     raise ValueError(f"unknown set {name!r} (oracle or s)")

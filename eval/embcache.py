@@ -121,6 +121,7 @@ def main() -> None:
     ap.add_argument("--ctx", action="append", default=None, help="context spec(s), e.g. prev=1,words=64,date=1")
     ap.add_argument("--s-limit", type=int, default=None, help="first N s haystacks (stratified by type)")
     ap.add_argument("--oracle-limit", type=int, default=None, help="pool only the first N oracle questions")
+    ap.add_argument("--oracle-type", default=None, help="pool only the oracle questions of this type")
     ap.add_argument(
         "--split", default=None, help="sentence piece modes instead of windows, e.g. p32,s1 (eval.sentences)"
     )
@@ -135,7 +136,9 @@ def main() -> None:
     window = cache.chunker()
     splits = a.split.split(",") if a.split else [""]
     for name in ["oracle", "s"] if a.set == "both" else [a.set]:
-        corpora = load(name, limit=a.s_limit if name == "s" else a.oracle_limit)
+        corpora = load(
+            name, limit=a.s_limit if name == "s" else a.oracle_limit, only=None if name == "s" else a.oracle_type
+        )
         cache.fill([q.question for c in corpora for q in c.questions], kind="query")
         for spec, split in ((sp, sl) for sp in specs for sl in splits):
             # s: one haystack at a time, types interleaved, so a partial fill is a fair sample

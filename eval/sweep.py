@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", default="both", choices=["oracle", "s", "both"])
     ap.add_argument("--s-limit", type=int, default=None, help="first N s haystacks (types interleaved)")
     ap.add_argument("--oracle-limit", type=int, default=None, help="pool only the first N oracle questions")
+    ap.add_argument("--oracle-type", default=None, help="pool only the oracle questions of this type")
     ap.add_argument("--model", default=None, help="model experiment: a sentence-transformers directory")
     ap.add_argument("--ctx", default=None, help="dense context, e.g. prev=1,words=64,date=1")
     ap.add_argument("--sctx", default=None, help="BM25 context for the later experiments, e.g. prev=1,date=1")
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     t0 = time.monotonic()
     a.sets = {
-        n: load(n, limit=a.s_limit if n == "s" else a.oracle_limit)
+        n: load(n, limit=a.s_limit if n == "s" else a.oracle_limit, only=None if n == "s" else a.oracle_type)
         for n in (("oracle", "s") if a.set == "both" else (a.set,))
     }
     views, methods, title = exps[a.experiment](a)

@@ -8,9 +8,10 @@ is the fold rule's other side (`episodic.domain.folding`), right for the same re
 - **One subject**: the two memories are near in meaning (`cosine`, >= 0.80 by default, the similar-edge
   threshold) and share their words once the facts are set aside (`jaccard` of the content words that are
   not facts, >= 0.5 by default).
-- **A changed fact**: both state numbers or dates (`folding.fact_tokens`) and they differ. Without a fact on
-  both sides there is nothing to say which is the update: two wordings of one fact fold, two different
-  subjects are merely similar.
+- **A changed fact**: both state numbers or dates (`folding.fact_tokens`) and they differ, by at most
+  `changed` (2) on each side: a value replaced by another, not two lists of figures (a numbered answer and
+  another numbered answer differ in every figure). Without a fact on both sides there is nothing to say
+  which is the update: two wordings of one fact fold, two different subjects are merely similar.
 
 Which one supersedes is decided by time: the memory with the later `ts` is the update, whichever arrived
 first (a late write of an old fact does not replace the newer one).
@@ -27,6 +28,7 @@ SUPERSEDED_BY = "superseded_by"  # on the older memory: the newer memory's entry
 
 DEFAULT_SUPERSEDE_COSINE = 0.80
 DEFAULT_SUPERSEDE_JACCARD = 0.5
+MAX_CHANGED = 2  # facts replaced on each side, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +38,10 @@ class SupersedeRule:
     cosine: float = DEFAULT_SUPERSEDE_COSINE
     jaccard: float = DEFAULT_SUPERSEDE_JACCARD
     enabled: bool = True
+    changed: int = MAX_CHANGED
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.cosine <= 1.0 or not 0.0 <= self.jaccard <= 1.0:
+        if not 0.0 < self.cosine <= 1.0 or not 0.0 <= self.jaccard <= 1.0 or self.changed < 1:
             raise ValueError("supersede cosine must be in (0, 1] and supersede jaccard in [0, 1]")
 
 
@@ -55,6 +58,8 @@ def is_update(cosine: float, text: str, other: str, rule: SupersedeRule) -> Verd
         return Verdict(False, "no number or date on both sides")
     if fa == fb:
         return Verdict(False, "the same numbers and dates")
+    if len(fa - fb) > rule.changed or len(fb - fa) > rule.changed:
+        return Verdict(False, f"more than {rule.changed} numbers or dates changed: not one fact")
     j = jaccard(a - fa, b - fb)
     if j < rule.jaccard:
         return Verdict(False, f"subject word jaccard {j:.3f} < {rule.jaccard}")

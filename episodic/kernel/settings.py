@@ -280,7 +280,7 @@ class Settings(BaseSettings, ClientSettings):
         default=0.86, gt=0.0, le=1.0, description="near-duplicate fold: cosine (of mean vectors) at least this"
     )
     fold_jaccard: float = Field(
-        default=0.5,
+        default=0.8,
         ge=0.0,
         le=1.0,
         description="near-duplicate fold: content-word Jaccard at least this (and the same numbers and dates)",

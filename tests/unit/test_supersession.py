@@ -25,6 +25,7 @@ def test_a_changed_day_on_one_subject_is_an_update() -> None:
         ("the release train leaves on Tuesday", "the release train leaves on tuesday!", 0.99, "same numbers"),
         ("the release train leaves soon", "The release train leaves on Tuesday", 0.9, "no number or date"),
         ("payments p99 at 450 ms", "checkout queue depth 120 after deploy", 0.9, "subject word jaccard"),
+        ("steps: 1 open 2 pull 3 push 4 merge", "steps: 5 open 6 pull 7 push 8 merge", 0.95, "not one fact"),
         ("the release train leaves on Thursday", "The release train leaves on Tuesday", 0.7, "cosine"),
     ],
 )
