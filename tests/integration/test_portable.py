@@ -364,3 +364,37 @@ def test_the_cli_exports_to_a_file_and_imports_it_into_another_data_dir(
         same(answers(target, embedder), want)
     finally:
         target.close()
+
+
+def test_a_round_trip_carries_near_duplicate_folds(pair: Any, embedder: Any) -> None:
+    """A memory folded from two agents' entries (episodic.indexing.folding) comes back folded: the owner's
+    parts and agents, the absorbed entry's mark, scope own for both agents, GET of the absorbed id."""
+    from episodic.maintenance.linker import Linker
+    from schemas.events import IndexedEvent
+
+    (edge, _), (target, target_state) = pair
+    indexer = Indexer(store=edge, embedder=embedder, bm25=Bm25Encoder(), clock=lambda: NOW)
+    first = record("f1", "summary.generated", "info", "the checkout service was OOM-killed during the load test")
+    indexer.index_batch([first, record("f3", "summary.generated", "info", "the cache cluster restarted cleanly")])
+    later = EmbeddableRecord.from_dict(
+        {"id": "f2", "workspace_id": WS, "agent_id": "tester", "crew_id": "platform", "run_id": "r2",
+         "ts": NOW.isoformat(), "entry_type": "summary.generated", "severity": "info",
+         "summary": "Checkout service OOM-killed during the load test!", "payload": {}, "base_importance": 0.7,
+         "accepted_at": NOW}
+    )  # fmt: skip
+    indexer.index_batch([later])
+    event = IndexedEvent(entry_id="f2", workspace_id=WS, point_id=point_id(WS, "f2"), indexed_at=NOW, mode="vector")
+    assert Linker(store=edge, clock=lambda: NOW).link([event]).folded == 1
+    lines = list(export_workspace(edge, WS, pieces=embedder.pieces))
+    Importer(store=target, state=target_state, embedder=embedder, bm25=Bm25Encoder()).run(read_export(lines))
+    owner = target.retrieve([point_id(WS, "f1")])[point_id(WS, "f1")]
+    assert [p["entry_id"] for p in owner["folded"]] == ["f2"] and owner["agents"] == ["planner", "tester"]
+    assert owner["occurrences"] == 2
+    assert target.retrieve([point_id(WS, "f2")])[point_id(WS, "f2")]["folded_into"] == "f1"
+    engine = RecallEngine(store=target, embedder=embedder, bm25=Bm25Encoder(), clock=lambda: NOW)
+    for agent in ("planner", "tester"):
+        hits = engine.recall(RecallRequest(workspace_id=WS, agent_id=agent, query="checkout OOM load test", k=3)).hits
+        assert [h.entry_id for h in hits][:1] == ["f1"] and "f2" not in {h.entry_id for h in hits}
+        assert hits[0].folded == ["f2"] and hits[0].agents == ["planner", "tester"]
+    detail = memory_detail(target, target_state, WS, "f2")
+    assert detail is not None and (detail["entry_id"], detail["requested_id"]) == ("f1", "f2")
