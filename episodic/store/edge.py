@@ -491,6 +491,15 @@ class EdgeEngine(Engine):
         with self._write("set_payload_where"):
             self._apply(self._open(), qe.UpdateOperation.set_payload_by_filter(Lowering(self)(flt), fields))
 
+    def set_payloads_where(self, items: Sequence[tuple[Filter, dict[str, Any]]]) -> None:
+        """One hold of the write path for all (each write still conditional and atomic on its own)."""
+        lower = Lowering(self)
+        ops = [qe.UpdateOperation.set_payload_by_filter(lower(flt), fields) for flt, fields in items]
+        with self._write("set_payloads_where"):
+            shard = self._open()
+            for op in ops:
+                self._apply(shard, op)
+
     def set_vector_where(self, name: str, point_id: str, rows: list[list[float]], flt: Filter) -> None:
         pid = _point_id(point_id)
         with self._write("set_vector_where"):

@@ -240,6 +240,12 @@ class Engine(Vocabulary):
         """Merge `fields` into the payload of the points that match `flt` when the write applies (one
         conditional write: a point changed meanwhile so that it no longer matches is left alone)."""
 
+    def set_payloads_where(self, items: Sequence[tuple[Filter, dict[str, Any]]]) -> None:
+        """Several conditional payload writes, in order, each as `set_payload_where` (engines override it to
+        hold their write path once for all)."""
+        for flt, fields in items:
+            self.set_payload_where(flt, fields)
+
     def query_batch(self, queries: Sequence[Query]) -> list[Sequence[ScoredRecord]]:
         """Several queries at once, results in order (engines with a batch call override this)."""
         return [self.query(q) for q in queries]
@@ -516,6 +522,7 @@ class QdrantStore(MemoryStore):
                 break
             current = self.retrieve(todo, fields=wanted)
             written: dict[str, str | None] = {}  # point id -> its new revision (None: deleted)
+            fields_only: list[tuple[Filter, dict[str, Any]]] = []  # payload-only writes: one engine call
             for pid in todo:
                 payload = current.get(pid)
                 if payload is None:
@@ -525,7 +532,13 @@ class QdrantStore(MemoryStore):
                 if ch is None:
                     report.unchanged += 1
                     continue
-                written[pid] = self._write_at(pid, payload, ch)
+                if ch.delete or ch.vectors or ch.context is not None:
+                    written[pid] = self._write_at(pid, payload, ch)
+                else:
+                    cond, stamped, written[pid] = self._stamp(pid, payload, ch)
+                    fields_only.append((cond, stamped))
+            if fields_only:
+                self.engine.set_payloads_where(fields_only)
             after = self.retrieve(sorted(written), fields=[REVS]) if written else {}
             retry: list[str] = []
             for pid, token in written.items():
@@ -549,17 +562,25 @@ class QdrantStore(MemoryStore):
             )
         return report
 
+    def _stamp(self, pid: str, read: Mapping[str, Any], ch: Change) -> tuple[Filter, dict[str, Any], str]:
+        """The condition (still at the revision read), the fields with the new revision, and its token."""
+        validate_payload(ch.fields, what=f"point {pid} payload update")  # the writer's; the tokens are ours
+        token = new_rev()
+        return (
+            at_revision(pid, read.get(REV)),
+            {**ch.fields, REV: token, REVS: _with_token(read.get(REVS), token)},
+            token,
+        )
+
     def _write_at(self, pid: str, read: Mapping[str, Any], ch: Change) -> str | None:
         cond = at_revision(pid, read.get(REV))
         if ch.delete:
             self.engine.delete_where(cond)
             return None
-        token = new_rev()
-        fields = {**ch.fields, REV: token, REVS: _with_token(read.get(REVS), token)}
+        _, fields, token = self._stamp(pid, read, ch)
         for name, rows in ch.vectors.items():
             validate_dense(rows, self._dims.get(name), what=f"point {pid} vector {name!r}")
             fields[pieces_field(name)] = len(rows)
-        validate_payload(fields, what=f"point {pid} payload update")
         if ch.context is not None:
             if not self.has_context:
                 raise StoreError(f"the collection has no {CONTEXT!r} vector")
