@@ -26,7 +26,7 @@ FORGET_SELECTORS = ("entry_ids", "agent_id", "run_id", "all")  # schemas.events.
 # the maintenance agents and the outcomes they count (episodic.maintenance.linker.LinkResult,
 # episodic.maintenance.importance.ReferenceResult)
 AGENT_OUTCOMES: dict[str, tuple[str, ...]] = {
-    "linker": ("linked", "folded", "already", "ignored", "missing", "failed"),
+    "linker": ("linked", "folded", "superseded", "already", "ignored", "missing", "failed"),
     "importance": ("applied", "duplicate", "recovered", "stale"),
 }
 REFERENCE_OUTCOMES = ("counted", "missing")  # episodic.maintenance.importance.ReferenceResult hits / missing
