@@ -24,7 +24,7 @@ from typing import Any
 
 from episodic.domain.folding import AGENTS, FOLDED, FOLDED_INTO
 from episodic.domain.identity import point_id
-from episodic.kernel.ports import MemoryStore
+from episodic.kernel.ports import Change, MemoryStore
 
 __all__ = ["AGENTS", "FOLDED", "FOLDED_INTO", "agents_of", "fold", "folded_entries", "folded_ids", "unfold"]
 
@@ -93,38 +93,44 @@ def fold(owner: dict[str, Any], absorbed: dict[str, Any], *, cosine: float, at: 
 
 
 def unfold(store: MemoryStore, workspace_id: str, removed: dict[str, dict[str, Any]]) -> int:
-    """Before `removed` (point id -> payload) are deleted: take their parts out of the memories that stay.
-    Returns how many memories it rewrote."""
+    """Before `removed` (point id -> payload) are deleted: take their parts out of the memories that stay,
+    under the write discipline (each owner's fields computed from the owner as it is at the write). Returns
+    how many memories it rewrote."""
     gone = {str(p.get("entry_id")) for p in removed.values()}
-    updates: dict[str, dict[str, Any]] = {}
     # 1. absorbed entries removed: their owners (those that stay) drop them
     owners: dict[str, set[str]] = {}
     for p in removed.values():
         into = p.get(FOLDED_INTO)
         if isinstance(into, str) and into not in gone:
-            owners.setdefault(point_id(workspace_id, into), set()).add(str(p.get("entry_id")))
-    current = store.retrieve(sorted(owners)) if owners else {}
-    for pid, dropped in owners.items():
-        owner = current.get(pid)
-        if owner is None:
-            continue
-        kept = [e for e in folded_entries(owner) if e["entry_id"] not in dropped]
-        updates[pid] = owner_fields(owner, kept)
+            owner = point_id(workspace_id, into)
+            if owner not in removed:
+                owners.setdefault(owner, set()).add(str(p.get("entry_id")))
+
+    def drop(pid: str, owner: dict[str, Any]) -> Change:
+        return Change(owner_fields(owner, [e for e in folded_entries(owner) if e["entry_id"] not in owners[pid]]))
+
+    written = len(store.update_memories(owners, drop, writer="fold", fields=_OWNER_FIELDS).applied) if owners else 0
     # 2. owners removed: the oldest absorbed entry that stays takes the memory over
+    heirs: dict[str, list[dict[str, Any]]] = {}  # heir point id -> the parts it takes over
+    marks: dict[str, dict[str, Any]] = {}
     for p in removed.values():
         rest = [e for e in folded_entries(p) if e["entry_id"] not in gone]
         if not rest:
             continue
         heir, others = rest[0], rest[1:]
-        heir_pid = point_id(workspace_id, heir["entry_id"])
-        heir_payload = store.retrieve([heir_pid]).get(heir_pid)
-        if heir_payload is None:
-            continue
-        fields = owner_fields({**heir_payload, FOLDED: []}, others)
-        updates[heir_pid] = {**fields, FOLDED_INTO: None}
+        heirs[point_id(workspace_id, heir["entry_id"])] = others
         for e in others:
-            updates[point_id(workspace_id, e["entry_id"])] = {FOLDED_INTO: heir["entry_id"]}
-    updates = {pid: f for pid, f in updates.items() if pid not in removed}
-    if updates:
-        store.set_payloads(updates)
-    return len(updates)
+            marks[point_id(workspace_id, e["entry_id"])] = {FOLDED_INTO: heir["entry_id"]}
+
+    def take_over(pid: str, heir: dict[str, Any]) -> Change:
+        return Change({**owner_fields({**heir, FOLDED: []}, heirs[pid]), FOLDED_INTO: None})
+
+    if heirs:
+        written += len(store.update_memories(heirs, take_over, writer="fold", fields=_OWNER_FIELDS).applied)
+    marks = {pid: m for pid, m in marks.items() if pid not in removed}
+    if marks:  # the absorbed entries' own mark (a field only folds write)
+        written += store.set_payloads(marks)
+    return written
+
+
+_OWNER_FIELDS = ("entry_id", "agent_id", "occurrences", FOLDED, FOLDED_INTO)

@@ -448,6 +448,7 @@ WRITERS = (
     "run-edges",
     "relink",
     "context-scrub",
+    "fold",
 )
 
 
