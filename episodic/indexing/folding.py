@@ -24,9 +24,20 @@ from typing import Any
 
 from episodic.domain.folding import AGENTS, FOLDED, FOLDED_INTO
 from episodic.domain.identity import point_id
+from episodic.domain.supersession import SUPERSEDED_BY, SUPERSEDES
 from episodic.kernel.ports import Change, MemoryStore
 
-__all__ = ["AGENTS", "FOLDED", "FOLDED_INTO", "agents_of", "fold", "folded_entries", "folded_ids", "unfold"]
+__all__ = [
+    "AGENTS",
+    "FOLDED",
+    "FOLDED_INTO",
+    "agents_of",
+    "fold",
+    "folded_entries",
+    "folded_ids",
+    "unfold",
+    "unsupersede",
+]
 
 
 def _occ(p: dict[str, Any]) -> int:
@@ -134,3 +145,19 @@ def unfold(store: MemoryStore, workspace_id: str, removed: dict[str, dict[str, A
 
 
 _OWNER_FIELDS = ("entry_id", "agent_id", "occurrences", FOLDED, FOLDED_INTO)
+
+
+def unsupersede(store: MemoryStore, workspace_id: str, removed: dict[str, dict[str, Any]]) -> int:
+    """Before `removed` are deleted: the older memories they superseded (their `supersedes` edges) no longer
+    say `superseded_by` a memory that is gone (the edges to the removed ones are cut by the caller)."""
+    older: dict[str, str] = {}  # older point id -> the removed newer memory's entry id
+    for p in removed.values():
+        for e in p.get("relations") or []:
+            if isinstance(e, dict) and e.get("relation") == SUPERSEDES and isinstance(e.get("dst"), str):
+                older[point_id(workspace_id, e["dst"])] = str(p.get("entry_id"))
+    older = {pid: eid for pid, eid in older.items() if pid not in removed}
+
+    def clear(pid: str, payload: dict[str, Any]) -> Change | None:
+        return Change({SUPERSEDED_BY: None}) if payload.get(SUPERSEDED_BY) == older[pid] else None
+
+    return len(store.update_memories(older, clear, writer="fold", fields=(SUPERSEDED_BY,)).applied) if older else 0

@@ -58,7 +58,7 @@ import msgspec
 
 from episodic.domain.identity import dedup_key, point_id
 from episodic.indexing.context import scrub
-from episodic.indexing.folding import unfold
+from episodic.indexing.folding import unfold, unsupersede
 from episodic.kernel.ports import MemoryStore, Selection, StateStore
 from episodic.store.sparse import Bm25Encoder
 from schemas.events import MAX_FORGET_IDS, EmbeddableRecord, ForgetRecord, ForgetSelector, ForgottenEvent
@@ -456,6 +456,7 @@ class Forgetter:
             scrub(self.store, self.bm25, ws, gone, targets)
             # near-duplicate folds: the memories that stay drop these parts, or take over from an owner removed
             unfold(self.store, ws, targets)
+            unsupersede(self.store, ws, targets)  # and the older facts they replaced are current again
         self.store.delete(sorted(targets))
 
 

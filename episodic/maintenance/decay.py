@@ -37,7 +37,7 @@ from typing import Any
 
 from episodic.domain.scoring import DECAY_FIELDS, importance_of, parse_time, retention_eligible
 from episodic.indexing.context import cut_out
-from episodic.indexing.folding import unfold
+from episodic.indexing.folding import unfold, unsupersede
 from episodic.kernel.errors import EpisodicError
 from episodic.kernel.metrics import DECAY_ACTIONS, Metrics
 from episodic.kernel.ports import Change, MemoryStore, StateStore
@@ -377,6 +377,8 @@ class DecayJob:
         for ws, removed in by_ws.items():  # edges to them cut; a run stays walkable across what retention took
             report.edges_removed += cut_out(self.store, ws, removed)
         for ws in by_ws:  # near-duplicate folds: what stays drops the parts retention took, or takes over
-            unfold(self.store, ws, {pid: p for pid, p in full.items() if p.get("workspace_id") == ws})
+            mine = {pid: p for pid, p in full.items() if p.get("workspace_id") == ws}
+            unfold(self.store, ws, mine)
+            unsupersede(self.store, ws, mine)
         self.store.delete(list(full))
         report.archived += len(full)

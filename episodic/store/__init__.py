@@ -41,7 +41,8 @@ every other writer of them writes conditionally on `rev`:
 - folded, agents (and the occurrences they add), folded_into (episodic.indexing.folding, issue 26): the
   linker's fold on the owner and forget / retention's unfold (`update_memories`, computed from the owner as
   it is at the write, writers `linker` and `fold`); the absorbed memory's `folded_into` mark and an older
-  memory's `superseded_by` are field writes of their own (owner: the linker, or the unfold).
+  memory's `superseded_by` are field writes of their own (owner: the linker, or the unfold); forget and
+  retention clear `superseded_by` when the newer memory goes (`update_memories`, writer `fold`).
 - the memory itself: forget deletes unconditionally (a forget wins over every write); retention deletes
   after its tombstone (episodic.maintenance.decay).
 - rev (every write), revs (every conditional write).

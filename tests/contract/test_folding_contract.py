@@ -186,3 +186,17 @@ def test_recall_puts_the_newer_fact_first_and_brings_it_in(store: MemoryStore, m
     assert "t2" not in {
         h.entry_id for h in off.recall(RecallRequest.model_validate({**req, "query": "platform nine"})).hits
     }
+
+
+def test_forgetting_the_newer_fact_makes_the_older_current_again(
+    store: MemoryStore, state: StateStore, mk: MakePoint
+) -> None:
+    store.upsert(
+        [
+            mk("t1", "the release train leaves on Tuesday", e(0), ts="2026-01-01T00:00:00Z"),
+            mk("t2", "the release train now leaves on Thursday", mix((0, 1.0), (1, 0.2)), ts="2026-02-01T00:00:00Z"),
+        ]
+    )
+    assert linker(store).link([vector_event("t2")]).superseded == 1
+    Forgetter(store=store, state=state, clock=lambda: T).apply(forget("f-t2", entry_ids=["t2"]))
+    assert payload(store, "t1").get("superseded_by") is None
