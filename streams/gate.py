@@ -9,6 +9,10 @@ A thin pipe around `episodic.indexing.gating.route`. Throughput comes from three
 - each batch's output is written as one aiokafka record batch per output partition (`batch_publisher`:
   the producer's own partitioner, then `create_batch`/`send_batch`), not record by record, and the next
   input batch is routed while the previous one's output is in flight (`GateOptions.in_flight_batches`);
+- per-key order holds through retries: a batch's output is published only once the previous batch's
+  output was acknowledged (`deliver(after=...)`), so a batch that fails and is resent never lands behind
+  the next one on a partition of journal.embeddable (where the first entry of an id owns its memory);
+  the next batch is still routed meanwhile, and routing is most of the time;
 - the stream is `noack()`: the batch is marked delivered and its event acked only after the broker
   acknowledged all of the batch's output (batches are acked in order), so its offsets are committed only
   then (at-least-once: a crash or a stop mid-batch leaves the batch uncommitted, and it is read again).
@@ -156,12 +160,23 @@ def batch_publisher(producer: Callable[[], Any]) -> PublishFn:
     return publish
 
 
-async def deliver(publish: PublishFn, records: Sequence[Send], *, metrics: Metrics, max_backoff_s: float = 5.0) -> None:
+async def deliver(
+    publish: PublishFn,
+    records: Sequence[Send],
+    *,
+    metrics: Metrics,
+    max_backoff_s: float = 5.0,
+    after: Awaitable[Any] | None = None,
+) -> None:
     """Send all records and wait for every delivery; resend the failures until they are delivered.
 
-    Returns only when the broker acknowledged every record (or raises CancelledError on stop, leaving the
-    batch unacked so that it is read again).
+    `after` is the previous batch's delivery: nothing is published before it returned, so a batch whose
+    output failed and is resent still reaches every output partition before the next batch's output
+    (per-key order through retries). Returns only when the broker acknowledged every record (or raises
+    CancelledError on stop, or when `after` was cancelled, leaving the batch unacked so that it is read again).
     """
+    if after is not None:
+        await after
     pending = list(records)
     attempt = 0
     while pending:
@@ -299,6 +314,7 @@ def install_gate(
         in_flight: asyncio.Queue[InFlight] = asyncio.Queue(maxsize=window)
         state.in_flight = in_flight
         tasks: set[asyncio.Task[None]] = set()
+        previous: asyncio.Task[None] | None = None  # the last batch's delivery: the next one publishes after it
 
         async def acker() -> None:
             while True:
@@ -338,9 +354,16 @@ def install_gate(
                 task = None
                 if sends:
                     task = asyncio.ensure_future(
-                        deliver(publish, sends, metrics=metrics, max_backoff_s=options.max_retry_backoff_s)
+                        deliver(
+                            publish,
+                            sends,
+                            metrics=metrics,
+                            max_backoff_s=options.max_retry_backoff_s,
+                            after=previous if previous is not None and not previous.done() else None,
+                        )
                     )
                     tasks.add(task)
+                    previous = task
                 await in_flight.put((task, batch, event, consumed, dead))
         finally:
             # stopped (or failed) with output in flight: those batches stay unacked and are read again

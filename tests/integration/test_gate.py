@@ -404,3 +404,47 @@ async def test_stop_delivers_and_commits_the_batches_in_flight(
         await runner.stop()
     offsets = [json.loads(r.value)["source"]["offset"] for r in dlq if r.value]
     assert sorted(offsets) == list(range(n)), f"{len(offsets)} dead letters for {n} records"
+
+
+async def test_a_batch_resent_after_a_failure_stays_ahead_of_the_next_batch(
+    broker: str, uid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per-key order through the gate's retries: batch N's delivery fails once (the broker refuses it; a
+    fault at the gate's publisher seam) while batch N+1 could already be sent. The partition of
+    journal.embeddable still receives every record of N before any of N+1, each once, in journal order."""
+    import streams.gate as gate_mod
+
+    n, batch = 200, 50
+    topics = await one_partition_topics(broker, uid)
+    await produce_values(broker, topics.entries, [enc(entry(i)) for i in range(n)], key=b"ws")
+
+    real_publisher = gate_mod.batch_publisher
+    calls: list[int] = []  # records per publish call
+
+    async def refused() -> None:
+        await asyncio.sleep(0.5)  # long enough for the next batch to be routed and delivered meanwhile
+        raise ConnectionError("injected: the broker did not acknowledge the first batch")
+
+    def failing_once(producer: Any) -> gate_mod.PublishFn:
+        publish = real_publisher(producer)
+
+        async def wrapped(records: Any) -> list[Any]:
+            calls.append(len(records))
+            if len(calls) == 1:  # the first batch's first try: nothing is written, every record fails
+                fut = asyncio.ensure_future(refused())
+                return [fut] * len(records)
+            return await publish(records)
+
+        return wrapped
+
+    monkeypatch.setattr(gate_mod, "batch_publisher", failing_once)
+    options = GateOptions(batch_size=batch)
+    runner = GateRunner(settings_for(broker, tmp_path, 1), topics=topics, app_id=f"gate-{uid}", options=options)
+    await runner.start(wait_assigned=30)
+    try:
+        got = await read_all(broker, [topics.embeddable], want=n, timeout=30, settle=1.0)
+    finally:
+        await runner.stop()
+    assert calls[0] == batch and len(calls) > n // batch  # the fault hit the first batch, and it was resent
+    ids = [EmbeddableRecord.from_json(r.value).id for r in got if r.value]
+    assert ids == [f"e-{i}" for i in range(n)]
