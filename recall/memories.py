@@ -48,6 +48,7 @@ from episodic.kernel.auth import (
     forget_narrowed,
     listing_narrowed,
     may_see_memory,
+    may_see_stored,
 )
 from episodic.kernel.ports import Selection
 from episodic.lifecycle.forget import (
@@ -272,12 +273,7 @@ def _detail_response(services: Services, principal: Principal, workspace_id: str
     """The memory's answer, once the caller may see it (a bound token: its agent's, or a lead's crew's); None
     for a memory it may not see, answered as a missing one (issue 29: a 403 would confirm the id exists)."""
     found = memory_detail(services.store, services.state, workspace_id, entry_id)
-    if found is None:
-        return None
-    agent = found.get("agent_id")
-    if principal.agent_id is not None and principal.agent_id in found.get("agents", ()):
-        agent = principal.agent_id  # folded from several agents' entries: each of them owns it
-    if not may_see_memory(principal, agent_id=agent, crew_id=found.get("crew_id")):
+    if found is None or not may_see_stored(principal, found):
         return None
     return _json(MemoryDetail.model_validate(found))
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
@@ -324,6 +325,15 @@ def may_see_memory(principal: Principal, *, agent_id: str | None, crew_id: str |
     if principal.agent_id is not None and agent_id == principal.agent_id:
         return True
     return principal.role == "lead" and crew_id is not None and crew_id == principal.crew_id
+
+
+def may_see_stored(principal: Principal, memory: Mapping[str, Any]) -> bool:
+    """`may_see_memory` for a stored memory's payload: a memory folded from several agents' entries
+    (`agents`) belongs to each of them (issue 26), so any of those agents' bound tokens may see it."""
+    agent = memory.get("agent_id")
+    if principal.agent_id is not None and principal.agent_id in (memory.get("agents") or ()):
+        agent = principal.agent_id
+    return may_see_memory(principal, agent_id=agent, crew_id=memory.get("crew_id"))
 
 
 def authorize_memory(

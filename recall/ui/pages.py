@@ -18,7 +18,7 @@ from markupsafe import Markup
 from pydantic import ValidationError
 
 from episodic.domain.scoring import decay_importance, parse_time
-from episodic.kernel.auth import Principal, authorize, authorize_recall, listing_narrowed, may_see_memory
+from episodic.kernel.auth import Principal, authorize, authorize_recall, listing_narrowed, may_see_stored
 from episodic.kernel.ports import Selection
 from episodic.lifecycle.inspect import Forgotten, memory_detail, memory_page
 from episodic.maintenance.decay import DECAY_KEY, JOB_KIND
@@ -212,12 +212,7 @@ def memory(services: Services, principal: Principal, workspace_id: str, entry_id
         if principal.bound:
             return None
         raise
-    if found is None:
-        return None
-    agent = found.get("agent_id")
-    if principal.agent_id is not None and principal.agent_id in found.get("agents", ()):
-        agent = principal.agent_id  # folded from several agents' entries: each of them owns it
-    if not may_see_memory(principal, agent_id=agent, crew_id=found.get("crew_id")):
+    if found is None or not may_see_stored(principal, found):
         return None
     return MemoryDetail.model_validate(found)
 
