@@ -6,7 +6,6 @@ The browser walk against a live stack (Kafka, the DLQ) is tests/e2e/test_explore
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Iterator
 from html import unescape
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from episodic.kernel.errors import StoreUnavailable
-from tests.integration.test_memory_api import TOK_A, TOK_A1, TOK_ADMIN, _env, _scratch
+from tests.integration.test_memory_api import TOK_A, TOK_A1, TOK_ADMIN, scratch_env
 
 pytestmark = pytest.mark.integration
 
@@ -25,22 +24,14 @@ OOM = "checkout ran out of memory"
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[dict[str, Any]]:
-    where = _scratch(tmp_path_factory.mktemp("explorer"))
-    try:
-        with _env(where, embedder) as e:
-            yield e
-    finally:
-        shutil.rmtree(where, ignore_errors=True)
+    with scratch_env(tmp_path_factory.mktemp("explorer"), embedder) as e:
+        yield e
 
 
 @pytest.fixture
 def env(tmp_path: Path, embedder: Any) -> Iterator[dict[str, Any]]:
-    where = _scratch(tmp_path)
-    try:
-        with _env(where, embedder) as e:
-            yield e
-    finally:
-        shutil.rmtree(where, ignore_errors=True)
+    with scratch_env(tmp_path, embedder) as e:
+        yield e
 
 
 def text(html: str) -> str:

@@ -158,26 +158,29 @@ def _scratch(tmp_path: Path) -> Path:
     )
 
 
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[dict[str, Any]]:
-    """For the tests that change nothing (reads, refusals)."""
-    where = _scratch(tmp_path_factory.mktemp("memory-api"))
+@contextmanager
+def scratch_env(base: Path, embedder: Any) -> Iterator[dict[str, Any]]:
+    """`_env` in a scratch directory (`_scratch`), removed afterwards."""
+    where = _scratch(base)
     try:
         with _env(where, embedder) as e:
             yield e
     finally:
         shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[dict[str, Any]]:
+    """For the tests that change nothing (reads, refusals)."""
+    with scratch_env(tmp_path_factory.mktemp("memory-api"), embedder) as e:
+        yield e
 
 
 @pytest.fixture
 def env(tmp_path: Path, embedder: Any) -> Iterator[dict[str, Any]]:
     """A fresh store for each test that forgets."""
-    where = _scratch(tmp_path)
-    try:
-        with _env(where, embedder) as e:
-            yield e
-    finally:
-        shutil.rmtree(where, ignore_errors=True)
+    with scratch_env(tmp_path, embedder) as e:
+        yield e
 
 
 def test_show_a_memory_with_everything_it_holds(shared: dict[str, Any]) -> None:
