@@ -27,9 +27,10 @@ first indexed with. Entries without a `run_id` have no context (their context ve
 **Adjacency.** Every new memory of a run gets a `previous` edge to the memory before it and a `next` edge
 to the one after it (usually none yet), and those neighbours get the matching edge back (stored like the
 other relations: the source memory's payload `relations` + `links`). A memory has at most one of each:
-an entry that arrives late, between two stored memories, is linked in between them. The neighbours are
-written before the new points, so a crash in between leaves at worst an edge to a memory that the
-re-delivery then writes. The linker rewrites the same `relations` list (its `similar` edges), so each
+an entry that arrives late, between two stored memories, is linked in between them. A new version that
+moves (another `ts` or `run_id`) is taken out of its old place: its old neighbours are joined to each other
+(else the chain would hold a cycle). The neighbours are written before the new points, so a crash in
+between leaves at worst an edge to a memory that the re-delivery then writes. The linker rewrites the same `relations` list (its `similar` edges), so each
 neighbour is read again just before its write and only its run edge changes (the linker does the same).
 
 **Forget.** `scrub` (called by `episodic.lifecycle.forget`) removes a forgotten memory's lines from the context of
@@ -39,7 +40,7 @@ to each other.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -121,6 +122,17 @@ class Plan:
 
     vectors: dict[str, SparseVec] = field(default_factory=dict)
     neighbours: dict[str, dict[str, str]] = field(default_factory=dict)  # point id -> {relation: entry id}
+    # point id -> {relation: (was, now)}: the old neighbours of a memory that moved (a new version with
+    # another `ts` or run) are joined across the gap it left, each edge only while it still points at it
+    detach: dict[str, dict[str, tuple[str, str | None]]] = field(default_factory=dict)
+
+
+def adjacent(payload: dict[str, Any], relation: str) -> str | None:
+    """The entry id a memory's one `relation` (`previous` / `next`) edge points at, if any."""
+    for e in payload.get("relations") or []:
+        if isinstance(e, dict) and e.get("relation") == relation and e.get("dst"):
+            return str(e["dst"])
+    return None
 
 
 def set_adjacent(payload: dict[str, Any], relation: str, dst: str | None, created_at: str) -> bool:
@@ -155,15 +167,44 @@ class RunContext:
         written; their `context`, `context_ids` and adjacency edges are set here."""
         plan = Plan()
         runs: dict[tuple[str, str], list[Member]] = {}
+        # a new version keeps the stored memory's edges (indexer `_keep`): where it sat in its run until now
+        was = {pid: (adjacent(payload, "previous"), adjacent(payload, "next")) for pid, _, payload in new}
         for order, (pid, rec, payload) in enumerate(new):
             member = Member(pid, rec.id, rec.ts_datetime, rec.summary, payload, True, order)
             if rec.run_id:
                 runs.setdefault((rec.workspace_id, rec.run_id), []).append(member)
-            elif self.indexes_context:
-                self._index(plan, member, [])
+            else:
+                for rel in ADJACENT:  # no run (a new version may have left one): no run edges
+                    set_adjacent(payload, rel, None, created_at)
+                if self.indexes_context:
+                    self._index(plan, member, [])
         for (ws, run), members in runs.items():
             self._plan_run(plan, ws, run, members, created_at)
+        batch = {rec.id for _, rec, _ in new}
+        for pid, rec, payload in new:
+            self._detach(plan, rec, was[pid], (adjacent(payload, "previous"), adjacent(payload, "next")), batch)
         return plan
+
+    @staticmethod
+    def _detach(
+        plan: Plan,
+        rec: EmbeddableRecord,
+        was: tuple[str | None, str | None],
+        now: tuple[str | None, str | None],
+        batch: set[str],
+    ) -> None:
+        """A memory that moved in (or out of) its run (a new version with another `ts` or `run_id`): its old
+        neighbours still point at it. Each is joined to the other across the gap (the old previous gets the
+        old next, and back), while its edge still points at the memory; a neighbour in the batch is planned
+        afresh. Without this, the old next keeps `previous` = the memory while the memory's own `previous`
+        is that neighbour: a cycle of run edges (which stalled a forget's relink before it was guarded)."""
+        (old_prev, old_next), (new_prev, new_next) = was, now
+        if old_prev and old_prev != new_prev and old_prev not in batch:
+            pid = point_id(rec.workspace_id, old_prev)
+            plan.detach.setdefault(pid, {})["next"] = (rec.id, old_next if old_next != old_prev else None)
+        if old_next and old_next != new_next and old_next not in batch:
+            pid = point_id(rec.workspace_id, old_next)
+            plan.detach.setdefault(pid, {})["previous"] = (rec.id, old_prev if old_prev != old_next else None)
 
     def _stored(
         self, ws: str, run: str, limit: int, *, until: datetime | None = None, since: datetime | None = None
@@ -244,13 +285,18 @@ class RunContext:
         discipline: an edge another writer (the linker's `similar`) adds meanwhile is kept."""
 
         def change(pid: str, payload: dict[str, Any]) -> Change | None:
-            return adjacent_change(payload, plan.neighbours[pid], created_at)
+            edges = dict(plan.neighbours.get(pid, {}))
+            for rel, (gone, then) in plan.detach.get(pid, {}).items():
+                if rel not in edges and adjacent(payload, rel) == gone:
+                    edges[rel] = then  # type: ignore[assignment]  # None: the edge goes
+            return adjacent_change(payload, edges, created_at)
 
-        if plan.neighbours:
-            self.store.update_memories(plan.neighbours, change, writer="run-edges", fields=("relations", "links"))
+        targets = sorted({*plan.neighbours, *plan.detach})
+        if targets:
+            self.store.update_memories(targets, change, writer="run-edges", fields=("entry_id", "relations", "links"))
 
 
-def adjacent_change(payload: dict[str, Any], edges: dict[str, str], created_at: str) -> Change | None:
+def adjacent_change(payload: dict[str, Any], edges: Mapping[str, str | None], created_at: str) -> Change | None:
     """The write that gives a memory (its `payload` as read) the run edges `edges` (relation -> entry id);
     None when it has them."""
     mine = {"entry_id": payload.get("entry_id"), "relations": payload.get("relations")}
@@ -315,9 +361,13 @@ def relink(store: MemoryStore, workspace_id: str, gone: set[str], removed: Itera
     pairs: dict[str, str] = {}
     for eid in prev_of:
         before, after = prev_of[eid], next_of.get(eid)
-        while before in gone and before in prev_of:
+        seen = {eid}  # edges may form a cycle (written before moves were detached): walk each node once
+        while before in gone and before in prev_of and before not in seen:
+            seen.add(before)
             before = prev_of[before]
-        while after is not None and after in gone:
+        seen = {eid}
+        while after is not None and after in gone and after not in seen:
+            seen.add(after)
             after = next_of.get(after)
         if before not in gone and after is not None:
             pairs[before] = after

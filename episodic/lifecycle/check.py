@@ -11,6 +11,8 @@ and forgotten texts of the workspace beside it, and each rule below that does no
 - `edge_to_forgotten` / `edge_to_missing`: an edge (`relations` / `links`) to a forgotten id, or to an id
   that is no memory of the workspace (neither an entry id nor an alias);
 - `alias_twice`: an id that two memories list (as entry id or alias);
+- `run_edge_one_way`: a memory's `previous` (`next`) edge to a memory of the workspace whose `next`
+  (`previous`) edge does not point back: the run's chain is broken (a cycle of run edges shows up here too);
 - `vector_of_other_text`: the memory's active dense vector was made from another summary than the one it
   holds (the digest the writers record beside the rows, `vector_of`; memories written before it are counted
   as `unverified`, not as violations);
@@ -28,6 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from episodic.domain.identity import dedup_key, summary_digest
+from episodic.indexing.context import adjacent
 from episodic.kernel.ports import MemoryStore, StateStore
 from episodic.lifecycle.forget import TEXT_TOMBSTONE, TOMBSTONE, parse_iso, tombstone_key
 from episodic.store.rules import vector_of_field
@@ -133,9 +136,21 @@ def _check_workspace(store: MemoryStore, state: StateStore, ws: str, vector: str
                 report.add("edge_to_missing", ws, eid, f"edge to {dst}, which is no memory of the workspace")
         _counters(p, ws, eid, report)
         _vector(p, ws, eid, vector, report)
+    _run_edges(memories, ws, report)
     for i, listed in owners.items():
         if len(listed) > 1:
             report.add("alias_twice", ws, i, f"listed by {sorted(listed)}")
+
+
+def _run_edges(memories: list[dict[str, Any]], ws: str, report: CheckReport) -> None:
+    back = {"previous": "next", "next": "previous"}
+    by_id = {str(p.get("entry_id")): p for p in memories}
+    for eid, p in by_id.items():
+        for e in p.get("relations") or []:
+            rel = e.get("relation") if isinstance(e, dict) else None
+            other = by_id.get(str(e.get("dst"))) if rel in back else None
+            if rel in back and other is not None and adjacent(other, back[rel]) != eid:
+                report.add("run_edge_one_way", ws, eid, f"{rel} {e.get('dst')}, whose {back[rel]} is not this memory")
 
 
 def _counters(p: dict[str, Any], ws: str, eid: str, report: CheckReport) -> None:

@@ -11,8 +11,10 @@ import pytest
 
 from episodic.domain.context_mode import ContextMode
 from episodic.domain.identity import point_id
+from episodic.indexing.context import adjacent_change
 from episodic.indexing.indexer import Indexer
 from episodic.kernel.ports import Fusion, MemoryPoint, MemoryStore, ScopeFilter, StateStore
+from episodic.lifecycle.check import check_store
 from episodic.lifecycle.forget import Forgetter, Position
 from episodic.retrieval.engine import RecallEngine
 from episodic.store.sparse import Bm25Encoder
@@ -34,7 +36,9 @@ CHAT = [
 ]
 
 
-def rec(i: str, summary: str, *, t: int, run: str | None = "r1", ws: str = "ws-a") -> EmbeddableRecord:
+def rec(
+    i: str, summary: str, *, t: int, run: str | None = "r1", ws: str = "ws-a", accepted: int | None = None
+) -> EmbeddableRecord:
     return EmbeddableRecord.from_dict(
         {
             "id": i,
@@ -47,7 +51,7 @@ def rec(i: str, summary: str, *, t: int, run: str | None = "r1", ws: str = "ws-a
             "summary": summary,
             "payload": {},
             "base_importance": 0.5,
-            "accepted_at": T + timedelta(seconds=t, milliseconds=5),
+            "accepted_at": T + timedelta(seconds=t if accepted is None else accepted, milliseconds=5),
         }
     )
 
@@ -135,6 +139,52 @@ def test_an_entry_never_sees_later_entries_and_a_late_one_is_linked_in_between(s
     assert adjacency(store, "c3") == {"previous": "c2"}
     assert context_ids(store, "c2") == ["c0", "c1"]  # not c3: it is later in the run
     assert context_ids(store, "c3") == ["c0", "c1"]  # indexed with what was there when it came, kept
+
+
+def _version(r: EmbeddableRecord, summary: str, *, t: int, run: str | None = "r1") -> EmbeddableRecord:
+    """A new version of `r` (same id) stamped `ts` = `t`, in `run`, accepted after everything else."""
+    return rec(r.id, summary, t=t, run=run, ws=r.workspace_id, accepted=100)
+
+
+@pytest.mark.parametrize("t", [10, -10], ids=["moved-to-the-end", "moved-to-the-start"])
+def test_a_new_version_that_moves_in_its_run_leaves_its_old_neighbours_joined(
+    store: MemoryStore, state: StateStore, ix: Indexer, t: int
+) -> None:
+    ix.index_batch(chat())
+    ix.index_batch([_version(chat()[1], "assistant: a dress, noted", t=t)])
+    order = ["c0", "c2", "c3", "c1"] if t > 0 else ["c1", "c0", "c2", "c3"]
+    for i, eid in enumerate(order):
+        want = {"previous": order[i - 1]} if i else {}
+        want |= {"next": order[i + 1]} if i + 1 < len(order) else {}
+        assert adjacency(store, eid) == want, (eid, order)
+    assert check_store(store, state).ok, check_store(store, state).as_dict()
+    # a forget of the whole run walks the chain: it ends, and nothing of the run is left
+    run = ForgetRecord(forget_id="f-run", workspace_id="ws-a", selector=ForgetSelector(run_id="r1"), requested_at=T)
+    assert Forgetter(store=store, state=state).apply(run, Position(0, 9)).memories == 4
+
+
+def test_a_new_version_that_leaves_its_run_is_cut_out_of_it(store: MemoryStore, state: StateStore, ix: Indexer) -> None:
+    ix.index_batch(chat())
+    ix.index_batch([_version(chat()[1], "assistant: noted elsewhere", t=20, run="r2")])
+    assert adjacency(store, "c0") == {"next": "c2"} and adjacency(store, "c2") == {"previous": "c0", "next": "c3"}
+    assert adjacency(store, "c1") == {}  # alone in r2
+    ix.index_batch([_version(chat()[2], "user: no run any more", t=30, run=None)])
+    assert adjacency(store, "c0") == {"next": "c3"} and adjacency(store, "c2") == {}
+    assert check_store(store, state).ok, check_store(store, state).as_dict()
+
+
+def test_a_forget_ends_on_run_edges_that_form_a_cycle(store: MemoryStore, state: StateStore, ix: Indexer) -> None:
+    """Stores written before moves were detached can hold a cycle of run edges; the forget's relink walked
+    it for ever (the long mixed-load test's forget by run stayed pending, its partition stalled)."""
+    ix.index_batch(chat())
+    for a, b in (("c2", "c3"), ("c3", "c2")):  # c2 <-> c3 point at each other both ways
+        pid = point_id("ws-a", a)
+        store.update_memories(
+            [pid], lambda _, p, b=b: adjacent_change(p, {"previous": b, "next": b}, T.isoformat()), writer="test"
+        )
+    assert not check_store(store, state).ok  # the check sees the broken chain
+    forget = ForgetRecord(forget_id="f", workspace_id="ws-a", selector=ForgetSelector(run_id="r1"), requested_at=T)
+    assert Forgetter(store=store, state=state).apply(forget, Position(0, 1)).memories == 4
 
 
 def test_in_one_batch_an_entry_sees_only_what_came_before_it(store: MemoryStore, ix: Indexer) -> None:
