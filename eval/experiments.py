@@ -471,6 +471,38 @@ def folding(a: argparse.Namespace) -> Result:
     return views, ms, "Folding and supersession: the shipped tree over the memories and edges the linker leaves"
 
 
+def folding_by_type(a: argparse.Namespace) -> Result:
+    """Issue 26's per-category check of what ships: folding and supersession (each alone and both, the
+    shipped rules) and MMR (seed 002's word Jaccard over the fused top 30; not shipped) against the tree with
+    neither, every question type of each set apart, dev and holdout (``eval.sweep.type_table``). Folds and
+    supersessions are counted on stderr."""
+    from episodic.domain.folding import FoldRule
+    from episodic.domain.supersession import SupersedeRule
+    from eval.folding import fold_groups, folded, mmr, newer_first, supersessions
+
+    rows: dict = {"S": Sparse(), "SC": Sparse(ctx=RECOMMENDED_CONTEXT)}
+    rows["DP"] = Dense(split="p32", penalty=PIECE_PENALTY, candidates=200)
+    views = build(a.sets, rows)
+    views.by_type = True
+    fold, sup = FoldRule(), SupersedeRule()
+    for name, qs in views.views.items():
+        mems = {id(q.mem): q.mem for q in qs}
+        nf = sum(len(f.into) for m in mems.values() if (f := fold_groups(m, fold)) is not None)
+        ns = sum(len(s) for m in mems.values() if (s := supersessions(m, sup)) is not None)
+        n = sum(len(m.texts(ContextSpec())) for m in mems.values())
+        log.info("%s: %d workspaces, %d memories, %d folded, %d superseded", name, len(mems), n, nf, ns)
+    ms: dict[str, Method] = {
+        "neither (off)": shipped(),
+        "fold + supersede (shipped)": newer_first(folded(shipped(), fold), sup),
+        "fold only": folded(shipped(), fold),
+        "supersede only": newer_first(shipped(), sup),
+        "MMR λ 0.95, neither": mmr(shipped(), 0.95),
+        "MMR λ 0.85, neither": mmr(shipped(), 0.85),
+        "shipped + MMR λ 0.95": newer_first(mmr(folded(shipped(), fold), 0.95), sup),
+    }
+    return views, ms, "Folding, supersession and MMR by question type (the shipped tree; R@5/R@10)"
+
+
 EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "legs": legs,
     "bm25-options": bm25_options,
@@ -488,4 +520,5 @@ EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "piece-prior": piece_prior,
     "lexical": lexical_confidence,
     "folding": folding,
+    "folding-by-type": folding_by_type,
 }

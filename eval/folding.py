@@ -200,4 +200,6 @@ def mmr(method: Method, lam: float, pool: int = 30) -> Method:
             left.remove(best)
         return idx[picked], sc[picked]
 
+    if hasattr(method, "cover"):  # over folded memories: the owners still cover what they absorbed
+        run.cover = method.cover  # type: ignore[attr-defined]
     return run

@@ -21,6 +21,8 @@ Experiments (each prints a table and writes eval/results/sweep-<experiment>.txt)
   five-leg tree with dense weights 1-3; ``--pool 100,200``: the store's inner prefetch; ``--windows``.
 - ``lexical``: lexical confidence, the BM25-based legs scaled by BM25's best score in rare-term IDFs
   (full x floor x k, which legs, which row probed), beside lower BM25 weights for every query.
+- ``folding``: near-duplicate folding, supersession and MMR (eval.folding), rules swept, knowledge-update
+  columns; ``folding-by-type``: what ships against neither and MMR, one row per set, part and question type.
 
 Every table has the dev and holdout parts of each set (``eval.data.holdout``: a third of the questions by
 a stable hash, never used to choose) and ``asst``: the oracle's dev single-session-assistant questions,
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -58,6 +61,10 @@ def evaluate(views: Views, methods: Mapping[str, Method]) -> dict[str, dict[str,
     if views.by_category:  # knowledge-update questions of both sets, dev and holdout
         for part in ("dev", "holdout"):
             v[f"ku/{part}"] = [q for s in ("s", "oracle") for q in v.get(f"{s}/{part}", []) if q.type == KU]
+    if views.by_type:  # every question type of each set and part: '<set>/<part>/<type>'
+        for name, qs in list(views.views.items()):
+            for t in sorted({q.type for q in qs}):
+                v[f"{name}/{t}"] = [q for q in qs if q.type == t]
 
     def run(m: Method, qs: list[Q]) -> Score:
         # a method over folded memories (eval.folding) says what each hit covers; else a hit covers its aliases
@@ -85,6 +92,33 @@ def table(res: dict[str, dict[str, Score]], title: str, views: Views, sort: bool
         r = res[name]
         cells = " | ".join(f"{r[c].recall5:.3f}/{r[c].recall10:.3f}" if c in r else "-" for c in cols)
         lines.append(f"| {name} | {cells} | {dev_mean(r):.3f} | {dev_mean(r, 'holdout'):.3f} |")
+    if views.skipped:
+        lines.append(f"\n(corpora left out, embeddings not cached: {views.skipped})")
+    return "\n".join(lines)
+
+
+def type_table(res: dict[str, dict[str, Score]], title: str, views: Views) -> str:
+    """The long table of a per-type experiment: one row per set, question type and part (the whole set's dev
+    and holdout first), one column per method, and the second method's change against the first in points
+    (R@5/R@10), the first being the baseline."""
+    methods = list(res)
+    cells = res[methods[0]]
+    rows: list[str] = []
+    for s in ("s", "oracle"):
+        whole = [f"{s}/{p}" for p in ("dev", "holdout") if f"{s}/{p}" in cells]
+        types = sorted({v.split("/")[2] for v in cells if v.startswith(f"{s}/") and v.count("/") == 2})
+        rows += whole + [f"{s}/{p}/{t}" for t in types for p in ("dev", "holdout") if f"{s}/{p}/{t}" in cells]
+    head = "| set / part / question type (questions) | " + " | ".join(methods)
+    delta = len(methods) > 1
+    head += f" | {methods[1]} − {methods[0]} (points) |" if delta else " |"
+    lines = [f"## {title}", "", head, "|---" * (len(methods) + 1 + delta) + "|"]
+    for v in rows:
+        got = [res[m][v] for m in methods]
+        line = f"| {v} ({cells[v].n}) | " + " | ".join(f"{g.recall5:.3f}/{g.recall10:.3f}" for g in got)
+        if delta:
+            d5, d10 = 100 * (got[1].recall5 - got[0].recall5), 100 * (got[1].recall10 - got[0].recall10)
+            line += f" | {d5:+.1f}/{d10:+.1f}"
+        lines.append(line + " |")
     if views.skipped:
         lines.append(f"\n(corpora left out, embeddings not cached: {views.skipped})")
     return "\n".join(lines)
@@ -124,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sort", action="store_true", help="rows by dev mean, best first")
     ap.add_argument("--tag", default="", help="suffix of the result files")
     a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # the experiments' counts, on stderr
     t0 = time.monotonic()
     a.sets = {
         n: load(n, limit=a.s_limit if n == "s" else a.oracle_limit, only=None if n == "s" else a.oracle_type)
@@ -132,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     views, methods, title = exps[a.experiment](a)
     t1 = time.monotonic()
     res = evaluate(views, methods)
-    text = table(res, title, views, a.sort)
+    text = type_table(res, title, views) if views.by_type else table(res, title, views, a.sort)
     text += f"\n\n(rows built in {t1 - t0:.0f}s, {len(methods)} methods scored in {time.monotonic() - t1:.0f}s)"
     print(text)
     save(a.experiment + a.tag, text, res)

@@ -155,6 +155,7 @@ class Views:
     views: dict[str, list[Q]]
     skipped: dict[str, int]  # corpora left out per set (a dense row not cached yet)
     by_category: bool = False  # eval.sweep adds the knowledge-update columns (ku/dev, ku/holdout)
+    by_type: bool = False  # eval.sweep scores every question type apart ('<set>/<part>/<type>') in a long table
 
 
 _MEM: dict[str, Memories] = {}
