@@ -35,7 +35,7 @@ from faust.types import StreamT
 
 from episodic.domain.policy import DECISIONS
 from episodic.embedding.cores import CoreBudget
-from episodic.indexing.gating import METRIC_TYPE_LABELS, DeadLetter, Forward, route, type_label
+from episodic.indexing.gating import METRIC_TYPE_LABELS, DeadLetter, Forward, replayed_stamp, route, type_label
 from episodic.kernel.metrics import Metrics
 from schemas import topics as T
 from schemas.events import DlqRecord, InvalidRecord, ReplayHistory
@@ -217,15 +217,17 @@ def process(
     records to send, consumed counts by (type label, decision), DLQ counts.
 
     A replayed record (`episodic dlq replay`: header `episodic-replay`) keeps its history: forwarded, the
-    header goes with it to journal.embeddable; dead-lettered again, the new dead letter carries it."""
+    header goes with it to journal.embeddable; dead-lettered again, the new dead letter carries it. It also
+    keeps the acceptance stamp it carries, if any (`replayed_stamp`): an old version stays old."""
     sends: list[Send] = []
     consumed: Counter[tuple[str, str]] = Counter()
     dead: Counter[str] = Counter()
     embeddable, dlq = topics.embeddable, topics.dlq
     for rec in records:
-        routed = route(rec.value, topic=rec.topic, partition=rec.partition, offset=rec.offset, now=now)
         headers = getattr(rec, "headers", None)
         replay = ReplayHistory.of_headers(headers) if headers else None
+        stamp = now if replay is None else replayed_stamp(rec.value, now)
+        routed = route(rec.value, topic=rec.topic, partition=rec.partition, offset=rec.offset, now=stamp)
         if isinstance(routed, Forward):
             sends.append((embeddable, routed.key, routed.value, (replay.header(),) if replay else ()))
             consumed[(type_label(routed.entry_type), routed.decision)] += 1

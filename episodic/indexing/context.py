@@ -30,8 +30,9 @@ other relations: the source memory's payload `relations` + `links`). A memory ha
 an entry that arrives late, between two stored memories, is linked in between them. A new version that
 moves (another `ts` or `run_id`) is taken out of its old place: its old neighbours are joined to each other
 (else the chain would hold a cycle). The neighbours are written before the new points, so a crash in
-between leaves at worst an edge to a memory that the re-delivery then writes. The linker rewrites the same `relations` list (its `similar` edges), so each
-neighbour is read again just before its write and only its run edge changes (the linker does the same).
+between leaves at worst an edge to a memory that the re-delivery then writes. The linker rewrites the
+same `relations` list (its `similar` edges), so each neighbour is read again just before its write and
+only its run edge changes (the linker does the same).
 
 **Forget.** `scrub` (called by `episodic.lifecycle.forget`) removes a forgotten memory's lines from the context of
 the memories indexed with it (their context vector is rebuilt without them) and links its run neighbours

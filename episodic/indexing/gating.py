@@ -111,6 +111,24 @@ def dead_letter(
     return DeadLetter(reason=rec.reason, error=rec.error, value=value)
 
 
+def replayed_stamp(raw: bytes | bytearray | memoryview | None, now: datetime) -> datetime:
+    """The acceptance stamp of a replayed record (`episodic dlq replay`): the one it already carries when it
+    was accepted before (a record dead-lettered after the gate, from journal.embeddable, holds its
+    `accepted_at`), else `now`. Re-stamping it `now` would make an old version newer than the versions
+    accepted after it, and a replay would roll them back (issue 25). A stamp later than `now` is never kept:
+    a replay can only make a record older, never newer."""
+    try:
+        obj = json.loads(bytes(raw)) if raw is not None else None
+        stamp = (
+            datetime.fromisoformat(str(obj["accepted_at"]).replace("Z", "+00:00")) if isinstance(obj, dict) else None
+        )
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError, RecursionError):
+        return now
+    if stamp is None or stamp.tzinfo is None:
+        return now
+    return min(stamp, now)
+
+
 def route(
     raw: bytes | bytearray | memoryview | None,
     *,

@@ -121,3 +121,32 @@ def test_since_and_ids_parse_or_say_why() -> None:
     assert parse_letter_id("3:120") == (3, 120)
     with pytest.raises(ValueError, match="partition:offset"):
         parse_letter_id("e1")
+
+
+def test_a_replayed_record_keeps_the_acceptance_stamp_it_carries_and_never_a_later_one() -> None:
+    """A record dead-lettered after the gate (journal.embeddable: `store_rejected`, ...) holds its
+    `accepted_at`; replayed, it stays that old, so it cannot roll back a version accepted after it."""
+    from types import SimpleNamespace
+
+    from streams.gate import GateTopics, process
+
+    earlier = NOW - timedelta(hours=3)
+    entry = {**ENTRY, "severity": "info", "entry_type": "summary.generated", "ts": "2026-11-23T08:00:00Z"}
+    header = replay_history(letter(), topic="journal.dlq", now=NOW).header()
+
+    def stamp_of(value: dict[str, object], headers: list[tuple[str, bytes]] | None) -> str:
+        rec = SimpleNamespace(
+            topic="journal.entries", partition=0, offset=1, key=b"ws", value=json.dumps(value).encode(), headers=headers
+        )
+        sends, _, _ = process([rec], topics=GateTopics(), now=NOW)
+        assert [s[0] for s in sends] == ["journal.embeddable"]
+        return str(json.loads(sends[0][2])["accepted_at"])
+
+    iso = lambda t: t.isoformat().replace("+00:00", "Z")  # noqa: E731
+    carried = {**entry, "accepted_at": iso(earlier), "base_importance": 0.7}
+    assert stamp_of(carried, [header]) == iso(earlier)  # replayed: its own stamp
+    assert stamp_of(carried, None) == iso(NOW)  # not a replay: a stamp in the input means nothing
+    assert stamp_of(entry, [header]) == iso(NOW)  # replayed, never accepted before: stamped now
+    future = {**carried, "accepted_at": iso(NOW + timedelta(days=1))}
+    assert stamp_of(future, [header]) == iso(NOW)  # never later than now
+    assert stamp_of({**carried, "accepted_at": "yesterday"}, [header]) == iso(NOW)
