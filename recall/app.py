@@ -41,7 +41,7 @@ from episodic.maintenance.health_job import HealthJob
 from episodic.retrieval.engine import RecallEngine
 from episodic.store.sparse import Bm25Encoder
 from episodic_client.settings import is_loopback
-from recall import journal, memories, whoami
+from recall import journal, memories, reviews, whoami
 from recall.admin import router as admin_router
 from recall.deps import ForgetSink, Job, NudgeLookup, Produce, Publish, Services, Status
 from recall.health import router as health_router
@@ -97,6 +97,10 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     ]
     first = exc.errors()[0] if exc.errors() else {}
     error = f"{_field(first)}: {_message(first)}" if first else "invalid request"
+    if request.url.path == reviews.PATH:  # refused reviews are counted by reason (recall/reviews.py)
+        services = getattr(request.app.state, "services", None)
+        if services is not None:
+            services.metrics.reviews_refused.labels(reason="invalid").inc()
     return JSONResponse(status_code=422, content={"detail": detail, "error": error})
 
 
@@ -289,6 +293,7 @@ def create_app(
     app.include_router(journal.router)
     app.include_router(whoami.router)
     app.include_router(health_router)
+    app.include_router(reviews.router)
     app.include_router(memories.router)  # after /v1/memory/stats and /health: it takes any other id below
     install_ui(app, tokens)  # the memory explorer at /ui (recall/ui), behind the same tokens
     app.add_middleware(BodyLimit)

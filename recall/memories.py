@@ -272,7 +272,7 @@ def _json(model: MemoryDetail | MemoryPage) -> Response:
 def _detail_response(services: Services, principal: Principal, workspace_id: str, entry_id: str) -> Response | None:
     """The memory's answer, once the caller may see it (a bound token: its agent's, or a lead's crew's); None
     for a memory it may not see, answered as a missing one (issue 29: a 403 would confirm the id exists)."""
-    found = memory_detail(services.store, services.state, workspace_id, entry_id)
+    found = memory_detail(services.store, services.state, workspace_id, entry_id, services.engine.clock())
     if found is None or not may_see_stored(principal, found):
         return None
     return _json(MemoryDetail.model_validate(found))

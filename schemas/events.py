@@ -3,6 +3,7 @@
 Every topic record is one Struct: `to_json()` writes it, `from_json()` reads and validates it (and raises
 `InvalidRecord`, a ValueError, for anything else). `journal.embeddable` is written by the gate and read
 by the embedding consumer for every record, so it is the journal entry's own definition plus two fields.
+Size: every topic record after the gate in one module, the one place the topics' contracts are read.
 """
 
 from __future__ import annotations
@@ -231,6 +232,32 @@ class ReferencedEvent(_Json, msgspec.Struct, frozen=True):
     at: AwareDatetime
     hits: list[ReferencedHit]
     event_id: NonEmpty | None = None
+
+
+# -- reviews from use (issue 26) -----------------------------------------------------------------------------
+
+# How a recalled memory served the agent that reviewed it: the four FSRS ratings (seed 003 "Memory Review").
+RATINGS: tuple[str, ...] = ("again", "hard", "good", "easy")
+Rating = Literal["again", "hard", "good", "easy"]
+MAX_REVIEWS = 100  # reviews in one event (and one `POST /v1/memory/review`)
+
+
+class ReviewItem(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    entry_id: Id  # the memory's own entry id (the recall service resolves aliases and folded ids first)
+    rating: Rating
+
+
+class ReviewedEvent(_Json, msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`memory.reviewed`: an agent's reviews of memories it was given, emitted by the recall service
+    (`POST /v1/memory/review`) and applied by the importance agent, once per `event_id`, in order per
+    workspace (keyed by workspace_id)."""
+
+    event_id: NonEmpty
+    workspace_id: Id
+    agent_id: Id | None
+    at: AwareDatetime
+    reviews: Annotated[list[ReviewItem], Meta(min_length=1, max_length=MAX_REVIEWS)]
+    run_id: AnyId | None = None
 
 
 # -- forget (SPEC §11 "Forget is an event") -----------------------------------------------------------------

@@ -48,6 +48,13 @@ class ExportedMemory(msgspec.Struct, frozen=True, kw_only=True):
     importance_score: float | None = None
     reference_count: Count = 0
     last_referenced_at: str | None = None
+    # the review state (episodic.domain.review, issue 26); absent in files written before it: never reviewed
+    review_count: Count = 0
+    review_ratings: dict[Literal["again", "hard", "good", "easy"], Count] = msgspec.field(default_factory=dict)
+    last_rating: Literal["again", "hard", "good", "easy"] | None = None
+    last_reviewed_at: str | None = None
+    stability: Annotated[float, Meta(gt=0)] | None = None
+    difficulty: float | None = None
     indexed_at: str | None = None
     accepted_at: str | None = None
     aliases: list[Id] = msgspec.field(default_factory=list)
@@ -59,7 +66,7 @@ class ExportedMemory(msgspec.Struct, frozen=True, kw_only=True):
     extra: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("base_importance", "importance_score"):
+        for name in ("base_importance", "importance_score", "stability", "difficulty"):
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number")

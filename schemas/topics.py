@@ -13,6 +13,7 @@ JOURNAL_DLQ = "journal.dlq"
 JOURNAL_DLQ_REPLAYS = "journal.dlq.replays"
 MEMORY_INDEXED = "memory.indexed"
 MEMORY_REFERENCED = "memory.referenced"
+MEMORY_REVIEWED = "memory.reviewed"  # agents' reviews of recalled memories (issue 26), keyed by workspace
 MEMORY_NUDGES = "memory.nudges"
 MEMORY_HEALTH = "memory.health"
 MEMORY_ARCHIVED = "memory.archived"
@@ -24,6 +25,7 @@ ALL_TOPICS: tuple[str, ...] = (
     JOURNAL_DLQ,
     MEMORY_INDEXED,
     MEMORY_REFERENCED,
+    MEMORY_REVIEWED,
     MEMORY_NUDGES,
     MEMORY_HEALTH,
     MEMORY_ARCHIVED,

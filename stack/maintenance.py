@@ -18,6 +18,7 @@ from episodic.kernel.ports import MemoryStore, StateStore
 from episodic.kernel.settings import Settings
 from episodic.maintenance.decay import ArchiveSink, DecayJob, RetentionPolicy
 from episodic.maintenance.importance import ReferenceCounter
+from episodic.maintenance.reviews import ReviewApplier
 from schemas.events import ArchivedRecord
 from schemas.topics import MEMORY_ARCHIVED
 
@@ -58,6 +59,18 @@ def reference_counter(
     return ReferenceCounter(store=store, state=state, horizon_days=settings.reference_ledger_days, clock=clock)
 
 
+def review_applier(
+    settings: Settings, store: MemoryStore, state: StateStore, clock: Callable[[], datetime]
+) -> ReviewApplier:
+    return ReviewApplier(
+        store=store,
+        state=state,
+        horizon_days=settings.reference_ledger_days,
+        ranking=settings.review_ranking,
+        clock=clock,
+    )
+
+
 def decay_job(
     settings: Settings,
     *,
@@ -71,6 +84,11 @@ def decay_job(
     """The configured job: decay every night, retention when EPISODIC_RETENTION_ENABLED, ledger pruning."""
     retention = RetentionPolicy(floor_days=settings.retention_floor_days) if settings.retention_enabled else None
     counter = reference_counter(settings, store, state, clock)
+    reviews = review_applier(settings, store, state, clock)
+
+    def prune(now: datetime) -> int:  # both ledgers of the importance agent
+        return counter.prune(now) + reviews.prune(now)
+
     return DecayJob(
         store=store,
         state=state,
@@ -78,6 +96,7 @@ def decay_job(
         page_size=settings.decay_page_size,
         retention=retention,
         archive=archive_sink(kafka, loop),
-        prune=counter.prune,
+        prune=prune,
         metrics=metrics,
+        reviews=settings.review_ranking,
     )

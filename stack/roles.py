@@ -429,7 +429,8 @@ class LinkerRole(AgentRole):
 
 
 class ImportanceRole(AgentRole):
-    """memory.referenced -> reference counts (the importance agent in `streams/`), and the nightly
+    """memory.referenced -> reference counts and memory.reviewed -> review state (the importance agent in
+    `streams/`), and the nightly
     DecayAndReinforce (with retention when on) on its UTC schedule, resumed after a crash. Drained after
     the recall service, which publishes memory.referenced."""
 
@@ -444,13 +445,14 @@ class ImportanceRole(AgentRole):
     async def start(self, res: Resources) -> None:
         from episodic.maintenance.decay import JobBusy
         from episodic.maintenance.schedule import Schedule, run_on_schedule
-        from stack.maintenance import decay_job, reference_counter
+        from stack.maintenance import decay_job, reference_counter, review_applier
         from streams.importance import importance_runner
 
         store, state = res.need_state(self.name)
         s = res.settings
         counter = reference_counter(s, store, state, res.clock)
-        self.runner = importance_runner(s, counter=counter, metrics=res.metrics)
+        reviews = review_applier(s, store, state, res.clock)
+        self.runner = importance_runner(s, counter=counter, reviews=reviews, metrics=res.metrics)
         await self.runner.start()
         loop = asyncio.get_running_loop()
         producer = res.need_producer(self.name)
@@ -479,7 +481,8 @@ class ImportanceRole(AgentRole):
             f"retention after {s.retention_floor_days} days at the floor" if s.retention_enabled else "no retention"
         )
         self._line = (
-            f"importance: reference counts (group {self.runner.app_id}); decay at '{s.decay_schedule}' UTC, {retention}"
+            f"importance: reference counts and reviews (ranking {s.review_ranking}; group {self.runner.app_id}); "
+            f"decay at '{s.decay_schedule}' UTC, {retention}"
         )
 
     async def drain(self) -> None:

@@ -1,26 +1,38 @@
-"""The importance agent: memory.referenced -> reference counts, once per event (SPEC §5, §8). A thin pipe
-around `episodic.maintenance.importance.ReferenceCounter`; the nightly decay runs beside it (see stack.roles).
+"""The importance agent: memory.referenced -> reference counts, and memory.reviewed -> the review state (issue
+26), each event once (SPEC §5, §8). Thin pipes around `episodic.maintenance.importance.ReferenceCounter`
+and `episodic.maintenance.reviews.ReviewApplier`; the nightly decay runs beside them (see stack.roles).
 
-Consumer group `<consumer_group_prefix>-importance`. Events are keyed by workspace, so one workspace's
-events are applied in order by one process.
+Consumer group `<consumer_group_prefix>-importance`: one Faust app with two batch agents (`importance` on
+memory.referenced, `reviews` on memory.reviewed; their metrics carry those agent names). Events are keyed
+by workspace, so one workspace's events of each topic are applied in order by one process. A record that
+does not decode is counted (`episodic_agent_malformed_total`) and skipped, never a crash.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+import faust
 
 from episodic.kernel.metrics import AGENT_OUTCOMES, Metrics
 from episodic.kernel.settings import Settings
 from episodic.maintenance.importance import ReferenceCounter, event_key
+from episodic.maintenance.reviews import ReviewApplier
 from schemas import topics as T
-from schemas.events import ReferencedEvent
-from streams.agents import AgentRunner, Decoded, batch_runner
+from schemas.events import ReferencedEvent, ReviewedEvent
+from streams.agents import AgentRunner, Decoded, install_batch_agent
 
 NAME = "importance"
+REVIEWS = "reviews"
 
 
 def decode(raw: bytes | None) -> ReferencedEvent:
     return ReferencedEvent.from_json(raw or b"")
+
+
+def decode_review(raw: bytes | None) -> ReviewedEvent:
+    return ReviewedEvent.from_json(raw or b"")
 
 
 def handler(counter: ReferenceCounter, metrics: Metrics) -> Any:
@@ -34,20 +46,43 @@ def handler(counter: ReferenceCounter, metrics: Metrics) -> Any:
     return handle
 
 
+def review_handler(applier: ReviewApplier, metrics: Metrics) -> Any:
+    def handle(items: list[Decoded[ReviewedEvent]]) -> None:
+        result = applier.apply([(event_key(ev, rec.value or b""), ev) for rec, ev in items])
+        for outcome in AGENT_OUTCOMES[REVIEWS]:
+            metrics.agent_events.labels(agent=REVIEWS, outcome=outcome).inc(getattr(result, outcome))
+        for rating, n in result.ratings.items():
+            metrics.reviews.labels(rating=rating).inc(n)
+        metrics.reviews_refused.labels(reason="memory_gone").inc(result.missing)
+
+    return handle
+
+
 def importance_runner(
     settings: Settings,
     *,
     counter: ReferenceCounter,
     metrics: Metrics,
+    reviews: ReviewApplier | None = None,
     topic: str = T.MEMORY_REFERENCED,
+    reviewed_topic: str = T.MEMORY_REVIEWED,
     app_id: str | None = None,
 ) -> AgentRunner:
-    return batch_runner(
-        settings,
-        name=NAME,
-        topic=topic,
-        decode=decode,
-        handle=handler(counter, metrics),
-        metrics=metrics,
-        app_id=app_id,
-    )
+    """The importance agent's app: reference counts, and the review state when `reviews` is given."""
+    topics: Sequence[str] = (topic, reviewed_topic) if reviews is not None else (topic,)
+
+    def install(app: faust.App) -> None:
+        install_batch_agent(
+            app, topic=topic, name=NAME, decode=decode, handle=handler(counter, metrics), metrics=metrics
+        )
+        if reviews is not None:
+            install_batch_agent(
+                app,
+                topic=reviewed_topic,
+                name=REVIEWS,
+                decode=decode_review,
+                handle=review_handler(reviews, metrics),
+                metrics=metrics,
+            )
+
+    return AgentRunner(settings, name=NAME, topics=topics, install=install, metrics=metrics, app_id=app_id)

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from episodic.domain.policy import PRIORITY_FLOORS, apply_priority_floor
+from episodic.domain.review import REVIEW_FIELDS, reinforcement
+from episodic.domain.times import parse_time  # (re-exported: recall and the jobs parse times from here)
 
 RECENCY_DAYS = 180.0
 RECENCY_FLOOR = 0.1
@@ -40,6 +42,7 @@ DECAY_FIELDS: tuple[str, ...] = (
     "indexed_at",
     "reference_count",
     "last_referenced_at",
+    *REVIEW_FIELDS,
 )
 
 
@@ -57,22 +60,6 @@ def decay_importance(base: float, *, days: float, refs: int, priority: str | Non
     """The importance of a memory `days` after it was indexed, referenced `refs` times (6 decimals)."""
     raw = base * recency_factor(days) * (1.0 + reference_boost(refs) / REFERENCE_DIVISOR)
     return apply_priority_floor(min(1.0, max(0.0, raw)), priority)
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 string (or datetime) as an aware datetime; None when missing or unparseable."""
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if not isinstance(value, str) or not value.strip():
-        return None
-    text = value.strip()
-    if text[-1] in "Zz":
-        text = text[:-1] + "+00:00"
-    try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 def days_since(then: datetime | None, now: datetime) -> float:
@@ -97,11 +84,16 @@ def _priority(payload: Mapping[str, Any]) -> str | None:
     return p if isinstance(p, str) and p in PRIORITY_FLOORS else None
 
 
-def importance_of(payload: Mapping[str, Any], now: datetime) -> float:
-    """DecayAndReinforce for one stored memory (its payload), at `now`."""
+def importance_of(payload: Mapping[str, Any], now: datetime, *, reviews: str = "off") -> float:
+    """DecayAndReinforce for one stored memory (its payload), at `now`. `reviews` (EPISODIC_REVIEW_RANKING):
+    with `reinforce` or `fsrs`, a memory agents reviewed is reinforced by its reviews instead of its
+    retrievals (episodic.domain.review.reinforcement); `off` is SPEC §8's formula exactly."""
     base = min(1.0, max(0.0, _number(payload.get("base_importance"), DEFAULT_BASE)))
     days = days_since(parse_time(payload.get("indexed_at")), now)
-    return decay_importance(base, days=days, refs=_refs(payload), priority=_priority(payload))
+    if reviews == "off":
+        return decay_importance(base, days=days, refs=_refs(payload), priority=_priority(payload))
+    term = reinforcement(payload, now, mode=reviews, refs=_refs(payload))
+    return apply_priority_floor(min(1.0, max(0.0, base * recency_factor(days) * term)), _priority(payload))
 
 
 def floor_since(payload: Mapping[str, Any]) -> datetime | None:

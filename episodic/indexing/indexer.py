@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from episodic.domain.context_mode import ContextMode
 from episodic.domain.identity import dedup_key, point_id, summary_digest
+from episodic.domain.review import REVIEW_FIELDS
 from episodic.indexing.context import RunContext
 from episodic.indexing.ownership import refusal
 from episodic.kernel.errors import StoreError
@@ -68,6 +69,7 @@ DEFAULT_ALIAS_LIMIT = 20  # alias ids kept per memory (the newest); `occurrences
 # and the write discipline's history (a conditional writer whose write was read still finds its token).
 COUNTER_FIELDS: tuple[str, ...] = ("reference_count", "last_referenced_at", "importance_score", "aliases")
 COUNTER_FIELDS += ("occurrences", "indexed_at", "folded", "agents", "folded_into", REVS)  # folded: until re-linked
+COUNTER_FIELDS += REVIEW_FIELDS  # the review state (issue 26): a new version keeps how it served
 
 
 def _now() -> datetime:

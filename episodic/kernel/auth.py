@@ -309,6 +309,17 @@ def authorize_write(
     authorize_crew(principal, crew_id)
 
 
+def authorize_review(principal: Principal, *, workspace_id: str, agent_id: str | None) -> str | None:
+    """A review of memories (`POST /v1/memory/review`, issue 26): the workspace's write rule; a bound token
+    reviews as its own agent only (403 naming `agent_id` for another). Returns the reviewing agent."""
+    authorize(principal, workspace_id, verb="write")
+    if not principal.bound:
+        return agent_id
+    if agent_id is not None and agent_id != principal.agent_id:
+        raise _forbid("agent_id", f"{_bound_to(principal)}; it may not review as agent {agent_id!r}")
+    return principal.agent_id
+
+
 # -- the memory lifecycle (inspect, list, forget) for bound tokens ------------------------------------------
 def _bound_to(principal: Principal) -> str:
     if principal.role == "lead":

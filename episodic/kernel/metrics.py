@@ -28,8 +28,20 @@ FORGET_SELECTORS = ("entry_ids", "agent_id", "run_id", "all")  # schemas.events.
 AGENT_OUTCOMES: dict[str, tuple[str, ...]] = {
     "linker": ("linked", "folded", "superseded", "already", "ignored", "missing", "failed"),
     "importance": ("applied", "duplicate", "recovered", "stale"),
+    "reviews": ("applied", "duplicate", "recovered", "stale"),  # episodic.maintenance.reviews.ReviewResult
 }
-REFERENCE_OUTCOMES = ("counted", "missing")  # episodic.maintenance.importance.ReferenceResult hits / missing
+REFERENCE_OUTCOMES = ("counted", "missing")
+REVIEW_RATINGS = ("again", "hard", "good", "easy")  # schemas.events.RATINGS
+# Reviews not applied, by why: refused by `POST /v1/memory/review` (invalid: 422, forbidden: 403,
+# unavailable: 503, unknown_memory: an id of no memory the caller may see, ignored) or, in the agent, of a
+# memory gone before the review was applied (memory_gone)
+REVIEW_REFUSALS = (
+    "invalid",
+    "forbidden",
+    "unavailable",
+    "unknown_memory",
+    "memory_gone",
+)  # episodic.maintenance.importance.ReferenceResult hits / missing
 DECAY_OUTCOMES = ("ok", "failed", "busy")
 DECAY_ACTIONS = ("scanned", "updated", "archived", "edges_removed")  # episodic.maintenance.decay.DecayReport fields
 INDEX_MODES: tuple[str, ...] = get_args(IndexMode)  # the modes memory.indexed carries, nothing else
@@ -48,6 +60,7 @@ JOURNAL_HTTP_OUTCOMES = ("accepted", "invalid", "forbidden", "unavailable")
 AGENT_INPUTS = (
     ("linker", "memory.indexed"),
     ("importance", "memory.referenced"),
+    ("reviews", "memory.reviewed"),
     ("nudge", "journal.entries"),
     ("health", "journal.embeddable"),
     ("health", "memory.referenced"),
@@ -56,6 +69,7 @@ AGENT_INPUTS = (
 AGENT_STAGES: dict[str, tuple[str, ...]] = {
     "linker": ("apply",),
     "importance": ("apply",),
+    "reviews": ("apply",),
     "nudge": ("store", "publish", "schedule"),
     "health": ("store", "schedule"),
 }
@@ -337,6 +351,20 @@ class Metrics:
         )  # fmt: skip
         for outcome in REFERENCE_OUTCOMES:
             self.references.labels(outcome=outcome)
+        self.reviews = Counter(
+            "episodic_reviews_total", "Agents' reviews of memories applied (memory.reviewed), by rating", ["rating"],
+            registry=r,
+        )  # fmt: skip
+        for rating in REVIEW_RATINGS:
+            self.reviews.labels(rating=rating)
+        self.reviews_refused = Counter(
+            "episodic_reviews_refused_total",
+            "Reviews not applied, by reason (the review endpoint's refusals, and reviews of memories gone)",
+            ["reason"],
+            registry=r,
+        )
+        for reason in REVIEW_REFUSALS:
+            self.reviews_refused.labels(reason=reason)
         self.decay_runs = Counter("episodic_decay_runs_total", "Decay runs, by outcome", ["outcome"], registry=r)
         for outcome in DECAY_OUTCOMES:
             self.decay_runs.labels(outcome=outcome)

@@ -311,6 +311,13 @@ class Settings(BaseSettings, ClientSettings):
         description="memory.referenced events are remembered (re-delivery counts once) this many days, then "
         "pruned; older events are not applied. Keep it at least the topic's retention",
     )
+    review_ranking: Literal["off", "reinforce", "fsrs"] = Field(
+        default="off",
+        description="what agents' reviews (POST /v1/memory/review, memory.reviewed) do to ranking: off (they are "
+        "recorded and shown, importance stays SPEC §8's), reinforce (a reviewed memory is reinforced by the "
+        "reviews that say it served instead of by its retrievals) or fsrs (that, times its FSRS retrievability "
+        "now); episodic.domain.review, eval/README.md for the measurement",
+    )
     retention_enabled: bool = Field(default=False, description="archive and remove memories long at the floor")
     retention_floor_days: int = Field(
         default=30, ge=0, le=36_500, description="days at the importance floor before a memory is archived"

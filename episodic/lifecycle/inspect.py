@@ -1,5 +1,6 @@
 """Inspecting and listing memories (SPEC §11 `GET /v1/memory/{entry_id}`, `GET /v1/memories`), over the ports.
 
+- `resolve_memories`: the memories a list of ids names (the reviews endpoint's lookup, and `memory_detail`'s).
 - `memory_detail`: one memory by entry id, an alias or an entry folded into it (a near duplicate,
   `episodic.indexing.folding`) resolving to its memory, with its relations in both
   directions; `None` when there is none, `Forgotten` when a forget removed it.
@@ -19,9 +20,11 @@ import base64
 import binascii
 import hashlib
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from episodic.domain.identity import point_id
+from episodic.domain.review import retrievability, state_of
 from episodic.indexing.context import shown_context
 from episodic.indexing.folding import AGENTS, FOLDED_INTO, folded_entries
 from episodic.kernel.ports import DENSE, MemoryStore, PagePosition, Selection, StateStore
@@ -85,24 +88,56 @@ def memory_item(p: dict[str, Any], vector: str = DENSE) -> dict[str, Any]:
         "aliases": _ids(p.get("aliases")),
         "has_dense": has_dense(p, vector),
         "folded_into": _str(p.get(FOLDED_INTO)) or None,
+        "review_count": state_of(p).review_count,
     }
 
 
+def review_of(p: dict[str, Any], now: datetime) -> dict[str, Any] | None:
+    """A memory's review state as shown (episodic_client.models.MemoryReview); None when never reviewed."""
+    st = state_of(p)
+    if not st.reviewed:
+        return None
+    fields = st.fields()
+    r = retrievability(st, now)
+    return {
+        "count": st.review_count,
+        "ratings": fields["review_ratings"],
+        "last_rating": st.last_rating,
+        "last_reviewed_at": fields["last_reviewed_at"],
+        "stability": fields["stability"],
+        "difficulty": fields["difficulty"],
+        "retrievability": None if r is None else round(r, 6),
+    }
+
+
+def resolve_memories(store: MemoryStore, workspace_id: str, entry_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """entry id -> the payload of the memory it names in the workspace: its own, the memory it is an alias
+    of, or the memory a near duplicate was folded into (as `memory_detail` resolves one id); ids of no
+    memory are left out. Three store calls for the whole list."""
+    ids = list(dict.fromkeys(entry_ids))
+    pids = {e: point_id(workspace_id, e) for e in ids}
+    found = store.retrieve(sorted(set(pids.values())))
+    out: dict[str, dict[str, Any]] = {e: found[pids[e]] for e in ids if pids[e] in found}
+    missing = [e for e in ids if e not in out]
+    if missing:
+        owners = store.find_by_alias(workspace_id, missing)
+        got = store.retrieve(sorted(set(owners.values()))) if owners else {}
+        out.update({e: got[o] for e, o in owners.items() if o in got})
+    into = {e: point_id(workspace_id, str(p[FOLDED_INTO])) for e, p in out.items() if _str(p.get(FOLDED_INTO))}
+    if into:  # a near duplicate folded into another memory: that memory answers
+        got = store.retrieve(sorted(set(into.values())))
+        out.update({e: got[o] for e, o in into.items() if o in got})
+    return {e: p for e, p in out.items() if p.get("workspace_id") == workspace_id}
+
+
 def memory_detail(
-    store: MemoryStore, state: StateStore | None, workspace_id: str, entry_id: str
+    store: MemoryStore, state: StateStore | None, workspace_id: str, entry_id: str, now: datetime | None = None
 ) -> dict[str, Any] | None:
     """The memory `entry_id` names in the workspace (its own id or an alias), with counters and relations
-    (episodic_client.models.MemoryDetail); None when there is none; raises Forgotten when a forget removed it."""
-    pid = point_id(workspace_id, entry_id)
-    payload = store.retrieve([pid]).get(pid)
+    (episodic_client.models.MemoryDetail); None when there is none; raises Forgotten when a forget removed it.
+    `now`: when its review state's retrievability is computed (default: the wall clock)."""
+    payload = resolve_memories(store, workspace_id, [entry_id]).get(entry_id)
     if payload is None:
-        owner = store.find_by_alias(workspace_id, [entry_id]).get(entry_id)
-        payload = store.retrieve([owner]).get(owner) if owner is not None else None
-    into = payload.get(FOLDED_INTO) if payload is not None else None
-    if isinstance(into, str) and into:  # a near duplicate folded into another memory: that memory answers
-        owner_pid = point_id(workspace_id, into)
-        payload = store.retrieve([owner_pid]).get(owner_pid) or payload
-    if payload is None or payload.get("workspace_id") != workspace_id:
         tomb = state.get(TOMBSTONE, tombstone_key(workspace_id, entry_id)) if state is not None else None
         if tomb is not None:
             raise Forgotten(entry_id, str(tomb.get("forget_id")), str(tomb.get("at")))
@@ -143,6 +178,7 @@ def memory_detail(
         "model": _str(payload.get(model_field(vector))) if has_dense(payload, vector) else None,
         "relations": sorted(relations, key=lambda r: (r["src"] != own, r["relation"], r["src"], r["dst"])),
         "context": shown_context(payload.get("context")),
+        "review": review_of(payload, now or datetime.now(UTC)),
     }
 
 

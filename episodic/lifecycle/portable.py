@@ -43,6 +43,7 @@ import msgspec
 
 from episodic.domain.chunking import LEGACY
 from episodic.domain.identity import dedup_key, point_id, summary_digest
+from episodic.domain.review import state_of
 from episodic.embedding.generations import Generation, model_key
 from episodic.indexing.context import cut_out, folded_text, shown_context
 from episodic.indexing.folding import FOLDED_INTO, folded_entries, owner_fields
@@ -79,6 +80,7 @@ def export_line(
     memory: dict[str, Any] = {"v": EXPORT_VERSION}
     memory.update({name: payload.get(name) for name in MEMORY_FIELDS})
     memory["reference_count"] = int(memory.get("reference_count") or 0)
+    memory.update(state_of(payload).fields())  # the review state, normalised (never reviewed: zeros and nulls)
     memory["occurrences"] = int(memory.get("occurrences") or 1)
     memory["aliases"] = list(memory.get("aliases") or [])
     memory["relations"] = [
@@ -385,7 +387,10 @@ class Importer:
         report.aliases_dropped += len(m.aliases) - len(aliases)
         counters = {"reference_count": m.reference_count, "last_referenced_at": m.last_referenced_at,
                     "importance_score": m.importance_score if m.importance_score is not None else m.base_importance,
-                    "aliases": aliases, "occurrences": m.occurrences}  # fmt: skip
+                    "aliases": aliases, "occurrences": m.occurrences,
+                    "review_count": m.review_count, "review_ratings": dict(m.review_ratings),
+                    "last_rating": m.last_rating, "last_reviewed_at": m.last_reviewed_at,
+                    "stability": m.stability, "difficulty": m.difficulty}  # fmt: skip
         edges = [msgspec.to_builtins(r) for r in m.relations if (ws, r.dst) not in gone and r.dst != rec.id]
         payload.update(counters, relations=edges, links=sorted({e["dst"] for e in edges}))
         if m.accepted_at:

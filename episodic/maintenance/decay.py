@@ -154,6 +154,7 @@ class DecayJob:
         log_every_s: float = 5.0,
         wall: Callable[[], float] = time.time,
         metrics: Metrics | None = None,
+        reviews: str = "off",
     ) -> None:
         if retention is not None and archive is None:
             raise ValueError("retention needs an archive sink (memory.archived)")
@@ -170,6 +171,7 @@ class DecayJob:
         self.log_every_s = log_every_s
         self.wall = wall
         self.metrics = metrics
+        self.reviews = reviews  # EPISODIC_REVIEW_RANKING: whether reviews reinforce (episodic.domain.review)
         self._stop = threading.Event()
 
     def request_stop(self) -> None:
@@ -329,7 +331,7 @@ class DecayJob:
             ):
                 expired.append(pid)
                 continue
-            value = importance_of(payload, ref)
+            value = importance_of(payload, ref, reviews=self.reviews)
             old = payload.get("importance_score")
             if isinstance(old, int | float) and abs(float(old) - value) < CHANGED:
                 report.unchanged += 1
@@ -342,7 +344,7 @@ class DecayJob:
 
         def change(_pid: str, payload: dict[str, Any]) -> Change | None:
             # from the memory as it is at the write: a reference counted since the page was read counts
-            value = importance_of(payload, ref)
+            value = importance_of(payload, ref, reviews=self.reviews)
             old = payload.get("importance_score")
             return (
                 None

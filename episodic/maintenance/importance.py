@@ -32,12 +32,12 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from episodic.domain.identity import point_id
 from episodic.domain.scoring import parse_time
 from episodic.kernel.ports import MemoryStore, StateStore
-from schemas.events import ReferencedEvent
+from schemas.events import ReferencedEvent, ReviewedEvent
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,23 @@ LEDGER_KIND = "referenced"
 JOB_KIND = "job"
 PRUNE_KEY = "referenced-ledger"
 DELETE_CHUNK = 1000
+
+
+class _Event(Protocol):
+    @property
+    def at(self) -> datetime: ...
+
+
+class _Result(Protocol):
+    events: int
+    applied: int
+    duplicate: int
+    recovered: int
+    stale: int
+
+
+E = TypeVar("E", bound=_Event)
+R = TypeVar("R", bound=_Result)
 
 
 def _now() -> datetime:
@@ -55,7 +72,7 @@ def iso(dt: datetime) -> str:
     return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def event_key(event: ReferencedEvent, raw: bytes) -> str:
+def event_key(event: ReferencedEvent | ReviewedEvent, raw: bytes) -> str:
     """The ledger key of an event: its event_id, else a digest of the record's bytes (a re-delivered record
     has the same bytes)."""
     return event.event_id or f"sha256:{hashlib.sha256(raw).hexdigest()}"
@@ -85,8 +102,16 @@ def _later(a: Any, b: Any) -> Any:
     return a if ta >= tb else b
 
 
-class ReferenceCounter:
-    """Applies batches of `memory.referenced` events to the store, once per event (see the module doc)."""
+class Ledgered(Generic[E, R]):
+    """Applies batches of keyed events to the store once per event, through a ledger in the state store (see
+    the module doc): the reference counts here, the review state in `episodic.maintenance.reviews`. A subclass
+    names its ledger (`ledger_kind`, `prune_key`), makes its result, and writes a batch's new events
+    (`_count`: the ledger's `pending` docs with their targets, the memories, then `done`) and finishes the
+    events a crash left pending (`_finish`)."""
+
+    ledger_kind = LEDGER_KIND
+    prune_key = PRUNE_KEY
+    topic = "memory.referenced"
 
     def __init__(
         self,
@@ -103,10 +128,19 @@ class ReferenceCounter:
         self.horizon = timedelta(days=horizon_days)
         self.clock = clock
 
-    def apply(self, events: Sequence[tuple[str, ReferencedEvent]]) -> ReferenceResult:
+    def _result(self) -> R:
+        raise NotImplementedError
+
+    def _count(self, new: dict[str, E], result: R) -> None:
+        raise NotImplementedError
+
+    def _finish(self, pending: dict[str, dict[str, Any]]) -> None:
+        raise NotImplementedError
+
+    def apply(self, events: Sequence[tuple[str, E]]) -> R:
         """Apply a batch of (key, event) in order; returns what happened to each."""
-        result = ReferenceResult()
-        batch: dict[str, ReferencedEvent] = {}
+        result = self._result()
+        batch: dict[str, E] = {}
         for key, ev in events:
             batch.setdefault(key, ev)
         result.events = len(events)
@@ -117,8 +151,8 @@ class ReferenceCounter:
         fresh = {k: ev for k, ev in batch.items() if ev.at >= cutoff}
         result.stale = len(batch) - len(fresh)
         if result.stale:
-            log.warning("importance: %d memory.referenced events older than %s not applied", result.stale, cutoff)
-        ledger = self.state.get_many(LEDGER_KIND, list(fresh))
+            log.warning("importance: %d %s events older than %s not applied", result.stale, self.topic, cutoff)
+        ledger = self.state.get_many(self.ledger_kind, list(fresh))
         pending = {k: d for k, d in ledger.items() if d.get("state") == "pending"}
         if pending:
             self._finish(pending)
@@ -126,11 +160,50 @@ class ReferenceCounter:
         result.duplicate = len(ledger) - len(pending) + repeats
         new = {k: ev for k, ev in fresh.items() if k not in ledger}
         if new:
-            hits, missing = self._count(new)
-            result.applied, result.hits, result.missing = len(new), hits, missing
+            result.applied = len(new)
+            self._count(new, result)
         return result
 
-    def _count(self, new: dict[str, ReferencedEvent]) -> tuple[int, int]:
+    @staticmethod
+    def _done(doc: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in doc.items() if k != "targets"} | {"state": "done"}
+
+    # -- pruning ---------------------------------------------------------------------------------------
+
+    def prune(self, now: datetime | None = None) -> int:
+        """Forget ledger entries of days older than the horizon; returns how many were removed. The first
+        prune scans the whole ledger; later ones only the days since the last (the `day` field is indexed)."""
+        now = now or self.clock()
+        cutoff = (now - self.horizon).astimezone(UTC).date()  # entries of days before this go
+        cursor = self.state.get(JOB_KIND, self.prune_key) or {}
+        since = cursor.get("pruned_before")
+        keys: list[str] = []
+        if since is None:
+            keys = [k for k, d in self.state.scan(self.ledger_kind) if str(d.get("day", "")) < cutoff.isoformat()]
+        else:
+            day = date.fromisoformat(since)
+            while day < cutoff:
+                keys += [k for k, _ in self.state.scan(self.ledger_kind, where={"day": day.isoformat()})]
+                day += timedelta(days=1)
+        for i in range(0, len(keys), DELETE_CHUNK):
+            self.state.delete(self.ledger_kind, keys[i : i + DELETE_CHUNK])
+        if since is None or since < cutoff.isoformat():
+            self.state.put(JOB_KIND, self.prune_key, {"pruned_before": cutoff.isoformat(), "at": iso(now)})
+        if keys:
+            log.info("importance: pruned %d %s ledger entries older than %s", len(keys), self.topic, cutoff)
+        return len(keys)
+
+
+class ReferenceCounter(Ledgered[ReferencedEvent, ReferenceResult]):
+    """Applies batches of `memory.referenced` events to the store, once per event (see the module doc)."""
+
+    def _result(self) -> ReferenceResult:
+        return ReferenceResult()
+
+    def _count(self, new: dict[str, ReferencedEvent], result: ReferenceResult) -> None:
+        result.hits, result.missing = self._count_references(new)
+
+    def _count_references(self, new: dict[str, ReferencedEvent]) -> tuple[int, int]:
         per_point: dict[str, list[Any]] = {}  # point id -> [references, latest at]
         touched: dict[str, list[str]] = {}  # event key -> its point ids
         for key, ev in new.items():
@@ -158,11 +231,11 @@ class ReferenceCounter:
             }
             for key, ev in new.items()
         }
-        self.state.put_many(LEDGER_KIND, docs)
+        self.state.put_many(self.ledger_kind, docs)
         self.store.set_payloads(
             {pid: {"reference_count": after, "last_referenced_at": last} for pid, (_, after, last) in targets.items()}
         )
-        self.state.put_many(LEDGER_KIND, {k: self._done(d) for k, d in docs.items()})
+        self.state.put_many(self.ledger_kind, {k: self._done(d) for k, d in docs.items()})
         hits = sum(len(d["targets"]) for d in docs.values())
         missing = sum(len(touched[k]) for k in new) - hits
         return hits, missing
@@ -182,33 +255,4 @@ class ReferenceCounter:
         if fix:
             log.info("importance: finishing %d reference counts a crash left half-applied", len(fix))
             self.store.set_payloads(fix)
-        self.state.put_many(LEDGER_KIND, {k: self._done(d) for k, d in pending.items()})
-
-    @staticmethod
-    def _done(doc: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in doc.items() if k != "targets"} | {"state": "done"}
-
-    # -- pruning ---------------------------------------------------------------------------------------
-
-    def prune(self, now: datetime | None = None) -> int:
-        """Forget ledger entries of days older than the horizon; returns how many were removed. The first
-        prune scans the whole ledger; later ones only the days since the last (the `day` field is indexed)."""
-        now = now or self.clock()
-        cutoff = (now - self.horizon).astimezone(UTC).date()  # entries of days before this go
-        cursor = self.state.get(JOB_KIND, PRUNE_KEY) or {}
-        since = cursor.get("pruned_before")
-        keys: list[str] = []
-        if since is None:
-            keys = [k for k, d in self.state.scan(LEDGER_KIND) if str(d.get("day", "")) < cutoff.isoformat()]
-        else:
-            day = date.fromisoformat(since)
-            while day < cutoff:
-                keys += [k for k, _ in self.state.scan(LEDGER_KIND, where={"day": day.isoformat()})]
-                day += timedelta(days=1)
-        for i in range(0, len(keys), DELETE_CHUNK):
-            self.state.delete(LEDGER_KIND, keys[i : i + DELETE_CHUNK])
-        if since is None or since < cutoff.isoformat():
-            self.state.put(JOB_KIND, PRUNE_KEY, {"pruned_before": cutoff.isoformat(), "at": iso(now)})
-        if keys:
-            log.info("importance: pruned %d ledger entries older than %s", len(keys), cutoff)
-        return len(keys)
+        self.state.put_many(self.ledger_kind, {k: self._done(d) for k, d in pending.items()})

@@ -33,7 +33,11 @@ every other writer of them writes conditionally on `rev`:
   list as it is at the write).
 - reference_count, last_referenced_at: the importance agent (owner; its ledger's before/after makes a
   replay exact); a new version and an import keep them.
-- importance_score: decay (`update_memories`, computed from the memory as it is at the write).
+- review_count, review_ratings, last_rating, last_reviewed_at, stability, difficulty (the review state,
+  issue 26): the importance agent's reviews (owner, episodic.maintenance.reviews; its `reviewed` ledger's
+  before/after makes a replay exact); a new version and an import keep them.
+- importance_score: decay (`update_memories`, computed from the memory as it is at the write); the importance
+  agent's reviews the same way (writer `reviews`) when EPISODIC_REVIEW_RANKING is not `off`.
 - relations, links, linked_at: the linker (`similar`), the indexer (`supports`; run `previous` / `next`
   on the neighbours), forget and retention (edges cut, runs joined): all `update_memories`.
 - context, context_ids, context_date, the `bm25_context` vector: the indexer with the point; forget's

@@ -207,7 +207,7 @@ def memory(services: Services, principal: Principal, workspace_id: str, entry_id
     token, another agent's memory (or a forgotten one) is None, as a missing id (issue 29)."""
     authorize(principal, workspace_id)
     try:
-        found = memory_detail(services.store, services.state, workspace_id, entry_id)
+        found = memory_detail(services.store, services.state, workspace_id, entry_id, services.engine.clock())
     except Forgotten:
         if principal.bound:
             return None

@@ -49,6 +49,8 @@ class Service:
             "/v1/memory/health": (404, {"error": "no memory-health snapshot for workspace 'ws' yet: ..."}),
             "/v1/whoami": (200, WHO),
             "/v1/memory/forget": (200, FORGOTTEN),
+            "/v1/memory/review": (202, {"accepted": 1, "entry_ids": ["e1"], "ignored": [],
+                                        "topic": "memory.reviewed"}),
         }  # fmt: skip
         self.answers.update({"/" + k.replace("__", "-").replace("_", "/"): v for k, v in answers.items()})
         self.seen: list[httpx.Request] = []
@@ -89,7 +91,7 @@ def server(
 async def test_the_tools_and_their_schemas_hold_no_identity() -> None:
     async with Client(server(Service())) as mcp:
         tools = {t.name: t for t in (await mcp.list_tools()).tools}
-    assert set(tools) == {"recall", "recall_render", "remember", "forget", "memory_health"}
+    assert set(tools) == {"recall", "recall_render", "remember", "review", "forget", "memory_health"}
     for tool in tools.values():
         schema = tool.input_schema
         assert schema["additionalProperties"] is False and tool.description and tool.output_schema
@@ -122,7 +124,8 @@ async def test_an_identity_argument_is_refused_and_nothing_is_sent(field: str) -
     svc = Service()
     async with Client(server(svc)) as mcp:
         calls = [("recall", {"query": "x"}), ("remember", {"summary": "x"}), ("memory_health", {}),
-                 ("forget", {"entry_ids": ["e1"]})]  # fmt: skip
+                 ("forget", {"entry_ids": ["e1"]}),
+                 ("review", {"reviews": [{"entry_id": "e1", "rating": "good"}]})]  # fmt: skip
         for tool, args in calls:
             result = await mcp.call_tool(tool, {**args, field: "other"})
             assert result.is_error
@@ -293,6 +296,37 @@ async def test_forget_removes_only_the_configured_agents_memories() -> None:
         {"workspace_id": "acme", "agent_id": "planner", "run_id": "r7"},
     ]
     assert [r.url.params["wait"] for r in svc.seen] == ["10.0", "0.0"] and not by_run.is_error
+
+
+async def test_review_sends_the_configured_agents_reviews_and_refuses_garbage() -> None:
+    svc = Service()
+    async with Client(server(svc)) as mcp:
+        ok = await mcp.call_tool(
+            "review", {"reviews": [{"entry_id": "e1", "rating": "good"}, {"entry_id": "e2", "rating": "again"}],
+                       "run_id": "r7"}
+        )  # fmt: skip
+        bad = [
+            await mcp.call_tool("review", {"reviews": [{"entry_id": "e1", "rating": "great"}]}),
+            await mcp.call_tool("review", {"reviews": []}),
+            await mcp.call_tool("review", {"reviews": [{"entry_id": "e1", "rating": "good", "agent_id": "x"}]}),
+        ]
+    assert not ok.is_error and ok.structured_content["accepted"] == 1
+    assert [json.loads(r.content) for r in svc.seen] == [
+        {"workspace_id": "acme", "agent_id": "planner", "run_id": "r7",
+         "reviews": [{"entry_id": "e1", "rating": "good"}, {"entry_id": "e2", "rating": "again"}]},
+    ]  # fmt: skip
+    assert all(r.is_error for r in bad) and "rating" in bad[0].content[0].text and len(svc.seen) == 1
+    schema = (await _tool("review")).input_schema
+    assert set(schema["properties"]) == {"reviews", "run_id"}
+    lead = Service(v1_whoami=(200, {**WHO, "agent_id": None, "role": "lead"}))
+    async with Client(server(lead, Identity())) as mcp:
+        result = await mcp.call_tool("review", {"reviews": [{"entry_id": "e1", "rating": "good"}]})
+    assert result.is_error and "no agent" in result.content[0].text and lead.paths() == ["/v1/whoami"]
+
+
+async def _tool(name: str) -> Any:
+    async with Client(server(Service())) as mcp:
+        return {t.name: t for t in (await mcp.list_tools()).tools}[name]
 
 
 async def test_forget_refuses_what_is_not_one_selection_of_its_own() -> None:

@@ -58,12 +58,16 @@ def test_maintenance_labels_have_writers() -> None:
     from episodic.maintenance.decay import DecayReport
     from episodic.maintenance.importance import ReferenceResult
     from episodic.maintenance.linker import LinkResult
+    from episodic.maintenance.reviews import ReviewResult
 
-    results = {"linker": LinkResult, "importance": ReferenceResult}
+    results = {"linker": LinkResult, "importance": ReferenceResult, "reviews": ReviewResult}
+    # where each agent is declared (the reviews agent sits in the importance agent's app), and its name there
+    homes = {"linker": ("linker", "NAME"), "importance": ("importance", "NAME"), "reviews": ("importance", "REVIEWS")}
     assert set(AGENT_OUTCOMES) == set(results)
     for agent, outcomes in AGENT_OUTCOMES.items():  # each agent writes every outcome from its result's fields
         assert set(outcomes) <= {f.name for f in fields(results[agent])}, agent
-        assert "for outcome in AGENT_OUTCOMES[NAME]:" in (ROOT / "streams" / f"{agent}.py").read_text(), agent
+        module, name = homes[agent]
+        assert f"for outcome in AGENT_OUTCOMES[{name}]:" in (ROOT / "streams" / f"{module}.py").read_text(), agent
     assert set(DECAY_ACTIONS) <= {f.name for f in fields(DecayReport)}
     decay = (ROOT / "episodic" / "maintenance" / "decay.py").read_text()
     assert set(re.findall(r'decay_runs\.labels\(outcome="([a-z_]+)"\)', decay)) == set(DECAY_OUTCOMES)

@@ -44,6 +44,7 @@ from episodic_client.calls import (
     Calls,
     Identity,
     RetryPolicy,
+    Reviews,
     complete_entry,
     decode,
     journal_batches,
@@ -67,6 +68,7 @@ from episodic_client.models import (
     RecallResponse,
     RenderRequest,
     RenderResponse,
+    ReviewAccepted,
     StatsResponse,
     WhoAmI,
 )
@@ -288,6 +290,13 @@ class MemoryClient(_Base):
         when there is none, or it was forgotten (the message names the forget)."""
         return self._send(self.calls.get(entry_id, workspace_id))
 
+    def review(self, reviews: Reviews, *, run_id: str | None = None, workspace_id: str | None = None) -> ReviewAccepted:
+        """`POST /v1/memory/review`: say how the memories you were given served, as the configured agent:
+        `{entry_id: rating}` (or (entry_id, rating) pairs), rating `again` (no help, or misleading), `hard`,
+        `good` or `easy`; up to 100. Returns once the broker has them (`ignored`: ids of no memory you may see);
+        `NotFound` when none is. With EPISODIC_REVIEW_RANKING on, they drive ranking (docs/maintenance.md)."""
+        return self._send(self.calls.review(reviews, workspace_id, run_id))
+
     def list_page(self, *, cursor: str | None = None, limit: int = DEFAULT_PAGE, **selection: Any) -> MemoryPage:
         """One page of `list` (pass the previous page's `next_cursor`)."""
         return self._send(self.calls.memories(selection, cursor, limit))
@@ -421,6 +430,11 @@ class AsyncMemoryClient(_Base):
 
     async def get(self, entry_id: str, *, workspace_id: str | None = None) -> MemoryDetail:
         return await self._send(self.calls.get(entry_id, workspace_id))
+
+    async def review(
+        self, reviews: Reviews, *, run_id: str | None = None, workspace_id: str | None = None
+    ) -> ReviewAccepted:
+        return await self._send(self.calls.review(reviews, workspace_id, run_id))
 
     async def list_page(self, *, cursor: str | None = None, limit: int = DEFAULT_PAGE, **selection: Any) -> MemoryPage:
         return await self._send(self.calls.memories(selection, cursor, limit))

@@ -25,6 +25,8 @@ Validation rules (every violation is a 422 that names the field, never a 5xx):
   on render `run_id` keeps its SPEC §7 meaning, the agent's current run for a pending nudge, and does not
   filter), `exclude_run_id` (not that run; memories without a run are kept). `crew_id` in scope `own`
   narrows to the agent's memories of that crew.
+- Reviews (`POST /v1/memory/review`): `reviews`, 1..`MAX_REVIEWS` of `{entry_id, rating}`, `rating` one of
+  again, hard, good, easy (`reviews.2.rating` names the third review's).
 """
 
 from __future__ import annotations
@@ -436,6 +438,18 @@ class FoldedPart(BaseModel):
     aliases: list[str] = Field(default_factory=list)
 
 
+class MemoryReview(BaseModel):
+    """How agents said a memory served them (`POST /v1/memory/review`) and its FSRS state (issue 26)."""
+
+    count: int = Field(description="reviews applied")
+    ratings: dict[str, int] = Field(description="reviews by rating: again, hard, good, easy")
+    last_rating: str | None
+    last_reviewed_at: str | None
+    stability: float | None = Field(description="FSRS stability: days until retrievability falls to 0.9")
+    difficulty: float | None = Field(description="FSRS difficulty, 1..10")
+    retrievability: float | None = Field(description="FSRS probability of recall now (0..1)")
+
+
 class MemoryDetail(BaseModel):
     """`GET /v1/memory/{entry_id}`: one memory as stored, with its counters, aliases and relations."""
 
@@ -474,6 +488,9 @@ class MemoryDetail(BaseModel):
     context: list[ContextLine] | None = Field(
         default=None, description="the earlier memories of its run it was indexed with (null: without context)"
     )
+    review: MemoryReview | None = Field(
+        default=None, description="how agents said it served them and its FSRS state (null: never reviewed)"
+    )
 
 
 class MemoryItem(BaseModel):
@@ -495,6 +512,7 @@ class MemoryItem(BaseModel):
     folded_into: str | None = Field(
         default=None, description="folded into that memory as a near duplicate: recall shows that one, not this"
     )
+    review_count: int = Field(default=0, description="agents' reviews of it (POST /v1/memory/review)")
 
 
 class MemoryPage(BaseModel):
@@ -517,7 +535,9 @@ class DecayRunResponse(BaseModel):
     unchanged: int
     archived: int = Field(description="memories archived to memory.archived and removed (retention)")
     edges_removed: int = Field(description="edges of other memories that pointed at archived ones")
-    ledger_pruned: int = Field(description="memory.referenced ledger entries past their horizon, removed")
+    ledger_pruned: int = Field(
+        description="memory.referenced and memory.reviewed ledger entries past their horizon, removed"
+    )
     retention: bool = Field(description="whether retention is on")
 
 
@@ -577,3 +597,49 @@ class WhoAmI(BaseModel):
     crew_id: str | None
     role: Literal["agent", "lead"] | None = Field(description="null: a workspace token, not bound")
     scope: Scope | None = Field(description="the widest recall scope of a bound token (ScopeForRole)")
+
+
+# -- reviews from use (issue 26) ----------------------------------------------------------------------------
+
+MAX_REVIEWS = 100  # reviews in one request (schemas.events.MAX_REVIEWS)
+REVIEWED_TOPIC = "memory.reviewed"
+Rating = Literal["again", "hard", "good", "easy"]
+RATINGS: tuple[str, ...] = ("again", "hard", "good", "easy")
+
+
+class Review(BaseModel):
+    """How one recalled memory served: `again` (it did not help, or misled), `hard` (it helped, with effort),
+    `good` (it helped), `easy` (it was exactly what was needed)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    entry_id: IdStr = Field(description="the hit's entry_id (an alias or a folded entry's id counts for its memory)")
+    rating: Rating
+
+
+class ReviewRequest(BaseModel):
+    """`POST /v1/memory/review` body: an agent's reviews of memories it was given. A bound token reviews as its
+    agent (`agent_id` may be left out); an id of no memory the caller may see is ignored (listed in `ignored`)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    workspace_id: IdStr
+    agent_id: IdStr | None = Field(default=None, description="the reviewing agent (a bound token: its own)")
+    run_id: IdStr | None = Field(default=None, description="the run the memories were used in")
+    reviews: list[Review] = Field(min_length=1, max_length=MAX_REVIEWS)
+
+
+class ReviewIgnored(BaseModel):
+    index: int = Field(description="its position in `reviews`")
+    entry_id: str
+    reason: Literal["no_memory"] = Field(description="no memory of this id that the caller may see")
+
+
+class ReviewAccepted(BaseModel):
+    """202: the reviews are on `memory.reviewed`, acknowledged by the broker; the importance agent applies them
+    (GET /v1/memory/{entry_id} shows the state once it has)."""
+
+    accepted: int
+    entry_ids: list[str] = Field(description="for each accepted review in order, the memory it counts for")
+    ignored: list[ReviewIgnored]
+    topic: str
