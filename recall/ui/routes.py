@@ -205,7 +205,9 @@ async def memory(request: Request, entry_id: str, workspace_id: str = "") -> Res
             chart = charts.line_chart(points, marker=now_x, label="importance by days since indexed")
             graph = charts.relation_graph(found.entry_id, [r.model_dump() for r in found.relations],
                                           lambda other: memory_url(workspace_id, other))  # fmt: skip
-            return 200, env.get_template("memory.html").render(**ctx, m=found, chart=chart, graph=graph)
+            return 200, env.get_template("memory.html").render(
+                **ctx, m=found, chart=chart, graph=graph, review_ranking=services.settings.review_ranking
+            )
 
         status, body = await run_in_threadpool(render)
         return HTMLResponse(body, status_code=status, headers=security_headers())

@@ -273,3 +273,25 @@ def test_dead_letter_garbage_is_refused_before_kafka_and_kafka_down_is_a_503_pag
     assert r.status_code == 403 and error_of(r.text).startswith("refused")
     r = c.get("/ui/dlq")
     assert r.status_code == 503 and "Kafka cannot be reached" in error_of(r.text) and "127.0.0.1:1" not in r.text
+
+
+def test_a_memory_page_shows_how_agents_said_it_served(env: dict[str, Any]) -> None:
+    """Reviews from use (issue 26): the review state as the importance agent stored it."""
+    from datetime import UTC, datetime
+
+    from episodic.maintenance.reviews import ReviewApplier
+    from schemas.events import ReviewedEvent, ReviewItem
+
+    c = env["client"]
+    before = text(c.get("/ui/memory/old-db", params={"workspace_id": "ws-a"}).text)
+    assert "reviews none yet" in before
+    applier = ReviewApplier(store=env["store"], state=env["state"])
+    for i, rating in enumerate(("good", "again", "good")):
+        ev = ReviewedEvent(
+            event_id=f"ev-{i}", workspace_id="ws-a", agent_id="a1", at=datetime.now(UTC),
+            reviews=[ReviewItem(entry_id="old-db", rating=rating)],  # type: ignore[arg-type]
+        )  # fmt: skip
+        applier.apply([(ev.event_id, ev)])
+    page = text(c.get("/ui/memory/old-db", params={"workspace_id": "ws-a"}).text)
+    assert "reviews 3 (again 1 · hard 0 · good 2 · easy 0), last good" in page
+    assert re.search(r"FSRS stability [\d.]+ days, difficulty [\d.]+, retrievability now 1\.00", page), page
