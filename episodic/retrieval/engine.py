@@ -28,6 +28,7 @@
   filter, scored `adjacent_weight` (0.5) × the hit's score (so below it), marked `via="adjacent"`; they
   compete for the k places. Off by default: it cost LongMemEval 2 to 12 points of R@5 (eval/README.md).
 - A hit carries `context`: the run context it was indexed with (`episodic.indexing.context`), or null.
+- A hit says why it stands where it does (`placed`): "direct", "walk", "adjacent" or "newer" (`expand`).
 - Model changes (episodic.embedding.generations): with a `ModelSwitch`, the query is embedded by the active
   generation's model and the store query names that generation's vector (its dense legs, the
   context-re-scored one included), so one ranking never mixes two models; while that model is not loaded
@@ -163,6 +164,7 @@ class RecallHit:
     ts: str
     payload: dict[str, Any]
     via: str = "direct"
+    placed: str = "direct"  # why it stands where it does (expand.PLACED, expand.newer_first)
     aliases: list[str] = field(default_factory=list)
     occurrences: int = 1
     folded: list[str] = field(default_factory=list)  # entry ids of near duplicates folded into it
@@ -190,6 +192,7 @@ class RecallHit:
             "ts": self.ts,
             "payload": self.payload,
             "via": self.via,
+            "placed": self.placed,
             "aliases": self.aliases,
             "context": self.context,
             "occurrences": self.occurrences,
@@ -458,6 +461,7 @@ class RecallEngine:
             hit = self._to_hit(stored, qvec, now)
             if hit.workspace_id == scope.workspace_id and hit.entry_id in near:
                 hit.score, hit.via = near[hit.entry_id]
+                hit.placed = expand.PLACED[hit.via]
                 found.append(hit)
         return expand.merged(hits, found, k)
 

@@ -11,6 +11,13 @@ them through the request's scope and lets them compete for the k places (`merged
 - `newer_first`: a hit superseded by a newer memory (`superseded_by`, episodic.domain.supersession) gets that
   memory right above it, moved up from lower in the list or brought in (via "supersedes"), with the older
   one's score when its own is lower: an agent reads the current fact first and, below it, what it replaced.
+
+Every hit says why it stands where it does (`placed`, the API's `Hit.placed`): "direct" (its own score for
+the query: the store's fused legs, the context leg and the piece prior included), "walk" and "adjacent"
+(scored from the hit that brought it in: `PLACED`), "newer" (put right above the memory it supersedes by
+`newer_first`, whether it matched or was brought in; a newer memory that already ranked above it keeps its
+own placement). Folding places nothing: an owner stands at its own score and lists what it covers in
+`folded`. There is no diversity re-rank (MMR was measured worse: eval/README.md, "Folding and supersession").
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ WALKED_RELATIONS = ("similar", "supports")
 ADJACENT_RELATIONS = ("previous", "next")
 
 Near = dict[str, tuple[float, str]]
+# the placement of a memory brought in beside the direct hits, by its `via`
+PLACED = {"similar": "walk", "supports": "walk", "adjacent": "adjacent"}
 
 
 class Scored(Protocol):
@@ -68,6 +77,7 @@ def merged(hits: list[H], found: list[H], k: int) -> list[H]:
 class Dated(Scored, Protocol):
     superseded_by: str | None
     via: str
+    placed: str
 
 
 D = TypeVar("D", bound=Dated)
@@ -87,6 +97,7 @@ def newer_first(hits: list[D], found: Sequence[D], k: int) -> list[D]:
         if newer is not None and newer.entry_id not in placed and newer is not h:
             if newer not in hits:
                 newer.via = "supersedes"
+            newer.placed = "newer"
             newer.score = max(newer.score, h.score)
             out.append(newer)
             placed.add(newer.entry_id)

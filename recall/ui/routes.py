@@ -54,7 +54,13 @@ def run_url(workspace_id: str, run_id: str) -> str:
     return url(f"run/{quote(run_id, safe='')}", workspace_id=workspace_id)
 
 
-env.globals.update(url=url, memory_url=memory_url, run_url=run_url, stamp=pages.stamp)
+# the title of a hit's "placed" tag on the recall page (episodic.retrieval.expand: why a hit stands where it does)
+PLACED_WHY = {
+    "walk": "brought in one hop along an edge of a direct hit (walk_depth 1), scored from it",
+    "adjacent": "brought in as a run neighbour of a direct hit, scored below it",
+    "newer": "put right above the older memory it supersedes (a changed number or date on the same subject)",
+}
+env.globals.update(url=url, memory_url=memory_url, run_url=run_url, stamp=pages.stamp, placed_why=PLACED_WHY)
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 

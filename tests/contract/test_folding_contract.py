@@ -178,10 +178,12 @@ def test_recall_puts_the_newer_fact_first_and_brings_it_in(store: MemoryStore, m
     # both match: the newer right above the older, whatever BM25 thought
     both = engine.recall(RecallRequest.model_validate({**req, "query": "release train Tuesday platform"})).hits
     assert [(h.entry_id, h.via) for h in both] == [("t2", "direct"), ("t1", "direct")]
+    assert [h.placed for h in both] == ["newer", "direct"]  # BM25 had the older first: the newer was moved up
     assert both[0].supersedes == ["t1"] and both[1].superseded_by == "t2" and both[0].score >= both[1].score
     # only the older matches: the newer is brought in above it, counted in k
     only = engine.recall(RecallRequest.model_validate({**req, "query": "Tuesday platform nine", "k": 3})).hits
     assert [(h.entry_id, h.via) for h in only] == [("t2", "supersedes"), ("t1", "direct"), ("o1", "direct")]
+    assert [h.placed for h in only] == ["newer", "direct", "direct"]
     off = RecallEngine(store=store, embedder=None, bm25=Bm25Encoder(), newer_first=False)
     assert "t2" not in {
         h.entry_id for h in off.recall(RecallRequest.model_validate({**req, "query": "platform nine"})).hits

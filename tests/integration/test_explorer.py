@@ -103,6 +103,7 @@ def test_search_walk_marks_where_a_hit_came_from(shared: dict[str, Any]) -> None
     )
     assert r.status_code == 200, r.text
     assert "via supports" in text(r.text) or "via similar" in text(r.text)
+    assert "placed: walk" in text(r.text)  # and why it stands there (expand.PLACED)
 
 
 @pytest.mark.parametrize(

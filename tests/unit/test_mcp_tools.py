@@ -24,7 +24,7 @@ from stack.mcp_writers import KafkaWriter
 HIT = {
     "entry_id": "e1", "score": 0.91, "age_seconds": 120.0, "entry_type": "peer.escalation", "severity": "error",
     "agent_id": "planner", "crew_id": "platform", "ts": "2026-11-21T10:00:00Z", "payload": {},
-    "summary": "checkout ran out of memory",
+    "summary": "checkout ran out of memory", "via": "supersedes", "placed": "newer",
 }  # fmt: skip
 FORGOTTEN = {
     "forget_id": "f1", "workspace_id": "acme", "status": "applied", "selector": {"entry_ids": ["e1"]},
@@ -139,6 +139,7 @@ async def test_recall_sends_the_configured_identity() -> None:
     async with Client(server(svc)) as mcp:
         result = await mcp.call_tool("recall", {"query": "checkout oom", "k": 3, "mode": "sparse"})
     assert not result.is_error and result.structured_content["hits"][0]["entry_id"] == "e1"
+    assert result.structured_content["hits"][0]["placed"] == "newer"  # why the hit stands there reaches the agent
     body = json.loads(svc.seen[0].content)
     # the configured crew is not sent with scope own (it would narrow the recall to that crew's memories)
     assert body == {"workspace_id": "acme", "scope": "own", "agent_id": "planner", "query": "checkout oom", "k": 3,

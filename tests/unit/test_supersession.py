@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from episodic.domain.supersession import SupersedeRule, is_update
-from episodic.retrieval.expand import newer_first
+from episodic.retrieval.expand import PLACED, WALKED_RELATIONS, adjacent, newer_first
 
 RULE = SupersedeRule()
 
@@ -41,6 +41,7 @@ class H:
     score: float
     superseded_by: str | None = None
     via: str = "direct"
+    placed: str = "direct"
     relations: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -48,6 +49,13 @@ def test_the_newer_goes_right_above_what_it_replaces() -> None:
     old, mid, new = H("old", 0.9, superseded_by="new"), H("mid", 0.8), H("new", 0.5)
     out = newer_first([old, mid, new], [], k=3)
     assert [h.entry_id for h in out] == ["new", "old", "mid"] and new.score == 0.9 and new.via == "direct"
+    assert [h.placed for h in out] == ["newer", "direct", "direct"]  # moved up: its place is the older one's
+
+
+def test_a_newer_memory_already_above_keeps_its_own_placement() -> None:
+    new, old = H("new", 0.9), H("old", 0.8, superseded_by="new")
+    out = newer_first([new, old], [], k=2)
+    assert [(h.entry_id, h.placed) for h in out] == [("new", "direct"), ("old", "direct")]
 
 
 def test_a_newer_memory_that_did_not_match_is_brought_in_and_k_holds() -> None:
@@ -55,5 +63,12 @@ def test_a_newer_memory_that_did_not_match_is_brought_in_and_k_holds() -> None:
     brought = H("new", 0.1)
     out = newer_first([old, other], [brought], k=2)
     assert [h.entry_id for h in out] == ["new", "old"] and brought.via == "supersedes"
+    assert (brought.placed, old.placed) == ("newer", "direct")
     # not in scope (not found): the older stays where it was
     assert [h.entry_id for h in newer_first([H("old", 0.9, superseded_by="gone"), other], [], k=2)] == ["old", "other"]
+
+
+def test_every_memory_brought_in_beside_the_direct_hits_has_a_placement() -> None:
+    assert {PLACED[r] for r in WALKED_RELATIONS} == {"walk"}
+    near = adjacent([H("a", 1.0, relations=[{"dst": "b", "relation": "next"}])], 0.5)
+    assert {PLACED[via] for _, via in near.values()} == {"adjacent"}

@@ -7,8 +7,8 @@
     docs = retriever.invoke("why did checkout run out of memory?")   # or `await retriever.ainvoke(...)`
 
 Each hit becomes a `Document` whose `page_content` is the memory's summary and whose `metadata` carries the
-rest of the hit (entry_id, score, entry_type, severity, agent_id, crew_id, ts, age_seconds, via, aliases,
-payload). The identity (workspace, agent, crew, scope) is the client's; `recall_fields` adds recall
+rest of the hit (entry_id, score, entry_type, severity, agent_id, crew_id, ts, age_seconds, via, placed,
+aliases, payload, ...). The identity (workspace, agent, crew, scope) is the client's; `recall_fields` adds recall
 options (mode, walk_depth, and the filters of the API) to every query. Recalled text is untrusted: keep it
 out of a prompt's instructions (`MemoryClient.render` makes the wrapped block). Needs only langchain-core.
 """

@@ -56,6 +56,9 @@ Scope = Literal["own", "crew_shared"]
 Role = Literal["agent", "lead"]  # what a token or a client is bound as (seed 001)
 Mode = Literal["hybrid", "dense", "sparse"]
 Via = Literal["direct", "similar", "supports", "adjacent", "supersedes"]
+# Why a hit stands where it does (episodic.retrieval.expand.PLACED): its own fused score, the walk, run adjacency,
+# or right above the older memory it supersedes. No diversity re-rank exists (MMR was measured worse, eval/README.md).
+Placed = Literal["direct", "walk", "adjacent", "newer"]
 Severity = Literal["debug", "info", "warn", "error"]
 
 IdStr = Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_LEN)]
@@ -204,6 +207,12 @@ class Hit(BaseModel):
     ts: str = Field(description="RFC 3339, as produced")
     payload: dict[str, Any]
     via: Via = "direct"
+    placed: Placed = Field(
+        default="direct",
+        description='why it stands where it does: "direct" (its own score for the query), "walk" (one hop from a '
+        'direct hit along `via`, walk_depth 1), "adjacent" (a run neighbour of a direct hit) or "newer" (right '
+        "above the older memory it supersedes, moved up or brought in)",
+    )
     aliases: list[str] = Field(
         default_factory=list,
         description="later entry ids merged into this memory as exact duplicates (the newest "
