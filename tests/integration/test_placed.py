@@ -5,8 +5,10 @@ supersession written by the real linker)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from html import unescape
 from typing import Any
 
 import pytest
@@ -108,3 +110,13 @@ def test_a_newer_fact_is_placed_newer_above_what_it_supersedes(client: TestClien
 def test_render_hits_say_why_too(client: TestClient) -> None:
     hits = recall(client, "Tuesday", 2, path="/v1/recall/render", max_chars=2000)
     assert sorted(hits) == [("t1", "direct", "direct"), ("t2", "supersedes", "newer")]
+
+
+def test_the_explorer_says_why_and_reads_a_raised_score_as_placement_not_a_tie(client: TestClient) -> None:
+    params = {"workspace_id": "ws", "agent_id": "a1", "q": "release train Tuesday platform", "k": "2", "mode": "hybrid"}
+    r = client.get("/ui/search", params=params)
+    assert r.status_code == 200, r.text
+    page = re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", r.text)))
+    assert page.count("placed: newer") == 1 and "placed right above the older memory it supersedes" in page
+    # t2 carries t1's score (it was moved above it): not a near tie between the legs' ranks
+    assert "near-tied in a leg" not in page
