@@ -97,6 +97,7 @@ BAD_CONTROL = "bad_control"  # a control record (a forget) that does not decode,
 STORE_REJECTED = "store_rejected"  # a record the store (or the indexer) refuses, alone
 FORGET_FAILED = "forget_failed"  # a forget the store refuses to apply (its status says failed, with the error)
 ID_TAKEN = "id_taken"  # an entry under an id another agent's memory holds: an entry id belongs to its first writer
+BAD_REVIEW = "bad_review"  # a record on memory.reviewed that does not decode (the importance agent's, issue 26)
 CONTROL_REASONS = (BAD_CONTROL, FORGET_FAILED)  # dead letters that hold a forget, not a journal entry
 TRUNCATED_NOTE = "[raw value truncated to its first"  # in `error` when the gate kept only the head of the bytes
 

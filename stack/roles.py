@@ -446,16 +446,19 @@ class ImportanceRole(AgentRole):
         from episodic.maintenance.decay import JobBusy
         from episodic.maintenance.schedule import Schedule, run_on_schedule
         from stack.maintenance import decay_job, reference_counter, review_applier
-        from streams.importance import importance_runner
+        from streams.importance import importance_runner, review_dead_letters
 
         store, state = res.need_state(self.name)
         s = res.settings
+        producer = res.need_producer(self.name)
         counter = reference_counter(s, store, state, res.clock)
         reviews = review_applier(s, store, state, res.clock)
-        self.runner = importance_runner(s, counter=counter, reviews=reviews, metrics=res.metrics)
+        dead_letter = review_dead_letters(producer, res.metrics)
+        self.runner = importance_runner(
+            s, counter=counter, reviews=reviews, dead_letter=dead_letter, metrics=res.metrics
+        )
         await self.runner.start()
         loop = asyncio.get_running_loop()
-        producer = res.need_producer(self.name)
 
         async def kafka() -> AIOKafkaProducer:
             return producer

@@ -51,6 +51,8 @@ MAX_ATTEMPTS = 5
 MAX_BACKOFF_S = 30.0
 
 Decoded = tuple[Any, T]  # (the raw aiokafka record, its decoded value)
+# DeadLetters([(raw record, why), ...]): send records that do not decode to the dead-letter topic (acked)
+DeadLetters = Callable[[list[tuple[Any, Exception]]], Awaitable[None]]
 
 
 async def retrying(
@@ -87,8 +89,10 @@ def decode_batch(
     agent: str,
     topic: str,
     errors: tuple[type[Exception], ...] = (InvalidRecord,),
+    rejected: list[tuple[Any, Exception]] | None = None,
 ) -> list[Decoded[T]]:
-    """(raw record, decoded) pairs; the records that raise one of `errors` are counted, logged and left out."""
+    """(raw record, decoded) pairs; the records that raise one of `errors` are counted, logged and left out
+    (and appended to `rejected` with their error, when given: for a dead-letter topic)."""
     out: list[Decoded[T]] = []
     invalid, first = 0, ""
     for rec in records:
@@ -97,6 +101,8 @@ def decode_batch(
         except errors as e:
             invalid += 1
             first = first or f"{rec.partition}@{rec.offset}: {str(e).splitlines()[0][:300]}"
+            if rejected is not None:
+                rejected.append((rec, e))
     if invalid:
         metrics.agent_malformed.labels(agent=agent, topic=topic).inc(invalid)
         log.warning("%s agent: skipped %d malformed record(s) on %s (first at %s)", agent, invalid, topic, first)
@@ -150,11 +156,29 @@ def install_batch_agent(
     handle: Callable[[list[Decoded[T]]], Any],
     metrics: Metrics,
     backoff_s: float = 0.2,
+    dead_letter: DeadLetters | None = None,
 ) -> Any:
-    """Declare an agent that decodes each batch and applies it with `handle` in a worker thread."""
+    """Declare an agent that decodes each batch and applies it with `handle` in a worker thread. With
+    `dead_letter`, the records that do not decode are handed to it (sent to the dead-letter topic) before the
+    batch is applied and acked; a send that still fails after `MAX_ATTEMPTS` is logged (they stay counted)."""
 
     async def apply(batch: RecordBatch) -> list[Any]:
-        items = decode_batch(batch.records, decode, metrics=metrics, agent=name, topic=topic)
+        rejected: list[tuple[Any, Exception]] = []
+        items = decode_batch(batch.records, decode, metrics=metrics, agent=name, topic=topic, rejected=rejected)
+        if rejected and dead_letter is not None:
+            try:
+                await retrying(
+                    lambda: dead_letter(rejected),
+                    metrics=metrics,
+                    agent=name,
+                    stage="dead_letter",
+                    errors=(Exception,),
+                    attempts=MAX_ATTEMPTS,
+                    backoff_s=backoff_s,
+                )
+            except Exception as e:
+                log.error("%s: %d malformed record(s) not dead-lettered after %d attempts: %r", name, len(rejected),
+                          MAX_ATTEMPTS, e)  # fmt: skip
         if not items:
             return []
         try:

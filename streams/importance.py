@@ -5,11 +5,14 @@ and `episodic.maintenance.reviews.ReviewApplier`; the nightly decay runs beside 
 Consumer group `<consumer_group_prefix>-importance`: one Faust app with two batch agents (`importance` on
 memory.referenced, `reviews` on memory.reviewed; their metrics carry those agent names). Events are keyed
 by workspace, so one workspace's events of each topic are applied in order by one process. A record that
-does not decode is counted (`episodic_agent_malformed_total`) and skipped, never a crash.
+does not decode is counted (`episodic_agent_malformed_total`) and skipped, never a crash; a memory.reviewed
+record that does not decode also goes to journal.dlq with reason `bad_review` (its bytes, the error, its
+partition and offset; `review_dead_letters`), once the runner is given a producer.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,8 +23,8 @@ from episodic.kernel.settings import Settings
 from episodic.maintenance.importance import ReferenceCounter, event_key
 from episodic.maintenance.reviews import ReviewApplier
 from schemas import topics as T
-from schemas.events import ReferencedEvent, ReviewedEvent
-from streams.agents import AgentRunner, Decoded, install_batch_agent
+from schemas.events import BAD_REVIEW, DlqRecord, ReferencedEvent, ReviewedEvent
+from streams.agents import AgentRunner, DeadLetters, Decoded, install_batch_agent
 
 NAME = "importance"
 REVIEWS = "reviews"
@@ -58,12 +61,35 @@ def review_handler(applier: ReviewApplier, metrics: Metrics) -> Any:
     return handle
 
 
+def review_dead_letters(producer: Any, metrics: Metrics, *, topic: str = T.JOURNAL_DLQ) -> DeadLetters:
+    """Send memory.reviewed records that do not decode to the dead-letter topic (acks awaited), keyed as they
+    came, with reason `bad_review`."""
+
+    async def send(bad: list[tuple[Any, Exception]]) -> None:
+        futures = []
+        for rec, error in bad:
+            letter = DlqRecord.build(
+                reason=BAD_REVIEW,
+                error=str(error).splitlines()[0][:500] or BAD_REVIEW,
+                raw=rec.value,
+                topic=rec.topic,
+                partition=rec.partition,
+                offset=rec.offset,
+            )
+            futures.append(await producer.send(topic, key=rec.key, value=letter.to_json()))
+        await asyncio.gather(*futures)
+        metrics.dead_lettered.labels(reason=BAD_REVIEW).inc(len(bad))
+
+    return send
+
+
 def importance_runner(
     settings: Settings,
     *,
     counter: ReferenceCounter,
     metrics: Metrics,
     reviews: ReviewApplier | None = None,
+    dead_letter: DeadLetters | None = None,
     topic: str = T.MEMORY_REFERENCED,
     reviewed_topic: str = T.MEMORY_REVIEWED,
     app_id: str | None = None,
@@ -83,6 +109,7 @@ def importance_runner(
                 decode=decode_review,
                 handle=review_handler(reviews, metrics),
                 metrics=metrics,
+                dead_letter=dead_letter,
             )
 
     return AgentRunner(settings, name=NAME, topics=topics, install=install, metrics=metrics, app_id=app_id)

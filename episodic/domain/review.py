@@ -22,7 +22,9 @@ counts the reviews that say it served (hard, good, easy) instead of every retrie
 `1 + log2(used + 1)/8`; one never reviewed keeps SPEC §8's term. With `fsrs`, that term is also multiplied
 by the memory's retrievability now (seed 003: `final_score = rrf_score × retrievability`): a memory rated
 `again` has low stability, so its retrievability, and with it its rank, falls within days, and each `good`
-lifts it back.
+lifts it back. A memory never reviewed is on the curve it starts with when indexed (`initial_state`: as
+after one `good` review at `indexed_at`, seed 003 initialises every episode's FSRS state at creation), so
+being reviewed `good` long ago never ranks below never being reviewed at all.
 """
 
 from __future__ import annotations
@@ -153,6 +155,13 @@ def review(state: ReviewState, rating: str, at: datetime) -> ReviewState:
     )
 
 
+def initial_state(at: datetime) -> ReviewState:
+    """The FSRS state a memory starts with when it is indexed (seed 003 initialises every episode's state at
+    creation): as after one `good` review then, without counting as a review."""
+    st = review(ReviewState(), "good", at)
+    return ReviewState(stability=st.stability, difficulty=st.difficulty, last_reviewed_at=at, review_count=1)
+
+
 def retrievability(state: ReviewState, now: datetime) -> float | None:
     """FSRS-6's probability of recall now, `(1 + F·t/S)^(−w20)` with t in fractional days since the last
     review; None for a memory never reviewed."""
@@ -170,6 +179,10 @@ def reinforcement(payload: Mapping[str, Any], now: datetime, *, mode: str, refs:
         return boost
     state = state_of(payload)
     if not state.reviewed:
+        if mode == "fsrs":  # every memory is on its forgetting curve, from its first (creation) state
+            indexed = parse_time(payload.get("indexed_at"))
+            r = retrievability(initial_state(indexed), now) if indexed is not None else None
+            return boost * (1.0 if r is None else r)
         return boost
     term = 1.0 + math.log2(state.used + 1) / 8.0
     if mode == "fsrs":

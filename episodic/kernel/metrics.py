@@ -50,7 +50,8 @@ INDEX_MODES: tuple[str, ...] = get_args(IndexMode)  # the modes memory.indexed c
 # or apply; a record the store rejects deterministically; a forget the store refuses to apply).
 GATE_ERROR_REASON = "gate_error"
 CONSUMER_DLQ_REASONS = ("bad_embeddable", "bad_control", "store_rejected", "forget_failed", "id_taken")
-DEAD_LETTER_REASONS: tuple[str, ...] = (*DLQ_REASONS, GATE_ERROR_REASON, *CONSUMER_DLQ_REASONS)
+AGENT_DLQ_REASONS = ("bad_review",)  # the importance agent's: a memory.reviewed record that does not decode
+DEAD_LETTER_REASONS: tuple[str, ...] = (*DLQ_REASONS, GATE_ERROR_REASON, *CONSUMER_DLQ_REASONS, *AGENT_DLQ_REASONS)
 # Where the consumers count errors. Every value has a writer: decode/embed/store/publish/commit/broker in the
 # embedding consumer (publish also in the gate and the recall service), densify in its densify loop, lag in
 # the lag monitors.
@@ -69,7 +70,7 @@ AGENT_INPUTS = (
 AGENT_STAGES: dict[str, tuple[str, ...]] = {
     "linker": ("apply",),
     "importance": ("apply",),
-    "reviews": ("apply",),
+    "reviews": ("apply", "dead_letter"),
     "nudge": ("store", "publish", "schedule"),
     "health": ("store", "schedule"),
 }

@@ -36,6 +36,7 @@ from typing import Any
 
 from episodic.bus.kafka import ensure_topics, make_producer, read_to, topic_ends
 from schemas.events import (
+    BAD_REVIEW,
     CONTROL_REASONS,
     MAX_REPLAY_HISTORY,
     DlqAttempt,
@@ -89,6 +90,8 @@ class Letter:
             return "not a dead-letter record"
         if rec.reason in CONTROL_REASONS:
             return "a forget, not a journal entry: ask the forget again"
+        if rec.reason == BAD_REVIEW:
+            return "a review (memory.reviewed), not a journal entry: send the review again"
         if rec.truncated:
             return "the gate kept only the head of the oversized bytes"
         if not rec.raw_b64:

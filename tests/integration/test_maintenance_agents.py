@@ -166,6 +166,73 @@ async def test_the_importance_agent_counts_a_redelivered_event_once_and_survives
         await runner.stop()
 
 
+REVIEW_GARBAGE: list[bytes | None] = [
+    *GARBAGE,
+    b'{"event_id":"g1","workspace_id":"ws-a","agent_id":"a1","at":"2026-01-01T00:00:00Z",'
+    b'"reviews":[{"entry_id":"m1","rating":"great"}]}',  # a bad rating
+    b'{"event_id":"g2","workspace_id":"ws-a","agent_id":"a1","at":"2026-01-01T00:00:00Z","reviews":[]}',
+    b'{"event_id":"g3","workspace_id":"ws-a","agent_id":"a1","at":"2026-01-01T00:00:00Z",'
+    b'"reviews":[{"entry_id":"m1","rating":"good","used":true}]}',  # an unknown field
+]
+
+
+async def test_the_reviews_agent_applies_reviews_once_and_dead_letters_garbage(
+    broker: str, uid: str, tmp_path: Path, edge_stores: tuple[MemoryStore, StateStore]
+) -> None:
+    """memory.reviewed (issue 26): applied once per event beside the reference counts, in the same app; every
+    record that does not decode goes to the dead-letter topic with reason bad_review, and the agent lives on."""
+    from episodic.domain.review import state_of
+    from episodic.maintenance.reviews import ReviewApplier
+    from schemas.events import DlqRecord
+    from streams.importance import review_dead_letters
+    from tests.e2e.conftest import read_topic
+
+    store, state = edge_stores
+    store.upsert([memory("m1"), memory("m2")])
+    referenced, reviewed, dlq = f"referenced.{uid}", f"reviewed.{uid}", f"dlq.{uid}"
+    await ensure_topics(broker, partitions=2, topics=(referenced, reviewed, dlq))
+    metrics = Metrics(CollectorRegistry())
+    producer = make_producer(broker)
+    await producer.start()
+    runner = importance_runner(
+        settings(broker, tmp_path),
+        counter=ReferenceCounter(store=store, state=state),
+        reviews=ReviewApplier(store=store, state=state),
+        dead_letter=review_dead_letters(producer, metrics, topic=dlq),
+        metrics=metrics,
+        topic=referenced,
+        reviewed_topic=reviewed,
+        app_id=f"importance-{uid}",
+    )
+    await runner.start()
+    try:
+        assert await runner.wait_assigned(30)
+        now = datetime.now(UTC).isoformat()
+        good = json.dumps(
+            {"event_id": "rv-1", "workspace_id": "ws-a", "agent_id": "a1", "at": now,
+             "reviews": [{"entry_id": "m1", "rating": "good"}, {"entry_id": "m2", "rating": "again"}]}
+        ).encode()  # fmt: skip
+        await produce(broker, reviewed, [good, *REVIEW_GARBAGE, good])  # sent twice: a re-delivery
+        await until(
+            lambda: sample(metrics, "episodic_agent_events_total", agent="reviews", outcome="duplicate") >= 1,
+            what="the re-delivery",
+        )
+        got = store.retrieve([point_id("ws-a", "m1"), point_id("ws-a", "m2")])
+        assert state_of(got[point_id("ws-a", "m1")]).ratings == {"good": 1}
+        assert state_of(got[point_id("ws-a", "m2")]).ratings == {"again": 1}
+        assert sample(metrics, "episodic_reviews_total", rating="good") == 1
+        assert sample(metrics, "episodic_agent_malformed_total", agent="reviews", topic=reviewed) == len(REVIEW_GARBAGE)
+        letters = [DlqRecord.from_json(r.value) for r in await read_topic(broker, dlq, expect=len(REVIEW_GARBAGE))]
+        assert {d.reason for d in letters} == {"bad_review"} and {d.source.topic for d in letters} == {reviewed}
+        assert sorted(d.raw_bytes() for d in letters) == sorted(v or b"" for v in REVIEW_GARBAGE)
+        assert any("rating" in d.error for d in letters)
+        assert sample(metrics, "episodic_dead_lettered_total", reason="bad_review") == len(REVIEW_GARBAGE)
+        assert not runner.crashed
+    finally:
+        await runner.stop()
+        await producer.stop()
+
+
 async def test_an_agent_stuck_on_a_down_store_keeps_its_batch_and_its_lag_rises(
     broker: str, uid: str, tmp_path: Path, edge_stores: tuple[MemoryStore, StateStore]
 ) -> None:

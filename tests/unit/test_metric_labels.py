@@ -47,9 +47,11 @@ def test_dead_letter_reasons_have_writers() -> None:
     consumer = "\n".join(p.read_text() for p in (ROOT / "consumers").glob("*.py"))
     names = ("BAD_EMBEDDABLE", "BAD_CONTROL", "STORE_REJECTED", "FORGET_FAILED", "ID_TAKEN")
     declared = {getattr(poison, name) for name in names}
-    assert set(DEAD_LETTER_REASONS) - set(DLQ_REASONS) - {UNEXPECTED_REASON} == declared
+    assert set(DEAD_LETTER_REASONS) - set(DLQ_REASONS) - {UNEXPECTED_REASON} == declared | {"bad_review"}
     for name in names:  # the embedding consumer dead-letters with each
         assert f"dead_letter({name}," in consumer, name
+    # the importance agent's: a memory.reviewed record that does not decode (streams/importance.py)
+    assert "reason=BAD_REVIEW" in (ROOT / "streams" / "importance.py").read_text()
 
 
 def test_maintenance_labels_have_writers() -> None:

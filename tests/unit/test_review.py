@@ -111,3 +111,20 @@ def test_fsrs_multiplies_by_retrievability_so_a_memory_of_no_use_sinks_with_time
     # a priority floor holds whatever the reviews say
     pinned = {**bad, "priority": "pin"}
     assert importance_of(pinned, later, reviews="fsrs") == 0.8
+
+
+def test_fsrs_puts_a_memory_never_reviewed_on_its_initial_curve() -> None:
+    """Seed 003 gives every episode an FSRS state at creation: never reviewed is not better than reviewed."""
+    never = payload(0)
+    long_ago_good = payload(0, reviewed("good"))  # reviewed at T0, the day it was indexed
+    for days in (1, 30, 120):
+        now = T0 + timedelta(days=days)
+        assert importance_of(never, now, reviews="fsrs") == pytest.approx(
+            importance_of(long_ago_good, now, reviews="fsrs") / 1.125  # the same curve, without the use
+        )
+    assert importance_of(never, T0, reviews="fsrs") == pytest.approx(0.7)
+    assert importance_of(never, T0 + timedelta(days=30), reviews="fsrs") < importance_of(
+        never, T0 + timedelta(days=30), reviews="reinforce"
+    )
+    # without indexed_at there is no curve to be on
+    assert importance_of({"base_importance": 0.7}, T0, reviews="fsrs") == 0.7
