@@ -107,6 +107,16 @@ def format_memory(m: dict[str, Any]) -> str:
         f"  {'importance':<19} {m.get('importance_score')} (base {m.get('base_importance')}), "
         f"referenced {m.get('reference_count')}x, last {m.get('last_referenced_at') or 'never'}"
     )
+    rv = m.get("review")
+    if isinstance(rv, dict):  # how agents said it served (POST /v1/memory/review, issue 26)
+        ratings = ", ".join(f"{k} {n}" for k, n in (rv.get("ratings") or {}).items())
+        lines.append(
+            f"  {'reviews':<19} {rv.get('count')} ({ratings}), last {rv.get('last_rating')} at "
+            f"{rv.get('last_reviewed_at')}; stability {rv.get('stability')} days, difficulty {rv.get('difficulty')}, "
+            f"retrievability {rv.get('retrievability')}"
+        )
+    else:
+        lines.append(f"  {'reviews':<19} none")
     lines.append(f"  {'occurrences':<19} {m.get('occurrences')}; aliases: {', '.join(m.get('aliases') or []) or '-'}")
     vector = f"dense by {m.get('model')}" if m.get("has_dense") else "BM25 only (no dense vector yet)"
     lines.append(f"  {'vectors':<19} {vector}; indexed {m.get('indexed_at')}")

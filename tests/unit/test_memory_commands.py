@@ -117,6 +117,15 @@ def test_show_reads_any_id_with_the_query_form(capsys: pytest.CaptureFixture[str
     expected = ["e1  (asked for alias e1-dup)", "referenced 2x", "dense by all-MiniLM-L6-v2", "    second line"]
     for text in [*expected, "e1 -similar (0.83)-> e0", "aliases: e1-dup"]:
         assert text in out, text
+    assert "reviews             none" in out
+    reviewed = {**MEMORY, "review": {"count": 2, "ratings": {"again": 1, "hard": 0, "good": 1, "easy": 0},
+                                     "last_rating": "good", "last_reviewed_at": "2026-11-21T10:00:00Z",
+                                     "stability": 2.31, "difficulty": 5.1, "retrievability": 0.97}}  # fmt: skip
+    transport, _ = service((200, reviewed))
+    assert show_main(["e1", "-w", "acme"], transport=transport) == 0
+    out = capsys.readouterr().out
+    assert "reviews             2 (again 1, hard 0, good 1, easy 0), last good at 2026-11-21T10:00:00Z" in out
+    assert "stability 2.31 days, difficulty 5.1, retrievability 0.97" in out
 
 
 def test_ls_pages_through_with_every(capsys: pytest.CaptureFixture[str]) -> None:
