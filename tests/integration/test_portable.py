@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from episodic.domain.identity import point_id
+from episodic.domain.review import ReviewState, review, state_of
 from episodic.embedding.generations import Generation
 from episodic.indexing.indexer import Indexer
 from episodic.kernel.ports import DENSE, Fusion, MemoryStore, Relation, ScopeFilter, Selection, StateStore
@@ -37,6 +38,7 @@ pytestmark = [pytest.mark.integration]
 
 WS = "acme"
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+REVIEWED = review(review(ReviewState(), "good", NOW - timedelta(days=3)), "again", NOW - timedelta(days=1))
 TEXTS = [
     ("m01", "peer.escalation", "error", "checkout ran out of memory during the holiday traffic spike"),
     ("m02", "summary.generated", "info", "the billing deploy needs a canary before it reaches every region"),
@@ -95,6 +97,8 @@ def fill(store: MemoryStore, embedder: Any) -> None:
     )
     store.set_payload(point_id(WS, "m03"), {"reference_count": 4, "last_referenced_at": "2026-11-22T10:00:00Z",
                                             "importance_score": 0.93, "linked_at": "2026-11-22T09:00:00Z"})  # fmt: skip
+    # how agents said it served (issue 26): the review state travels with it
+    store.set_payload(point_id(WS, "m03"), REVIEWED.fields())
 
 
 def answers(store: MemoryStore, embedder: Any) -> list[list[tuple[Any, ...]]]:
@@ -120,7 +124,7 @@ def context_answers(store: MemoryStore) -> list[list[str]]:
 
 def details(store: MemoryStore, state: StateStore) -> dict[str, Any]:
     ids = [t[0] for t in TEXTS if t[0] != "m06"] + ["m10"]
-    return {i: memory_detail(store, state, WS, i) for i in ids}
+    return {i: memory_detail(store, state, WS, i, NOW) for i in ids}
 
 
 def same(got: list[list[tuple[Any, ...]]], want: list[list[tuple[Any, ...]]]) -> None:
@@ -143,6 +147,9 @@ def test_a_round_trip_gives_the_same_recall_and_the_same_memories(pair: Any, emb
         assert first["id"] == "m01" and first["memory"]["model"] == embedder.model_id
         assert first["memory"]["pieces"] == embedder.pieces
         assert not any(k.startswith("pieces") for k in first["memory"]["extra"])  # derived by the store again
+        m03_line = next(json.loads(x)["memory"] for x in lines if json.loads(x)["id"] == "m03")
+        assert m03_line["review_count"] == 2 and m03_line["last_rating"] == "again"  # a field of its own
+        assert not {"review_count", "stability"} & set(m03_line["extra"]) and first["memory"]["review_count"] == 0
         report = Importer(store=target, state=target_state, embedder=embedder, bm25=Bm25Encoder()).run(
             read_export(lines)
         )
@@ -155,6 +162,8 @@ def test_a_round_trip_gives_the_same_recall_and_the_same_memories(pair: Any, emb
         assert context_answers(target) == context_answers(source) and all(context_answers(target))
         m03 = target.retrieve([point_id(WS, "m03")])[point_id(WS, "m03")]
         assert (m03["reference_count"], m03["importance_score"], m03["linked_at"]) == (4, 0.93, "2026-11-22T09:00:00Z")
+        assert state_of(m03).fields() == REVIEWED.fields() and m03["review_ratings"]["again"] == 1
+        assert want_details["m03"]["review"]["count"] == 2
         assert m03["pieces"] == source.retrieve([point_id(WS, "m03")])[point_id(WS, "m03")]["pieces"] >= 1
     # importing the same file again changes nothing
     again = Importer(store=target, state=target_state, embedder=embedder, bm25=Bm25Encoder()).run(read_export(lines))
