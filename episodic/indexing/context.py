@@ -163,9 +163,15 @@ class RunContext:
     def indexes_context(self) -> bool:
         return not self.mode.off and self.store.has_context
 
-    def plan(self, new: Sequence[tuple[str, EmbeddableRecord, dict[str, Any]]], created_at: str) -> Plan:
+    def plan(
+        self,
+        new: Sequence[tuple[str, EmbeddableRecord, dict[str, Any]]],
+        created_at: str,
+        moved: Iterable[str] = (),
+    ) -> Plan:
         """`new`: (point id, record, payload) of the points about to be written, payloads as they will be
-        written; their `context`, `context_ids` and adjacency edges are set here."""
+        written; their `context`, `context_ids` and adjacency edges are set here. `moved`: the point ids of
+        new versions that left their place (another `ts` or `run_id` than the stored memory's)."""
         plan = Plan()
         runs: dict[tuple[str, str], list[Member]] = {}
         # a new version keeps the stored memory's edges (indexer `_keep`): where it sat in its run until now
@@ -181,31 +187,45 @@ class RunContext:
                     self._index(plan, member, [])
         for (ws, run), members in runs.items():
             self._plan_run(plan, ws, run, members, created_at)
-        batch = {rec.id for _, rec, _ in new}
-        for pid, rec, payload in new:
-            self._detach(plan, rec, was[pid], (adjacent(payload, "previous"), adjacent(payload, "next")), batch)
+        self._detach(plan, new, was, set(moved))
         return plan
 
     @staticmethod
     def _detach(
         plan: Plan,
-        rec: EmbeddableRecord,
-        was: tuple[str | None, str | None],
-        now: tuple[str | None, str | None],
-        batch: set[str],
+        new: Sequence[tuple[str, EmbeddableRecord, dict[str, Any]]],
+        was: dict[str, tuple[str | None, str | None]],
+        moved: set[str],
     ) -> None:
-        """A memory that moved in (or out of) its run (a new version with another `ts` or `run_id`): its old
-        neighbours still point at it. Each is joined to the other across the gap (the old previous gets the
-        old next, and back), while its edge still points at the memory; a neighbour in the batch is planned
-        afresh. Without this, the old next keeps `previous` = the memory while the memory's own `previous`
-        is that neighbour: a cycle of run edges (which stalled a forget's relink before it was guarded)."""
-        (old_prev, old_next), (new_prev, new_next) = was, now
-        if old_prev and old_prev != new_prev and old_prev not in batch:
-            pid = point_id(rec.workspace_id, old_prev)
-            plan.detach.setdefault(pid, {})["next"] = (rec.id, old_next if old_next != old_prev else None)
-        if old_next and old_next != new_next and old_next not in batch:
-            pid = point_id(rec.workspace_id, old_next)
-            plan.detach.setdefault(pid, {})["previous"] = (rec.id, old_prev if old_prev != old_next else None)
+        """The memories of `moved` (new versions with another `ts` or `run_id`) left their old place in their
+        run, and their old neighbours still point at them. Each old neighbour that stays is joined to the
+        next one that stays on the other side (a chain of moved memories skipped), while its edge still
+        points at the moved memory; the plan's own new edges win over these. Without this the old next keeps
+        `previous` = the memory while the memory's own `previous` may be that neighbour: a cycle of run edges
+        (which stalled a forget's relink before the walk was guarded). A neighbour in the batch is planned
+        afresh."""
+        batch = {pid for pid, _, _ in new}
+        gone = {(rec.workspace_id, rec.id): was[pid] for pid, rec, _ in new if pid in moved}
+        now = {(rec.workspace_id, rec.id): (adjacent(p, "previous"), adjacent(p, "next")) for _, rec, p in new}
+
+        def across(ws: str, start: str | None, side: int) -> str | None:
+            seen: set[str] = set()
+            while start is not None and (ws, start) in gone and start not in seen:
+                seen.add(start)
+                start = gone[(ws, start)][side]
+            return start
+
+        for (ws, eid), (old_prev, old_next) in gone.items():
+            for neighbour, rel, side in ((old_prev, "next", 1), (old_next, "previous", 0)):
+                if (
+                    neighbour is None
+                    or neighbour == now[(ws, eid)][1 - side]  # on the same side still: it did not leave the gap
+                    or (ws, neighbour) in gone
+                    or point_id(ws, neighbour) in batch
+                ):
+                    continue
+                then = across(ws, old_next if side else old_prev, side)
+                plan.detach.setdefault(point_id(ws, neighbour), {})[rel] = (eid, then if then != neighbour else None)
 
     def _stored(
         self, ws: str, run: str, limit: int, *, until: datetime | None = None, since: datetime | None = None

@@ -239,6 +239,7 @@ class Indexer:
 
         # Decide, in batch order, with in-batch state.
         pending: dict[str, tuple[EmbeddableRecord, dict[str, Any]]] = {}  # pid -> (record, payload)
+        moved: set[str] = set()  # new versions that leave their place in their run (another ts or run_id)
         alias_updates: dict[str, dict[str, Any]] = {}  # pid -> payload fields to merge
         events: list[IndexedEvent] = []
 
@@ -291,6 +292,8 @@ class Indexer:
                     continue
                 new = _payload(rec, indexed_at=old.get("indexed_at") or indexed_at, model=None, key=key)
                 pending[pid] = (rec, _keep(old, new))
+                if old.get("run_id") != rec.run_id or old.get("ts") != new.get("ts"):
+                    moved.add(pid)  # it leaves its place in its run: its old neighbours are joined
                 continue
             if (ws, rec.id) in aliases:
                 target = aliases[(ws, rec.id)]
@@ -332,7 +335,7 @@ class Indexer:
         if pending:
             items = list(pending.items())
             t0 = self.perf()
-            plan = self.runs.plan([(pid, rec, payload) for pid, (rec, payload) in items], indexed_at)
+            plan = self.runs.plan([(pid, rec, payload) for pid, (rec, payload) in items], indexed_at, moved)
             result.context_seconds = self.perf() - t0
             texts = [index_text(rec) for _, (rec, _) in items]
             dense: list[Any] | None = None

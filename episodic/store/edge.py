@@ -500,6 +500,19 @@ class EdgeEngine(Engine):
             for op in ops:
                 self._apply(shard, op)
 
+    def set_payloads_where_read(
+        self, items: Sequence[tuple[Filter, dict[str, Any]]], point_ids: list[str], fields: Sequence[str]
+    ) -> Sequence[Record]:
+        """The writes and the read-back in one hold of the write path (see Engine.set_payloads_where_read)."""
+        lower = Lowering(self)
+        ops = [qe.UpdateOperation.set_payload_by_filter(lower(flt), f) for flt, f in items]
+        ids: list[Any] = [_point_id(p) for p in point_ids]
+        with self._write("set_payloads_where_read"):
+            shard = self._open()
+            for op in ops:
+                self._apply(shard, op)
+            return shard.retrieve(ids, _with_payload(fields), self._with_vector(False, None)) if ids else []
+
     def set_vector_where(self, name: str, point_id: str, rows: list[list[float]], flt: Filter) -> None:
         pid = _point_id(point_id)
         with self._write("set_vector_where"):

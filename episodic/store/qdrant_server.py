@@ -305,6 +305,15 @@ class ClientEngine(Engine):
                 self.collection, payload=fields, points=m.FilterSelector(filter=Lowering(self)(flt)), wait=True
             )
 
+    def set_payloads_where_read(
+        self, items: Sequence[tuple[Filter, dict[str, Any]]], point_ids: list[str], fields: Sequence[str]
+    ) -> Sequence[Record]:
+        """Local mode: the writes and the read-back under one hold of its lock (see
+        Engine.set_payloads_where_read). A server applies each conditional write atomically; its read-back
+        is a separate call, as in the base class."""
+        with self._lock:
+            return super().set_payloads_where_read(items, point_ids, fields)
+
     def set_vector_where(self, name: str, point_id: str, rows: list[list[float]], flt: Filter) -> None:
         with self._guard("set_vector_where"):
             self.client.update_vectors(
