@@ -105,7 +105,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
                     print(f"re-embed to {p.model}: {p.ratio:.0%} ({p.remaining} to go, {p.failed} failed)", flush=True)
 
             stop = threading.Event()
-            signal.signal(signal.SIGINT, lambda *_: stop.set())
+            before = signal.signal(signal.SIGINT, lambda *_: stop.set())  # put back when the pass ends
             retire = RETIRE_AFTER_S if settings.qdrant_url else 0.0  # Edge: no other process can hold it
             pass_ = Reembedder(
                 store=store,
@@ -116,7 +116,11 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
                 on_progress=progress,
                 max_failed=settings.reembed_max_failed,
             )
-            if not pass_.run(stop, idle_s=1.0):
+            try:
+                finished = pass_.run(stop, idle_s=1.0)
+            finally:
+                signal.signal(signal.SIGINT, before)
+            if not finished:
                 print("stopped; the cursor is saved: run the same command again to resume", file=sys.stderr)
                 return 130
             active = Generation.of(_status(store, state)["active"])

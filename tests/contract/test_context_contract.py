@@ -146,13 +146,24 @@ def _version(r: EmbeddableRecord, summary: str, *, t: int, run: str | None = "r1
     return rec(r.id, summary, t=t, run=run, ws=r.workspace_id, accepted=100)
 
 
-@pytest.mark.parametrize("t", [10, -10], ids=["moved-to-the-end", "moved-to-the-start"])
-def test_a_new_version_that_moves_in_its_run_leaves_its_old_neighbours_joined(
-    store: MemoryStore, state: StateStore, ix: Indexer, t: int
+@pytest.mark.parametrize(
+    ("moves", "order"),
+    [
+        ({"c1": 10}, ["c0", "c2", "c3", "c1"]),
+        ({"c1": -10}, ["c1", "c0", "c2", "c3"]),
+        ({"c1": 10, "c2": 11}, ["c0", "c3", "c1", "c2"]),  # two neighbours move in one batch
+        ({"c0": 10, "c2": 11}, ["c1", "c3", "c0", "c2"]),
+        ({"c2": 11, "c1": 10}, ["c0", "c3", "c1", "c2"]),  # in the batch out of order
+        ({"c3": -5, "c0": 10}, ["c3", "c1", "c2", "c0"]),
+    ],
+    ids=["to-the-end", "to-the-start", "two-adjacent", "two-apart", "two-reversed", "ends-swapped"],
+)
+def test_new_versions_that_move_in_their_run_leave_their_old_neighbours_joined(
+    store: MemoryStore, state: StateStore, ix: Indexer, moves: dict[str, int], order: list[str]
 ) -> None:
     ix.index_batch(chat())
-    ix.index_batch([_version(chat()[1], "assistant: a dress, noted", t=t)])
-    order = ["c0", "c2", "c3", "c1"] if t > 0 else ["c1", "c0", "c2", "c3"]
+    c = {r.id: r for r in chat()}
+    ix.index_batch([_version(c[i], f"{c[i].summary}, again", t=t) for i, t in moves.items()])
     for i, eid in enumerate(order):
         want = {"previous": order[i - 1]} if i else {}
         want |= {"next": order[i + 1]} if i + 1 < len(order) else {}

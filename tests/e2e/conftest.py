@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiokafka import AIOKafkaConsumer
 
 from episodic.bus.kafka import make_producer
@@ -105,3 +106,14 @@ async def read_topic(bootstrap: str, topic: str, *, expect: int, timeout: float 
     finally:
         await c.stop()
     return out
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Any]]:
+    """Processes a test starts (anything with a `proc`: a subprocess.Popen), killed at the end if still running."""
+    started: list[Any] = []
+    yield started
+    for p in started:
+        if p.proc.poll() is None:
+            p.proc.kill()
+            p.proc.wait(10)

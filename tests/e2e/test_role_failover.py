@@ -25,7 +25,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -98,16 +97,6 @@ class RoleProcess:
                 self.proc.kill()
                 return -9
         return self.proc.returncode
-
-
-@pytest.fixture
-def procs() -> Iterator[list[RoleProcess]]:
-    started: list[RoleProcess] = []
-    yield started
-    for p in started:
-        if p.proc.poll() is None:
-            p.proc.kill()
-            p.proc.wait(10)
 
 
 def entry(i: int) -> bytes:

@@ -160,7 +160,7 @@ async def test_recall_render_returns_the_block_and_the_nudge_apart() -> None:
     assert not result.is_error
     assert result.structured_content == {"text": "<recalled-memory>block</recalled-memory>",
                                          "nudge": "You have 72 new journal entries", "degraded": False,
-                                         "entry_ids": ["e1"]}  # fmt: skip
+                                         "entry_ids": ["e1"], "placed": ["newer"]}  # fmt: skip
     assert result.content[0].text.startswith("<recalled-memory>block</recalled-memory>\n\nYou have 72")
     assert json.loads(svc.seen[0].content)["run_id"] == "r1"
 

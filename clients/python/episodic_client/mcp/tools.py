@@ -173,6 +173,10 @@ class RenderResult(BaseModel):
     nudge: str | None = Field(description="a pending memory nudge for run_id, outside the block")
     degraded: bool
     entry_ids: list[str] = Field(description="the memories in the block, in order")
+    placed: list[str] = Field(
+        description="why each of them stands where it does, in the same order: direct (its own score), walk (an "
+        "edge of a direct hit), adjacent (a run neighbour of one), newer (right above the memory it supersedes)"
+    )
 
 
 class RememberResult(BaseModel):
@@ -291,7 +295,11 @@ class MemoryTools:
         client = await self.caller(ctx)
         answer = await client.render(args.pop("query"), **args)
         result = RenderResult(
-            text=answer.text, nudge=answer.nudge, degraded=answer.degraded, entry_ids=[h.entry_id for h in answer.hits]
+            text=answer.text,
+            nudge=answer.nudge,
+            degraded=answer.degraded,
+            entry_ids=[h.entry_id for h in answer.hits],
+            placed=[h.placed for h in answer.hits],
         )
         text = answer.text if answer.nudge is None else f"{answer.text}\n\n{answer.nudge}"
         return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=result.model_dump())
