@@ -7,7 +7,9 @@ workspace (a bound token reviews as its own agent: 403 naming `agent_id` for ano
 their memories (an alias or a folded near duplicate counts for the memory that stands for it), and the
 reviews of memories the caller may see are produced as one `memory.reviewed` event keyed by the workspace
 (acks=all). The answer, 202, comes once the broker acknowledged it; the importance agent then applies it
-once (`episodic.maintenance.reviews`). 503 when the broker did not: nothing is claimed, retry.
+once (`episodic.maintenance.reviews`). 503 when the broker did not: nothing is claimed, retry. A request
+with a `review_id` (the clients set one per call) is one event whatever the number of tries: its event id is
+derived from the workspace, the reviewing agent and that key, and the agent's ledger applies an event once.
 
 An id of no memory, or of one the caller may not see (another agent's, for a bound token), is ignored and
 listed in `ignored` with the same reason, so the answer cannot tell which ids exist (issue 29), as a forget
@@ -18,6 +20,8 @@ of such an id removes nothing. A request none of whose ids names a memory it may
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import uuid
 from typing import Any
@@ -49,6 +53,15 @@ router = APIRouter(tags=["memory"])
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse(status_code=status, content={"error": message, "detail": message})
+
+
+def event_id(workspace_id: str, agent_id: str | None, review_id: str | None) -> str:
+    """The event's ledger key: derived from the request's idempotency key (so a retried request is applied
+    once, and two callers' keys never collide), else a fresh uuid."""
+    if review_id is None:
+        return uuid.uuid4().hex
+    key = json.dumps([workspace_id, agent_id, review_id])
+    return "r:" + hashlib.sha256(key.encode()).hexdigest()[:40]
 
 
 def _selected(
@@ -107,7 +120,7 @@ async def review(
         first = req.reviews[0].entry_id
         return _error(404, f"reviews.0.entry_id: no memory {first!r} in workspace {req.workspace_id!r}")
     event = ReviewedEvent(
-        event_id=uuid.uuid4().hex,
+        event_id=event_id(req.workspace_id, agent_id, req.review_id),
         workspace_id=req.workspace_id,
         agent_id=agent_id,
         at=services.engine.clock(),

@@ -103,6 +103,16 @@ def test_a_workspace_token_may_review_any_memory_of_its_workspace_and_name_the_a
     assert env.events()[0].agent_id == "reviewer" and env.events()[0].run_id == "r1"
 
 
+def test_a_retried_request_with_a_review_id_is_one_event(env: Env) -> None:
+    once = body(("m1", "good"), review_id="call-1")
+    assert env.post(once).status_code == 202 and env.post(once).status_code == 202  # a retry
+    assert env.post(body(("m1", "good"), review_id="call-2")).status_code == 202
+    assert env.post(once, who="orchestrator").status_code == 202  # another caller's key is another event
+    assert env.post(body(("m1", "good"))).status_code == 202  # no key: a fresh event id
+    ids = [e.event_id for e in env.events()]
+    assert ids[0] == ids[1] and len(set(ids)) == 4
+
+
 def test_nothing_reviewable_is_404_and_nothing_is_produced(env: Env) -> None:
     r = env.post(body(("other", "good"), ("nope", "easy")))
     assert r.status_code == 404 and r.json()["error"].startswith("reviews.0.entry_id: no memory 'other'")

@@ -312,7 +312,9 @@ async def test_review_sends_the_configured_agents_reviews_and_refuses_garbage() 
             await mcp.call_tool("review", {"reviews": [{"entry_id": "e1", "rating": "good", "agent_id": "x"}]}),
         ]
     assert not ok.is_error and ok.structured_content["accepted"] == 1
-    assert [json.loads(r.content) for r in svc.seen] == [
+    sent = [json.loads(r.content) for r in svc.seen]
+    assert len(sent[0].pop("review_id")) == 32  # one idempotency key per call: a retry is applied once
+    assert sent == [
         {"workspace_id": "acme", "agent_id": "planner", "run_id": "r7",
          "reviews": [{"entry_id": "e1", "rating": "good"}, {"entry_id": "e2", "rating": "again"}]},
     ]  # fmt: skip

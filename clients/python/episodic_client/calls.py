@@ -309,7 +309,11 @@ class Calls:
             r.model_dump() if isinstance(r, Review) else {"entry_id": r[0], "rating": r[1]}
             for r in (reviews.items() if isinstance(reviews, Mapping) else reviews)
         ]
-        body: dict[str, Any] = {"workspace_id": self.identity.workspace(workspace_id), "reviews": items}
+        body: dict[str, Any] = {
+            "workspace_id": self.identity.workspace(workspace_id),
+            "reviews": items,
+            "review_id": uuid.uuid4().hex,  # one per call: a retry of this call is applied once
+        }
         if self.identity.agent_id is not None:
             body["agent_id"] = self.identity.agent_id
         if run_id is not None:

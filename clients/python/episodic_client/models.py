@@ -636,6 +636,11 @@ class ReviewRequest(BaseModel):
     agent_id: IdStr | None = Field(default=None, description="the reviewing agent (a bound token: its own)")
     run_id: IdStr | None = Field(default=None, description="the run the memories were used in")
     reviews: list[Review] = Field(min_length=1, max_length=MAX_REVIEWS)
+    review_id: IdStr | None = Field(
+        default=None,
+        description="idempotency key: a request sent again with the same review_id (a retry) is applied once "
+        "(within the ledger's horizon, EPISODIC_REFERENCE_LEDGER_DAYS); the clients set one per call",
+    )
 
 
 class ReviewIgnored(BaseModel):
