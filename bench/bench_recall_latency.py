@@ -5,10 +5,11 @@ synthetic but realistic journal summaries, one agent per workspace, `summary.gen
 payload the Indexer writes. Embedding 100k texts on a CPU takes too long, so S texts (default 1024) get
 real all-MiniLM-L6-v2 vectors and every other memory gets the vector of one of them plus Gaussian noise
 (cosine ≈ 0.93 to its source), renormalised; every memory's BM25 vector is computed from its own text.
-Measured in the same run, for each size, twice: first on the store as written (today's default before
-issue 27: never indexed, the stack started with `EPISODIC_EDGE_INDEX_AFTER=0`), then on a copy of it
-indexed by the background cycle the stack now runs (a worker process over a copy of the shard, swapped
-in: episodic.store.edge_index; timed) and served by a stack with the default settings:
+Measured in the same run, for each size, twice: first on the store as written (the previous default, before
+issue 27: never indexed, every dense leg a flat scan of its workspace; the stack started with
+`EPISODIC_EDGE_INDEX_AFTER=0`), then on a copy of it indexed by the background cycle the stack now runs (a
+worker process over a copy of the shard, swapped in: episodic.store.edge_index; timed, with the worker's peak
+RSS) and served by a stack with the default settings:
   direct    in this process, on the seeded store: the bare query embedding (`embed_query`), the store
             query alone (`query_hybrid`, precomputed vectors) and both through `RecallEngine.recall`;
   http      `episodic up` as a child process on that data directory (free loopback ports), sequential
@@ -16,10 +17,14 @@ in: episodic.store.edge_index; timed) and served by a stack with the default set
             ingestion load (20 embeddable + 400 filtered entries/s produced to its broker meanwhile).
 
 Target: HTTP p99 <= 25 ms at 100k with ingestion idle, as production serves it (indexed in the background).
+Sizes above `--http-max` are measured in the store alone (no stack is started), and `--index-budget S` skips the
+index build at a size whose estimate (the previous size's build scaled linearly) is over S seconds: it says so.
 
     python -m bench.bench_recall_latency            # 10k and 100k, 300 queries each
     python -m bench.bench_recall_latency --quick    # 2k and 10k, 60 queries, S=128
     python -m bench.bench_recall_latency --sizes 10000 100000 300000 1000000 --queries 200 --sample 512
+    python -m bench.bench_recall_latency --sizes 300000 1000000 --http-max 300000 --index-threads 2 \
+        --index-budget 1800 --queries 150 --sample 512      # the curve's large sizes (docs/scale.md)
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import random
 import shutil
 import threading
@@ -49,6 +55,7 @@ from bench.common import (
     journal_summary,
     load_embedder,
     percentile,
+    rss_mib,
     stack_env,
     tmp_dir,
     wait_http,
@@ -251,6 +258,7 @@ def measure_http(
         # session timeout): let the start-up work finish, so that "idle" measures an idle stack
         time.sleep(SETTLE_S)
         idle = time_http(f"{base}/v1/recall", queries)
+        rss_idle = rss_mib(proc.pid)
         with IngestLoad(f"{LOOPBACK}:{broker_port}") as load:
             d = Deadline(5)  # let the gate and the consumer start working
             while not d.passed() and load.sent < 1000:
@@ -260,7 +268,8 @@ def measure_http(
             raise RuntimeError(f"ingest load failed: {load.error}")
         if proc.poll() is not None:
             raise RuntimeError(f"the stack exited with {proc.returncode}")
-    return {"idle": idle, "load": loaded, "load_sent": load.sent}
+        rss_load = rss_mib(proc.pid)
+    return {"idle": idle, "load": loaded, "load_sent": load.sent, "rss_idle": rss_idle, "rss_load": rss_load}
 
 
 def phase_rows(
@@ -329,7 +338,7 @@ def indexed_rows(
     build_s: float,
     headline: bool,
 ) -> list[Row]:
-    """The new default (indexed in the background) against today's (never indexed), same store, same run."""
+    """The default (indexed in the background) against the previous one (a flat scan), same store, same run."""
 
     def ms(v: list[float], q: int) -> str:
         return f"{percentile(v, q) * 1000:.1f}"
@@ -339,11 +348,11 @@ def indexed_rows(
         rows.append(
             Row(
                 "recall",
-                f"{size} store query_hybrid p{q}, indexed (new default)",
+                f"{size} store query_hybrid p{q}, indexed (default)",
                 percentile(idx["store"], q),
                 "s",
                 percentile(raw["store"], q),
-                f"store p{q}, never indexed (today)",
+                f"store p{q}, flat scan (previous default)",
             )
         )
     for phase in ("idle", "load"):
@@ -351,11 +360,11 @@ def indexed_rows(
             rows.append(
                 Row(
                     "recall",
-                    f"{size} http hybrid p{q} ({'idle' if phase == 'idle' else 'ingest load'}), indexed (new default)",
+                    f"{size} http hybrid p{q} ({'idle' if phase == 'idle' else 'ingest load'}), indexed (default)",
                     percentile(idx_http[phase], q),
                     "s",
                     percentile(raw_http[phase], q),
-                    f"http p{q}, never indexed (today)",
+                    f"http p{q}, flat scan (previous default)",
                     target="p99 <= 25 ms" if headline and q == 99 and phase == "idle" else "",
                     ok=(percentile(idx_http[phase], q) <= TARGET_P99_S)
                     if headline and q == 99 and phase == "idle"
@@ -366,6 +375,33 @@ def indexed_rows(
                 )
             )
     return rows
+
+
+def store_only_row(size: str, d: dict[str, list[float]], label: str, base: dict[str, list[float]] | None = None) -> Row:
+    """A size measured in the store alone (no stack started: the HTTP phases cost more than the budget)."""
+    return Row(
+        "recall",
+        f"{size} store query_hybrid p99, {label}",
+        percentile(d["store"], 99),
+        "s",
+        percentile(base["store"], 99) if base else None,
+        "store p99, flat scan (previous default)" if base else "",
+        note=f"store p50 {percentile(d['store'], 50) * 1000:.1f} ms; no HTTP phase at this size",
+    )
+
+
+def summary(size: str, label: str, d: dict[str, list[float]], h: dict[str, Any] | None) -> None:
+    line = (
+        f"  {size} {label}: store p50/p99 {percentile(d['store'], 50) * 1000:.1f}/"
+        f"{percentile(d['store'], 99) * 1000:.1f} ms"
+    )
+    if h is not None:
+        line += (
+            f"; http idle p50/p99 {percentile(h['idle'], 50) * 1000:.1f}/{percentile(h['idle'], 99) * 1000:.1f} ms; "
+            f"load {percentile(h['load'], 50) * 1000:.1f}/{percentile(h['load'], 99) * 1000:.1f} ms; "
+            f"stack RSS {h['rss_idle']:.0f} MiB idle, {h['rss_load']:.0f} MiB after the load"
+        )
+    print(line, flush=True)
 
 
 def run(args: argparse.Namespace) -> list[Row]:
@@ -391,28 +427,48 @@ def run(args: argparse.Namespace) -> list[Row]:
         first.ensure_collection(embedder.dim)
         seeder = Seeder(first, embedder, args.sample)
         store: EdgeStore | None = first
+        prev_build: tuple[int, float] | None = None  # (memories, seconds) of the last index build
         for n in sizes:
             print(
                 f"bench_recall_latency: {n} memories over {WORKSPACES} workspaces, "
-                f"querying {QUERY_WS} ({n // WORKSPACES})"
+                f"querying {QUERY_WS} ({n // WORKSPACES})",
+                flush=True,
             )
             if store is None:
                 store = EdgeStore(store_path)
                 store.ensure_collection(embedder.dim)
                 seeder.store = store
             seeder.add(n - seeder.count)
-            size = f"{n // 1000}k"
-            # as production serves it: the store as written, never optimised
+            size = f"{n // 1000}k" if n < 1_000_000 else f"{n / 1_000_000:g}M"
+            http = n <= args.http_max
+            seed_rss = rss_mib(os.getpid())
+            # the previous default: the store as written, never indexed (every dense leg scans its workspace)
             raw = time_direct(store, embedder, queries)
             store.close()
             store = None
-            # today's default: the stack never indexes the shard (EPISODIC_EDGE_INDEX_AFTER=0)
-            raw_http = measure_http(
-                data_dir, queries, tmp / f"stack-{n}-raw.log", args.start_timeout, EPISODIC_EDGE_INDEX_AFTER="0"
+            raw_http = (
+                measure_http(
+                    data_dir, queries, tmp / f"stack-{n}-raw.log", args.start_timeout, EPISODIC_EDGE_INDEX_AFTER="0"
+                )
+                if http
+                else None
             )
-            rows += phase_rows(f"{size}", raw, raw_http, query_backend, headline=False)
-            # the new default: a copy of the same store indexed by the background cycle (a worker process over
-            # a copy, swapped in: episodic.store.edge_index), then served by a stack with the default settings
+            if raw_http is not None:
+                rows += phase_rows(f"{size}", raw, raw_http, query_backend, headline=False)
+            else:
+                rows.append(store_only_row(size, raw, "flat scan (previous default)"))
+            summary(size, "flat scan (previous default)", raw, raw_http)
+            # an honest skip: the build grows at least linearly with the store
+            estimate = prev_build[1] * n / prev_build[0] if prev_build else 0.0
+            if prev_build and args.index_budget and estimate > args.index_budget:
+                print(
+                    f"  {size}: index build NOT run: estimated {estimate:.0f}s (the {prev_build[0] // 1000}k build "
+                    f"scaled linearly) is over --index-budget {args.index_budget:.0f}s",
+                    flush=True,
+                )
+                continue
+            # the default: a copy of the same store indexed by the background cycle (a worker process over a
+            # copy, swapped in: episodic.store.edge_index), then served by a stack with the default settings
             idx_dir = tmp / "indexed"
             shutil.rmtree(idx_dir, ignore_errors=True)
             shutil.copytree(data_dir, idx_dir)
@@ -421,20 +477,23 @@ def run(args: argparse.Namespace) -> list[Row]:
             t0 = time.perf_counter()
             cycle = idx_store.index_now(args.index_threads)
             cycle_s = time.perf_counter() - t0
+            prev_build = (n, cycle.build_s)
             print(f"  indexed a copy in a worker in {cycle_s:.1f}s: {cycle.as_dict()}", flush=True)
             idx = time_direct(idx_store, embedder, queries)
             idx_store.close()
-            idx_http = measure_http(idx_dir, queries, tmp / f"stack-{n}-idx.log", args.start_timeout)
+            idx_http = measure_http(idx_dir, queries, tmp / f"stack-{n}-idx.log", args.start_timeout) if http else None
             shutil.rmtree(idx_dir, ignore_errors=True)
-            rows += indexed_rows(size, raw, raw_http, idx, idx_http, cycle_s, cycle.build_s, n >= 100_000)
-            for label, d, h in (("as written (today)", raw, raw_http), ("indexed (new default)", idx, idx_http)):
-                print(
-                    f"  {label}: store p50/p99 {percentile(d['store'], 50) * 1000:.1f}/"
-                    f"{percentile(d['store'], 99) * 1000:.1f} ms; http idle p50/p99 "
-                    f"{percentile(h['idle'], 50) * 1000:.1f}/{percentile(h['idle'], 99) * 1000:.1f} ms; "
-                    f"load {percentile(h['load'], 50) * 1000:.1f}/{percentile(h['load'], 99) * 1000:.1f} ms",
-                    flush=True,
-                )
+            if raw_http is not None and idx_http is not None:
+                rows += indexed_rows(size, raw, raw_http, idx, idx_http, cycle_s, cycle.build_s, n >= 100_000)
+            else:
+                rows.append(store_only_row(size, idx, "indexed (default)", raw))
+            summary(size, "indexed (default)", idx, idx_http)
+            print(
+                f"  {size}: bench process RSS after seeding {seed_rss:.0f} MiB; index cycle {cycle_s:.1f}s "
+                f"(worker build {cycle.build_s:.1f}s on {args.index_threads} thread(s), worker peak RSS "
+                f"{cycle.worker_rss_mib:.0f} MiB)",
+                flush=True,
+            )
     return rows
 
 
@@ -446,6 +505,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample", type=int, default=None, help="texts embedded with the real model (1024, quick 128)")
     ap.add_argument("--start-timeout", type=float, default=180.0)
     ap.add_argument("--index-threads", type=int, default=1, help="the index worker's threads (default 1, as the stack)")
+    ap.add_argument(
+        "--http-max", type=int, default=10**9, help="sizes above this are measured in the store alone (no stack)"
+    )
+    ap.add_argument(
+        "--index-budget",
+        type=float,
+        default=0.0,
+        help="skip the index build at a size whose estimate (the previous build scaled linearly) is over this many s",
+    )
     args = ap.parse_args(argv)
     args.sizes = sorted(args.sizes or ([2_000, 10_000] if args.quick else [10_000, 100_000]))
     args.queries = args.queries or (60 if args.quick else 300)

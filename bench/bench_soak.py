@@ -34,7 +34,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -48,12 +47,14 @@ from bench.common import (
     Deadline,
     Row,
     child_process,
+    children,
     emit,
     episodic_up_cmd,
     exec_noise,
     journal_entry,
     journal_summary,
     percentile,
+    rss_mib,
     stack_env,
     tmp_dir,
     uid,
@@ -70,25 +71,6 @@ INDEX_LOG = "dense index rebuilt in a worker"  # episodic.store.edge's log line 
 FLAT = 1.2  # issue 27: the last 5 minutes' p99 within this of minutes 2-6
 MIN_MINUTES_FOR_VERDICT = 6  # shorter runs are mostly warm-up: the RSS plateau is reported, not judged
 TAIL_S = 180.0
-PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def rss_mib(pid: int) -> float:
-    """Resident memory of one process (MiB), 0 when it is gone."""
-    try:
-        with open(f"/proc/{pid}/statm") as fh:
-            return int(fh.read().split()[1]) * PAGE / 2**20
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
-def children(pid: int) -> list[int]:
-    out: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children") as fh:
-                out += [int(c) for c in fh.read().split()]
-    return out
 
 
 @dataclass

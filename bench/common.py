@@ -352,6 +352,28 @@ def _exit_on_signal(signum: int, _frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of one process (MiB), 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * PAGE / 2**20
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of a process (every thread's), from /proc."""
+    out: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children") as fh:
+                out += [int(c) for c in fh.read().split()]
+    return out
+
+
 @contextlib.contextmanager
 def child_process(cmd: list[str], *, env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A child in its own process group, stopped with SIGTERM (then SIGKILL) on exit; its output goes to

@@ -374,6 +374,7 @@ class EdgeEngine(Engine):
             cycle.build_s = float(report.get("seconds", 0.0))
             cycle.points, cycle.segments = int(report["points"]), int(report["segments"])
             cycle.indexed_vectors = int(report["indexed_vectors"])
+            cycle.worker_rss_mib = float(report.get("max_rss_mib", 0.0))
             t1 = time.perf_counter()
             new = qe.EdgeShard.load(str(work))
             done = 0

@@ -97,6 +97,7 @@ class IndexCycle:
     replayed: int = 0  # journaled operations replayed into the indexed copy
     segments: int = 0
     indexed_vectors: int = 0
+    worker_rss_mib: float = 0.0  # the worker's peak resident memory (it holds the whole copy)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -1,6 +1,7 @@
 """The index worker process (episodic.store.edge_index): `python -m episodic.store.edge_worker <copy>` loads the
 copy of a Qdrant Edge shard with the index settings, runs its optimizers (segment merge, HNSW), flushes and
-closes it, and prints a JSON report on its last line. Niced: it runs behind the stack's own work."""
+closes it, and prints a JSON report on its last line (with its peak resident memory). Niced: it runs behind
+the stack's own work."""
 
 from __future__ import annotations
 
@@ -17,6 +18,19 @@ from episodic.store.edge import layout_config
 from episodic.store.edge_index import index_hnsw
 
 
+def peak_rss_mib() -> float:
+    """This process's peak resident memory (VmHWM, Linux), 0 where /proc has none. Not getrusage's maxrss:
+    Linux carries that across exec, so a worker forked from a large stack would report the stack's."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
 def _build(path: str, threads: int) -> dict[str, Any]:
     """The worker: the copy at `path` loaded with the index settings, optimised, flushed and closed."""
     t0 = time.perf_counter()
@@ -31,6 +45,7 @@ def _build(path: str, threads: int) -> dict[str, Any]:
         "points": int(info.points_count),
         "segments": int(info.segments_count),
         "indexed_vectors": int(info.indexed_vectors_count),
+        "max_rss_mib": peak_rss_mib(),
     }
 
 

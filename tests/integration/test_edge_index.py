@@ -74,6 +74,7 @@ def test_writes_during_a_build_are_all_in_the_swapped_shard_and_queries_go_on(fa
     cycle = result["cycle"]
     assert isinstance(cycle, edge_index.IndexCycle)
     assert cycle.replayed > 0 and queries > 0  # the build really overlapped with writes and queries
+    assert cycle.points >= 2000 and cycle.worker_rss_mib > 10  # the worker's own report: it loaded the copy
     assert store.count() == i - len(deleted)
     assert not store.retrieve(sorted(deleted))
     got = store.retrieve(sorted(updated), fields=("importance_score",))
