@@ -54,7 +54,9 @@ from bench.common import (
     journal_entry,
     journal_summary,
     load_embedder,
+    pending_generation,
     percentile,
+    record_generation,
     rss_mib,
     stack_env,
     tmp_dir,
@@ -377,6 +379,20 @@ def indexed_rows(
     return rows
 
 
+def check_no_reembed(path: Path, dim: int) -> None:
+    """The stacks measured this store as it was seeded: none of them started re-embedding it."""
+    from episodic.store.edge import EdgeStore
+
+    store = EdgeStore(path)
+    store.ensure_collection(dim)
+    try:
+        pending = pending_generation(store)
+    finally:
+        store.close()
+    if pending:
+        raise RuntimeError(f"a stack started a re-embed of the seeded store ({pending}): the figures are not valid")
+
+
 def store_only_row(size: str, d: dict[str, list[float]], label: str, base: dict[str, list[float]] | None = None) -> Row:
     """A size measured in the store alone (no stack started: the HTTP phases cost more than the budget)."""
     return Row(
@@ -425,6 +441,7 @@ def run(args: argparse.Namespace) -> list[Row]:
         store_path = data_dir / "qdrant-edge" / Settings().collection
         first = EdgeStore(store_path)
         first.ensure_collection(embedder.dim)
+        record_generation(first, embedder)  # else the stack re-embeds the seeded store while it is measured
         seeder = Seeder(first, embedder, args.sample)
         store: EdgeStore | None = first
         prev_build: tuple[int, float] | None = None  # (memories, seconds) of the last index build
@@ -453,6 +470,7 @@ def run(args: argparse.Namespace) -> list[Row]:
                 if http
                 else None
             )
+            check_no_reembed(store_path, embedder.dim)
             if raw_http is not None:
                 rows += phase_rows(f"{size}", raw, raw_http, query_backend, headline=False)
             else:
@@ -482,6 +500,7 @@ def run(args: argparse.Namespace) -> list[Row]:
             idx = time_direct(idx_store, embedder, queries)
             idx_store.close()
             idx_http = measure_http(idx_dir, queries, tmp / f"stack-{n}-idx.log", args.start_timeout) if http else None
+            check_no_reembed(idx_dir / "qdrant-edge" / Settings().collection, embedder.dim)
             shutil.rmtree(idx_dir, ignore_errors=True)
             if raw_http is not None and idx_http is not None:
                 rows += indexed_rows(size, raw, raw_http, idx, idx_http, cycle_s, cycle.build_s, n >= 100_000)

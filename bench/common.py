@@ -348,6 +348,29 @@ def load_embedder(batch_size: int = 64) -> Any:
     return load_model("all-MiniLM-L6-v2", Settings(batch_size=batch_size))
 
 
+def record_generation(store: Any, embedder: Any) -> None:
+    """Record the embedding generation of a store that a benchmark seeds directly, as the stack's own
+    indexer would have: before the first vector, the embedder's model and pieces are the active generation
+    (episodic.embedding.generations.adopt). Without the document, a stack started on the seeded store takes
+    its vectors for the windows every store was cut into before generations (`chunking.LEGACY`) and
+    re-embeds the whole store in the background while the benchmark measures it."""
+    from episodic.embedding.generations import adopt
+    from episodic.store.state import QdrantStateStore
+
+    if store.count(has_dense=True):
+        raise RuntimeError("record_generation: call it before seeding the first vector")
+    adopt(store, QdrantStateStore.beside(store), embedder)
+
+
+def pending_generation(store: Any) -> dict[str, Any] | None:
+    """The re-embed a stack started on this store (None: none), from its generations document."""
+    from episodic.embedding.generations import read
+    from episodic.store.state import QdrantStateStore
+
+    doc = read(QdrantStateStore.beside(store)) or {}
+    return doc.get("pending")
+
+
 def _exit_on_signal(signum: int, _frame: Any) -> None:
     raise SystemExit(128 + signum)
 
