@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -65,6 +66,7 @@ from bench.common import (
 
 TARGET_P99_S = 0.025
 SETTLE_S = 12.0
+CATCH_UP_TIMEOUT_S = 1800.0
 WORKSPACES = 10
 QUERY_WS = "ws-3"
 NOISE_SIGMA = 0.02  # per dimension: noise norm ≈ 0.39 on 384 dims, cosine ≈ 0.93
@@ -246,8 +248,48 @@ class IngestLoad:
             await producer.stop()
 
 
+def metric_total(text: str, name: str) -> float:
+    """The sum of a counter's samples (every label set) in a Prometheus text page."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            total += float(line.rsplit(" ", 1)[-1])
+    return total
+
+
+def catch_up_due() -> bool:
+    """Whether a stack started now on a freshly seeded store runs the daily jobs at once: the nightly decay
+    (never run on it: due since its schedule's last fire time, 03:30 UTC by default) and today's health
+    snapshots (due once `EPISODIC_HEALTH_DAILY_AT`, 03:00, has passed)."""
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).strftime("%H:%M") >= "03:30"
+
+
+def wait_catch_up(base: str, proc: Any, timeout: float = CATCH_UP_TIMEOUT_S) -> float:
+    """Wait for the jobs a stack started on a freshly seeded store catches up on (`catch_up_due`). Both go
+    over every memory, once a day in a deployment; measured while they run, "idle" would time them. The
+    indexed copy carries the state they wrote (they ran today), so its stack runs neither. Returns the
+    seconds waited."""
+    import httpx
+
+    t0 = time.monotonic()
+    d = Deadline(timeout)
+    while not d.passed():
+        if proc.poll() is not None:
+            raise RuntimeError(f"the stack exited with {proc.returncode} during its start-up jobs")
+        with contextlib.suppress(httpx.HTTPError):
+            text = httpx.get(f"{base}/metrics", timeout=10.0).text
+            if metric_total(text, "episodic_decay_runs_total") >= 1 and (
+                metric_total(text, "episodic_health_snapshots_total") >= 1
+            ):
+                return time.monotonic() - t0
+        time.sleep(1.0)
+    raise RuntimeError(f"the stack's start-up jobs (decay, health snapshots) did not finish in {timeout:.0f}s")
+
+
 def measure_http(
-    data_dir: Path, queries: list[str], log_path: Path, start_timeout: float, **env_extra: str
+    data_dir: Path, queries: list[str], log_path: Path, start_timeout: float, *, catch_up: bool, **env_extra: str
 ) -> dict[str, Any]:
     from infra.broker import free_port
 
@@ -256,6 +298,7 @@ def measure_http(
     base = f"http://{LOOPBACK}:{http_port}"
     with child_process(episodic_up_cmd(), env=env, log_path=log_path) as proc:
         wait_http(f"{base}/healthz", timeout=start_timeout, proc=proc, log_path=log_path)
+        catch_up_s = wait_catch_up(base, proc) if catch_up else 0.0
         # /healthz answers before the gate and the consumer have joined their groups (about half the
         # session timeout): let the start-up work finish, so that "idle" measures an idle stack
         time.sleep(SETTLE_S)
@@ -271,7 +314,14 @@ def measure_http(
         if proc.poll() is not None:
             raise RuntimeError(f"the stack exited with {proc.returncode}")
         rss_load = rss_mib(proc.pid)
-    return {"idle": idle, "load": loaded, "load_sent": load.sent, "rss_idle": rss_idle, "rss_load": rss_load}
+    return {
+        "idle": idle,
+        "load": loaded,
+        "load_sent": load.sent,
+        "rss_idle": rss_idle,
+        "rss_load": rss_load,
+        "catch_up_s": catch_up_s,
+    }
 
 
 def phase_rows(
@@ -415,7 +465,8 @@ def summary(size: str, label: str, d: dict[str, list[float]], h: dict[str, Any] 
         line += (
             f"; http idle p50/p99 {percentile(h['idle'], 50) * 1000:.1f}/{percentile(h['idle'], 99) * 1000:.1f} ms; "
             f"load {percentile(h['load'], 50) * 1000:.1f}/{percentile(h['load'], 99) * 1000:.1f} ms; "
-            f"stack RSS {h['rss_idle']:.0f} MiB idle, {h['rss_load']:.0f} MiB after the load"
+            f"stack RSS {h['rss_idle']:.0f} MiB idle, {h['rss_load']:.0f} MiB after the load; start-up jobs "
+            f"(decay, health snapshots) took {h['catch_up_s']:.0f}s before the idle phase"
         )
     print(line, flush=True)
 
@@ -445,6 +496,7 @@ def run(args: argparse.Namespace) -> list[Row]:
         seeder = Seeder(first, embedder, args.sample)
         store: EdgeStore | None = first
         prev_build: tuple[int, float] | None = None  # (memories, seconds) of the last index build
+        first_stack = True  # the daily jobs run in the first stack on the store (they record it in its state)
         for n in sizes:
             print(
                 f"bench_recall_latency: {n} memories over {WORKSPACES} workspaces, "
@@ -465,12 +517,18 @@ def run(args: argparse.Namespace) -> list[Row]:
             store = None
             raw_http = (
                 measure_http(
-                    data_dir, queries, tmp / f"stack-{n}-raw.log", args.start_timeout, EPISODIC_EDGE_INDEX_AFTER="0"
+                    data_dir,
+                    queries,
+                    tmp / f"stack-{n}-raw.log",
+                    args.start_timeout,
+                    catch_up=catch_up_due() and first_stack,
+                    EPISODIC_EDGE_INDEX_AFTER="0",
                 )
                 if http
                 else None
             )
             check_no_reembed(store_path, embedder.dim)
+            first_stack = first_stack and raw_http is None
             if raw_http is not None:
                 rows += phase_rows(f"{size}", raw, raw_http, query_backend, headline=False)
             else:
@@ -499,7 +557,11 @@ def run(args: argparse.Namespace) -> list[Row]:
             print(f"  indexed a copy in a worker in {cycle_s:.1f}s: {cycle.as_dict()}", flush=True)
             idx = time_direct(idx_store, embedder, queries)
             idx_store.close()
-            idx_http = measure_http(idx_dir, queries, tmp / f"stack-{n}-idx.log", args.start_timeout) if http else None
+            idx_http = (
+                measure_http(idx_dir, queries, tmp / f"stack-{n}-idx.log", args.start_timeout, catch_up=False)
+                if http
+                else None
+            )
             check_no_reembed(idx_dir / "qdrant-edge" / Settings().collection, embedder.dim)
             shutil.rmtree(idx_dir, ignore_errors=True)
             if raw_http is not None and idx_http is not None:
