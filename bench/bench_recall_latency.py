@@ -536,6 +536,9 @@ def run(args: argparse.Namespace) -> list[Row]:
             summary(size, "flat scan (previous default)", raw, raw_http)
             # an honest skip: the build grows at least linearly with the store
             estimate = prev_build[1] * n / prev_build[0] if prev_build else 0.0
+            if n > args.index_max:
+                print(f"  {size}: index build NOT run (--index-max {args.index_max})", flush=True)
+                continue
             if prev_build and args.index_budget and estimate > args.index_budget:
                 print(
                     f"  {size}: index build NOT run: estimated {estimate:.0f}s (the {prev_build[0] // 1000}k build "
@@ -589,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--http-max", type=int, default=10**9, help="sizes above this are measured in the store alone (no stack)"
     )
+    ap.add_argument("--index-max", type=int, default=10**9, help="sizes above this are measured unindexed only")
     ap.add_argument(
         "--index-budget",
         type=float,
