@@ -37,6 +37,10 @@ only its run edge changes (the linker does the same).
 **Forget.** `scrub` (called by `episodic.lifecycle.forget`) removes a forgotten memory's lines from the context of
 the memories indexed with it (their context vector is rebuilt without them) and links its run neighbours
 to each other.
+
+Size: a little over 400 lines: the run's context and its adjacency edges are planned together, from the
+same reads of the run, and the repairs of the chain (a moved version, a forget's relink) read best beside
+the rules they keep.
 """
 
 from __future__ import annotations

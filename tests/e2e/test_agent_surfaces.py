@@ -162,7 +162,7 @@ async def test_mcp_over_stdio_remembers_and_recalls_as_its_token(surfaces: Surfa
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         tools = {t.name: t for t in (await session.list_tools()).tools}
-        assert set(tools) == {"recall", "recall_render", "remember", "forget", "memory_health"}
+        assert set(tools) == {"recall", "recall_render", "remember", "review", "forget", "memory_health"}
         assert "workspace_id" not in tools["recall"].input_schema["properties"]
 
         wrote = await call(session, "remember", {"summary": f"the billing deploy needs a canary {key}", "run_id": "r1"})
@@ -224,7 +224,7 @@ async def test_the_client_distributions_mcp_server_needs_no_engine(surfaces: Sur
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         assert {t.name for t in (await session.list_tools()).tools} == {
-            "recall", "recall_render", "remember", "forget", "memory_health"
+            "recall", "recall_render", "remember", "review", "forget", "memory_health"
         }  # fmt: skip
         wrote = await call(session, "remember", {"summary": f"the lean server writes too {key}"})
         assert not wrote.is_error, wrote.content
