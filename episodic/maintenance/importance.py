@@ -52,16 +52,8 @@ class _Event(Protocol):
     def at(self) -> datetime: ...
 
 
-class _Result(Protocol):
-    events: int
-    applied: int
-    duplicate: int
-    recovered: int
-    stale: int
-
-
 E = TypeVar("E", bound=_Event)
-R = TypeVar("R", bound=_Result)
+R = TypeVar("R", bound="LedgerResult")
 
 
 def _now() -> datetime:
@@ -79,17 +71,23 @@ def event_key(event: ReferencedEvent | ReviewedEvent, raw: bytes) -> str:
 
 
 @dataclass
-class ReferenceResult:
+class LedgerResult:
+    """What a `Ledgered` batch did with its events (the subclasses' results add what their events carry)."""
+
     events: int = 0  # events in the batch
     applied: int = 0  # applied now
     duplicate: int = 0  # applied before (a re-delivery), or twice in the batch
     recovered: int = 0  # left half-applied by a crash, finished now
     stale: int = 0  # older than the ledger's horizon: not applied
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ReferenceResult(LedgerResult):
     hits: int = 0  # references counted (memory x event)
     missing: int = 0  # hits on memories that no longer exist
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
 
 
 def _later(a: Any, b: Any) -> Any:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,7 +34,7 @@ from episodic.domain.review import RATINGS, REVIEW_FIELDS, ReviewState, review, 
 from episodic.domain.scoring import DECAY_FIELDS, importance_of
 from episodic.indexing.folding import FOLDED_INTO
 from episodic.kernel.ports import Change, MemoryStore, StateStore
-from episodic.maintenance.importance import Ledgered, _now, iso
+from episodic.maintenance.importance import Ledgered, LedgerResult, _now, iso
 from schemas.events import ReviewedEvent
 
 log = logging.getLogger(__name__)
@@ -45,19 +45,11 @@ CHANGED = 1e-6
 
 
 @dataclass
-class ReviewResult:
-    events: int = 0  # events in the batch
-    applied: int = 0  # applied now
-    duplicate: int = 0  # applied before (a re-delivery), or twice in the batch
-    recovered: int = 0  # left half-applied by a crash, finished now
-    stale: int = 0  # older than the ledger's horizon: not applied
+class ReviewResult(LedgerResult):
     reviews: int = 0  # reviews applied to a memory
     missing: int = 0  # reviews of memories that no longer exist
     ratings: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RATINGS, 0))  # applied, by rating
     rescored: int = 0  # memories whose importance_score the reviews changed
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class ReviewApplier(Ledgered[ReviewedEvent, ReviewResult]):
