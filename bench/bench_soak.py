@@ -26,6 +26,7 @@ docs/configuration.md), so it grows with the traffic by design.
     python -m bench.bench_soak                 # 10 minutes
     python -m bench.bench_soak --minutes 3     # a shorter run
     python -m bench.bench_soak --quick         # 2 minutes
+    python -m bench.bench_soak --minutes 30 --rate 0.5   # half the load (200 entries/s, 10 recalls/s)
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ class Soak:
     indexed: set[str] = field(default_factory=set)
     produced_total: int = 0
     send_errors: int = 0
+    rate: float = 1.0  # the load's scale: 1.0 is 400 entries/s and 20 recalls/s (--rate)
 
     def on_indexed(self, rec: Any, now: float) -> None:
         with contextlib.suppress(ValueError, KeyError, TypeError):
@@ -133,7 +135,7 @@ async def recall_load(client: Any, url: str, soak: Soak, clock: Any, stop: async
             soak.minutes[minute].recall_errors += 1
 
     while not stop.is_set():
-        delay = t0 + k * RECALL_EVERY_S - time.monotonic()
+        delay = t0 + k * RECALL_EVERY_S / soak.rate - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
         k += 1
@@ -158,7 +160,7 @@ async def ingest_load(producer: Any, soak: Soak, clock: Any, run: str, mix: str)
     k = 0
     pending: list[asyncio.Future[Any]] = []
     while True:
-        delay = t0 + k * TICK_S - time.monotonic()
+        delay = t0 + k * TICK_S / soak.rate - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
         minute = clock()
@@ -227,7 +229,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
     broker_port, http_port = free_port(LOOPBACK), free_port(LOOPBACK)
     bootstrap = f"{LOOPBACK}:{broker_port}"
     base = f"http://{LOOPBACK}:{http_port}"
-    soak = Soak(minutes=[Minute() for _ in range(args.minutes)])
+    soak = Soak(minutes=[Minute() for _ in range(args.minutes)], rate=args.rate)
     with tmp_dir("episodic-soak-") as tmp:
         log_path = tmp / "stack.log"
         env = stack_env(tmp / "data", broker_port=broker_port, http_port=http_port, **args.env)
@@ -388,6 +390,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--minutes", type=int, default=10, help="measured minutes (default 10)")
     ap.add_argument("--quick", action="store_true", help="2 minutes")
+    ap.add_argument(
+        "--rate", type=float, default=1.0,
+        help="scale of the load: 1.0 (default) is 400 entries/s (20 embeddable) and 20 recalls/s, 0.5 half of both",
+    )  # fmt: skip
     ap.add_argument("--mix", choices=MIXES, default="short", help="journal summaries (default short)")
     ap.add_argument("--start-timeout", type=float, default=180.0)
     ap.add_argument("--log", type=Path, help="keep the stack's log here")
@@ -404,8 +410,14 @@ def main(argv: list[str] | None = None) -> int:
         args.minutes = 2
     if args.minutes < 1:
         ap.error("--minutes must be at least 1")
+    if not 0.05 <= args.rate <= 4:
+        ap.error("--rate must be from 0.05 to 4")
     rows = asyncio.run(run(args))
-    emit(rows, f"soak: {args.minutes} min at 400 entries/s (5 % embeddable, {args.mix} mix) + 20 recalls/s")
+    emit(
+        rows,
+        f"soak: {args.minutes} min at {400 * args.rate:g} entries/s (5 % embeddable, {args.mix} mix)"
+        f" + {20 * args.rate:g} recalls/s",
+    )
     lost = next(r for r in rows if r.metric == "lost entries at the end")
     return 0 if lost.ok else 1
 
