@@ -56,6 +56,12 @@ def _piece_vectors(mem: Memories, split: str = "p32") -> list[np.ndarray] | None
 _FOLDS: dict[tuple[str, FoldRule], Folds] = {}
 
 
+def _unit_means(rows: list[np.ndarray]) -> np.ndarray:
+    """Each memory's mean piece vector, normalised (what the linker compares: folding and supersession)."""
+    means = np.stack([r.mean(axis=0) for r in rows])
+    return means / np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)
+
+
 def fold_groups(mem: Memories, rule: FoldRule) -> Folds | None:
     """The linker's folds over the workspace, memories in stream order; None when a piece is not cached."""
     key = (mem.corpus.name, rule)
@@ -64,8 +70,7 @@ def fold_groups(mem: Memories, rule: FoldRule) -> Folds | None:
     rows = _piece_vectors(mem)
     if rows is None:
         return None
-    means = np.stack([r.mean(axis=0) for r in rows])
-    means /= np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)
+    means = _unit_means(rows)
     texts = mem.texts(ContextSpec())
     into: dict[int, int] = {}
     n = len(rows)
@@ -124,8 +129,7 @@ def supersessions(mem: Memories, rule: SupersedeRule) -> dict[int, int] | None:
     rows = _piece_vectors(mem)
     if rows is None:
         return None
-    means = np.stack([r.mean(axis=0) for r in rows])
-    means /= np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)
+    means = _unit_means(rows)
     texts = mem.texts(ContextSpec())
     dates = [mem.corpus.turns[i].date for i in mem.first]
     by: dict[int, int] = {}
