@@ -420,6 +420,7 @@ class LinkerRole(AgentRole):
             supersede_rule=SupersedeRule(
                 cosine=s.supersede_cosine, jaccard=s.supersede_jaccard, enabled=s.supersede_enabled
             ),
+            state=res.state,  # tombstones: an edge to a memory forgotten while the batch was linked is cut again
         )
         self.runner = linker_runner(s, linker=linker, metrics=res.metrics)
         await self.runner.start()

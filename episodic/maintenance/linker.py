@@ -40,7 +40,13 @@ itself, atomically, the moment the rule is searchable, also in sparse-only mode 
 runs. Both writers merge per (dst, relation) on the source memory, and the linker only replaces `similar`
 (and its own `supersedes`).
 
-Size: a little over 400 lines: each new memory's edges, fold and supersession are decided against one search
+- **No edge to a forgotten memory.** A neighbour the linker found alive may be forgotten before its edge is
+  written: forget tombstones it, cuts the edges that point at it (the linker's not yet among them), then
+  deletes it. So after its writes the linker looks at every memory it wrote an edge to, and where one is
+  gone or tombstoned, cuts the edges that point at it itself (`MemoryStore.remove_edges_to`). Either the
+  forget's cut saw the edge, or the edge was written after the tombstone and this look sees it.
+
+Size: about 500 lines: each new memory's edges, fold and supersession are decided against one search
 of its neighbours, in one ordered pass over the batch, and written in one call; they read top to bottom here.
 """
 
@@ -62,7 +68,16 @@ from episodic.embedding.cores import CoreBudget
 from episodic.indexing.context import ADJACENT as RUN_EDGES
 from episodic.indexing.folding import fold, unfold
 from episodic.kernel.errors import StoreError
-from episodic.kernel.ports import DENSE, Change, MemoryStore, SimilarRequest, StoredHit, relations_payload
+from episodic.kernel.ports import (
+    DENSE,
+    Change,
+    MemoryStore,
+    SimilarRequest,
+    StateStore,
+    StoredHit,
+    relations_payload,
+)
+from episodic.lifecycle.forget import TOMBSTONE, tombstone_key
 from episodic.store.rules import pieces_field
 from schemas.events import IndexedEvent
 
@@ -128,6 +143,7 @@ class LinkResult:
     failed: int = 0  # memories the store refused
     folded: int = 0  # memories folded into a near duplicate (no edges of their own)
     superseded: int = 0  # supersedes edges written (a newer fact over an older one)
+    cut: int = 0  # edges cut again because their memory was forgotten while the batch was linked
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -145,6 +161,7 @@ class Linker:
         cores: CoreBudget | None = None,
         fold_rule: FoldRule | None = None,
         supersede_rule: SupersedeRule | None = None,
+        state: StateStore | None = None,
     ) -> None:
         if not 0.0 < threshold <= 1.0 or top_k < 1 or not 0.0 <= min_mean_cosine <= 1.0:
             raise ValueError("threshold must be in (0, 1], top_k at least 1 and min_mean_cosine in [0, 1]")
@@ -156,6 +173,7 @@ class Linker:
         self.cores = cores  # the process's core budget: a batch waits while bulk embedding runs
         self.fold_rule = fold_rule or FoldRule()
         self.supersede_rule = supersede_rule or SupersedeRule()
+        self.state = state  # the tombstones: without it, only a neighbour already deleted counts as gone
 
     def link(self, events: Sequence[IndexedEvent]) -> LinkResult:
         """Link the memories of a batch of memory.indexed events; one store write for the batch."""
@@ -231,8 +249,27 @@ class Linker:
             for pid in report.applied
         )
         self._write_supersessions(later, result)
+        written: dict[str, set[str]] = {}  # workspace -> the entry ids this batch may have written an edge to
+        for pid in report.applied:
+            written.setdefault(ws_of[pid], set()).update(str(e["dst"]) for e in similar[pid])
+        for pid, (_, other_id, _, _) in updated.items():
+            written.setdefault(todo[pid].workspace_id, set()).update((todo[pid].entry_id, other_id))
+        result.cut = sum(self._cut_edges_to_gone(ws, ids) for ws, ids in written.items())
         self._fold(folds, now, result)
         return result
+
+    def _cut_edges_to_gone(self, workspace_id: str, entry_ids: set[str]) -> int:
+        """Cut the edges to those of `entry_ids` that are no memory any more, or are being forgotten (tombstoned
+        for the agent of the memory that holds the id: the rule of `episodic check`)."""
+        pids = {point_id(workspace_id, i): i for i in sorted(entry_ids)}
+        present = self.store.retrieve(sorted(pids), fields=("entry_id", "agent_id"))
+        gone = {i for pid, i in pids.items() if pid not in present}
+        if self.state is not None and present:
+            keys = {tombstone_key(workspace_id, pids[pid]): pid for pid in present}
+            for key, tomb in self.state.get_many(TOMBSTONE, sorted(keys)).items():
+                if tomb.get("agent_id") in (None, present[keys[key]].get("agent_id")):
+                    gone.add(pids[keys[key]])
+        return self.store.remove_edges_to(workspace_id, sorted(gone)) if gone else 0
 
     def _supersessions(
         self, updated: dict[str, tuple[str, str, float, bool]], similar: dict[str, list[dict[str, Any]]], now: str

@@ -423,3 +423,49 @@ def test_the_linker_keeps_a_next_edge_the_indexer_wrote_while_it_searched(
     racing_ix.index_batch([c[3]])
     assert adjacency(store, "c2") == {"previous": "c1", "next": "c3"}
     assert similar_of(store, "c2") == {"c0", "c1"}
+
+
+class _Before(_Interleaved):
+    """The store, with `during()` run once, just before the first call to `method` (another writer's turn)."""
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if name != self._method or self._during is None:
+            return attr
+
+        def call(*args: Any, **kw: Any) -> Any:
+            during, self._during = self._during, None
+            during()
+            return attr(*args, **kw)
+
+        return call
+
+
+@pytest.mark.parametrize("with_tombstones", [True, False])
+def test_a_neighbour_forgotten_while_the_linker_links_keeps_no_edge(
+    store: MemoryStore, state: StateStore, ix: Indexer, with_tombstones: bool
+) -> None:
+    """Forget c0 after the linker found it alive and before it writes c1's edges (the forget's own cut finds
+    no edge yet): the linker cuts it again, so no edge to c0 is left and `episodic check` finds nothing. With the
+    tombstones the linker also sees a memory forgotten but not yet deleted; without them, a deleted one."""
+    from episodic.maintenance.linker import Linker
+    from schemas.events import IndexedEvent
+
+    ix.index_batch(chat()[:2])
+    for eid in ("c0", "c1"):
+        store.set_dense(point_id("ws-a", eid), [e(0)], {"has_dense": True})
+    forget = ForgetRecord(
+        forget_id="f1", workspace_id="ws-a", selector=ForgetSelector(entry_ids=["c0"]), requested_at=T
+    )
+    racing = _Before(
+        store, "update_memories", lambda: Forgetter(store=store, state=state).apply(forget, Position(0, 1))
+    )
+    event = IndexedEvent(
+        entry_id="c1", workspace_id="ws-a", point_id=point_id("ws-a", "c1"), indexed_at=T, mode="vector"
+    )
+    linker = Linker(store=racing, threshold=0.5, top_k=3, state=state if with_tombstones else None)  # type: ignore[arg-type]
+    result = linker.link([event])
+    assert result.linked == 1 and result.cut == 1
+    assert similar_of(store, "c1") == set()
+    report = check_store(store, state)
+    assert report.ok, report.as_dict()
