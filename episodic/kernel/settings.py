@@ -192,7 +192,8 @@ class Settings(BaseSettings, ClientSettings):
         default=10_000,
         ge=0,
         description="embedded store (Qdrant Edge): rebuild its dense index (HNSW) in a worker process, swapped in "
-        "without stopping queries, whenever this many memories were written since the last build; 0: never "
+        "without stopping queries, whenever this many memories were written since the last build and some "
+        "workspace is past the size at which its graph is searched (6,666 memories at 384 dimensions); 0: never "
         "(every dense query scans its workspace)",
     )
     edge_index_threads: int = Field(

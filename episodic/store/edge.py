@@ -19,7 +19,8 @@ read-write lock lets data calls share the open shard and makes close wait for th
 Indexed in the background: `optimize()` (segment merge, HNSW) holds the GIL for its whole run, which would
 freeze the event loop that carries the recall service, the gate and the consumer; so the dense index is
 built in a worker process over a copy of the shard and swapped in (`episodic.store.edge_index`), every
-`index_after` memories written (`EPISODIC_EDGE_INDEX_AFTER`). Writes go through `_write` and `_apply`: the
+`index_after` memories written (`EPISODIC_EDGE_INDEX_AFTER`) once some workspace is large enough for its
+graph to be searched. Writes go through `_write` and `_apply`: the
 first lets the copy and the swap hold writes back (queries go on), the second journals each update
 operation while a copy is being indexed, for the catch-up.
 
@@ -671,26 +672,44 @@ class EdgeStore(QdrantStore):
     """MemoryStore on a Qdrant Edge shard at `path` (created on first `ensure_collection`)."""
 
     def __init__(
-        self, path: str | Path, *, prefetch_limit: int = DEFAULT_PREFETCH, index_after: int = 0, index_threads: int = 1
+        self,
+        path: str | Path,
+        *,
+        prefetch_limit: int = DEFAULT_PREFETCH,
+        index_after: int = 0,
+        index_threads: int = 1,
+        index_min_workspace: int | None = None,
     ) -> None:
         """`index_after`: build the dense index in a worker process (episodic.store.edge_index) whenever this
-        many points were written since the last build (0: never; queries then scan)."""
+        many points were written since the last build (0: never; queries then scan) and the largest
+        workspace holds at least `index_min_workspace` points (default: `edge_index.full_scan_points` of the
+        collection's dimension, below which a graph is never searched)."""
         self._edge = EdgeEngine(Path(path))
         super().__init__(self._edge, prefetch_limit=prefetch_limit)
         self.index_after, self.index_threads = index_after, index_threads
+        self.index_min_workspace = index_min_workspace
         self.indexer: BackgroundIndexer | None = None
 
     def ensure_collection(self, dim: int, *, vector: str = DENSE) -> None:
         super().ensure_collection(dim, vector=vector)
         if self.index_after > 0 and self.indexer is None:
             self._edge.written = self._edge.unindexed()  # what the shard already holds unindexed counts too
+            if self.index_min_workspace is None:
+                self.index_min_workspace = edge_index.full_scan_points(dim)
             self.indexer = BackgroundIndexer(
                 lambda: self._edge.index_in_worker(self.index_threads),
-                lambda: self._edge.written >= self.index_after,
+                self.index_due,
                 on_cycle=lambda c: log.info("qdrant-edge: dense index rebuilt in a worker: %s", c.as_dict()),
                 on_error=lambda e: log.warning("qdrant-edge: background index build failed (will retry): %s", e),
             )
             self.indexer.start()
+
+    def index_due(self) -> bool:
+        """Enough written since the last cycle, and a workspace large enough that its graph would be searched
+        (the largest workspace's count is asked for only once the first holds: one facet every few seconds)."""
+        if self._edge.written < self.index_after:
+            return False
+        return max(self.workspaces(limit=1).values(), default=0) >= (self.index_min_workspace or 0)
 
     def close(self) -> None:
         if self.indexer is not None:

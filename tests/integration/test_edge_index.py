@@ -116,7 +116,7 @@ def test_a_crash_between_the_renames_is_recovered_at_the_next_start(fast_dir: Pa
 
 
 def test_the_background_indexer_builds_once_enough_was_written(fast_dir: Path) -> None:
-    store = filled(fast_dir / "edge", 600, index_after=500)
+    store = filled(fast_dir / "edge", 600, index_after=500, index_min_workspace=300)
     assert store.indexer is not None
     store.indexer.every_s = 0.2
     deadline = time.monotonic() + 120
@@ -126,6 +126,26 @@ def test_the_background_indexer_builds_once_enough_was_written(fast_dir: Path) -
     assert store.indexer.cycles[0].points == 600
     assert store._edge.written < 500  # counted again from the copy
     assert store.count() == 600
+    store.close()
+
+
+def test_no_cycle_runs_while_every_workspace_is_small_enough_to_be_scanned(fast_dir: Path) -> None:
+    """Enough written, but each workspace (300 points) is below the size at which its graph would be searched:
+    no cycle (a copy and a build that would give the queries nothing). One workspace past it: a cycle."""
+    store = filled(fast_dir / "edge", 600, index_after=500, index_min_workspace=400)
+    assert store.indexer is not None
+    assert edge_index.full_scan_points(384) == 6666  # the default at 384 dimensions
+    store.indexer.every_s = 0.1
+    assert store._edge.written >= 500 and not store.index_due()
+    time.sleep(1.0)
+    assert not store.indexer.cycles
+    rng = random.Random(3)
+    store.upsert([point(i, rng, ws="ws-0") for i in range(600, 700)])  # ws-0: 400 points
+    assert store.index_due()
+    deadline = time.monotonic() + 120
+    while not store.indexer.cycles and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert store.indexer.cycles and store.indexer.cycles[0].points == 700
     store.close()
 
 
