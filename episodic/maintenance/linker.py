@@ -44,7 +44,8 @@ runs. Both writers merge per (dst, relation) on the source memory, and the linke
   written: forget tombstones it, cuts the edges that point at it (the linker's not yet among them), then
   deletes it. So after its writes the linker looks at every memory it wrote an edge to, and where one is
   gone or tombstoned, cuts the edges that point at it itself (`MemoryStore.remove_edges_to`). Either the
-  forget's cut saw the edge, or the edge was written after the tombstone and this look sees it.
+  forget's cut saw the edge, or the edge was written after the tombstone and this look sees it. The same
+  for a `superseded_by` mark whose newer memory went meanwhile: it is cleared, the older fact current again.
 
 Size: about 500 lines: each new memory's edges, fold and supersession are decided against one search
 of its neighbours, in one ordered pass over the batch, and written in one call; they read top to bottom here.
@@ -252,15 +253,27 @@ class Linker:
         written: dict[str, set[str]] = {}  # workspace -> the entry ids this batch may have written an edge to
         for pid in report.applied:
             written.setdefault(ws_of[pid], set()).update(str(e["dst"]) for e in similar[pid])
-        for pid, (_, other_id, _, _) in updated.items():
+        pair_ws: dict[str, str] = {}  # point id of either memory of a supersession -> its workspace
+        for pid, (other, other_id, _, _) in updated.items():
+            pair_ws[pid] = pair_ws[other] = todo[pid].workspace_id
             written.setdefault(todo[pid].workspace_id, set()).update((todo[pid].entry_id, other_id))
-        result.cut = sum(self._cut_edges_to_gone(ws, ids) for ws, ids in written.items())
+        gone = {ws: self._gone(ws, ids) for ws, ids in written.items()}
+        result.cut = sum(self.store.remove_edges_to(ws, sorted(g)) for ws, g in gone.items() if g)
+        stale = {
+            dst: src for _, marks in later.values() for dst, src in marks.items() if src in gone.get(pair_ws[dst], ())
+        }
+        if stale:  # an older memory marked superseded by one forgotten meanwhile is current again
+
+            def clear(pid: str, payload: dict[str, Any]) -> Change | None:
+                return Change({SUPERSEDED_BY: None}) if payload.get(SUPERSEDED_BY) == stale[pid] else None
+
+            self.store.update_memories(stale, clear, writer="linker", fields=(SUPERSEDED_BY,))
         self._fold(folds, now, result)
         return result
 
-    def _cut_edges_to_gone(self, workspace_id: str, entry_ids: set[str]) -> int:
-        """Cut the edges to those of `entry_ids` that are no memory any more, or are being forgotten (tombstoned
-        for the agent of the memory that holds the id: the rule of `episodic check`)."""
+    def _gone(self, workspace_id: str, entry_ids: set[str]) -> set[str]:
+        """Those of `entry_ids` that are no memory any more, or are being forgotten (tombstoned for the agent
+        of the memory that holds the id: the rule of `episodic check`)."""
         pids = {point_id(workspace_id, i): i for i in sorted(entry_ids)}
         present = self.store.retrieve(sorted(pids), fields=("entry_id", "agent_id"))
         gone = {i for pid, i in pids.items() if pid not in present}
@@ -269,7 +282,7 @@ class Linker:
             for key, tomb in self.state.get_many(TOMBSTONE, sorted(keys)).items():
                 if tomb.get("agent_id") in (None, present[keys[key]].get("agent_id")):
                     gone.add(pids[keys[key]])
-        return self.store.remove_edges_to(workspace_id, sorted(gone)) if gone else 0
+        return gone
 
     def _supersessions(
         self, updated: dict[str, tuple[str, str, float, bool]], similar: dict[str, list[dict[str, Any]]], now: str

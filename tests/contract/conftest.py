@@ -146,3 +146,23 @@ def mk(bm25: Bm25Encoder) -> MakePoint:
         return MemoryPoint(point_id=point_id(ws, entry_id), sparse=bm25.document(text), payload=payload, dense=rows)
 
     return _mk
+
+
+class Before:
+    """The store, with `during()` run once, just before the first call to `method`: another writer's turn
+    in the window between what a writer read and what it writes."""
+
+    def __init__(self, store: MemoryStore, method: str, during: Callable[[], Any]) -> None:
+        self._store, self._method, self._during = store, method, during
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if name != self._method or self._during is None:
+            return attr
+
+        def call(*args: Any, **kw: Any) -> Any:
+            during, self._during = self._during, None
+            during()
+            return attr(*args, **kw)
+
+        return call

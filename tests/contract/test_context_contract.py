@@ -20,7 +20,7 @@ from episodic.retrieval.engine import RecallEngine
 from episodic.store.sparse import Bm25Encoder
 from episodic_client.models import RecallRequest
 from schemas.events import EmbeddableRecord, ForgetRecord, ForgetSelector
-from tests.contract.conftest import DIM, MakePoint, e
+from tests.contract.conftest import DIM, Before, MakePoint, e
 
 T = datetime(2026, 11, 20, 12, 0, 0, tzinfo=UTC)
 OWN = ScopeFilter(workspace_id="ws-a", scope="own", agent_id="agent-1")
@@ -425,22 +425,6 @@ def test_the_linker_keeps_a_next_edge_the_indexer_wrote_while_it_searched(
     assert similar_of(store, "c2") == {"c0", "c1"}
 
 
-class _Before(_Interleaved):
-    """The store, with `during()` run once, just before the first call to `method` (another writer's turn)."""
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._store, name)
-        if name != self._method or self._during is None:
-            return attr
-
-        def call(*args: Any, **kw: Any) -> Any:
-            during, self._during = self._during, None
-            during()
-            return attr(*args, **kw)
-
-        return call
-
-
 @pytest.mark.parametrize("with_tombstones", [True, False])
 def test_a_neighbour_forgotten_while_the_linker_links_keeps_no_edge(
     store: MemoryStore, state: StateStore, ix: Indexer, with_tombstones: bool
@@ -457,9 +441,7 @@ def test_a_neighbour_forgotten_while_the_linker_links_keeps_no_edge(
     forget = ForgetRecord(
         forget_id="f1", workspace_id="ws-a", selector=ForgetSelector(entry_ids=["c0"]), requested_at=T
     )
-    racing = _Before(
-        store, "update_memories", lambda: Forgetter(store=store, state=state).apply(forget, Position(0, 1))
-    )
+    racing = Before(store, "update_memories", lambda: Forgetter(store=store, state=state).apply(forget, Position(0, 1)))
     event = IndexedEvent(
         entry_id="c1", workspace_id="ws-a", point_id=point_id("ws-a", "c1"), indexed_at=T, mode="vector"
     )

@@ -9,12 +9,13 @@ from typing import Any
 from episodic.domain.folding import FoldRule
 from episodic.domain.identity import point_id
 from episodic.kernel.ports import MemoryStore, ScopeFilter, StateStore
+from episodic.lifecycle.check import check_store
 from episodic.lifecycle.forget import Forgetter
 from episodic.lifecycle.inspect import memory_detail
 from episodic.lifecycle.portable import export_line
 from episodic.maintenance.linker import Linker
 from schemas.events import ForgetRecord, ForgetSelector, IndexedEvent
-from tests.contract.conftest import MakePoint, e, mix
+from tests.contract.conftest import Before, MakePoint, e, mix
 
 T = datetime(2026, 11, 20, 12, 0, 0, tzinfo=UTC)
 OOM = "Checkout OOM-killed during the load test"
@@ -202,3 +203,22 @@ def test_forgetting_the_newer_fact_makes_the_older_current_again(
     assert linker(store).link([vector_event("t2")]).superseded == 1
     Forgetter(store=store, state=state, clock=lambda: T).apply(forget("f-t2", entry_ids=["t2"]))
     assert payload(store, "t1").get("superseded_by") is None
+
+
+def test_a_newer_fact_forgotten_while_the_linker_writes_leaves_the_older_current(
+    store: MemoryStore, state: StateStore, mk: MakePoint
+) -> None:
+    """t2 is forgotten after the linker decided that it supersedes t1 and before it wrote the mark (the
+    forget's own clean-up found no `supersedes` edge yet): the linker clears t1's mark again."""
+    store.upsert(
+        [
+            mk("t1", "the release train leaves on Tuesday", e(0), ts="2026-01-01T00:00:00Z"),
+            mk("t2", "the release train now leaves on Thursday", mix((0, 1.0), (1, 0.2)), ts="2026-02-01T00:00:00Z"),
+        ]
+    )
+    forgetter = Forgetter(store=store, state=state, clock=lambda: T)
+    racing = Before(store, "update_memories", lambda: forgetter.apply(forget("f-t2", entry_ids=["t2"])))
+    result = Linker(store=racing, clock=lambda: T, state=state).link([vector_event("t2")])  # type: ignore[arg-type]
+    assert result.superseded == 1 and store.retrieve([point_id("ws-a", "t2")]) == {}
+    assert payload(store, "t1").get("superseded_by") is None
+    assert check_store(store, state).ok
