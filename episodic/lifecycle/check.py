@@ -11,6 +11,8 @@ and forgotten texts of the workspace beside it, and each rule below that does no
 - `edge_to_forgotten` / `edge_to_missing`: an edge (`relations` / `links`) to a forgotten id, or to an id
   that is no memory of the workspace (neither an entry id nor an alias);
 - `alias_twice`: an id that two memories list (as entry id or alias);
+- `folded_into_missing`: a memory folded into an id that is no memory of the workspace: recall passes over
+  every folded memory, so nothing would ever show it;
 - `run_edge_one_way`: a memory's `previous` (`next`) edge to a memory of the workspace whose `next`
   (`previous`) edge does not point back: the run's chain is broken (a cycle of run edges shows up here too);
 - `vector_of_other_text`: the memory's active dense vector was made from another summary than the one it
@@ -134,6 +136,9 @@ def _check_workspace(store: MemoryStore, state: StateStore, ws: str, vector: str
                 report.add("edge_to_forgotten", ws, eid, f"edge to {dst}")
             elif dst not in owners:
                 report.add("edge_to_missing", ws, eid, f"edge to {dst}, which is no memory of the workspace")
+        into = p.get("folded_into")
+        if isinstance(into, str) and into not in owners:
+            report.add("folded_into_missing", ws, eid, f"folded into {into}, which is no memory of the workspace")
         _counters(p, ws, eid, report)
         _vector(p, ws, eid, vector, report)
     _run_edges(memories, ws, report)

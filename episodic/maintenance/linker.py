@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from episodic.domain.folding import FOLDED_INTO, FoldRule, compatible, near_duplicate
+from episodic.domain.folding import FOLDED, FOLDED_INTO, FoldRule, compatible, near_duplicate
 from episodic.domain.identity import point_id
 from episodic.domain.scoring import parse_time
 from episodic.domain.supersession import SUPERSEDED_BY, SUPERSEDES, SupersedeRule, is_update
@@ -268,7 +268,7 @@ class Linker:
                 return Change({SUPERSEDED_BY: None}) if payload.get(SUPERSEDED_BY) == stale[pid] else None
 
             self.store.update_memories(stale, clear, writer="linker", fields=(SUPERSEDED_BY,))
-        self._fold(folds, now, result)
+        self._fold(folds, {pid: todo[pid].workspace_id for pid in folds}, now, result)
         return result
 
     def _gone(self, workspace_id: str, entry_ids: set[str]) -> set[str]:
@@ -327,9 +327,14 @@ class Linker:
         if marks:
             self.store.set_payloads(marks)
 
-    def _fold(self, folds: dict[str, tuple[str, str, float]], now: str, result: LinkResult) -> None:
+    def _fold(
+        self, folds: dict[str, tuple[str, str, float]], ws_of: dict[str, str], now: str, result: LinkResult
+    ) -> None:
         """Fold each absorbed memory into its owner: the owner's fields under the write discipline (computed
-        from the owner as it is at the write), then the absorbed memory's mark (the linker's own fields)."""
+        from the owner as it is at the write), then the absorbed memory's mark (the linker's own fields).
+        An owner forgotten while this ran leaves the marks pointing at nothing (the forget read the owner
+        before the fold, or its unfold ran before the marks), which would hide the memories from recall: each
+        goes to the heir the forget chose for it, if any, else stands alone again."""
         if not folds:
             return
         wanted = set(folds) | {o for o, _, _ in folds.values()}
@@ -359,6 +364,34 @@ class Linker:
                 marks[pid] = {FOLDED_INTO: folds[pid][1], "linked_at": now}
                 result.folded += 1
         self.store.set_payloads(marks)
+        owners: dict[str, set[str]] = {}  # workspace -> the owners written
+        for owner_pid in done.applied:
+            pid = into[owner_pid][0][0]
+            owners.setdefault(ws_of[pid], set()).add(folds[pid][1])
+        gone = {ws: self._gone(ws, ids) for ws, ids in owners.items()}
+        orphans = {
+            pid: folds[pid][1]
+            for owner_pid in done.applied
+            for pid, _ in into[owner_pid]
+            if folds[pid][1] in gone[ws_of[pid]]
+        }
+
+        if not orphans:
+            return
+        # the forget's unfold may have made one of them the heir of the others (it lists them in `folded`)
+        heir_of = {
+            str(e.get("entry_id")): str(p.get("entry_id"))
+            for p in self.store.retrieve(sorted(orphans), fields=("entry_id", FOLDED)).values()
+            for e in p.get(FOLDED) or []
+            if isinstance(e, dict)
+        }
+
+        def stand_alone(pid: str, payload: dict[str, Any]) -> Change | None:
+            if payload.get(FOLDED_INTO) != orphans[pid]:
+                return None
+            return Change({FOLDED_INTO: heir_of.get(str(payload.get("entry_id")))})
+
+        self.store.update_memories(orphans, stand_alone, writer="linker", fields=(FOLDED_INTO,))
 
     def _decide(
         self, point: StoredHit, near: list[tuple[str, str, float]], folds: dict[str, tuple[str, str, float]]

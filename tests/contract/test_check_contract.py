@@ -94,6 +94,7 @@ def test_a_store_the_pipeline_wrote_holds_and_each_damage_is_found(
     store.set_payloads({pid("ws-a", "e1"): {"reference_count": -1, "importance_score": 1.5}})
     store.set_payloads({pid("ws-a", "e0"): {"summary": "a new summary the vector was not made from"}})
     store.set_payloads({pid("ws-a", "e2"): {"context_ids": ["e3"], "links": ["e3"]}})
+    store.set_payloads({pid("ws-a", "e1"): {"folded_into": "ghost"}})  # hidden behind an owner that is gone
     found = kinds(store, state)
     assert found.get("forgotten_text") == {"e3-again"}
     assert found.get("alias_twice") == {"d1"}
@@ -101,6 +102,7 @@ def test_a_store_the_pipeline_wrote_holds_and_each_damage_is_found(
     assert found.get("edge_to_forgotten") == {"e2"} and found.get("forgotten_in_context") == {"e2"}
     assert found.get("counter_out_of_range") == {"e1"}
     assert found.get("vector_of_other_text") == {"e0"}
+    assert found.get("folded_into_missing") == {"e1"}
     # a forgotten id back as a memory
     ix.index_batch([rec("e3", "memory 3 about the checkout, said again", accepted=T + timedelta(minutes=1))])
     assert "e3" in kinds(store, state).get("forgotten_present", set())

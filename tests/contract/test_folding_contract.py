@@ -222,3 +222,25 @@ def test_a_newer_fact_forgotten_while_the_linker_writes_leaves_the_older_current
     assert result.superseded == 1 and store.retrieve([point_id("ws-a", "t2")]) == {}
     assert payload(store, "t1").get("superseded_by") is None
     assert check_store(store, state).ok
+
+
+def test_an_owner_forgotten_while_the_linker_folds_hides_nothing(
+    store: MemoryStore, state: StateStore, mk: MakePoint
+) -> None:
+    """a1 takes b1 and c1 in, then is forgotten before the linker marks them (the forget's unfold makes b1
+    the heir of c1 and its marks come first): the linker's marks would hide both behind a1, which is gone.
+    The linker puts them back: b1 stands alone holding c1, as the forget left them."""
+    store.upsert(
+        [
+            mk("a1", OOM, e(0), agent="agent-a", ts="2026-01-01T00:00:00Z"),
+            mk("b1", OOM_2, mix((0, 1.0), (1, 0.2)), agent="agent-b", ts="2026-01-01T00:01:00Z"),
+            mk("c1", OOM_3, mix((0, 1.0), (2, 0.2)), agent="agent-c", ts="2026-01-01T00:02:00Z"),
+        ]
+    )
+    forgetter = Forgetter(store=store, state=state, clock=lambda: T)
+    racing = Before(store, "set_payloads", lambda: forgetter.apply(forget("f-a1", entry_ids=["a1"])))
+    linker = Linker(store=racing, clock=lambda: T, state=state)  # type: ignore[arg-type]
+    assert linker.link([vector_event("b1"), vector_event("c1")]).folded == 2
+    assert payload(store, "b1").get("folded_into") is None and payload(store, "c1")["folded_into"] == "b1"
+    assert ids(store, "agent-b") == ["b1"] and ids(store, "agent-c") == ["b1"]
+    assert check_store(store, state).ok, check_store(store, state).as_dict()
