@@ -47,8 +47,9 @@ runs. Both writers merge per (dst, relation) on the source memory, and the linke
   forget's cut saw the edge, or the edge was written after the tombstone and this look sees it. The same
   for a `superseded_by` mark whose newer memory went meanwhile: it is cleared, the older fact current again.
 
-Size: about 500 lines: each new memory's edges, fold and supersession are decided against one search
-of its neighbours, in one ordered pass over the batch, and written in one call; they read top to bottom here.
+Size: under 600 lines: each new memory's edges, fold and supersession are decided against one search
+of its neighbours, in one ordered pass over the batch, written in one call, then checked against forgets that
+ran meanwhile; they read top to bottom here.
 """
 
 from __future__ import annotations
