@@ -148,12 +148,12 @@ def mk(bm25: Bm25Encoder) -> MakePoint:
     return _mk
 
 
-class Before:
-    """The store, with `during()` run once, just before the first call to `method`: another writer's turn
-    in the window between what a writer read and what it writes."""
+class Interleaved:
+    """The store, with `during()` run once inside the first call to `method`: after it (`before=False`) or just
+    before it: another writer's turn in the window between what a writer read and what it writes."""
 
-    def __init__(self, store: MemoryStore, method: str, during: Callable[[], Any]) -> None:
-        self._store, self._method, self._during = store, method, during
+    def __init__(self, store: MemoryStore, method: str, during: Callable[[], Any], *, before: bool = False) -> None:
+        self._store, self._method, self._during, self._before = store, method, during, before
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._store, name)
@@ -162,7 +162,11 @@ class Before:
 
         def call(*args: Any, **kw: Any) -> Any:
             during, self._during = self._during, None
-            during()
-            return attr(*args, **kw)
+            if self._before:
+                during()
+            out = attr(*args, **kw)
+            if not self._before:
+                during()
+            return out
 
         return call

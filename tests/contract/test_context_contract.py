@@ -20,7 +20,7 @@ from episodic.retrieval.engine import RecallEngine
 from episodic.store.sparse import Bm25Encoder
 from episodic_client.models import RecallRequest
 from schemas.events import EmbeddableRecord, ForgetRecord, ForgetSelector
-from tests.contract.conftest import DIM, Before, MakePoint, e
+from tests.contract.conftest import DIM, Interleaved, MakePoint, e
 
 T = datetime(2026, 11, 20, 12, 0, 0, tzinfo=UTC)
 OWN = ScopeFilter(workspace_id="ws-a", scope="own", agent_id="agent-1")
@@ -364,26 +364,6 @@ def test_an_old_collection_runs_without_the_context_vector(
         store.close()
 
 
-class _Interleaved:
-    """The store, with `during()` run once, inside the first call to `method` (another writer's turn)."""
-
-    def __init__(self, store: MemoryStore, method: str, during: Any) -> None:
-        self._store, self._method, self._during = store, method, during
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._store, name)
-        if name != self._method or self._during is None:
-            return attr
-
-        def call(*args: Any, **kw: Any) -> Any:
-            during, self._during = self._during, None
-            out = attr(*args, **kw)
-            during()
-            return out
-
-        return call
-
-
 def similar_of(store: MemoryStore, entry_id: str) -> set[str]:
     return {e["dst"] for e in memory(store, entry_id)["relations"] if e["relation"] == "similar"}
 
@@ -403,7 +383,7 @@ def test_the_linker_keeps_a_next_edge_the_indexer_wrote_while_it_searched(
     event = IndexedEvent(
         entry_id="c1", workspace_id="ws-a", point_id=point_id("ws-a", "c1"), indexed_at=T, mode="vector"
     )
-    racing = _Interleaved(store, "similar_to_many", lambda: ix.index_batch([c[2]]))
+    racing = Interleaved(store, "similar_to_many", lambda: ix.index_batch([c[2]]))
     Linker(store=racing, threshold=0.5, top_k=3).link([event])  # type: ignore[arg-type]
     assert adjacency(store, "c1") == {"previous": "c0", "next": "c2"}
     assert similar_of(store, "c1") == {"c0"}
@@ -415,7 +395,7 @@ def test_the_linker_keeps_a_next_edge_the_indexer_wrote_while_it_searched(
     )
     linker = Linker(store=store, threshold=0.5, top_k=3)
     racing_ix = Indexer(
-        store=_Interleaved(store, "run_memories", lambda: linker.link([late])),  # type: ignore[arg-type]
+        store=Interleaved(store, "run_memories", lambda: linker.link([late])),  # type: ignore[arg-type]
         embedder=None,
         bm25=bm25,
         context=ContextMode("prev", 2, 16),
@@ -441,7 +421,8 @@ def test_a_neighbour_forgotten_while_the_linker_links_keeps_no_edge(
     forget = ForgetRecord(
         forget_id="f1", workspace_id="ws-a", selector=ForgetSelector(entry_ids=["c0"]), requested_at=T
     )
-    racing = Before(store, "update_memories", lambda: Forgetter(store=store, state=state).apply(forget, Position(0, 1)))
+    forgetter = Forgetter(store=store, state=state)
+    racing = Interleaved(store, "update_memories", lambda: forgetter.apply(forget, Position(0, 1)), before=True)
     event = IndexedEvent(
         entry_id="c1", workspace_id="ws-a", point_id=point_id("ws-a", "c1"), indexed_at=T, mode="vector"
     )

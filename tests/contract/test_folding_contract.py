@@ -15,7 +15,7 @@ from episodic.lifecycle.inspect import memory_detail
 from episodic.lifecycle.portable import export_line
 from episodic.maintenance.linker import Linker
 from schemas.events import ForgetRecord, ForgetSelector, IndexedEvent
-from tests.contract.conftest import Before, MakePoint, e, mix
+from tests.contract.conftest import Interleaved, MakePoint, e, mix
 
 T = datetime(2026, 11, 20, 12, 0, 0, tzinfo=UTC)
 OOM = "Checkout OOM-killed during the load test"
@@ -217,7 +217,9 @@ def test_a_newer_fact_forgotten_while_the_linker_writes_leaves_the_older_current
         ]
     )
     forgetter = Forgetter(store=store, state=state, clock=lambda: T)
-    racing = Before(store, "update_memories", lambda: forgetter.apply(forget("f-t2", entry_ids=["t2"])))
+    racing = Interleaved(
+        store, "update_memories", lambda: forgetter.apply(forget("f-t2", entry_ids=["t2"])), before=True
+    )
     result = Linker(store=racing, clock=lambda: T, state=state).link([vector_event("t2")])  # type: ignore[arg-type]
     assert result.superseded == 1 and store.retrieve([point_id("ws-a", "t2")]) == {}
     assert payload(store, "t1").get("superseded_by") is None
@@ -238,7 +240,7 @@ def test_an_owner_forgotten_while_the_linker_folds_hides_nothing(
         ]
     )
     forgetter = Forgetter(store=store, state=state, clock=lambda: T)
-    racing = Before(store, "set_payloads", lambda: forgetter.apply(forget("f-a1", entry_ids=["a1"])))
+    racing = Interleaved(store, "set_payloads", lambda: forgetter.apply(forget("f-a1", entry_ids=["a1"])), before=True)
     linker = Linker(store=racing, clock=lambda: T, state=state)  # type: ignore[arg-type]
     assert linker.link([vector_event("b1"), vector_event("c1")]).folded == 2
     assert payload(store, "b1").get("folded_into") is None and payload(store, "c1")["folded_into"] == "b1"
