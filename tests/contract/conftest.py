@@ -153,7 +153,8 @@ class Interleaved:
     before it: another writer's turn in the window between what a writer read and what it writes."""
 
     def __init__(self, store: MemoryStore, method: str, during: Callable[[], Any], *, before: bool = False) -> None:
-        self._store, self._method, self._during, self._before = store, method, during, before
+        self._store, self._method, self._before = store, method, before
+        self._during: Callable[[], Any] | None = during
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._store, name)
@@ -162,6 +163,7 @@ class Interleaved:
 
         def call(*args: Any, **kw: Any) -> Any:
             during, self._during = self._during, None
+            assert during is not None
             if self._before:
                 during()
             out = attr(*args, **kw)
