@@ -1,0 +1,124 @@
+"""The embedded broker (Tansu, memory storage) as records pile up: its CPU per window, producing alone and with
+a consumer at the tail, against its first window (issue 27 item 2: why the soak's latency climbs).
+
+A fresh broker, one topic of 8 partitions; about 1,000 records/s of 300 bytes (60 every 50 ms, keyed over
+the partitions) for `--seconds` (150 by default) in each mode, one broker per mode:
+
+  produce   no consumer;
+  tail      one consumer group at the tail, committing every second, fetch wait 100 ms (a pipeline stage);
+  tail-500  the same with a 500 ms fetch wait and a 64 KiB minimum (fewer fetches, each returning more).
+
+Tansu keeps every record (no retention, see docs/configuration.md). Measured here: producing alone costs the
+same at 200k records held as at 30k; a consumer's fetches that return records cost time that grows with
+the records held, so a stage's broker time grows with the topic's age whatever the rate. The ratio reported
+is the last window's broker CPU over the first window's, in the same mode.
+
+    python -m bench.bench_broker                # 150 s per mode
+    python -m bench.bench_broker --seconds 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+from bench.common import Row, emit
+
+MODES = ("produce", "tail", "tail-500")
+WINDOW_S = 30.0
+PER_TICK = 60
+TICK_S = 0.05
+PARTITIONS = 8
+
+
+def _ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks (100 a second)
+
+
+async def run_mode(mode: str, seconds: float) -> list[tuple[int, float]]:
+    """[(records held at the window's end, broker CPU % of one core in that window)]."""
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    from episodic.bus.kafka import make_producer
+    from infra.broker import EmbeddedBroker, free_port
+
+    windows: list[tuple[int, float]] = []
+    with EmbeddedBroker(host="127.0.0.1", port=free_port()) as broker:
+        pid = broker.pid
+        assert pid is not None
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await admin.start()
+        await admin.create_topics([NewTopic("bench-broker", PARTITIONS, 1)])
+        await admin.close()
+        producer = make_producer(broker.bootstrap, linger_ms=5)
+        await producer.start()
+        consumer: Any = None
+        reader: asyncio.Task[None] | None = None
+        if mode != "produce":
+            batched = mode == "tail-500"
+            consumer = AIOKafkaConsumer(
+                "bench-broker",
+                bootstrap_servers=broker.bootstrap,
+                group_id="bench-broker",
+                auto_commit_interval_ms=1000,
+                auto_offset_reset="earliest",
+                fetch_max_wait_ms=500 if batched else 100,
+                fetch_min_bytes=65536 if batched else 1,
+            )
+            await consumer.start()
+
+            async def read() -> None:
+                while True:
+                    await consumer.getmany(timeout_ms=200)
+
+            reader = asyncio.create_task(read())
+        try:
+            held, end = 0, time.monotonic() + seconds
+            t0, k0 = time.monotonic(), _ticks(pid)
+            while time.monotonic() < end:
+                sent = [await producer.send("bench-broker", b"x" * 300, key=str(i).encode()) for i in range(PER_TICK)]
+                await asyncio.gather(*sent)
+                held += PER_TICK
+                await asyncio.sleep(TICK_S)
+                if time.monotonic() - t0 >= WINDOW_S:
+                    k = _ticks(pid)
+                    windows.append((held, (k - k0) / (time.monotonic() - t0)))
+                    t0, k0 = time.monotonic(), k
+        finally:
+            if reader is not None:
+                reader.cancel()
+            if consumer is not None:
+                await consumer.stop()
+            await producer.stop()
+    return windows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--seconds", type=float, default=150.0, help="per mode (default 150; windows of 30 s)")
+    args = ap.parse_args(argv)
+    if args.seconds < 2 * WINDOW_S:
+        ap.error(f"--seconds must be at least {2 * WINDOW_S:g} (two windows)")
+    rows: list[Row] = []
+    for mode in MODES:
+        windows = asyncio.run(run_mode(mode, args.seconds))
+        for held, cpu in windows:
+            print(f"bench_broker {mode:9s} {held:8d} records held: broker CPU {cpu:5.1f} % of a core", flush=True)
+        (first_held, first), (last_held, last) = windows[0], windows[-1]
+        rows.append(
+            Row(
+                "broker", f"broker CPU, {mode}, at {last_held:,} records held", last, "%", first,
+                f"the first window ({first_held:,} held)", note="one core = 100 %",
+            )
+        )  # fmt: skip
+    emit(rows, "the embedded broker's CPU as records pile up")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
