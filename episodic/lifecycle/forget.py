@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import islice
@@ -117,6 +117,18 @@ def tombstone_retired(state: StateStore, payloads: Iterable[dict[str, Any]], at:
             state.put_many(TOMBSTONE, new)
             written += len(new)
     return written
+
+
+def tombstoned(state: StateStore, workspace_id: str, agents: Mapping[str, Any]) -> set[str]:
+    """Which of the ids in `agents` (entry id -> the agent of the memory or entry that holds it) a forget or
+    retention tombstoned for that agent (a tombstone without an agent holds for every agent)."""
+    out: set[str] = set()
+    for chunk in _chunks(sorted(agents), PAGE):
+        keys = {tombstone_key(workspace_id, e): e for e in chunk}
+        for key, tomb in state.get_many(TOMBSTONE, sorted(keys)).items():
+            if tomb.get("agent_id") in (None, agents[keys[key]]):
+                out.add(keys[key])
+    return out
 
 
 def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:

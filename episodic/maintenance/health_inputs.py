@@ -26,7 +26,7 @@ from typing import Any
 
 from episodic.domain.identity import point_id
 from episodic.kernel.ports import MemoryStore, StateStore
-from episodic.lifecycle.forget import RULES, TOMBSTONE, parse_iso, selects, tombstone_key
+from episodic.lifecycle.forget import RULES, parse_iso, selects, tombstoned
 from episodic.maintenance.marks import advance, clean, seen
 from schemas.events import EmbeddableRecord, ReferencedEvent
 
@@ -91,13 +91,7 @@ def left_out(state: StateStore, workspace_id: str, entries: dict[str, dict[str, 
     Entries without an acceptance stamp are judged by their tombstones only."""
     if not entries:
         return set()
-    out: set[str] = set()
-    for chunk in _chunks(sorted(entries)):
-        dead = state.get_many(TOMBSTONE, [tombstone_key(workspace_id, e) for e in chunk])
-        for e in chunk:
-            tomb = dead.get(tombstone_key(workspace_id, e))
-            if tomb is not None and tomb.get("agent_id") in (None, entries[e].get("agent_id")):
-                out.add(e)
+    out = tombstoned(state, workspace_id, {e: doc.get("agent_id") for e, doc in entries.items()})
     rules = list((state.get(RULES, workspace_id) or {}).get("rules") or [])
     for e, doc in entries.items():
         if e in out or not rules:
@@ -110,10 +104,6 @@ def left_out(state: StateStore, workspace_id: str, entries: dict[str, dict[str, 
                 out.add(e)
                 break
     return out
-
-
-def _chunks(items: list[str], size: int = 256) -> list[list[str]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def known_workspaces(state: StateStore) -> set[str]:

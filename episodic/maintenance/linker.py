@@ -79,7 +79,7 @@ from episodic.kernel.ports import (
     StoredHit,
     relations_payload,
 )
-from episodic.lifecycle.forget import TOMBSTONE, tombstone_key
+from episodic.lifecycle.forget import tombstoned
 from episodic.store.rules import pieces_field
 from schemas.events import IndexedEvent
 
@@ -279,10 +279,7 @@ class Linker:
         present = self.store.retrieve(sorted(pids), fields=("entry_id", "agent_id"))
         gone = {i for pid, i in pids.items() if pid not in present}
         if self.state is not None and present:
-            keys = {tombstone_key(workspace_id, pids[pid]): pid for pid in present}
-            for key, tomb in self.state.get_many(TOMBSTONE, sorted(keys)).items():
-                if tomb.get("agent_id") in (None, present[keys[key]].get("agent_id")):
-                    gone.add(pids[keys[key]])
+            gone |= tombstoned(self.state, workspace_id, {pids[pid]: p.get("agent_id") for pid, p in present.items()})
         return gone
 
     def _supersessions(
