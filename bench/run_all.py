@@ -35,6 +35,7 @@ BENCHES: dict[str, str] = {
     "render": "bench.bench_render",
     "explorer": "bench.bench_explorer",
     "integrity": "bench.bench_integrity",
+    "index_build": "bench.bench_index_build",
 }
 # Other benchmarks in the repo (owned elsewhere) that follow the same --quick convention; run if present.
 OPTIONAL: dict[str, str] = {"gate": "bench.bench_gate"}
@@ -52,6 +53,7 @@ TIMEOUT_S = {
     "context": 1800,
     "chunking": 1800,
     "render": 600,
+    "index_build": 2400,
 }
 
 

@@ -40,7 +40,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,7 @@ from episodic.store import edge_index
 from episodic.store.edge_index import BackgroundIndexer, IndexCycle, Worker
 from episodic.store.facade import DEFAULT_PREFETCH, Engine, QdrantStore, Record, ScoredRecord
 from episodic.store.query import Filter, Lowering, Query
-from episodic.store.rules import IndexKind
+from episodic.store.rules import ACORN_MAX_SELECTIVITY, IndexKind, has_graph
 from episodic.store.rwlock import ReadWriteLock
 
 try:
@@ -104,6 +104,10 @@ def layout_config(path: Path, hnsw: qe.HnswIndexConfig) -> qe.EdgeConfig:
 
 
 _MAXSIM = qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim)
+# ACORN: a filter that keeps less than `ACORN_MAX_SELECTIVITY` of the points searched is followed through the
+# neighbours' neighbours in the graph; a filter on a field without graphs of its own (rules.GRAPH_FIELDS) then
+# finds what it would find with them (issue 27, docs/scale.md).
+_DENSE_PARAMS = qe.SearchParams(acorn=qe.AcornSearchParams(enable=True, max_selectivity=ACORN_MAX_SELECTIVITY))
 
 
 CONFIG_FILE = "edge_config.json"  # what qdrant-edge writes beside the shard's segments
@@ -119,15 +123,51 @@ def stored_sparse_names(path: Path) -> set[str] | None:
         return None
 
 
-def _index_schema(kind: IndexKind) -> Any:
+def _index_schema(name: str, kind: IndexKind) -> Any:
+    """The payload index of field `name`: a graph per value only for the fields that scope a recall
+    (`rules.GRAPH_FIELDS`); see `graphs_for_scope_only` for shards written before."""
+    graph = has_graph(name)
     if kind == "tenant":
-        return qe.KeywordIndexParams(is_tenant=True)
-    return {
-        "keyword": qe.PayloadSchemaType.Keyword,
-        "float": qe.PayloadSchemaType.Float,
-        "datetime": qe.PayloadSchemaType.Datetime,
-        "bool": qe.PayloadSchemaType.Bool,
-    }[kind]
+        return qe.KeywordIndexParams(is_tenant=True, enable_hnsw=graph)
+    return _PARAMS[kind](enable_hnsw=graph)
+
+
+_PARAMS: dict[str, Any] = {
+    "keyword": qe.KeywordIndexParams,
+    "float": qe.FloatIndexParams,
+    "datetime": qe.DatetimeIndexParams,
+    "bool": qe.BoolIndexParams,
+}
+_KIND_OF_TYPE: dict[Any, str] = {
+    qe.PayloadSchemaType.Keyword: "keyword",
+    qe.PayloadSchemaType.Float: "float",
+    qe.PayloadSchemaType.Datetime: "datetime",
+    qe.PayloadSchemaType.Bool: "bool",
+}
+
+
+def graphs_for_scope_only(shard: Any) -> list[str]:
+    """Turn off the per-value graphs of every payload index of `shard` outside `rules.GRAPH_FIELDS` (a
+    shard written before they were off). The index worker runs it on its copy before building; returns the
+    fields it changed."""
+    return set_value_graphs(shard, has_graph)
+
+
+def set_value_graphs(shard: Any, graph: Callable[[str], bool]) -> list[str]:
+    """Create every payload index of `shard` whose per-value graphs are not `graph(field)` again with
+    `enable_hnsw=graph(field)` (the tenant index is left as it is); returns the fields it changed."""
+    changed: list[str] = []
+    for name, info in shard.info().payload_schema.items():
+        kind = _KIND_OF_TYPE.get(info.data_type)
+        params: Any = info.params
+        if kind is None or (params is not None and kind == "keyword" and params.is_tenant):
+            continue  # a tenant index is the workspace's, always with its graphs
+        want = graph(name)
+        if (params.enable_hnsw is not False if params is not None else True) == want:
+            continue
+        shard.update(qe.UpdateOperation.create_field_index(name, _PARAMS[kind](enable_hnsw=want)))
+        changed.append(name)
+    return changed
 
 
 def _point_id(pid: str) -> uuid.UUID | str:
@@ -268,7 +308,7 @@ class EdgeEngine(Engine):
             present = set(self._shard.info().payload_schema)
             for name, kind in indexes.items():
                 if name not in present:
-                    self._apply(self._shard, qe.UpdateOperation.create_field_index(name, _index_schema(kind)))
+                    self._apply(self._shard, qe.UpdateOperation.create_field_index(name, _index_schema(name, kind)))
 
     def flush(self) -> None:
         with self._guard("flush"):
@@ -643,7 +683,7 @@ class EdgeEngine(Engine):
         return qe.SparseVector(indices, values)
 
     def dense_leg(self, vector: list[float], flt: Any, limit: int, using: str = DENSE) -> qe.Prefetch:
-        return qe.Prefetch(limit=limit, query=qe.Query.Nearest([vector], using=using), filter=flt)
+        return qe.Prefetch(limit=limit, query=qe.Query.Nearest([vector], using=using), filter=flt, params=_DENSE_PARAMS)
 
     def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None, using: str) -> qe.Prefetch:
         return qe.Prefetch(

@@ -35,6 +35,9 @@ ran and gave its queries nothing).
 Index settings: per-workspace graphs only (`payload_m=16`, `m=0`, over the `workspace_id` tenant index),
 as the server adapter's collection: every dense query is filtered by one workspace and searches that
 workspace's graph; a workspace smaller than `full_scan_threshold` is scanned through its payload index.
+Payload values get graphs of their own only for the fields that scope a recall (`rules.GRAPH_FIELDS`):
+Qdrant builds one per value of every indexed field by default, a graph of the whole store for each field
+like severity or ts, which tripled the build; a filter on such a field is searched with ACORN instead.
 """
 
 from __future__ import annotations
@@ -119,13 +122,14 @@ class IndexCycle:
 class Worker:
     """The build step: a child process over the copy; `stop()` ends it (the stack is shutting down)."""
 
-    def __init__(self, path: Path, threads: int) -> None:
-        self.path, self.threads = path, threads
+    def __init__(self, path: Path, threads: int, *, keep_graphs: bool = False) -> None:
+        self.path, self.threads, self.keep_graphs = path, threads, keep_graphs
         self._proc: subprocess.Popen[bytes] | None = None
         self._stopped = False
 
     def run(self, timeout: float = WORKER_TIMEOUT_S) -> dict[str, Any]:
         cmd = [sys.executable, "-m", "episodic.store.edge_worker", str(self.path), "--threads", str(self.threads)]
+        cmd += ["--keep-graphs"] if self.keep_graphs else []
         if self._stopped:
             raise StoreError("qdrant-edge index build: stopped")
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

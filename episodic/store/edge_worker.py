@@ -1,7 +1,8 @@
 """The index worker process (episodic.store.edge_index): `python -m episodic.store.edge_worker <copy>` loads the
-copy of a Qdrant Edge shard with the index settings, runs its optimizers (segment merge, HNSW), flushes and
-closes it, and prints a JSON report on its last line (with its peak resident memory). Niced: it runs behind
-the stack's own work."""
+copy of a Qdrant Edge shard with the index settings, turns off the per-value graphs of the payload indexes
+that do not scope a recall (a shard written before `rules.GRAPH_FIELDS`), runs its optimizers (segment
+merge, HNSW), flushes and closes it, and prints a JSON report on its last line (with its peak resident
+memory). Niced: it runs behind the stack's own work."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import qdrant_edge as qe
 
-from episodic.store.edge import layout_config
+from episodic.store.edge import graphs_for_scope_only, layout_config
 from episodic.store.edge_index import index_hnsw
 
 
@@ -31,10 +32,14 @@ def peak_rss_mib() -> float:
     return 0.0
 
 
-def _build(path: str, threads: int) -> dict[str, Any]:
-    """The worker: the copy at `path` loaded with the index settings, optimised, flushed and closed."""
+def _build(path: str, threads: int, keep_graphs: bool = False) -> dict[str, Any]:
+    """The worker: the copy at `path` loaded with the index settings, optimised, flushed and closed.
+    `keep_graphs`: build the graphs of every payload index as the shard has them (bench_index_build's
+    baseline: the build before issue 27)."""
     t0 = time.perf_counter()
     shard = qe.EdgeShard.load(path, layout_config(Path(path), index_hnsw(threads)))
+    # a shard written before: graphs for the scoping fields only
+    graphs_off = [] if keep_graphs else graphs_for_scope_only(shard)
     changed = shard.optimize()
     info = shard.info()
     shard.flush()
@@ -46,6 +51,7 @@ def _build(path: str, threads: int) -> dict[str, Any]:
         "segments": int(info.segments_count),
         "indexed_vectors": int(info.indexed_vectors_count),
         "max_rss_mib": peak_rss_mib(),
+        "graphs_off": graphs_off,
     }
 
 
@@ -53,12 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="build the dense index of a copy of a Qdrant Edge shard")
     ap.add_argument("path")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--keep-graphs", action="store_true", help="keep every payload index's graphs (a baseline)")
     args = ap.parse_args(argv)
     try:
         os.nice(10)  # behind the stack's own work on a shared machine
     except OSError:  # pragma: no cover - not permitted: run at the same priority
         pass
-    print(json.dumps(_build(args.path, args.threads)), flush=True)
+    print(json.dumps(_build(args.path, args.threads, args.keep_graphs)), flush=True)
     return 0
 
 

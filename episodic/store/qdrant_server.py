@@ -32,7 +32,7 @@ from episodic.kernel.errors import StoreError, StoreUnavailable
 from episodic.kernel.ports import CONTEXT, DENSE, SPARSE, MemoryPoint, SparseVec
 from episodic.store.facade import DEFAULT_PREFETCH, Engine, QdrantStore, Record, ScoredRecord
 from episodic.store.query import Filter, Lowering, Query
-from episodic.store.rules import IndexKind
+from episodic.store.rules import ACORN_MAX_SELECTIVITY, IndexKind, has_graph
 
 try:
     from qdrant_client import QdrantClient
@@ -43,15 +43,23 @@ except ImportError as e:  # pragma: no cover - a core dependency; guard for a cl
     raise ImportError("QdrantServerStore needs qdrant-client: pip install 'qdrant-client>=1.16'") from e
 
 
-def _index_schema(kind: IndexKind) -> Any:
+# ACORN for filters on fields without graphs of their own, as the embedded store's (episodic.store.edge).
+_DENSE_PARAMS = m.SearchParams(acorn=m.AcornSearchParams(enable=True, max_selectivity=ACORN_MAX_SELECTIVITY))
+
+
+def _index_schema(name: str, kind: IndexKind) -> Any:
+    """The payload index of field `name`: graphs per value only for the fields that scope a recall
+    (`rules.GRAPH_FIELDS`, as the embedded store's)."""
+    graph = has_graph(name)
     if kind == "tenant":
-        return m.KeywordIndexParams(type=m.KeywordIndexType.KEYWORD, is_tenant=True)
-    return {
-        "keyword": m.PayloadSchemaType.KEYWORD,
-        "float": m.PayloadSchemaType.FLOAT,
-        "datetime": m.PayloadSchemaType.DATETIME,
-        "bool": m.PayloadSchemaType.BOOL,
-    }[kind]
+        return m.KeywordIndexParams(type=m.KeywordIndexType.KEYWORD, is_tenant=True, enable_hnsw=graph)
+    if kind == "keyword":
+        return m.KeywordIndexParams(type=m.KeywordIndexType.KEYWORD, enable_hnsw=graph)
+    if kind == "float":
+        return m.FloatIndexParams(type=m.FloatIndexType.FLOAT, enable_hnsw=graph)
+    if kind == "datetime":
+        return m.DatetimeIndexParams(type=m.DatetimeIndexType.DATETIME, enable_hnsw=graph)
+    return m.BoolIndexParams(type=m.BoolIndexType.BOOL, enable_hnsw=graph)
 
 
 @functools.lru_cache(maxsize=4)
@@ -172,7 +180,7 @@ class ClientEngine(Engine):
                 for name, kind in indexes.items():
                     if name not in present:
                         self.client.create_payload_index(
-                            self.collection, name, field_schema=_index_schema(kind), wait=True
+                            self.collection, name, field_schema=_index_schema(name, kind), wait=True
                         )
 
     def _check_layout(self, dim: int, vector: str) -> None:
@@ -501,7 +509,7 @@ class ClientEngine(Engine):
 
     def dense_leg(self, vector: list[float], flt: Any, limit: int, using: str = DENSE) -> m.Prefetch:
         # A one-row multivector: max-sim against it is the best chunk's cosine.
-        return m.Prefetch(query=[vector], using=using, filter=flt, limit=limit)
+        return m.Prefetch(query=[vector], using=using, filter=flt, limit=limit, params=_DENSE_PARAMS)
 
     def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None, using: str) -> m.Prefetch:
         return m.Prefetch(

@@ -43,6 +43,23 @@ PAYLOAD_INDEXES: dict[str, IndexKind] = {
     "pieces": "float",  # read by the hybrid's piece prior (a Formula variable) for every dense candidate
 }
 
+# The fields whose values get graphs of their own when the dense index is built (Qdrant's `payload_m`
+# links, per value with more points than `full_scan_threshold`): those that scope a recall. Every other
+# index only filters (`enable_hnsw` off). Built for every indexed field, as before, each field whose values
+# cover the store (severity, entry_type, has_dense, ts, importance_score, pieces, ...) cost one more graph of
+# every memory: 3.2x the build time at 40k real memories (issue 27, docs/scale.md).
+GRAPH_FIELDS: frozenset[str] = frozenset({"workspace_id", "crew_id", "agent_id", "agents", "run_id"})
+# A dense query whose filter keeps less than this share of the points searches with ACORN (the neighbours'
+# neighbours): without graphs of their own, a filter on severity, entry_type or a time window found 0.81-0.88
+# of the exact top 10 at 40k real memories, with ACORN 0.998-0.999 (all fields' graphs: 0.985-0.999).
+ACORN_MAX_SELECTIVITY = 0.4
+
+
+def has_graph(field: str) -> bool:
+    """Whether the dense index builds graphs per value of `field` (GRAPH_FIELDS)."""
+    return field in GRAPH_FIELDS
+
+
 # Sparse indices are u32 in Qdrant.
 _MAX_SPARSE_INDEX = 2**32 - 1
 

@@ -166,3 +166,55 @@ def test_a_failing_cycle_is_retried_after_a_back_off_not_at_every_check(monkeypa
     indexer.stop()
     assert len(tries) >= 3 and len(errors) == len(tries)
     assert tries[1] - tries[0] >= 0.3 and tries[2] - tries[1] >= 0.6  # 0.3 s, then doubled
+
+
+def _graph_flags(store: EdgeStore) -> dict[str, bool | None]:
+    schema = store._edge._open().info().payload_schema
+    return {name: (info.params.enable_hnsw if info.params is not None else None) for name, info in schema.items()}
+
+
+def test_only_the_fields_that_scope_a_recall_get_graphs_and_a_shard_written_before_is_converted(
+    fast_dir: Path,
+) -> None:
+    """A new shard creates its payload indexes with per-value graphs off outside `GRAPH_FIELDS` (each such
+    field cost a graph of the whole store in the build: issue 27). A shard written before (every index with
+    its graphs, as Qdrant's default) has them turned off by the index cycle's worker, on its copy, and keeps
+    every point and its answers."""
+    import qdrant_edge as qe
+
+    from episodic.store.rules import GRAPH_FIELDS, PAYLOAD_INDEXES
+
+    store = filled(fast_dir / "edge", 400)
+    flags = _graph_flags(store)
+    assert {f for f in PAYLOAD_INDEXES if flags[f] is not False} == set(GRAPH_FIELDS)
+    # as a shard written before: severity, ts and importance_score with their graphs (Qdrant's default)
+    shard = store._edge._open()
+    for name in ("severity", "entry_type"):
+        shard.update(qe.UpdateOperation.create_field_index(name, qe.PayloadSchemaType.Keyword))
+    shard.update(qe.UpdateOperation.create_field_index("ts", qe.PayloadSchemaType.Datetime))
+    shard.update(qe.UpdateOperation.create_field_index("importance_score", qe.FloatIndexParams(enable_hnsw=True)))
+    flags = _graph_flags(store)
+    assert flags["importance_score"] is True and flags["severity"] is not False and flags["ts"] is not False
+    q = vec(random.Random(9))
+    scope = ScopeFilter(workspace_id="ws-0", scope="own", agent_id="a1")
+    before = [h.point_id for h in store.query_dense(q, scope, 10)]
+    cycle = store.index_now()
+    assert cycle.points == 400
+    flags = _graph_flags(store)
+    assert {f for f in PAYLOAD_INDEXES if flags[f] is not False} == set(GRAPH_FIELDS), flags
+    assert store.count() == 400
+    assert [h.point_id for h in store.query_dense(q, scope, 10)] == before
+    store.close()
+    again = EdgeStore(fast_dir / "edge")  # the converted indexes are the shard's own from now on
+    again.ensure_collection(DIM)
+    assert {f for f in PAYLOAD_INDEXES if _graph_flags(again)[f] is not False} == set(GRAPH_FIELDS)
+    again.close()
+
+
+def test_the_server_adapter_creates_the_same_indexes() -> None:
+    from episodic.store import qdrant_server
+    from episodic.store.rules import GRAPH_FIELDS, PAYLOAD_INDEXES
+
+    graphs = {f for f, kind in PAYLOAD_INDEXES.items() if qdrant_server._index_schema(f, kind).enable_hnsw}
+    assert graphs == set(GRAPH_FIELDS)
+    assert qdrant_server._index_schema("workspace_id", "tenant").is_tenant
