@@ -62,7 +62,24 @@ def paragraphs(limit: int) -> tuple[list[str], list[str]]:
     return texts, questions
 
 
-def seed(store: Any, embedder: Any, texts: list[str], workspaces: int, now: datetime) -> None:
+def embedded(embedder: Any, texts: list[str], cache: Path | None) -> np.ndarray:
+    """The texts' vectors, from `cache` (a .npy of the same texts embedded before) when it has them."""
+    if cache is not None and cache.exists():
+        vecs = np.load(cache)
+        if vecs.shape == (len(texts), embedder.dim):
+            print(f"  {len(texts)} paragraphs' vectors from {cache}", flush=True)
+            return vecs
+    t0 = time.perf_counter()
+    vecs = np.stack([v[0] for v in embedder.embed_documents(texts)]).astype(np.float32)
+    print(f"  embedded {len(texts)} paragraphs in {time.perf_counter() - t0:.0f}s", flush=True)
+    if cache is not None:
+        np.save(cache, vecs)
+    return vecs
+
+
+def seed(
+    store: Any, embedder: Any, texts: list[str], workspaces: int, now: datetime, cache: Path | None = None
+) -> None:
     from episodic.domain.identity import point_id
     from episodic.indexing.indexer import _payload
     from episodic.kernel.ports import MemoryPoint
@@ -71,9 +88,7 @@ def seed(store: Any, embedder: Any, texts: list[str], workspaces: int, now: date
 
     rng = random.Random(9)
     bm25 = Bm25Encoder()
-    t0 = time.perf_counter()
-    vecs = np.stack([v[0] for v in embedder.embed_documents(texts)]).astype(np.float32)
-    print(f"  embedded {len(texts)} paragraphs in {time.perf_counter() - t0:.0f}s", flush=True)
+    vecs = embedded(embedder, texts, cache)
     for start in range(0, len(texts), 1000):
         points = []
         for i in range(start, min(len(texts), start + 1000)):
@@ -195,7 +210,7 @@ def run(args: argparse.Namespace) -> list[Row]:
         store = EdgeStore(flat)
         store.ensure_collection(embedder.dim)
         record_generation(store, embedder)
-        seed(store, embedder, texts, args.workspaces, now)
+        seed(store, embedder, texts, args.workspaces, now, args.vectors_cache)
         store.close()
         exact = answers(flat, embedder, vectors, kinds, args.workspaces)
         builds: dict[str, dict[str, Any]] = {}
@@ -238,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workspaces", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2, help="the worker's indexing threads")
     ap.add_argument("--queries", type=int, default=100)
+    ap.add_argument("--vectors-cache", type=Path, default=None, help="a .npy of the paragraphs' vectors (reused)")
     ap.add_argument("--quick", action="store_true", help="10k memories, 40 queries (a sanity check)")
     args = ap.parse_args(argv)
     if args.quick:

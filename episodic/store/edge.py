@@ -51,7 +51,7 @@ from episodic.store import edge_index
 from episodic.store.edge_index import BackgroundIndexer, IndexCycle, Worker
 from episodic.store.facade import DEFAULT_PREFETCH, Engine, QdrantStore, Record, ScoredRecord
 from episodic.store.query import Filter, Lowering, Query
-from episodic.store.rules import ACORN_MAX_SELECTIVITY, IndexKind, has_graph
+from episodic.store.rules import ACORN_MAX_SELECTIVITY, HNSW_EF_SEARCH, IndexKind, has_graph
 from episodic.store.rwlock import ReadWriteLock
 
 try:
@@ -107,7 +107,9 @@ _MAXSIM = qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim)
 # ACORN: a filter that keeps less than `ACORN_MAX_SELECTIVITY` of the points searched is followed through the
 # neighbours' neighbours in the graph; a filter on a field without graphs of its own (rules.GRAPH_FIELDS) then
 # finds what it would find with them (issue 27, docs/scale.md).
-_DENSE_PARAMS = qe.SearchParams(acorn=qe.AcornSearchParams(enable=True, max_selectivity=ACORN_MAX_SELECTIVITY))
+_DENSE_PARAMS = qe.SearchParams(
+    hnsw_ef=HNSW_EF_SEARCH, acorn=qe.AcornSearchParams(enable=True, max_selectivity=ACORN_MAX_SELECTIVITY)
+)
 
 
 CONFIG_FILE = "edge_config.json"  # what qdrant-edge writes beside the shard's segments

@@ -32,7 +32,7 @@ from episodic.kernel.errors import StoreError, StoreUnavailable
 from episodic.kernel.ports import CONTEXT, DENSE, SPARSE, MemoryPoint, SparseVec
 from episodic.store.facade import DEFAULT_PREFETCH, Engine, QdrantStore, Record, ScoredRecord
 from episodic.store.query import Filter, Lowering, Query
-from episodic.store.rules import ACORN_MAX_SELECTIVITY, IndexKind, has_graph
+from episodic.store.rules import ACORN_MAX_SELECTIVITY, HNSW_EF_SEARCH, IndexKind, has_graph
 
 try:
     from qdrant_client import QdrantClient
@@ -44,7 +44,9 @@ except ImportError as e:  # pragma: no cover - a core dependency; guard for a cl
 
 
 # ACORN for filters on fields without graphs of their own, as the embedded store's (episodic.store.edge).
-_DENSE_PARAMS = m.SearchParams(acorn=m.AcornSearchParams(enable=True, max_selectivity=ACORN_MAX_SELECTIVITY))
+_DENSE_PARAMS = m.SearchParams(
+    hnsw_ef=HNSW_EF_SEARCH, acorn=m.AcornSearchParams(enable=True, max_selectivity=ACORN_MAX_SELECTIVITY)
+)
 
 
 def _index_schema(name: str, kind: IndexKind) -> Any:
