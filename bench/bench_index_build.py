@@ -130,9 +130,9 @@ def answers(
     from episodic.store import edge
     from episodic.store.edge import EdgeStore
 
-    saved = edge._DENSE_PARAMS
+    saved = edge._ACORN_PARAMS
     if not acorn:
-        edge._DENSE_PARAMS = None  # type: ignore[assignment]  # the ablation: the same index searched without ACORN
+        edge._ACORN_PARAMS = None  # type: ignore[assignment]  # the ablation: the same index searched without ACORN
     store = EdgeStore(path)
     store.ensure_collection(embedder.dim)
     out: dict[str, tuple[list[list[str]], list[float]]] = {}
@@ -150,7 +150,7 @@ def answers(
             out[name] = (ids, secs)
     finally:
         store.close()
-        edge._DENSE_PARAMS = saved
+        edge._ACORN_PARAMS = saved
     return out
 
 

@@ -104,10 +104,11 @@ def layout_config(path: Path, hnsw: qe.HnswIndexConfig) -> qe.EdgeConfig:
 
 
 _MAXSIM = qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim)
-# ACORN: a filter that keeps less than `ACORN_MAX_SELECTIVITY` of the points searched is followed through the
-# neighbours' neighbours in the graph; a filter on a field without graphs of its own (rules.GRAPH_FIELDS) then
-# finds what it would find with them (issue 27, docs/scale.md).
-_DENSE_PARAMS = qe.SearchParams(
+# Dense legs: `hnsw_ef` 128; with ACORN where the filter narrows on a field without graphs of its own
+# (`store_query.off_graph`): one that keeps less than `ACORN_MAX_SELECTIVITY` of the points searched is followed
+# through the neighbours' neighbours, and finds what it would find with those graphs (issue 27, docs/scale.md).
+_DENSE_PARAMS = qe.SearchParams(hnsw_ef=HNSW_EF_SEARCH)
+_ACORN_PARAMS = qe.SearchParams(
     hnsw_ef=HNSW_EF_SEARCH, acorn=qe.AcornSearchParams(enable=True, max_selectivity=ACORN_MAX_SELECTIVITY)
 )
 
@@ -684,8 +685,11 @@ class EdgeEngine(Engine):
     def sparse_vector(self, indices: list[int], values: list[float]) -> qe.SparseVector:
         return qe.SparseVector(indices, values)
 
-    def dense_leg(self, vector: list[float], flt: Any, limit: int, using: str = DENSE) -> qe.Prefetch:
-        return qe.Prefetch(limit=limit, query=qe.Query.Nearest([vector], using=using), filter=flt, params=_DENSE_PARAMS)
+    def dense_leg(
+        self, vector: list[float], flt: Any, limit: int, using: str = DENSE, *, acorn: bool = False
+    ) -> qe.Prefetch:
+        params = _ACORN_PARAMS if acorn else _DENSE_PARAMS
+        return qe.Prefetch(limit=limit, query=qe.Query.Nearest([vector], using=using), filter=flt, params=params)
 
     def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None, using: str) -> qe.Prefetch:
         return qe.Prefetch(

@@ -43,8 +43,9 @@ except ImportError as e:  # pragma: no cover - a core dependency; guard for a cl
     raise ImportError("QdrantServerStore needs qdrant-client: pip install 'qdrant-client>=1.16'") from e
 
 
-# ACORN for filters on fields without graphs of their own, as the embedded store's (episodic.store.edge).
-_DENSE_PARAMS = m.SearchParams(
+# As the embedded store's dense legs (episodic.store.edge): ACORN only for filters on fields without graphs.
+_DENSE_PARAMS = m.SearchParams(hnsw_ef=HNSW_EF_SEARCH)
+_ACORN_PARAMS = m.SearchParams(
     hnsw_ef=HNSW_EF_SEARCH, acorn=m.AcornSearchParams(enable=True, max_selectivity=ACORN_MAX_SELECTIVITY)
 )
 
@@ -509,9 +510,12 @@ class ClientEngine(Engine):
     def sparse_vector(self, indices: list[int], values: list[float]) -> m.SparseVector:
         return m.SparseVector(indices=indices, values=values)
 
-    def dense_leg(self, vector: list[float], flt: Any, limit: int, using: str = DENSE) -> m.Prefetch:
+    def dense_leg(
+        self, vector: list[float], flt: Any, limit: int, using: str = DENSE, *, acorn: bool = False
+    ) -> m.Prefetch:
         # A one-row multivector: max-sim against it is the best chunk's cosine.
-        return m.Prefetch(query=[vector], using=using, filter=flt, limit=limit, params=_DENSE_PARAMS)
+        params = _ACORN_PARAMS if acorn else _DENSE_PARAMS
+        return m.Prefetch(query=[vector], using=using, filter=flt, limit=limit, params=params)
 
     def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None, using: str) -> m.Prefetch:
         return m.Prefetch(

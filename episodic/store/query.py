@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from episodic.domain.folding import AGENTS, FOLDED_INTO
 from episodic.kernel.ports import CONTEXT, DENSE, SPARSE, Fusion, RecallFilter, ScopeFilter, Selection, SparseVec
-from episodic.store.rules import pieces_field
+from episodic.store.rules import has_graph, pieces_field
 
 # A point without `importance_score` (never written by the indexer, but possible in hand-made data)
 # ranks as an info-level routine memory (SPEC §10 base table), not as the most important one.
@@ -247,6 +247,7 @@ class DenseLeg:
     limit: int
     using: str = DENSE
     piece_penalty: float = 0.0
+    acorn: bool = False  # searched with ACORN: the filter narrows on a field without graphs (`off_graph`)
 
 
 # How many raw max-sim candidates a piece-penalised dense leg re-ranks, per candidate it keeps: at 2 the
@@ -309,7 +310,27 @@ class Query:
 
 
 def dense_leg(vector: list[float], flt: Filter, limit: int, using: str = DENSE, piece_penalty: float = 0.0) -> DenseLeg:
-    return DenseLeg(list(map(float, vector)), flt, limit, using, piece_penalty)
+    return DenseLeg(list(map(float, vector)), flt, limit, using, piece_penalty, off_graph(flt))
+
+
+_NARROWING = (Match, MatchAny, AtLeast, DatetimeRange)
+
+
+def off_graph(flt: Filter) -> bool:
+    """Whether `flt` keeps only the points with some value of a field that has no graphs of its own in the
+    dense index (outside `rules.GRAPH_FIELDS`: a recall filtered by severity, entry type or a time window,
+    the crew's high-value memories by importance): its search then follows the neighbours' neighbours
+    (ACORN), or the graph's links between the points it keeps are too few and it misses some of its top k.
+    A scope alone (workspace, agent, crew, run) has its own graphs: no ACORN, which would only cost (1.5x a
+    hybrid query at 100k memories over 10 workspaces). Exclusions (`must_not`) and `IsEmpty` / `HasDense`
+    / `HasId` conditions drop few points: not counted."""
+    for cond in (*flt.must, *flt.should):
+        if isinstance(cond, Filter):
+            if off_graph(cond):
+                return True
+        elif isinstance(cond, _NARROWING) and not has_graph(cond.key):
+            return True
+    return False
 
 
 def sparse_leg(sparse: SparseVec, scope: ScopeFilter, flt: Filter, limit: int) -> SparseLeg:
@@ -428,7 +449,8 @@ class Vocabulary(ABC):
     def sparse_vector(self, indices: list[int], values: list[float]) -> Any: ...
 
     @abstractmethod
-    def dense_leg(self, vector: list[float], flt: Any, limit: int, using: str = DENSE) -> Any: ...
+    def dense_leg(self, vector: list[float], flt: Any, limit: int, using: str = DENSE, *, acorn: bool = False) -> Any:
+        """Nearest rows of `using` under `flt`; `acorn`: search with ACORN (`off_graph`)."""
 
     @abstractmethod
     def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None, using: str) -> Any: ...
@@ -492,10 +514,7 @@ def _sparse_leg(lo: Lowering, leg: SparseLeg) -> Any:
 
 def _dense_leg(lo: Lowering, leg: DenseLeg) -> Any:
     limit = leg.limit * PIECE_POOL if leg.piece_penalty > 0 else leg.limit
-    if leg.using == DENSE:
-        nearest = lo.vocab.dense_leg(leg.vector, lo(leg.filter), limit)
-    else:
-        nearest = lo.vocab.dense_leg(leg.vector, lo(leg.filter), limit, leg.using)
+    nearest = lo.vocab.dense_leg(leg.vector, lo(leg.filter), limit, leg.using, acorn=leg.acorn)
     if leg.piece_penalty <= 0:
         return nearest
     return lo.vocab.piece_prior(nearest, pieces_field(leg.using), leg.piece_penalty, lo(leg.filter), leg.limit)

@@ -47,11 +47,12 @@ PAYLOAD_INDEXES: dict[str, IndexKind] = {
 # links, per value with more points than `full_scan_threshold`): those that scope a recall. Every other
 # index only filters (`enable_hnsw` off). Built for every indexed field, as before, each field whose values
 # cover the store (severity, entry_type, has_dense, ts, importance_score, pieces, ...) cost one more graph of
-# every memory: 3.2x the build time at 40k real memories (issue 27, docs/scale.md).
+# every memory: 2.7x the build time at 40k real memories (bench_index_build; issue 27, docs/scale.md).
 GRAPH_FIELDS: frozenset[str] = frozenset({"workspace_id", "crew_id", "agent_id", "agents", "run_id"})
-# A dense query whose filter keeps less than this share of the points searches with ACORN (the neighbours'
-# neighbours): without graphs of their own, a filter on severity, entry_type or a time window found 0.81-0.88
-# of the exact top 10 at 40k real memories, with ACORN 0.998-0.999 (all fields' graphs: 0.985-0.999).
+# A dense query whose filter narrows on a field outside GRAPH_FIELDS (store_query.off_graph) and keeps less
+# than this share of the points searches with ACORN (the neighbours' neighbours): without it, a filter on
+# severity, entry_type or a time window found 0.82-0.93 of the exact top 10 at 40k real memories, with it
+# 1.00 (every field's graphs: 0.98-1.00).
 ACORN_MAX_SELECTIVITY = 0.4
 # The graph search's candidate list (Qdrant's default: ef_construct, 100). With graphs for the scoping fields
 # only, an unfiltered dense leg found 0.986 of the exact top 10 at 100 and 0.994 at 128, for the same time

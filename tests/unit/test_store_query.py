@@ -35,6 +35,7 @@ from episodic.store.query import (
     lexical_factor,
     lexically_scaled,
     nearest_filter,
+    off_graph,
     rare_term_idf,
     scope_filter,
     selection_filter,
@@ -195,6 +196,7 @@ class Recorder(Vocabulary):
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
+        self.acorn: list[bool] = []
 
     def _rec(self, kind: str, *args: Any) -> tuple[Any, ...]:
         self.calls[kind] += 1
@@ -227,7 +229,8 @@ class Recorder(Vocabulary):
     def sparse_vector(self, indices: list[int], values: list[float]) -> Any:
         return self._rec("sparse_vector", indices, values)
 
-    def dense_leg(self, vector: list[float], flt: Any, limit: int) -> Any:
+    def dense_leg(self, vector: list[float], flt: Any, limit: int, using: str = "dense", *, acorn: bool = False) -> Any:
+        self.acorn.append(acorn)
         return self._rec("dense_leg", vector, flt, limit)
 
     def sparse_leg(self, vector: Any, flt: Any, limit: int, idf: Any, inner: Any | None, using: str) -> Any:
@@ -286,7 +289,9 @@ def test_a_piece_penalty_wraps_the_dense_leg_once_and_the_re_scored_leg_reads_th
 
 def test_the_piece_prior_reads_the_count_of_the_generation_it_ranks() -> None:
     class Named(Recorder):
-        def dense_leg(self, vector: list[float], flt: Any, limit: int, using: str = "dense") -> Any:
+        def dense_leg(
+            self, vector: list[float], flt: Any, limit: int, using: str = "dense", *, acorn: bool = False
+        ) -> Any:
             return self._rec("dense_leg", vector, flt, limit, using)
 
     leg = DenseLeg([1.0], scope_filter(OWN), 10, "dense_1", piece_penalty=0.1)
@@ -439,3 +444,39 @@ def test_lexically_scaled_scales_every_bm25_based_leg_and_leaves_the_dense_leg()
     half = lexically_scaled(fusion, 0.5)
     assert (half.sparse_weight, half.both_weight, half.head_weight, half.context_weight) == (0.5, 0.25, 0.375, 0.5)
     assert (half.dense_weight, half.k, half.head, half.piece_penalty) == (2.5, 3, 5, 0.08)
+
+
+def test_acorn_only_where_a_filter_narrows_on_a_field_without_graphs() -> None:
+    """A scope alone (workspace, agent, crew, run: `rules.GRAPH_FIELDS`) has graphs of its own, so its dense
+    leg searches without ACORN (which costs); a recall filtered by severity, entry type or a time window,
+    or the crew's high-value memories (importance), searches with it; exclusions never count."""
+    from episodic.kernel.ports import RecallFilter
+
+    assert not off_graph(scope_filter(OWN))
+    assert not off_graph(
+        scope_filter(
+            ScopeFilter(
+                workspace_id="ws-a",
+                scope="own",
+                agent_id="ag",
+                filters=RecallFilter(run_id="r1", exclude_run_id="r2", crew_id="c"),
+            )
+        )
+    )
+    for narrowed in (
+        RecallFilter(severities=("error",)),
+        RecallFilter(entry_types=("decision.made",)),
+        RecallFilter(since="2026-01-01T00:00:00Z"),
+    ):
+        assert off_graph(scope_filter(ScopeFilter(workspace_id="ws-a", scope="own", agent_id="ag", filters=narrowed)))
+    crew = ScopeFilter(workspace_id="ws-a", scope="crew_shared", agent_id="ag", crew_id="c")
+    assert off_graph(scope_filter(crew))  # should: own, or the crew's memories with importance >= high
+    assert not off_graph(nearest_filter("ws-a", ("e1", "e2"), "dense"))  # the linker: exclusions only
+    assert dense_leg([1.0], scope_filter(OWN), 10).acorn is False
+    vocab = Recorder()
+    narrowed_own = ScopeFilter(
+        workspace_id="ws-a", scope="own", agent_id="ag", filters=RecallFilter(severities=("warn",))
+    )
+    Lowering(vocab)(dense_leg([1.0], scope_filter(narrowed_own), 10))
+    Lowering(vocab)(dense_leg([1.0], scope_filter(OWN), 10))
+    assert vocab.acorn == [True, False]
