@@ -166,7 +166,8 @@ def set_value_graphs(shard: Any, graph: Callable[[str], bool]) -> list[str]:
         if kind is None or (params is not None and kind == "keyword" and params.is_tenant):
             continue  # a tenant index is the workspace's, always with its graphs
         want = graph(name)
-        if (params.enable_hnsw is not False if params is not None else True) == want:
+        has = params is None or params.enable_hnsw is not False  # Qdrant builds them unless told not to
+        if has == want:
             continue
         shard.update(qe.UpdateOperation.create_field_index(name, _PARAMS[kind](enable_hnsw=want)))
         changed.append(name)

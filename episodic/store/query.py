@@ -247,7 +247,6 @@ class DenseLeg:
     limit: int
     using: str = DENSE
     piece_penalty: float = 0.0
-    acorn: bool = False  # searched with ACORN: the filter narrows on a field without graphs (`off_graph`)
 
 
 # How many raw max-sim candidates a piece-penalised dense leg re-ranks, per candidate it keeps: at 2 the
@@ -310,7 +309,7 @@ class Query:
 
 
 def dense_leg(vector: list[float], flt: Filter, limit: int, using: str = DENSE, piece_penalty: float = 0.0) -> DenseLeg:
-    return DenseLeg(list(map(float, vector)), flt, limit, using, piece_penalty, off_graph(flt))
+    return DenseLeg(list(map(float, vector)), flt, limit, using, piece_penalty)
 
 
 _NARROWING = (Match, MatchAny, AtLeast, DatetimeRange)
@@ -514,7 +513,7 @@ def _sparse_leg(lo: Lowering, leg: SparseLeg) -> Any:
 
 def _dense_leg(lo: Lowering, leg: DenseLeg) -> Any:
     limit = leg.limit * PIECE_POOL if leg.piece_penalty > 0 else leg.limit
-    nearest = lo.vocab.dense_leg(leg.vector, lo(leg.filter), limit, leg.using, acorn=leg.acorn)
+    nearest = lo.vocab.dense_leg(leg.vector, lo(leg.filter), limit, leg.using, acorn=off_graph(leg.filter))
     if leg.piece_penalty <= 0:
         return nearest
     return lo.vocab.piece_prior(nearest, pieces_field(leg.using), leg.piece_penalty, lo(leg.filter), leg.limit)

@@ -472,11 +472,11 @@ def test_acorn_only_where_a_filter_narrows_on_a_field_without_graphs() -> None:
     crew = ScopeFilter(workspace_id="ws-a", scope="crew_shared", agent_id="ag", crew_id="c")
     assert off_graph(scope_filter(crew))  # should: own, or the crew's memories with importance >= high
     assert not off_graph(nearest_filter("ws-a", ("e1", "e2"), "dense"))  # the linker: exclusions only
-    assert dense_leg([1.0], scope_filter(OWN), 10).acorn is False
     vocab = Recorder()
     narrowed_own = ScopeFilter(
         workspace_id="ws-a", scope="own", agent_id="ag", filters=RecallFilter(severities=("warn",))
     )
     Lowering(vocab)(dense_leg([1.0], scope_filter(narrowed_own), 10))
     Lowering(vocab)(dense_leg([1.0], scope_filter(OWN), 10))
-    assert vocab.acorn == [True, False]
+    Lowering(vocab)(DenseLeg([1.0], scope_filter(narrowed_own), 10))  # however the leg was made
+    assert vocab.acorn == [True, False, True]
