@@ -73,7 +73,14 @@ async def test_a_review_over_http_changes_the_memorys_state_and_ranking(fresh_br
             assert useful["review"]["last_rating"] == "easy" and useful["review"]["count"] == 1
             # rescored at once: reviews, not the retrievals, reinforce a reviewed memory
             recency = 1 - 1 / 180
-            await poll(lambda: store.retrieve([pids[1]])[pids[1]]["importance_score"] > 0.7, what="rescored")
+
+            # (the review state is written before the rescore: wait for both memories' rescores, then read)
+            def rescored() -> bool:
+                got = store.retrieve(pids)
+                return got[pids[0]]["importance_score"] < 0.9 and got[pids[1]]["importance_score"] > 0.7
+
+            await poll(rescored, what="rescored")
+            loud = (await http.get("/v1/memory/loud", params={"workspace_id": "ws-a"})).json()
             assert loud["importance_score"] == pytest.approx(0.9 * recency, abs=1e-4)
             got = store.retrieve(pids)
             assert got[pids[1]]["importance_score"] == pytest.approx(0.7 * recency * 1.125, abs=1e-4)
