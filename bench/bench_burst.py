@@ -101,12 +101,16 @@ class Stack:
 def started_stack(
     name: str, tmp: Path, timeout: float, extra: dict[str, str] | None = None
 ) -> Iterator[tuple[Stack, Any, Path]]:
+    """`name`: a backend, or "onnx EPISODIC_KEY=VALUE" (a variant of the default, `--compare`)."""
     from infra.broker import free_port
 
     broker_port, http_port = free_port(LOOPBACK), free_port(LOOPBACK)
-    log_path = tmp / f"stack-{name}.log"
+    backend, _, variant = name.partition(" ")
+    label = name.replace(" ", "-").replace("=", "-")
+    log_path = tmp / f"stack-{label}.log"
+    extra = {**(extra or {}), **dict([variant.split("=", 1)] if variant else [])}
     env = stack_env(
-        tmp / f"data-{name}", broker_port=broker_port, http_port=http_port, **(extra or {}), EPISODIC_EMBED_BACKEND=name
+        tmp / f"data-{label}", broker_port=broker_port, http_port=http_port, **extra, EPISODIC_EMBED_BACKEND=backend
     )
     with child_process(episodic_up_cmd(), env=env, log_path=log_path) as proc:
         base = f"http://{LOOPBACK}:{http_port}"
@@ -198,18 +202,19 @@ async def warm(stack: Stack, timeout: float) -> None:
 async def main_async(args: argparse.Namespace) -> list[Row]:
     n, rounds, batch = args.n, args.rounds, args.batch
     texts = journal_summaries(n, seed=11, mix=args.mix)
+    names = [*args.backends, *(f"onnx {kv}" for kv in args.compare)]
     embedder = load_embedder(batch)
     embedder.model.encode(texts[:batch], batch_size=batch, show_progress_bar=False)  # warm-up
     print(
         f"bench_burst: N={n} {args.mix} summaries (mean {sum(map(len, texts)) / n:.0f} chars), "
-        f"{rounds} rounds, backends {', '.join(args.backends)}"
+        f"{rounds} rounds, stacks: {'; '.join(names)}"
     )
     enc: list[float] = []
-    took: dict[str, list[float]] = {b: [] for b in args.backends}
-    seen: dict[str, list[float]] = {b: [] for b in args.backends}
+    took: dict[str, list[float]] = {b: [] for b in names}
+    seen: dict[str, list[float]] = {b: [] for b in names}
     with tmp_dir() as tmp, contextlib.ExitStack() as ctx:
         stacks: dict[str, Stack] = {}
-        for b in args.backends:
+        for b in names:
             stack, _proc, _log = ctx.enter_context(started_stack(b, tmp, args.start_timeout, args.env))
             stacks[b] = stack
             await stack.start_consumer()
@@ -235,12 +240,12 @@ async def main_async(args: argparse.Namespace) -> list[Row]:
                 await s.close()
     base = n / median(enc)
     rows = []
-    for b in args.backends:
+    for b in names:
         rate = n / median(took[b])
         rows.append(
             Row(
                 "burst",
-                f"produce -> dense vector, EPISODIC_EMBED_BACKEND={b} (entries/s)",
+                f"produce -> dense vector, EPISODIC_EMBED_BACKEND={b.replace(' ', ', ')} (entries/s)",
                 rate,
                 "",
                 baseline=base,
@@ -273,9 +278,13 @@ def main(argv: list[str] | None = None) -> int:
         "--env", action="append", default=[], metavar="KEY=VALUE",
         help="a setting for the stacks (the shell's EPISODIC_* are not passed on): EPISODIC_LINKER_ENABLED=false",
     )  # fmt: skip
+    ap.add_argument(
+        "--compare", action="append", default=[], metavar="KEY=VALUE",
+        help="one more ONNX stack with this setting, its rounds interleaved with the others: EPISODIC_EMBED_STREAMS=1",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     args.n = args.n or (300 if args.quick else 2000)
-    bad = [kv for kv in args.env if "=" not in kv or not kv.startswith("EPISODIC_")]
+    bad = [kv for kv in [*args.env, *args.compare] if "=" not in kv or not kv.startswith("EPISODIC_")]
     if bad:
         ap.error(f"--env takes EPISODIC_KEY=VALUE, not {bad[0]!r}")
     args.env = dict(kv.split("=", 1) for kv in args.env)

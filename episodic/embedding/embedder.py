@@ -10,9 +10,9 @@ Backends (`EPISODIC_EMBED_BACKEND`, `EPISODIC_QUERY_BACKEND`): ONNX Runtime by d
 own export of the model (episodic.embedding.onnx_encoder), for ingestion batches and for queries, each checked
 against the torch vectors at start; torch when that is off, unavailable or differs (a warning and
 `episodic_embed_fallbacks_total{path,reason}`), and for good after an ONNX failure at run time. On ONNX,
-batches take their thread count from the process's core budget (episodic.embedding.cores) before every forward
-pass: every core while the gate and recall are idle, one fewer while they need one.
-"""
+batches take their cores from the process's core budget (episodic.embedding.cores) before every forward pass
+(every core while the gate and recall are idle, one fewer while they need one), in concurrent passes
+(`EPISODIC_EMBED_STREAMS`)."""
 
 from __future__ import annotations
 
@@ -90,16 +90,15 @@ class SentenceTransformerEmbedder:
         self.query_encoder: Any = None
         self.document_encoder: Any = None
         self.cores = CoreBudget(fixed=document_threads)  # replaced by the stack's, shared with the gate and recall
+        self.streams: int | None = None  # ONNX forward passes at once (EPISODIC_EMBED_STREAMS); None: one per core
         self.fallbacks: list[tuple[str, str]] = []  # (path, reason) of every fall back to torch
         self._metrics: Metrics | None = None
 
     @property
     def backends(self) -> dict[str, str]:
         """The backend of each path now: {"documents": "onnx"|"torch", "queries": ...}."""
-        return {
-            "documents": "onnx" if self.document_encoder is not None else "torch",
-            "queries": "onnx" if self.query_encoder is not None else "torch",
-        }
+        onnx = {"documents": self.document_encoder is not None, "queries": self.query_encoder is not None}
+        return {path: "onnx" if on else "torch" for path, on in onnx.items()}
 
     def bind_metrics(self, metrics: Metrics) -> None:
         """Export the backends and the fallbacks so far (and later ones) to `metrics`."""
@@ -225,6 +224,7 @@ class SentenceTransformerEmbedder:
                     threads=self.cores.threads,
                     token_budget=self.cores.token_budget,
                     max_batch=self._batch_size,
+                    max_streams=self.streams or self.cores.bulk,
                     on_pass=self._passed,
                 )
                 return np.asarray(out, dtype=np.float32).reshape(len(texts), self._dim)
@@ -363,8 +363,8 @@ def attach_onnx(embedder: SentenceTransformerEmbedder, settings: Settings, *, qu
         if p == "queries":
             embedder.query_encoder = enc
         else:
-            embedder.document_encoder = enc
-            enc.session(embedder.cores.shared)  # both sessions now: never created on the ingestion path
+            embedder.document_encoder, embedder.streams, c = enc, settings.embed_streams, embedder.cores
+            enc.prepare(sorted({c.shared, c.bulk}), embedder.streams or c.bulk)  # every session now, none later
     embedder._export_backends()
 
 

@@ -124,6 +124,13 @@ class Settings(BaseSettings, ClientSettings):
         "gate and recall are idle and one fewer while they need one (episodic.embedding.cores); torch batches take all "
         "cores for a dedicated embedder, one fewer when the process runs other stages too",
     )
+    embed_streams: int | None = Field(
+        default=None,
+        ge=1,
+        le=4,
+        description="ONNX ingestion batches: forward passes run at once, the cores shared among them; unset: "
+        "one per core, at most 4 (episodic.embedding.onnx_encoder); 1: one pass at a time on every core",
+    )
     embed_backend: Literal["onnx", "torch"] = Field(
         default="onnx",
         description="ingestion batches: ONNX Runtime (the same export as queries; checked against torch at "

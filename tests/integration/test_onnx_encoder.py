@@ -4,6 +4,9 @@ batches (chunked multivectors included), the cached export, the threads the core
 from __future__ import annotations
 
 import copy
+import itertools
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,7 @@ import pytest
 from episodic.embedding.cores import CoreBudget
 from episodic.embedding.embedder import attach_onnx, attach_query_encoder, load_embedder
 from episodic.embedding.onnx_encoder import OnnxEncoder
+from episodic.embedding.passes import passes
 from episodic.kernel.metrics import Metrics
 from episodic.kernel.settings import Settings
 
@@ -96,7 +100,70 @@ def test_forward_passes_take_the_threads_the_budget_gives(onnx_embedder: Any) ->
     e.cores.gate_behind(5.0)  # the gate routed a batch 5 s late
     e.embed_documents(DOCUMENTS[:2])
     assert m.embed_yielded._value.get() > yielded
-    assert set(e.document_encoder._sessions) >= {1, 2}
+    # Every session the streams use was made when the encoder was attached, none on the ingestion path.
+    assert set(e.document_encoder._sessions) == {(2, 0), (1, 0), (1, 1)}
+
+
+class Spy:
+    """The encoder's passes: (threads, stream, OS thread, start, end) of each."""
+
+    def __init__(self, enc: OnnxEncoder) -> None:
+        self.enc = copy.copy(enc)
+        self.calls: list[tuple[int, int, int, float, float]] = []
+        forward, session = self.enc._forward, self.enc.session
+
+        def spied_session(threads: int, stream: int = 0) -> Any:
+            return (threads, stream, session(threads, stream))
+
+        def spied_forward(s: Any, *a: Any) -> Any:
+            t0 = time.perf_counter()
+            out = forward(s[2], *a)
+            self.calls.append((s[0], s[1], threading.get_ident(), t0, time.perf_counter()))
+            return out
+
+        self.enc.session = spied_session  # type: ignore[method-assign]
+        self.enc._forward = spied_forward  # type: ignore[method-assign]
+
+
+def test_passes_run_as_concurrent_streams_while_the_cores_are_free(onnx_embedder: Any) -> None:
+    texts = [c for d in DOCUMENTS for c in onnx_embedder.chunk(d)] * 4
+    ref = onnx_embedder.document_encoder.encode_batch(texts, threads=lambda: 1, token_budget=lambda: 600, max_batch=4)
+    spy = Spy(onnx_embedder.document_encoder)
+    budget = CoreBudget(cores=2)
+    two = spy.enc.encode_batch(texts, threads=budget.threads, token_budget=lambda: 600, max_batch=4, max_streams=2)
+    assert float(np.min(np.sum(two * ref, axis=1))) > 0.9999  # the same vectors, in the same rows
+    assert {(t, s) for t, s, *_ in spy.calls} == {(1, 0), (1, 1)}  # two single-thread streams...
+    assert len({ident for _, _, ident, *_ in spy.calls}) == 2  # ...on two threads...
+    spans = sorted((a, b) for *_, a, b in spy.calls)
+    assert any(a2 < b1 for (_, b1), (a2, _) in itertools.pairwise(spans))  # ...at the same time
+
+    spy.calls.clear()  # a recall claims a core: one stream, one thread
+    with budget.foreground():
+        one = spy.enc.encode_batch(texts, threads=budget.threads, token_budget=lambda: 600, max_batch=4, max_streams=2)
+    assert {(t, s) for t, s, *_ in spy.calls} == {(1, 0)}
+    assert float(np.min(np.sum(one * ref, axis=1))) > 0.9999
+
+    spy.calls.clear()  # a batch of one pass (steady ingestion): every core on it
+    spy.enc.encode_batch(texts[:3], threads=budget.threads, token_budget=lambda: 1 << 20, max_batch=8, max_streams=2)
+    assert [(t, s) for t, s, *_ in spy.calls] == [(2, 0)]
+
+
+def test_a_failing_stream_fails_the_batch_without_hanging(onnx_embedder: Any) -> None:
+    spy = Spy(onnx_embedder.document_encoder)
+    forward = spy.enc._forward
+
+    def fails_on_stream_1(s: Any, *a: Any) -> Any:
+        if s[1] == 1:
+            raise RuntimeError("session lost")
+        time.sleep(0.05)  # stream 0's passes are slow: stream 1 fails while it is still at the start
+        return forward(s, *a)
+
+    spy.enc._forward = fails_on_stream_1  # type: ignore[method-assign]
+    texts = [c for d in DOCUMENTS for c in onnx_embedder.chunk(d)] * 4
+    with pytest.raises(RuntimeError, match="session lost"):
+        spy.enc.encode_batch(texts, threads=lambda: 2, token_budget=lambda: 600, max_batch=4, max_streams=2)
+    todo = passes([len(x) for x in spy.enc._tokenizer(texts)["input_ids"]], 600, 4)
+    assert len(todo) > 12 and len(spy.calls) <= 4  # the other stream stopped taking passes
 
 
 def test_export_is_cached_and_reused(onnx_embedder: Any, cache_dir: Path, embedder: Any) -> None:
