@@ -23,11 +23,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from episodic.bus.kafka import dumps
 from episodic.embedding.cores import CoreBudget
-from episodic.indexing.indexer import Indexer
+from episodic.indexing.indexer import DensifyRound, Indexer
 from episodic.kernel.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,12 @@ class Speed(Protocol):
 
 
 Publish = Callable[[Sequence[tuple[str, bytes | None, bytes]]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class _Writing:
+    ids: frozenset[str]  # the round's point ids: the next round leaves them out
+    task: asyncio.Task[int]
 
 
 class Densifier:
@@ -76,26 +83,41 @@ class Densifier:
 
     async def run(self) -> None:
         """Fill missing dense vectors whenever the model is free; look again at least every DENSIFY_IDLE_S.
-        Store errors are retried on the next round."""
+        Store errors are retried on the next round. A round's vectors are written (and its events
+        published) while the next round embeds, so the model does not wait for the store and the broker."""
         await self._count_quarantined()
-        while not self.stopping.is_set():
-            self._wake.clear()
-            filled = 0
-            try:
-                filled = await self.once()
-                if not filled:  # no vector missing: record the piece count of memories written before it
-                    filled = await asyncio.to_thread(self.indexer.store.backfill_pieces, DENSIFY_BULK)
-                    if filled:
-                        log.info("recorded the piece count of %d memories written before it existed", filled)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                self.metrics.consumer_errors.labels(stage="densify").inc()
-                log.warning("adding dense vectors failed (retried later): %s", e)
-            if filled:
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), DENSIFY_IDLE_S)
+        writing: _Writing | None = None  # the last round's write, while the next one embeds
+        try:
+            while not self.stopping.is_set():
+                self._wake.clear()
+                filled = 0
+                try:
+                    work = await self._pick(writing.ids if writing else frozenset())
+                    if work is not None:
+                        await self._embed(work)
+                    if writing is not None:
+                        done, writing = writing, None
+                        filled += await done.task
+                    if work is not None:
+                        writing = _Writing(work.point_ids, asyncio.create_task(self._write(work)))
+                        filled += len(work.todo)
+                    if not filled:  # no vector missing: record the piece count of memories written before it
+                        filled = await asyncio.to_thread(self.indexer.store.backfill_pieces, DENSIFY_BULK)
+                        if filled:
+                            log.info("recorded the piece count of %d memories written before it existed", filled)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    self.metrics.consumer_errors.labels(stage="densify").inc()
+                    log.warning("adding dense vectors failed (retried later): %s", e)
+                if filled:
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), DENSIFY_IDLE_S)
+        finally:
+            if writing is not None:  # stopping: the vectors computed land before the store closes
+                with contextlib.suppress(Exception):
+                    await writing.task
 
     def round_size(self) -> int:
         """Memories per round: DENSIFY_BULK while nothing claims a core, else DENSIFY_BATCH."""
@@ -104,17 +126,37 @@ class Densifier:
         return DENSIFY_BULK
 
     async def once(self) -> int:
-        """One round; returns how many memories it handled (filled, or failed and counted)."""
-        self.busy = True
+        """One round, not overlapped with another; returns how many memories it handled (filled, or failed
+        and counted)."""
+        work = await self._pick(frozenset())
+        if work is None:
+            if self.cores is not None:
+                self.cores.backlog(False)
+            return 0
+        await self._embed(work)
+        return await self._write(work)
+
+    async def _pick(self, skip: frozenset[str]) -> DensifyRound | None:
         size = self.round_size()
+        work = await asyncio.to_thread(
+            self.indexer.densify_pick, size, quarantine_after=self.quarantine_after, skip=skip
+        )
+        if self.cores is not None:  # a full round means more are waiting: background work (the linker) yields
+            self.cores.backlog(work is not None and len(work.todo) >= size)
+        return work
+
+    async def _embed(self, work: DensifyRound) -> None:
+        self.busy = True
         try:
-            result = await asyncio.to_thread(self.indexer.densify, size, quarantine_after=self.quarantine_after)
+            await asyncio.to_thread(self.indexer.densify_embed, work)
         finally:
             self.busy = False
-        if self.cores is not None:  # a full round means more are waiting: background work (the linker) yields
-            self.cores.backlog(len(result.events) + result.failed >= size)
-        if result.embedded:
-            self.speed.observe(result.chars, result.embed_seconds)
+        if work.todo:
+            self.speed.observe(work.chars, work.embed_seconds)
+
+    async def _write(self, work: DensifyRound) -> int:
+        """Write a round's vectors and publish its events; how many memories it filled or failed on."""
+        result = await asyncio.to_thread(self.indexer.densify_write, work, quarantine_after=self.quarantine_after)
         if result.failed:
             self.metrics.densify_failures.inc(result.failed)
             await self._count_quarantined()

@@ -30,7 +30,7 @@ loop would split that state.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -100,6 +100,30 @@ class BatchResult:
     stale: int = 0  # older versions of stored memories (by acceptance stamp): not written
     quarantined: list[str] = field(default_factory=list)  # densify: "workspace/entry" that reached the limit
     refused: list[tuple[EmbeddableRecord, str]] = field(default_factory=list)  # another agent's id: (entry, error)
+
+
+@dataclass
+class DensifyRound:
+    """One densify round: the memories picked (point id, payload), the model and vector they are for, and
+    once embedded, their vectors (or per text the exception the model raised)."""
+
+    embedder: Embedder
+    vector: str
+    todo: list[tuple[str, dict[str, Any]]]
+    vectors: list[Any] = field(default_factory=list)
+    embed_seconds: float = 0.0
+
+    @property
+    def texts(self) -> list[str]:
+        return [str(p.get("summary") or "") for _, p in self.todo]
+
+    @property
+    def chars(self) -> int:
+        return sum(len(t) for t in self.texts)
+
+    @property
+    def point_ids(self) -> frozenset[str]:
+        return frozenset(pid for pid, _ in self.todo)
 
 
 def supports_relations(rec: EmbeddableRecord, created_at: str) -> list[Relation]:
@@ -416,58 +440,83 @@ class Indexer:
         A text the model (or the store) fails on must not stall the others: when the batch's model call
         fails, each text is embedded alone, and each one that still fails gets its `densify_failures`
         counted in its payload (so the count survives restarts); at `quarantine_after` failures it leaves
-        the backfill (`missing_dense` skips it) and `result.quarantined` names it."""
-        result = BatchResult()
+        the backfill (`missing_dense` skips it) and `result.quarantined` names it.
+
+        The same in three steps (`densify_pick`, `densify_embed`, `densify_write`) lets the densify loop
+        embed one round while the previous round's vectors are written."""
+        todo = self.densify_pick(limit, quarantine_after=quarantine_after)
+        if todo is None:
+            return BatchResult()
+        self.densify_embed(todo)
+        return self.densify_write(todo, quarantine_after=quarantine_after)
+
+    def densify_pick(
+        self, limit: int, *, quarantine_after: int | None = None, skip: Collection[str] = ()
+    ) -> DensifyRound | None:
+        """Up to `limit` memories without a dense vector, oldest first, leaving out the point ids `skip`
+        (a round being written); None without a model or with nothing to do."""
         embedder, vector = self._model()
-        if embedder is None:
-            return result
-        todo = self.store.missing_dense(limit, quarantine_after=quarantine_after)
-        if not todo:
-            return result
-        texts = [str(p.get("summary") or "") for _, p in todo]
+        if embedder is None or limit <= 0:
+            return None
+        found = self.store.missing_dense(limit + len(skip), quarantine_after=quarantine_after)
+        todo = [(pid, p) for pid, p in found if pid not in skip][:limit]
+        return DensifyRound(embedder, vector, todo) if todo else None
+
+    def densify_embed(self, work: DensifyRound) -> None:
+        """The round's vectors (or, per text, the exception the model raised on it)."""
         t0 = self.perf()
-        vecs = embed_each_on_failure(embedder, texts, what="densify")
-        result.embed_seconds = self.perf() - t0
-        result.embedded = len(texts)
-        result.chars = sum(len(t) for t in texts)
+        work.vectors = embed_each_on_failure(work.embedder, work.texts, what="densify")
+        work.embed_seconds = self.perf() - t0
+
+    def densify_write(self, work: DensifyRound, *, quarantine_after: int | None = None) -> BatchResult:
+        """Write the round's vectors: each only to a memory that still has the summary it was computed
+        from and no vector yet; one event per memory filled."""
+        result = BatchResult(embedded=len(work.todo), embed_seconds=work.embed_seconds, chars=work.chars)
+        vector, model_id = work.vector, work.embedder.model_id
         now = self.clock()
         # Whether a memory got its vector meanwhile is asked of the vector itself (the payload's `has_dense`
         # may describe another embedding generation's vector).
         named: dict[str, Any] = {} if self.switch is None else {"vector": vector}
-        current = self.store.fetch([pid for pid, _ in todo], with_dense=True, using=named.get("vector"))
-        for (pid, payload), v in zip(todo, vecs, strict=True):
+        current = self.store.fetch([pid for pid, _ in work.todo], with_dense=True, using=named.get("vector"))
+        rows: dict[str, tuple[Any, dict[str, Any]]] = {}  # point id -> (summary embedded, its vector)
+        read: dict[str, dict[str, Any]] = {}
+        for (pid, payload), v in zip(work.todo, work.vectors, strict=True):
             now_there = current.get(pid)
             if now_there is None or now_there.payload.get("summary") != payload.get("summary") or now_there.dense:
                 continue  # replaced (or already embedded by the consumer) while the model ran: not this vector
             if isinstance(v, BaseException):
                 self._densify_failed(result, pid, payload, v, quarantine_after)
                 continue
-            summary = payload.get("summary")
-            fields = {"has_dense": True, model_field(vector): embedder.model_id}
-            rows = {vector: v.tolist()}
+            rows[pid] = (payload.get("summary"), {vector: v.tolist()})
+            read[pid] = payload
+        fields = {"has_dense": True, model_field(vector): model_id}
 
-            def change(
-                _pid: str, now_read: dict[str, Any], summary: Any = summary, fields: Any = fields, rows: Any = rows
-            ) -> Change | None:
-                # the vector of this summary only: one replaced since the model ran gets its own vector
-                return Change(fields, vectors=rows) if now_read.get("summary") == summary else None
+        def change(pid: str, now_read: dict[str, Any]) -> Change | None:
+            # the vector of this summary only: one replaced since the model ran gets its own vector
+            summary, vecs = rows[pid]
+            return Change(fields, vectors=vecs) if now_read.get("summary") == summary else None
 
-            try:
-                report = self.store.update_memories([pid], change, writer="densify", fields=("summary",))
-            except StoreError as e:  # this vector is refused (StoreUnavailable propagates: retried later)
-                self._densify_failed(result, pid, payload, e, quarantine_after)
-                continue
-            if pid not in report.applied:
-                continue
-            result.events.append(
-                IndexedEvent(
-                    entry_id=str(payload.get("entry_id", "")),
-                    workspace_id=str(payload.get("workspace_id", "")),
-                    point_id=pid,
-                    indexed_at=now,
-                    mode="vector",
+        applied: list[str] = []
+        try:  # one read-modify-write for the round
+            applied = self.store.update_memories(list(rows), change, writer="densify", fields=("summary",)).applied
+        except StoreError:  # a vector is refused: find it (StoreUnavailable propagates: retried later)
+            for pid in rows:
+                try:
+                    applied += self.store.update_memories([pid], change, writer="densify", fields=("summary",)).applied
+                except StoreError as e:
+                    self._densify_failed(result, pid, read[pid], e, quarantine_after)
+        done = set(applied)
+        for pid, payload in work.todo:
+            if pid in done:
+                result.events.append(
+                    IndexedEvent(
+                        entry_id=str(payload.get("entry_id", "")),
+                        workspace_id=str(payload.get("workspace_id", "")),
+                        point_id=pid,
+                        indexed_at=now,
+                        mode="vector",
+                    )
                 )
-            )
         result.written = len(result.events)
         return result
 

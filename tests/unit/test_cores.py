@@ -215,10 +215,11 @@ def test_a_reported_backlog_counts_as_bulk_embedding_until_it_is_gone() -> None:
 def test_a_full_densify_round_reports_a_backlog_and_a_short_one_clears_it() -> None:
     import asyncio
     from datetime import UTC, datetime
+    from types import SimpleNamespace
     from typing import Any
 
     from consumers.densify import DENSIFY_BULK, Densifier
-    from episodic.indexing.indexer import BatchResult
+    from episodic.indexing.indexer import BatchResult, DensifyRound
     from episodic.kernel.metrics import Metrics
     from schemas.events import IndexedEvent
 
@@ -231,8 +232,15 @@ def test_a_full_densify_round_reports_a_backlog_and_a_short_one_clears_it() -> N
         def __init__(self) -> None:
             self.sizes = [DENSIFY_BULK, 3]
 
-        def densify(self, limit: int, *, quarantine_after: int | None = None) -> BatchResult:
-            return BatchResult(events=[ev(i) for i in range(min(limit, self.sizes.pop(0)))])
+        def densify_pick(self, limit: int, *, quarantine_after: int | None = None, skip: Any = ()) -> DensifyRound:
+            todo = [(f"p{i}", {"summary": "s"}) for i in range(min(limit, self.sizes.pop(0)))]
+            return DensifyRound(None, "dense", todo)  # type: ignore[arg-type]
+
+        def densify_embed(self, work: DensifyRound) -> None:
+            work.vectors = [None] * len(work.todo)
+
+        def densify_write(self, work: DensifyRound, *, quarantine_after: int | None = None) -> BatchResult:
+            return BatchResult(events=[ev(i) for i in range(len(work.todo))])
 
     async def publish(sends: Any) -> None:
         return None
@@ -241,7 +249,7 @@ def test_a_full_densify_round_reports_a_backlog_and_a_short_one_clears_it() -> N
     d = Densifier(
         indexer=Indexer(),  # type: ignore[arg-type]
         metrics=Metrics(),
-        speed=None,  # type: ignore[arg-type]
+        speed=SimpleNamespace(observe=lambda chars, seconds: None),  # type: ignore[arg-type]
         publish=publish,
         quarantine_after=3,
         stopping=asyncio.Event(),
