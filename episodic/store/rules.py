@@ -95,16 +95,26 @@ def validate_vector(vector: Sequence[float], dim: int | None, *, what: str = "qu
 def validate_sparse(sparse: SparseVec, *, what: str = "sparse vector") -> None:
     """Indices and values of equal length, indices unique u32, values finite. Empty is allowed:
     a text made only of stopwords has no BM25 terms; such a point is simply never a sparse match."""
-    if len(sparse.indices) != len(sparse.values):
-        raise StoreError(f"{what}: {len(sparse.indices)} indices but {len(sparse.values)} values (must be equal)")
-    if len(set(sparse.indices)) != len(sparse.indices):
+    indices, values = sparse.indices, sparse.values
+    if len(indices) != len(values):
+        raise StoreError(f"{what}: {len(indices)} indices but {len(values)} values (must be equal)")
+    if len(set(indices)) != len(indices):
         raise StoreError(f"{what}: repeated indices")
-    for i in sparse.indices:
-        if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i <= _MAX_SPARSE_INDEX:
-            raise StoreError(f"{what}: index {i!r} is not an unsigned 32-bit integer")
-    for v in sparse.values:
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
-            raise StoreError(f"{what}: value {v!r} is not a finite number")
+    # Plain ints and floats (what the BM25 encoder makes) are checked in C; anything else one by one.
+    if not (
+        all(type(i) is int for i in indices)
+        and (not indices or (min(indices) >= 0 and max(indices) <= _MAX_SPARSE_INDEX))
+    ):
+        for i in indices:
+            if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i <= _MAX_SPARSE_INDEX:
+                raise StoreError(f"{what}: index {i!r} is not an unsigned 32-bit integer")
+    if not (all(type(v) is float for v in values) and all(map(math.isfinite, values))):
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+                raise StoreError(f"{what}: value {v!r} is not a finite number")
+
+
+_JSON_LEAVES = (type(None), str, bool, int)  # exact types (subclasses and numpy scalars take the general path)
 
 
 def validate_payload(value: object, *, what: str, path: str = "payload", depth: int = 0) -> None:
@@ -112,6 +122,13 @@ def validate_payload(value: object, *, what: str, path: str = "payload", depth: 
     null. NaN and infinities are valid Python but not JSON (Qdrant Edge refuses them with a TypeError)."""
     if depth > 64:
         raise StoreError(f"{what}: {path} is nested more than 64 levels deep")
+    kind = type(value)
+    if kind in _JSON_LEAVES:  # the common cases first, without the abstract base classes' checks
+        return
+    if kind is float:
+        if not math.isfinite(value):  # type: ignore[arg-type]
+            raise StoreError(f"{what}: {path} is {value!r}, not a finite number")
+        return
     if value is None or isinstance(value, str | bool):
         return
     if isinstance(value, numbers.Integral):
@@ -124,11 +141,13 @@ def validate_payload(value: object, *, what: str, path: str = "payload", depth: 
         for k, v in value.items():
             if not isinstance(k, str):
                 raise StoreError(f"{what}: {path} has a key {k!r} that is not a string")
-            validate_payload(v, what=what, path=f"{path}.{k}", depth=depth + 1)
+            if type(v) not in _JSON_LEAVES:  # a leaf needs no path of its own
+                validate_payload(v, what=what, path=f"{path}.{k}", depth=depth + 1)
         return
     if isinstance(value, list | tuple):
         for i, v in enumerate(value):
-            validate_payload(v, what=what, path=f"{path}[{i}]", depth=depth + 1)
+            if type(v) not in _JSON_LEAVES:
+                validate_payload(v, what=what, path=f"{path}[{i}]", depth=depth + 1)
         return
     raise StoreError(f"{what}: {path} is a {type(value).__name__}, not a JSON value")
 

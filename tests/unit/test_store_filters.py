@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from episodic.kernel.errors import StoreError
@@ -13,6 +14,7 @@ from episodic.store.rules import (
     dense_rows,
     stored_payload,
     validate_dense,
+    validate_payload,
     validate_points,
     validate_sparse,
     validate_vector,
@@ -88,3 +90,53 @@ def test_dense_rows_reads_named_vectors() -> None:
     assert dense_rows({"dense": [[1, 0], [0, 1]], "bm25": object()}) == [[1.0, 0.0], [0.0, 1.0]]
     assert dense_rows({"bm25": object()}) is None
     assert dense_rows(None) is None
+
+
+@pytest.mark.parametrize(
+    "sparse",
+    [
+        SparseVec([1], [math.inf]),
+        SparseVec([1, 2], [1.0, True]),  # type: ignore[list-item]
+        SparseVec([np.int64(3), -2], [1.0, 1.0]),  # a numpy index among them takes the one-by-one path
+        SparseVec([1], [np.float32("nan")]),  # type: ignore[list-item]
+        SparseVec([1], ["0.5"]),  # type: ignore[list-item]
+    ],
+)
+def test_bad_sparse_values_are_rejected_whatever_their_type(sparse: SparseVec) -> None:
+    with pytest.raises(StoreError):
+        validate_sparse(sparse)
+
+
+def test_numpy_numbers_are_good_sparse_entries() -> None:
+    validate_sparse(SparseVec([np.int64(3), np.uint32(7)], [np.float32(0.5), 2]))  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize(
+    ("payload", "where"),
+    [
+        ({"a": [1, {"b": math.nan}]}, r"payload\.a\[1\]\.b"),
+        ({"a": np.float64("inf")}, r"payload\.a"),
+        ({"a": {1: "x"}}, "key 1"),
+        ({"a": [object()]}, r"payload\.a\[0\] is a object"),
+        ({"a": {"b": {2, 3}}}, r"payload\.a\.b is a set"),
+    ],
+)
+def test_bad_payloads_are_rejected_naming_the_place(payload: dict, where: str) -> None:
+    with pytest.raises(StoreError, match=where):
+        validate_payload(payload, what="p")
+
+
+def test_json_payloads_and_numpy_numbers_pass() -> None:
+    validate_payload(
+        {
+            "s": "x",
+            "n": None,
+            "b": True,
+            "i": 3,
+            "f": 0.5,
+            "l": [1, "a", [2.5, None]],
+            "np": np.int64(4),
+            "g": np.float32(1),
+        },
+        what="p",
+    )
