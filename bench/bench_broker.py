@@ -6,15 +6,17 @@ the partitions) for `--seconds` (150 by default) in each mode, one broker per mo
 
   produce   no consumer;
   tail      one consumer group at the tail, committing every second, fetch wait 100 ms (a pipeline stage);
-  tail-500  the same with a 500 ms fetch wait and a 64 KiB minimum (fewer fetches, each returning more).
+  tail-500  the same with a 500 ms fetch wait and a 64 KiB minimum (fewer fetches, each returning more);
+  tail-big  `tail` at the same rate in batches ten times as big (600 records every 500 ms: ~75 a batch).
 
 Tansu keeps every record (no retention, see docs/configuration.md). Measured here: producing alone costs the
 same at 200k records held as at 30k; a consumer's fetches that return records cost time that grows with
-the records held, so a stage's broker time grows with the topic's age whatever the rate. The ratio reported
-is the last window's broker CPU over the first window's, in the same mode.
+the records held, so a stage's broker time grows with the topic's age whatever the rate; `tail-big` shows
+that what it grows with is the number of record batches held (each stored as one object), not of records.
+The ratio reported is the last window's broker CPU over the first window's, in the same mode.
 
     python -m bench.bench_broker                # 150 s per mode
-    python -m bench.bench_broker --seconds 60
+    python -m bench.bench_broker --seconds 60 --modes tail tail-big
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 
 from bench.common import Row, emit
 
-MODES = ("produce", "tail", "tail-500")
+MODES = ("produce", "tail", "tail-500", "tail-big")
 WINDOW_S = 30.0
 PER_TICK = 60
 TICK_S = 0.05
@@ -77,14 +79,15 @@ async def run_mode(mode: str, seconds: float) -> list[tuple[int, float]]:
                     await consumer.getmany(timeout_ms=200)
 
             reader = asyncio.create_task(read())
+        per_tick, tick_s = (PER_TICK * 10, TICK_S * 10) if mode == "tail-big" else (PER_TICK, TICK_S)
         try:
             held, end = 0, time.monotonic() + seconds
             t0, k0 = time.monotonic(), _ticks(pid)
             while time.monotonic() < end:
-                sent = [await producer.send("bench-broker", b"x" * 300, key=str(i).encode()) for i in range(PER_TICK)]
+                sent = [await producer.send("bench-broker", b"x" * 300, key=str(i).encode()) for i in range(per_tick)]
                 await asyncio.gather(*sent)
-                held += PER_TICK
-                await asyncio.sleep(TICK_S)
+                held += per_tick
+                await asyncio.sleep(tick_s)
                 if time.monotonic() - t0 >= WINDOW_S:
                     k = _ticks(pid)
                     windows.append((held, (k - k0) / (time.monotonic() - t0)))
@@ -101,11 +104,12 @@ async def run_mode(mode: str, seconds: float) -> list[tuple[int, float]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--seconds", type=float, default=150.0, help="per mode (default 150; windows of 30 s)")
+    ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     args = ap.parse_args(argv)
     if args.seconds < 2 * WINDOW_S:
         ap.error(f"--seconds must be at least {2 * WINDOW_S:g} (two windows)")
     rows: list[Row] = []
-    for mode in MODES:
+    for mode in args.modes:
         windows = asyncio.run(run_mode(mode, args.seconds))
         for held, cpu in windows:
             print(f"bench_broker {mode:9s} {held:8d} records held: broker CPU {cpu:5.1f} % of a core", flush=True)
