@@ -251,9 +251,14 @@ class RunContext:
         mine = {m.point_id for m in members}
         by_key = sorted(members, key=lambda m: m.key)
         depth = max(1, self.mode.n)
+        first = by_key[0].key
         before = [s for s in self._stored(ws, run, depth + SLACK, until=by_key[-1].at) if s.point_id not in mine]
-        after = [s for s in self._stored(ws, run, 1 + SLACK, since=by_key[0].at) if s.point_id not in mine]
-        in_order = not after and all(s.key < by_key[0].key for s in before)
+        read = self._stored(ws, run, 1 + SLACK, since=by_key[0].at)
+        after = [s for s in read if s.point_id not in mine]
+        # Stored memories at the first entry's own instant that sort before it (a tie of timestamps with one-second
+        # precision, broken by entry id) are earlier, not later: the batch is still in order, unless the read
+        # was cut at its limit among them (a later one may follow).
+        in_order = all(s.key < first for s in [*before, *after]) and (not after or len(read) < 1 + SLACK)
         header: Member | None = None
         if self.mode.kind == HEADER and self.indexes_context:
             oldest = [s for s in self._stored(ws, run, 1 + SLACK) if s.point_id not in mine]

@@ -198,6 +198,33 @@ def test_a_forget_ends_on_run_edges_that_form_a_cycle(store: MemoryStore, state:
     assert Forgetter(store=store, state=state).apply(forget, Position(0, 1)).memories == 4
 
 
+def test_entries_at_one_instant_are_planned_in_order_across_batches(
+    store: MemoryStore, ix: Indexer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Timestamps with one-second precision: a run's entries share an instant and their ids order them. The
+    second batch finds the first batch's memories at its first entry's instant; they are earlier (smaller
+    ids), so the batch is planned in order, with two reads of the run, as if it had come in one batch."""
+    tie = [rec(f"s{i}", line, t=0) for i, line in enumerate([*CHAT, "user: and the shoes?", "assistant: red ones"])]
+    ix.index_batch(tie[:3])
+    reads: list[tuple[str, str]] = []
+    run_memories = store.run_memories
+
+    def counted(ws: str, run: str, **kw: Any) -> Any:
+        reads.append((ws, run))
+        return run_memories(ws, run, **kw)
+
+    monkeypatch.setattr(store, "run_memories", counted)
+    ix.index_batch(tie[3:])
+    assert len(reads) == 2  # one read before the batch, one after: no read per entry
+    monkeypatch.undo()
+    one = [EmbeddableRecord.from_dict({**r.to_json_dict(), "workspace_id": "ws-b"}) for r in tie]
+    ix.index_batch(one)
+    for r in tie:
+        a, b = memory(store, r.id, "ws-a"), memory(store, r.id, "ws-b")
+        assert (a["context"], adjacency(store, r.id, "ws-a")) == (b["context"], adjacency(store, r.id, "ws-b"))
+    assert context_ids(store, "s3") == ["s1", "s2"] and adjacency(store, "s3") == {"previous": "s2", "next": "s4"}
+
+
 def test_in_one_batch_an_entry_sees_only_what_came_before_it(store: MemoryStore, ix: Indexer) -> None:
     c = chat()
     ix.index_batch([c[0], c[2], c[1]])  # c1 arrives after c2 in the same batch
