@@ -130,8 +130,6 @@ class Densifier:
         and counted)."""
         work = await self._pick(frozenset())
         if work is None:
-            if self.cores is not None:
-                self.cores.backlog(False)
             return 0
         await self._embed(work)
         return await self._write(work)
@@ -151,8 +149,7 @@ class Densifier:
             await asyncio.to_thread(self.indexer.densify_embed, work)
         finally:
             self.busy = False
-        if work.todo:
-            self.speed.observe(work.chars, work.embed_seconds)
+        self.speed.observe(work.chars, work.embed_seconds)
 
     async def _write(self, work: DensifyRound) -> int:
         """Write a round's vectors and publish its events; how many memories it filled or failed on."""

@@ -444,11 +444,11 @@ class Indexer:
 
         The same in three steps (`densify_pick`, `densify_embed`, `densify_write`) lets the densify loop
         embed one round while the previous round's vectors are written."""
-        todo = self.densify_pick(limit, quarantine_after=quarantine_after)
-        if todo is None:
+        work = self.densify_pick(limit, quarantine_after=quarantine_after)
+        if work is None:
             return BatchResult()
-        self.densify_embed(todo)
-        return self.densify_write(todo, quarantine_after=quarantine_after)
+        self.densify_embed(work)
+        return self.densify_write(work, quarantine_after=quarantine_after)
 
     def densify_pick(
         self, limit: int, *, quarantine_after: int | None = None, skip: Collection[str] = ()
@@ -478,8 +478,7 @@ class Indexer:
         # may describe another embedding generation's vector).
         named: dict[str, Any] = {} if self.switch is None else {"vector": vector}
         current = self.store.fetch([pid for pid, _ in work.todo], with_dense=True, using=named.get("vector"))
-        rows: dict[str, tuple[Any, dict[str, Any]]] = {}  # point id -> (summary embedded, its vector)
-        read: dict[str, dict[str, Any]] = {}
+        rows: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}  # point id -> (payload embedded, its vector)
         for (pid, payload), v in zip(work.todo, work.vectors, strict=True):
             now_there = current.get(pid)
             if now_there is None or now_there.payload.get("summary") != payload.get("summary") or now_there.dense:
@@ -487,14 +486,13 @@ class Indexer:
             if isinstance(v, BaseException):
                 self._densify_failed(result, pid, payload, v, quarantine_after)
                 continue
-            rows[pid] = (payload.get("summary"), {vector: v.tolist()})
-            read[pid] = payload
+            rows[pid] = (payload, {vector: v.tolist()})
         fields = {"has_dense": True, model_field(vector): model_id}
 
         def change(pid: str, now_read: dict[str, Any]) -> Change | None:
             # the vector of this summary only: one replaced since the model ran gets its own vector
-            summary, vecs = rows[pid]
-            return Change(fields, vectors=vecs) if now_read.get("summary") == summary else None
+            payload, vecs = rows[pid]
+            return Change(fields, vectors=vecs) if now_read.get("summary") == payload.get("summary") else None
 
         applied: list[str] = []
         try:  # one read-modify-write for the round
@@ -504,7 +502,7 @@ class Indexer:
                 try:
                     applied += self.store.update_memories([pid], change, writer="densify", fields=("summary",)).applied
                 except StoreError as e:
-                    self._densify_failed(result, pid, read[pid], e, quarantine_after)
+                    self._densify_failed(result, pid, rows[pid][0], e, quarantine_after)
         done = set(applied)
         for pid, payload in work.todo:
             if pid in done:
