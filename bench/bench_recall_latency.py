@@ -257,35 +257,38 @@ def metric_total(text: str, name: str) -> float:
     return total
 
 
-def catch_up_due() -> bool:
-    """Whether a stack started now on a freshly seeded store runs the daily jobs at once: the nightly decay
-    (never run on it: due since its schedule's last fire time, 03:30 UTC by default) and today's health
-    snapshots (due once `EPISODIC_HEALTH_DAILY_AT`, 03:00, has passed)."""
+def catch_up_jobs() -> tuple[str, ...]:
+    """The daily jobs a stack started now on a freshly seeded store runs at once, as the counters that say
+    each ran: the nightly decay always (never run on the store, it is due since its schedule's last fire
+    time, yesterday's 03:30 UTC before today's) and today's health snapshots once `EPISODIC_HEALTH_DAILY_AT`
+    (03:00 UTC) has passed."""
     from datetime import UTC, datetime
 
-    return datetime.now(UTC).strftime("%H:%M") >= "03:30"
+    jobs: tuple[str, ...] = ("episodic_decay_runs_total",)
+    if datetime.now(UTC).strftime("%H:%M") >= "03:00":
+        jobs += ("episodic_health_snapshots_total",)
+    return jobs
 
 
 def wait_catch_up(base: str, proc: Any, timeout: float = CATCH_UP_TIMEOUT_S) -> float:
-    """Wait for the jobs a stack started on a freshly seeded store catches up on (`catch_up_due`). Both go
+    """Wait for the jobs a stack started on a freshly seeded store catches up on (`catch_up_jobs`). They go
     over every memory, once a day in a deployment; measured while they run, "idle" would time them. The
     indexed copy carries the state they wrote (they ran today), so its stack runs neither. Returns the
     seconds waited."""
     import httpx
 
     t0 = time.monotonic()
+    jobs = catch_up_jobs()
     d = Deadline(timeout)
     while not d.passed():
         if proc.poll() is not None:
             raise RuntimeError(f"the stack exited with {proc.returncode} during its start-up jobs")
         with contextlib.suppress(httpx.HTTPError):
             text = httpx.get(f"{base}/metrics", timeout=10.0).text
-            if metric_total(text, "episodic_decay_runs_total") >= 1 and (
-                metric_total(text, "episodic_health_snapshots_total") >= 1
-            ):
+            if all(metric_total(text, job) >= 1 for job in jobs):
                 return time.monotonic() - t0
         time.sleep(1.0)
-    raise RuntimeError(f"the stack's start-up jobs (decay, health snapshots) did not finish in {timeout:.0f}s")
+    raise RuntimeError(f"the stack's start-up jobs ({', '.join(jobs)}) did not finish in {timeout:.0f}s")
 
 
 def measure_http(
@@ -522,7 +525,7 @@ def run(args: argparse.Namespace) -> list[Row]:
                     queries,
                     tmp / f"stack-{n}-raw.log",
                     args.start_timeout,
-                    catch_up=catch_up_due() and first_stack,
+                    catch_up=first_stack,
                     EPISODIC_EDGE_INDEX_AFTER="0",
                 )
                 if http
