@@ -50,7 +50,7 @@ from episodic.kernel.ports import CONTEXT, DENSE, SPARSE, MemoryPoint, SparseVec
 from episodic.store import edge_index
 from episodic.store.edge_index import BackgroundIndexer, IndexCycle, Worker
 from episodic.store.facade import DEFAULT_PREFETCH, Engine, QdrantStore, Record, ScoredRecord
-from episodic.store.query import Filter, Lowering, Query
+from episodic.store.query import Filter, HasId, Lowering, Query
 from episodic.store.rules import ACORN_MAX_SELECTIVITY, HNSW_EF_SEARCH, IndexKind, has_graph
 from episodic.store.rwlock import ReadWriteLock
 
@@ -224,7 +224,7 @@ class EdgeEngine(Engine):
         self._serial = threading.Lock()  # one write at a time: conditional writes are atomic (see `_write`)
         self._journal: list[Any] | None = None  # update operations since the copy, while one is indexed
         self._journal_lock = threading.Lock()
-        self.written = 0  # points upserted since the shard was opened or last indexed
+        self.moved = edge_index.MovedPoints()  # points written since the last cycle (EdgeStore sets its cap)
         self._worker: Worker | None = None
         edge_index.recover(path)
 
@@ -254,6 +254,15 @@ class EdgeEngine(Engine):
             shard.update(op)
             if self._journal is not None:
                 self._journal.append(op)
+
+    def _moved_by(self, shard: qe.EdgeShard, flt: Filter) -> None:
+        """Count the points a write by `flt` moves (`MovedPoints`), before it: its ids when it names them
+        (every conditional write does: `at_revision`), else as many as the filter matches."""
+        ids = next((c.ids for c in flt.must if isinstance(c, HasId)), None)
+        if ids is not None:
+            self.moved.add(ids)
+        elif self.moved.cap:
+            self.moved.add_unknown(int(shard.count(qe.CountRequest(filter=Lowering(self)(flt), exact=False))))
 
     @contextmanager
     def _guard(self, op: str, *, exclusive: bool = False) -> Iterator[None]:
@@ -373,6 +382,7 @@ class EdgeEngine(Engine):
                 try:
                     self._apply(shard, qe.UpdateOperation.update_vectors([qe.PointVectors(uid, {name: vec})]))
                     self._apply(shard, qe.UpdateOperation.set_payload([uid], fields))
+                    self.moved.add((pid,))
                     written += 1
                 except Exception as e:  # not BaseException: a Rust panic still goes to _guard
                     if "No point with id" not in str(e):
@@ -408,9 +418,9 @@ class EdgeEngine(Engine):
         with self._writes.exclusive():
             with self._guard("index: flush"):
                 self._open().flush()
-            written_before = self.written
             shutil.copytree(self.path, work)
             self._journal = []
+            before = self.moved.begin()
         cycle.copy_s = time.perf_counter() - t0
         new: qe.EdgeShard | None = None
         try:
@@ -460,10 +470,10 @@ class EdgeEngine(Engine):
                         raise
                 cycle.pause_s = time.perf_counter() - t3
                 self._journal = None
-                self.written -= written_before
             cycle.swap_s = time.perf_counter() - t2
         except BaseException as e:
             self._journal = None
+            self.moved.restore(before)
             if new is not None:
                 with contextlib.suppress(Exception):
                     new.close()
@@ -490,12 +500,13 @@ class EdgeEngine(Engine):
                 edge_points.append(qe.Point(_point_id(p.point_id), vectors, p.payload))
             cond = Lowering(self)(condition) if condition is not None else None
             self._apply(self._open(), qe.UpdateOperation.upsert_points(edge_points, condition=cond))
-            self.written += len(edge_points)
+            self.moved.add(p.point_id for p in points)
 
     def set_payload(self, point_id: str, fields: dict[str, Any]) -> None:
         pid = _point_id(point_id)
         with self._write("set_payload"):
             self._apply(self._open(), qe.UpdateOperation.set_payload([pid], fields))
+            self.moved.add((point_id,))
 
     def set_dense(self, point_id: str, rows: list[list[float]], fields: dict[str, Any], vector: str = DENSE) -> None:
         pid = _point_id(point_id)
@@ -503,6 +514,7 @@ class EdgeEngine(Engine):
             shard = self._open()
             self._apply(shard, qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {vector: rows})]))
             self._apply(shard, qe.UpdateOperation.set_payload([pid], fields))
+            self.moved.add((point_id,))
 
     def set_context(self, point_id: str, context: SparseVec, fields: dict[str, Any]) -> None:
         pid = _point_id(point_id)
@@ -511,6 +523,7 @@ class EdgeEngine(Engine):
             shard = self._open()
             self._apply(shard, qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {CONTEXT: vector})]))
             self._apply(shard, qe.UpdateOperation.set_payload([pid], fields))
+            self.moved.add((point_id,))
 
     def delete(self, point_ids: list[str]) -> None:
         ids: list[Any] = [_point_id(p) for p in point_ids]
@@ -524,9 +537,10 @@ class EdgeEngine(Engine):
         written = 0
         with self._write("set_payloads"):
             shard = self._open()
-            for _pid, op in ops:
+            for pid, op in ops:
                 try:
                     self._apply(shard, op)
+                    self.moved.add((pid,))
                     written += 1
                 except Exception as e:  # not BaseException: a Rust panic still goes to _guard
                     if "No point with id" not in str(e):
@@ -535,7 +549,9 @@ class EdgeEngine(Engine):
 
     def set_payload_where(self, flt: Filter, fields: dict[str, Any]) -> None:
         with self._write("set_payload_where"):
-            self._apply(self._open(), qe.UpdateOperation.set_payload_by_filter(Lowering(self)(flt), fields))
+            shard = self._open()
+            self._moved_by(shard, flt)
+            self._apply(shard, qe.UpdateOperation.set_payload_by_filter(Lowering(self)(flt), fields))
 
     def set_payloads_where(self, items: Sequence[tuple[Filter, dict[str, Any]]]) -> None:
         """One hold of the write path for all (each write still conditional and atomic on its own)."""
@@ -543,7 +559,8 @@ class EdgeEngine(Engine):
         ops = [qe.UpdateOperation.set_payload_by_filter(lower(flt), fields) for flt, fields in items]
         with self._write("set_payloads_where"):
             shard = self._open()
-            for op in ops:
+            for op, (flt, _) in zip(ops, items, strict=True):
+                self._moved_by(shard, flt)
                 self._apply(shard, op)
 
     def set_payloads_where_read(
@@ -555,7 +572,8 @@ class EdgeEngine(Engine):
         ids: list[Any] = [_point_id(p) for p in point_ids]
         with self._write("set_payloads_where_read"):
             shard = self._open()
-            for op in ops:
+            for op, (flt, _) in zip(ops, items, strict=True):
+                self._moved_by(shard, flt)
                 self._apply(shard, op)
             return shard.retrieve(ids, _with_payload(fields), self._with_vector(False, None)) if ids else []
 
@@ -564,6 +582,7 @@ class EdgeEngine(Engine):
         with self._write("set_vector_where"):
             op = qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {name: rows})], condition=Lowering(self)(flt))
             self._apply(self._open(), op)
+            self.moved.add((point_id,))
 
     def set_context_where(self, point_id: str, context: SparseVec, flt: Filter) -> None:
         pid = _point_id(point_id)
@@ -573,6 +592,7 @@ class EdgeEngine(Engine):
                 [qe.PointVectors(pid, {CONTEXT: vector})], condition=Lowering(self)(flt)
             )
             self._apply(self._open(), op)
+            self.moved.add((point_id,))
 
     def delete_where(self, flt: Filter) -> None:
         with self._write("delete_where"):
@@ -736,11 +756,18 @@ class EdgeStore(QdrantStore):
         self.index_after, self.index_threads = index_after, index_threads
         self.index_min_workspace = index_min_workspace
         self.indexer: BackgroundIndexer | None = None
+        self._saved_moved = 0
+        # a burst: more than a hundredth of `index_after` points written a second (the decay: thousands)
+        self._burst = edge_index.BurstWait(max(1.0, index_after / 100))
 
     def ensure_collection(self, dim: int, *, vector: str = DENSE) -> None:
         super().ensure_collection(dim, vector=vector)
         if self.index_after > 0 and self.indexer is None:
-            self._edge.written = self._edge.unindexed()  # what the shard already holds unindexed counts too
+            # what the shard holds unindexed counts too: points moved before this start (saved beside the
+            # shard), or a shard never indexed (the engine's estimate)
+            carried = max(edge_index.load_moved(self.path), self._edge.unindexed())
+            self._edge.moved = edge_index.MovedPoints(self.index_after, carried)
+            self._saved_moved = carried
             if self.index_min_workspace is None:
                 self.index_min_workspace = edge_index.full_scan_points(dim)
             self.indexer = BackgroundIndexer(
@@ -752,15 +779,28 @@ class EdgeStore(QdrantStore):
             self.indexer.start()
 
     def index_due(self) -> bool:
-        """Enough written since the last cycle, and a workspace large enough that its graph would be searched
-        (the largest workspace's count is asked for only once the first holds: one facet every few seconds)."""
-        if self._edge.written < self.index_after:
+        """Enough written since the last cycle, not in a burst of writes (`BurstWait`), and a workspace large
+        enough that its graph would be searched (the largest workspace's count is asked for only once the
+        others hold: one facet every few seconds)."""
+        self._save_moved()
+        burst = self._burst.holds(self._edge.moved.writes)
+        if self._edge.moved.count < self.index_after or burst:
             return False
         return max(self.workspaces(limit=1).values(), default=0) >= (self.index_min_workspace or 0)
+
+    def _save_moved(self) -> None:
+        """Keep the count of moved points beside the shard when it changed, so a restart (after the nightly
+        decay moved every memory, say) still knows what its dense queries scan."""
+        moved = self._edge.moved.count
+        if moved != self._saved_moved:
+            with contextlib.suppress(OSError):
+                edge_index.save_moved(self.path, moved)
+                self._saved_moved = moved
 
     def close(self) -> None:
         if self.indexer is not None:
             self.indexer.stop(timeout=0)  # its thread is a daemon; the engine's close ends its worker
+            self._save_moved()
         super().close()
 
     @property

@@ -25,12 +25,14 @@ A crash at any step leaves a loadable shard: before the renames the live directo
 copy is deleted at the next start); between the two renames `<name>` is missing and `<name>.replaced` holds
 the live shard, flushed and closed, which `recover` moves back; after them `<name>` holds everything.
 
-When: once `EPISODIC_EDGE_INDEX_AFTER` memories were written since the last cycle **and** some workspace
-holds more than `full_scan_points(dim)` memories (6,666 at 384 dimensions). Below that every workspace is
-scanned through its payload index with or without a graph (Qdrant's `full_scan_threshold`), so a cycle would
-only cost: a copy of the shard and minutes of a core (measured: a 30-minute soak at half the load, eight
-workspaces of at most 2,300 memories, ran one cycle at 10k memories that raised freshness p99 5x while it
-ran and gave its queries nothing).
+When: once `EPISODIC_EDGE_INDEX_AFTER` memories were written since the last cycle (new ones, and existing
+ones whose payload or vectors changed: a write moves a point out of the indexed segment, `MovedPoints`),
+not in a burst of writes (`BurstWait`: the nightly decay's), **and** some workspace holds more than
+`full_scan_points(dim)` memories (6,666 at 384 dimensions). Below that every workspace is scanned through
+its payload index with or without a graph (Qdrant's `full_scan_threshold`), so a cycle would only cost: a
+copy of the shard and minutes of a core (measured: a 30-minute soak at half the load, eight workspaces of
+at most 2,300 memories, ran one cycle at 10k memories that raised freshness p99 5x while it ran and gave
+its queries nothing).
 
 Index settings: per-workspace graphs only (`payload_m=16`, `m=0`, over the `workspace_id` tenant index),
 as the server adapter's collection: every dense query is filtered by one workspace and searches that
@@ -47,7 +49,8 @@ import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,6 +155,105 @@ class Worker:
         proc = self._proc
         if proc is not None and proc.poll() is None:
             proc.kill()
+
+
+class MovedPoints:
+    """The distinct points written since the last index cycle began: what dense queries scan.
+
+    Qdrant writes copy-on-write: any write to a point of an indexed (immutable) segment, a payload field as
+    much as a vector, moves the point into the appendable segment, which has no graph (measured on Edge
+    0.9: 3,000 payload writes of an unindexed field grew the appendable segment by the points' vectors).
+    So the nightly decay, which writes every memory's importance, leaves the whole store to be scanned, and
+    reinforcement and the linker's edges move the memories they touch. Every write counts its points here,
+    whatever it changes; a point counts once (a memory recalled a hundred times has moved once).
+
+    At most `cap` ids are kept (a bound on memory: at the cap a cycle is due anyway; 0 keeps none and
+    counts nothing, for a shard that is never indexed). `carried`: points moved before the process opened
+    the shard (saved beside it by `save`, at most `cap`). A cycle `begin`s with a fresh count, which holds
+    what is written while it builds (they are replayed into the new segments, which the replay writes
+    unindexed); a failed cycle `restore`s the count it began with. Writes are serialised by the engine."""
+
+    def __init__(self, cap: int = 0, carried: int = 0) -> None:
+        self.cap = max(0, cap)
+        self._ids: set[str] = set()
+        self._carried = min(max(0, carried), self.cap)
+        self.writes = 0  # points written in all, past the cap too: the write rate (`BurstWait`)
+
+    @property
+    def count(self) -> int:
+        return min(self.cap, len(self._ids) + self._carried)
+
+    def add(self, ids: Iterable[str]) -> None:
+        full = self.count >= self.cap
+        for pid in ids:
+            self.writes += 1
+            if not full:
+                self._ids.add(pid)
+                full = len(self._ids) + self._carried >= self.cap
+
+    def add_unknown(self, n: int) -> None:
+        """`n` points moved whose ids are not known (a write by a filter without ids)."""
+        self.writes += max(0, n)
+        self._carried = min(self.cap, self._carried + max(0, n))
+
+    def begin(self) -> tuple[set[str], int]:
+        """Start counting again (a cycle copies the shard now); returns what was counted, for `restore`."""
+        before = (self._ids, self._carried)
+        self._ids, self._carried = set(), 0
+        return before
+
+    def restore(self, before: tuple[set[str], int]) -> None:
+        """A cycle failed: its points are still unindexed, with what was written since it began."""
+        ids, carried = before
+        self._carried = min(self.cap, self._carried + carried)
+        self.add(ids)
+
+
+class BurstWait:
+    """Holds a due cycle back while writes come in a burst (the nightly decay writes every memory at
+    thousands a second; an import, a re-embed): a cycle started in one copies the shard early in it, journals
+    the rest, replays it into the new shard's unindexed segment, and the next cycle builds again (seen:
+    100k memories, the decay's 83,104 writes replayed after a 117 s build). A burst is more than `rate`
+    points written a second between two checks; it is waited out for at most `max_wait_s`, then the cycle
+    runs anyway (writes that never stop must not keep the store unindexed)."""
+
+    def __init__(self, rate: float, max_wait_s: float = 600.0, clock: Callable[[], float] | None = None) -> None:
+        self.rate, self.max_wait_s = rate, max_wait_s
+        self._clock = clock or time.monotonic
+        self._last: tuple[int, float] | None = None
+        self._since: float | None = None
+
+    def holds(self, writes: int) -> bool:
+        """Whether to wait, given the writes counted so far (`MovedPoints.writes`); call at every check."""
+        now = self._clock()
+        last, self._last = self._last, (writes, now)
+        if last is None or now <= last[1] or (writes - last[0]) / (now - last[1]) <= self.rate:
+            self._since = None
+            return False
+        if self._since is None:
+            self._since = now
+        return now - self._since < self.max_wait_s
+
+
+def moved_path(path: Path) -> Path:
+    """Where the count of moved points is kept between runs (`<name>.moved`, beside the shard)."""
+    return path.with_name(path.name + ".moved")
+
+
+def load_moved(path: Path) -> int:
+    """The moved points saved for the shard at `path` (0 when none were saved or the file is unreadable)."""
+    try:
+        return max(0, int(json.loads(moved_path(path).read_text())["moved"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+def save_moved(path: Path, moved: int) -> None:
+    """Keep `moved` beside the shard (written whole to a temporary file, then renamed: never half a file)."""
+    target = moved_path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps({"moved": int(moved)}))
+    tmp.replace(target)
 
 
 class BackgroundIndexer:

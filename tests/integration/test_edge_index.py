@@ -16,6 +16,7 @@ from episodic.kernel.errors import StoreError
 from episodic.kernel.ports import MemoryPoint, ScopeFilter, SparseVec
 from episodic.store import edge_index
 from episodic.store.edge import EdgeStore
+from episodic.store.facade import Change
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +125,7 @@ def test_the_background_indexer_builds_once_enough_was_written(fast_dir: Path) -
         time.sleep(0.2)
     assert store.indexer.cycles, "no index cycle within 120 s"
     assert store.indexer.cycles[0].points == 600
-    assert store._edge.written < 500  # counted again from the copy
+    assert store._edge.moved.count < 500  # counted again from the copy
     assert store.count() == 600
     store.close()
 
@@ -136,17 +137,61 @@ def test_no_cycle_runs_while_every_workspace_is_small_enough_to_be_scanned(fast_
     assert store.indexer is not None
     assert edge_index.full_scan_points(384) == 6666  # the default at 384 dimensions
     store.indexer.every_s = 0.1
-    assert store._edge.written >= 500 and not store.index_due()
+    assert store._edge.moved.count >= 500 and not store.index_due()
     time.sleep(1.0)
     assert not store.indexer.cycles
     rng = random.Random(3)
-    store.upsert([point(i, rng, ws="ws-0") for i in range(600, 700)])  # ws-0: 400 points
-    assert store.index_due()
+    store.upsert([point(i, rng, ws="ws-0") for i in range(600, 700)])  # ws-0: 400 points: due (after the burst)
     deadline = time.monotonic() + 120
     while not store.indexer.cycles and time.monotonic() < deadline:
         time.sleep(0.2)
     assert store.indexer.cycles and store.indexer.cycles[0].points == 700
     store.close()
+
+
+def test_payload_writes_move_points_out_of_the_index_and_bring_the_next_cycle(fast_dir: Path) -> None:
+    """Qdrant writes copy-on-write: a payload write (here the nightly decay's, under the write discipline)
+    moves an indexed point into the appendable segment, which every dense query scans. Such writes count
+    towards the next cycle like new memories (each point once), and the count outlives a restart. Before,
+    only upserts counted: after a decay the whole store was scanned until 500 (here) new memories came."""
+    path = fast_dir / "edge"
+    store = filled(path, 600, index_after=500, index_min_workspace=300)
+    assert store.indexer is not None
+    store.indexer.stop()  # cycles run here, by hand
+    now = [0.0]
+    store._burst = edge_index.BurstWait(rate=5.0, clock=lambda: now[0])  # 5 a second: a burst, in this test
+    store.index_now()
+    assert store._edge.moved.count == 0 and not store.index_due()
+
+    def decay(_pid: str, payload: dict[str, object]) -> Change:
+        return Change({"importance_score": 0.25})
+
+    done = store.update_memories([pid(i) for i in range(300)], decay, writer="decay", fields=("importance_score",))
+    assert len(done.applied) == 300 and store._edge.moved.count == 300 and not store.index_due()
+    for _ in range(3):  # the same memories again: they have moved once
+        store.set_payloads({pid(i): {"reference_count": 1} for i in range(300)})
+    assert store._edge.moved.count == 300
+    store.set_payloads({pid(i): {"reference_count": 1} for i in range(300, 500)})
+    now[0] = 10.0
+    assert store._edge.moved.count == 500 and not store.index_due()  # 1,400 written in 10 s: a burst, waited out
+    now[0] = 20.0
+    assert store.index_due()  # nothing written since: the cycle is due
+    store.close()
+
+    again = EdgeStore(path, index_after=500, index_min_workspace=300)
+    again.ensure_collection(DIM)
+    assert again.indexer is not None
+    again.indexer.stop()
+    assert again._edge.moved.count == 500 and again.index_due()  # carried over the restart (a first check: no rate)
+    again.index_now()
+    assert again._edge.moved.count == 0 and not again.index_due()
+    again.close()
+    third = EdgeStore(path, index_after=500, index_min_workspace=300)
+    third.ensure_collection(DIM)
+    assert third.indexer is not None
+    third.indexer.stop()
+    assert third._edge.moved.count == 0
+    third.close()
 
 
 def test_a_failing_cycle_is_retried_after_a_back_off_not_at_every_check(monkeypatch: pytest.MonkeyPatch) -> None:
