@@ -757,8 +757,10 @@ class EdgeStore(QdrantStore):
         self.index_min_workspace = index_min_workspace
         self.indexer: BackgroundIndexer | None = None
         self._saved_moved = 0
-        # a burst: more than a hundredth of `index_after` points written a second (the decay: thousands)
-        self._burst = edge_index.BurstWait(max(1.0, index_after / 100))
+        # a burst: more than a twentieth of `index_after` points written a second: the decay writes thousands
+        # (2,000-2,400 a second at 100k here, 12k in bench_decay), the soak's full load about 220 (20 new
+        # memories, their vectors and edges, 100 references counted)
+        self._burst = edge_index.BurstWait(max(1.0, index_after / 20))
 
     def ensure_collection(self, dim: int, *, vector: str = DENSE) -> None:
         super().ensure_collection(dim, vector=vector)
