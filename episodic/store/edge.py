@@ -40,7 +40,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -244,20 +244,26 @@ class EdgeEngine(Engine):
         with self._writes.shared(), self._guard(op), self._serial:
             yield
 
-    def _apply(self, shard: qe.EdgeShard, op: Any) -> None:
+    def _apply(self, shard: qe.EdgeShard, op: Any, *, moves: Iterable[str] | Filter) -> None:
         """One update operation on the live shard; journaled while a copy is being indexed (in the order
-        applied: two writers' operations on one point must replay in the same order)."""
+        applied: two writers' operations on one point must replay in the same order). `moves`: the points it
+        writes, which leave the indexed segment (`MovedPoints`): their ids, counted once it is applied, or
+        the filter it writes by, counted before (the write may change what the filter matches)."""
+        if isinstance(moves, Filter):
+            self._moved_by(shard, moves)
         if self._journal is None:
             shard.update(op)
-            return
-        with self._journal_lock:
-            shard.update(op)
-            if self._journal is not None:
-                self._journal.append(op)
+        else:
+            with self._journal_lock:
+                shard.update(op)
+                if self._journal is not None:
+                    self._journal.append(op)
+        if not isinstance(moves, Filter):
+            self.moved.add(moves)
 
     def _moved_by(self, shard: qe.EdgeShard, flt: Filter) -> None:
-        """Count the points a write by `flt` moves (`MovedPoints`), before it: its ids when it names them
-        (every conditional write does: `at_revision`), else as many as the filter matches."""
+        """Count the points a write by `flt` moves: its ids when it names them (every conditional write does:
+        `at_revision`), else as many as the filter matches."""
         ids = next((c.ids for c in flt.must if isinstance(c, HasId)), None)
         if ids is not None:
             self.moved.add(ids)
@@ -321,7 +327,9 @@ class EdgeEngine(Engine):
             present = set(self._shard.info().payload_schema)
             for name, kind in indexes.items():
                 if name not in present:
-                    self._apply(self._shard, qe.UpdateOperation.create_field_index(name, _index_schema(name, kind)))
+                    self._apply(
+                        self._shard, qe.UpdateOperation.create_field_index(name, _index_schema(name, kind)), moves=()
+                    )
 
     def flush(self) -> None:
         with self._guard("flush"):
@@ -361,7 +369,9 @@ class EdgeEngine(Engine):
             shard = self._open()
             have = self._disk_vectors().get(name)
             if have is None:
-                self._apply(shard, qe.UpdateOperation.create_dense_vector(name, dim, qe.Distance.Cosine, _MAXSIM))
+                self._apply(
+                    shard, qe.UpdateOperation.create_dense_vector(name, dim, qe.Distance.Cosine, _MAXSIM), moves=()
+                )
             elif have != dim:
                 raise StoreError(f"qdrant-edge: vector {name!r} exists with dim {have}, asked for {dim}")
 
@@ -369,7 +379,7 @@ class EdgeEngine(Engine):
         with self._write("drop_dense"):
             shard = self._open()
             if name in self._disk_vectors():
-                self._apply(shard, qe.UpdateOperation.delete_vector_name(name))
+                self._apply(shard, qe.UpdateOperation.delete_vector_name(name), moves=())
 
     def set_vectors(self, name: str, rows: Mapping[str, list[list[float]]], fields: dict[str, Any]) -> int:
         """The named vector of each point and `fields` merged into its payload; a point deleted meanwhile
@@ -380,9 +390,8 @@ class EdgeEngine(Engine):
             for pid, vec in rows.items():
                 uid = _point_id(pid)
                 try:
-                    self._apply(shard, qe.UpdateOperation.update_vectors([qe.PointVectors(uid, {name: vec})]))
-                    self._apply(shard, qe.UpdateOperation.set_payload([uid], fields))
-                    self.moved.add((pid,))
+                    self._apply(shard, qe.UpdateOperation.update_vectors([qe.PointVectors(uid, {name: vec})]), moves=())
+                    self._apply(shard, qe.UpdateOperation.set_payload([uid], fields), moves=(pid,))
                     written += 1
                 except Exception as e:  # not BaseException: a Rust panic still goes to _guard
                     if "No point with id" not in str(e):
@@ -473,7 +482,8 @@ class EdgeEngine(Engine):
             cycle.swap_s = time.perf_counter() - t2
         except BaseException as e:
             self._journal = None
-            self.moved.restore(before)
+            with self._serial:  # writers go on meanwhile
+                self.moved.restore(before)
             if new is not None:
                 with contextlib.suppress(Exception):
                     new.close()
@@ -499,36 +509,36 @@ class EdgeEngine(Engine):
                     vectors[CONTEXT] = qe.SparseVector(list(p.context.indices), list(p.context.values))
                 edge_points.append(qe.Point(_point_id(p.point_id), vectors, p.payload))
             cond = Lowering(self)(condition) if condition is not None else None
-            self._apply(self._open(), qe.UpdateOperation.upsert_points(edge_points, condition=cond))
-            self.moved.add(p.point_id for p in points)
+            self._apply(
+                self._open(),
+                qe.UpdateOperation.upsert_points(edge_points, condition=cond),
+                moves=[p.point_id for p in points],
+            )
 
     def set_payload(self, point_id: str, fields: dict[str, Any]) -> None:
         pid = _point_id(point_id)
         with self._write("set_payload"):
-            self._apply(self._open(), qe.UpdateOperation.set_payload([pid], fields))
-            self.moved.add((point_id,))
+            self._apply(self._open(), qe.UpdateOperation.set_payload([pid], fields), moves=(point_id,))
 
     def set_dense(self, point_id: str, rows: list[list[float]], fields: dict[str, Any], vector: str = DENSE) -> None:
         pid = _point_id(point_id)
         with self._write("set_dense"):
             shard = self._open()
-            self._apply(shard, qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {vector: rows})]))
-            self._apply(shard, qe.UpdateOperation.set_payload([pid], fields))
-            self.moved.add((point_id,))
+            self._apply(shard, qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {vector: rows})]), moves=())
+            self._apply(shard, qe.UpdateOperation.set_payload([pid], fields), moves=(point_id,))
 
     def set_context(self, point_id: str, context: SparseVec, fields: dict[str, Any]) -> None:
         pid = _point_id(point_id)
         vector = qe.SparseVector(list(context.indices), list(context.values))
         with self._write("set_context"):
             shard = self._open()
-            self._apply(shard, qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {CONTEXT: vector})]))
-            self._apply(shard, qe.UpdateOperation.set_payload([pid], fields))
-            self.moved.add((point_id,))
+            self._apply(shard, qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {CONTEXT: vector})]), moves=())
+            self._apply(shard, qe.UpdateOperation.set_payload([pid], fields), moves=(point_id,))
 
     def delete(self, point_ids: list[str]) -> None:
         ids: list[Any] = [_point_id(p) for p in point_ids]
         with self._write("delete"):
-            self._apply(self._open(), qe.UpdateOperation.delete_points(ids))
+            self._apply(self._open(), qe.UpdateOperation.delete_points(ids), moves=())  # gone, not moved
 
     def set_payloads(self, updates: Mapping[str, dict[str, Any]]) -> int:
         """One set_payload operation per point (Edge has no batch of different payloads), in one hold of
@@ -539,8 +549,7 @@ class EdgeEngine(Engine):
             shard = self._open()
             for pid, op in ops:
                 try:
-                    self._apply(shard, op)
-                    self.moved.add((pid,))
+                    self._apply(shard, op, moves=(pid,))
                     written += 1
                 except Exception as e:  # not BaseException: a Rust panic still goes to _guard
                     if "No point with id" not in str(e):
@@ -549,9 +558,7 @@ class EdgeEngine(Engine):
 
     def set_payload_where(self, flt: Filter, fields: dict[str, Any]) -> None:
         with self._write("set_payload_where"):
-            shard = self._open()
-            self._moved_by(shard, flt)
-            self._apply(shard, qe.UpdateOperation.set_payload_by_filter(Lowering(self)(flt), fields))
+            self._apply(self._open(), qe.UpdateOperation.set_payload_by_filter(Lowering(self)(flt), fields), moves=flt)
 
     def set_payloads_where(self, items: Sequence[tuple[Filter, dict[str, Any]]]) -> None:
         """One hold of the write path for all (each write still conditional and atomic on its own)."""
@@ -560,8 +567,7 @@ class EdgeEngine(Engine):
         with self._write("set_payloads_where"):
             shard = self._open()
             for op, (flt, _) in zip(ops, items, strict=True):
-                self._moved_by(shard, flt)
-                self._apply(shard, op)
+                self._apply(shard, op, moves=flt)
 
     def set_payloads_where_read(
         self, items: Sequence[tuple[Filter, dict[str, Any]]], point_ids: list[str], fields: Sequence[str]
@@ -573,16 +579,14 @@ class EdgeEngine(Engine):
         with self._write("set_payloads_where_read"):
             shard = self._open()
             for op, (flt, _) in zip(ops, items, strict=True):
-                self._moved_by(shard, flt)
-                self._apply(shard, op)
+                self._apply(shard, op, moves=flt)
             return shard.retrieve(ids, _with_payload(fields), self._with_vector(False, None)) if ids else []
 
     def set_vector_where(self, name: str, point_id: str, rows: list[list[float]], flt: Filter) -> None:
         pid = _point_id(point_id)
         with self._write("set_vector_where"):
             op = qe.UpdateOperation.update_vectors([qe.PointVectors(pid, {name: rows})], condition=Lowering(self)(flt))
-            self._apply(self._open(), op)
-            self.moved.add((point_id,))
+            self._apply(self._open(), op, moves=(point_id,))
 
     def set_context_where(self, point_id: str, context: SparseVec, flt: Filter) -> None:
         pid = _point_id(point_id)
@@ -591,12 +595,11 @@ class EdgeEngine(Engine):
             op = qe.UpdateOperation.update_vectors(
                 [qe.PointVectors(pid, {CONTEXT: vector})], condition=Lowering(self)(flt)
             )
-            self._apply(self._open(), op)
-            self.moved.add((point_id,))
+            self._apply(self._open(), op, moves=(point_id,))
 
     def delete_where(self, flt: Filter) -> None:
         with self._write("delete_where"):
-            self._apply(self._open(), qe.UpdateOperation.delete_points_by_filter(Lowering(self)(flt)))
+            self._apply(self._open(), qe.UpdateOperation.delete_points_by_filter(Lowering(self)(flt)), moves=())
 
     def sibling(self, suffix: str) -> EdgeEngine:
         """Another shard directory beside this one (`<name>_<suffix>`): Edge has one collection per shard."""

@@ -169,7 +169,7 @@ class MovedPoints:
 
     At most `cap` ids are kept (a bound on memory: at the cap a cycle is due anyway; 0 keeps none and
     counts nothing, for a shard that is never indexed). `carried`: points moved before the process opened
-    the shard (saved beside it by `save`, at most `cap`). A cycle `begin`s with a fresh count, which holds
+    the shard (saved beside it by `save_moved`, at most `cap`). A cycle `begin`s with a fresh count, which holds
     what is written while it builds (they are replayed into the new segments, which the replay writes
     unindexed); a failed cycle `restore`s the count it began with. Writes are serialised by the engine."""
 
@@ -184,12 +184,17 @@ class MovedPoints:
         return min(self.cap, len(self._ids) + self._carried)
 
     def add(self, ids: Iterable[str]) -> None:
-        full = self.count >= self.cap
+        self.writes += self._keep(ids)
+
+    def _keep(self, ids: Iterable[str]) -> int:
+        """Keep `ids` up to the cap; returns how many were offered."""
+        n, full = 0, self.count >= self.cap
         for pid in ids:
-            self.writes += 1
+            n += 1
             if not full:
                 self._ids.add(pid)
                 full = len(self._ids) + self._carried >= self.cap
+        return n
 
     def add_unknown(self, n: int) -> None:
         """`n` points moved whose ids are not known (a write by a filter without ids)."""
@@ -206,7 +211,7 @@ class MovedPoints:
         """A cycle failed: its points are still unindexed, with what was written since it began."""
         ids, carried = before
         self._carried = min(self.cap, self._carried + carried)
-        self.add(ids)
+        self._keep(ids)  # written before, not now: the write rate is not theirs
 
 
 class BurstWait:

@@ -35,8 +35,10 @@ def test_a_cycle_counts_from_its_copy_and_a_failed_one_gives_its_count_back() ->
     assert moved.count == 0
     moved.add(["b", "z"])  # written while the copy is built: replayed into the new shard, unindexed
     assert moved.count == 2
+    writes = moved.writes
     moved.restore(before)  # the build failed: all of it is still scanned, "b" once
     assert moved.count == 4 + 3
+    assert moved.writes == writes  # nothing was written by the restore: no burst from it
 
 
 def test_writes_by_a_filter_without_ids_count_what_they_match() -> None:
