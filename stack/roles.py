@@ -537,6 +537,7 @@ class HealthRole(AgentRole):
             topics=(topics.embeddable, topics.referenced),
             create_topics=topics.all(),
             metrics=res.metrics,
+            gather=True,
             install=lambda app: install_health(
                 app,
                 ledger=ledger,
@@ -595,6 +596,7 @@ class NudgeRole(AgentRole):
             topics=(topics.entries,),
             create_topics=topics.all(),
             metrics=res.metrics,
+            gather=True,
             install=lambda app: install_nudge(
                 app,
                 book=book,

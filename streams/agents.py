@@ -294,7 +294,8 @@ class AppHolder:
 class AgentRunner(AppHolder):
     """One Faust app (group `<prefix>-<name>`) with the agents and timers `install(app)` declares on
     `topics` (its input topics: their lag is probed); `create_topics` (default: `topics`) are created
-    first when missing."""
+    first when missing. `gather`: an agent that may lag, whose fetches the broker holds for
+    `Settings.agent_gather_ms` (`streams.app.create_app`)."""
 
     def __init__(
         self,
@@ -306,8 +307,10 @@ class AgentRunner(AppHolder):
         metrics: Metrics,
         app_id: str | None = None,
         create_topics: Sequence[str] | None = None,
+        gather: bool = False,
     ) -> None:
         self.settings = settings
+        self.gather = gather
         self.name = name
         self.label = f"{name} agent"
         self.topics = self.input_topics = tuple(topics)
@@ -330,7 +333,7 @@ class AgentRunner(AppHolder):
                 topics=self.create_topics,
                 options=kafka_options(s),
             )
-        app = create_app(s, app_id=self.app_id)
+        app = create_app(s, app_id=self.app_id, gather=self.gather)
         Path(app.conf.datadir).mkdir(parents=True, exist_ok=True)
         self.install(app)
         self.app = app

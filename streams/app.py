@@ -21,11 +21,17 @@ PRODUCE_BATCH_BYTES = 512 * 1024
 
 GATE_APP_SUFFIX = "gate"
 
+# A gathering app's fetch minimum (Settings.agent_gather_ms): more than a wait's records of the agents that
+# gather, so the broker holds each fetch for the whole wait (Kafka and Tansu both honour it), and at most
+# `consumer_max_fetch_size` below.
+GATHER_MIN_BYTES = 1024 * 1024
+
 
 class EpisodicApp(faust.App):
     """faust.App with the batch-delivering Kafka transport (see streams/transport.py)."""
 
     fetch_max_wait_ms: int | None = None  # how long its consumer lets the broker hold an empty fetch
+    fetch_min_bytes: int = 1  # what the broker waits for, up to fetch_max_wait_ms (GATHER_MIN_BYTES: the whole wait)
 
     def _new_transport(self) -> TransportT:
         return BatchTransport(self.conf.broker_consumer, self)
@@ -49,13 +55,17 @@ def broker_credentials(settings: Settings) -> CredentialsT | None:
     return None
 
 
-def create_app(settings: Settings, *, app_id: str | None = None, max_poll_records: int = 2000) -> faust.App:
+def create_app(
+    settings: Settings, *, app_id: str | None = None, max_poll_records: int = 2000, gather: bool = False
+) -> faust.App:
     """A Faust app for `settings.bootstrap`, raw bytes in and out, no web server, no tables.
 
     - app id (= consumer group): `<consumer_group_prefix>-gate` unless `app_id` is given;
     - session timeout from settings (~10 s: Tansu's group join takes half of it);
     - at most `max_poll_records` records per fetch (the gate's batches are fetched partition batches);
     - offsets reset to earliest, so that entries written before the first start are not skipped;
+    - with `gather` (agents that may lag) and `settings.agent_gather_ms`, each fetch is held for that long
+      (a fetch minimum the wait's records do not reach): one batch per wait;
     - no leader topic and no tables: Tansu misreports end offsets, so changelog recovery is wrong on it.
     """
     app_id = app_id or f"{settings.consumer_group_prefix}-{GATE_APP_SUFFIX}"
@@ -88,4 +98,6 @@ def create_app(settings: Settings, *, app_id: str | None = None, max_poll_record
         producer_max_request_size=1024 * 1024,
     )
     app.fetch_max_wait_ms = settings.fetch_wait_ms  # Faust has no setting for it (streams/transport.py)
+    if gather and settings.agent_gather_ms:
+        app.fetch_max_wait_ms, app.fetch_min_bytes = settings.agent_gather_ms, GATHER_MIN_BYTES
     return app

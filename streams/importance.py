@@ -112,4 +112,4 @@ def importance_runner(
                 dead_letter=dead_letter,
             )
 
-    return AgentRunner(settings, name=NAME, topics=topics, install=install, metrics=metrics, app_id=app_id)
+    return AgentRunner(settings, name=NAME, topics=topics, install=install, metrics=metrics, app_id=app_id, gather=True)

@@ -47,6 +47,7 @@ FAUST_PRODUCER_ENSURE = "_ensure_producer"
 # aiokafka: the consumer's fetch wait (Faust hard-codes 1500 ms; read by AIOKafkaConsumer.start for its
 # Fetcher).
 AIOKAFKA_CONSUMER_FETCH_WAIT = "_fetch_max_wait_ms"
+AIOKAFKA_CONSUMER_FETCH_MIN = "_fetch_min_bytes"
 # mode (Faust's service library): a Service's stop event, the drain loop's exit condition for Faust's
 # Fetcher service (as in Faust's own `_drain_messages`).
 MODE_SERVICE_STOPPED = "_stopped"
@@ -62,9 +63,10 @@ def channels_of(app: Any, topic: str) -> list[Any]:
     return list(getattr(app.topics, FAUST_CONDUCTOR_TOPIC_INDEX).get(topic, ()))
 
 
-def set_fetch_max_wait(consumer: Any, ms: int) -> None:
-    """Set an aiokafka consumer's fetch wait before it starts."""
+def set_fetch_max_wait(consumer: Any, ms: int, min_bytes: int = 1) -> None:
+    """Set an aiokafka consumer's fetch wait and fetch minimum before it starts."""
     setattr(consumer, AIOKAFKA_CONSUMER_FETCH_WAIT, ms)
+    setattr(consumer, AIOKAFKA_CONSUMER_FETCH_MIN, min_bytes)
 
 
 def fetcher_stopped(fetcher: Any) -> bool:

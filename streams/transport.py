@@ -99,7 +99,8 @@ class ShortFetchConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
         wait = getattr(transport.app, "fetch_max_wait_ms", None) or FETCH_MAX_WAIT_MS
-        set_fetch_max_wait(consumer, wait)  # read by AIOKafkaConsumer.start() for its Fetcher
+        minimum = getattr(transport.app, "fetch_min_bytes", 1)
+        set_fetch_max_wait(consumer, wait, minimum)  # read by AIOKafkaConsumer.start() for its Fetcher
         return consumer
 
     async def on_thread_stop(self) -> None:

@@ -66,6 +66,17 @@ class Settings(BaseSettings, ClientSettings):
         "answers as soon as data arrives: a quarter of the idle fetches, at most 200 ms for a partition that "
         "runs dry while a fetch for the others is held)",
     )
+    agent_gather_ms: int = Field(
+        default=1000,
+        ge=0,
+        le=5000,
+        description="how long the agents that may lag (the importance agent's reference counts and reviews, "
+        "the health agent's tallies, the nudge agent) let the broker gather records before it answers their "
+        "fetch (this wait with a 1 MiB minimum): one batch per wait instead of one per recall or per journal "
+        "fetch, so their per-batch work is paid once a wait (state-store writes per batch; on the embedded "
+        "broker, each fetch costs it time that grows with the records a partition holds); they lag by up to "
+        "this long. 0: the pipeline's fetch wait",
+    )
     # Kafka transport security (episodic.kernel.transport_security applies it to every Kafka client)
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         default="PLAINTEXT", description="how every Kafka client connects: TLS (SSL), SASL, or both (SASL_SSL)"

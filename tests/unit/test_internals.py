@@ -15,7 +15,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from episodic.kernel.settings import Settings
 from streams import internals as I
-from streams.app import create_app
+from streams.app import GATHER_MIN_BYTES, create_app
 from streams.transport import BatchConsumer, ShortFetchConsumerThread
 
 STREAMS = Path(__file__).resolve().parents[2] / "streams"
@@ -60,13 +60,37 @@ async def test_the_faust_consumer_waits_for_data_as_long_as_the_settings_say(mon
         assert getattr(consumer, I.AIOKAFKA_CONSUMER_FETCH_WAIT) == wait
 
 
+async def test_an_agent_that_gathers_lets_the_broker_hold_its_fetches_for_the_gather_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Settings.agent_gather_ms with a minimum no wait's records reach; 0, or an app that does not gather,
+    keeps the pipeline's wait and a minimum of one byte."""
+    monkeypatch.delenv("EPISODIC_FETCH_MAX_WAIT_MS", raising=False)
+    for settings, gather, wait, minimum in (
+        (Settings(), True, 1000, GATHER_MIN_BYTES),
+        (Settings(agent_gather_ms=300), True, 300, GATHER_MIN_BYTES),
+        (Settings(agent_gather_ms=0), True, 50, 1),
+        (Settings(), False, 50, 1),
+        (Settings(kafka_bootstrap="kafka-1:9092"), False, 200, 1),
+    ):
+        app = create_app(settings, app_id="gather-probe", gather=gather)
+        thread = app.consumer._new_consumer_thread()
+        consumer = thread._create_worker_consumer(app.transport)
+        assert getattr(consumer, I.AIOKAFKA_CONSUMER_FETCH_WAIT) == wait
+        assert getattr(consumer, I.AIOKAFKA_CONSUMER_FETCH_MIN) == minimum
+    assert create_app(Settings(), app_id="p").conf.consumer_max_fetch_size >= GATHER_MIN_BYTES
+
+
 async def test_the_aiokafka_names_exist_and_are_read_where_we_expect() -> None:
     consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1")
     assert getattr(consumer, I.AIOKAFKA_CONSUMER_FETCH_WAIT) == 500  # aiokafka's default
-    I.set_fetch_max_wait(consumer, 50)
+    assert getattr(consumer, I.AIOKAFKA_CONSUMER_FETCH_MIN) == 1
+    I.set_fetch_max_wait(consumer, 50, 4096)
     assert getattr(consumer, I.AIOKAFKA_CONSUMER_FETCH_WAIT) == 50
-    # start() hands it to the Fetcher: setting it before start is what takes effect
+    assert getattr(consumer, I.AIOKAFKA_CONSUMER_FETCH_MIN) == 4096
+    # start() hands them to the Fetcher: setting them before start is what takes effect
     assert f"self.{I.AIOKAFKA_CONSUMER_FETCH_WAIT}" in inspect.getsource(AIOKafkaConsumer.start)
+    assert f"self.{I.AIOKAFKA_CONSUMER_FETCH_MIN}" in inspect.getsource(AIOKafkaConsumer.start)
     # Faust's Fetcher is a mode Service: its stop event is the drain loop's exit condition
     assert issubclass(FaustFetcher, mode.Service)
     assert f"self.{I.MODE_SERVICE_STOPPED} = " in inspect.getsource(mode.Service.__init__)
