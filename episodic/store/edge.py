@@ -46,10 +46,10 @@ from pathlib import Path
 from typing import Any
 
 from episodic.kernel.errors import StoreError, StoreUnavailable
-from episodic.kernel.ports import CONTEXT, DENSE, SPARSE, MemoryPoint, SparseVec
+from episodic.kernel.ports import CONTEXT, DENSE, SPARSE, Change, MemoryPoint, SparseVec, WriteReport
 from episodic.store import edge_index
 from episodic.store.edge_index import BackgroundIndexer, IndexCycle, Worker
-from episodic.store.facade import DEFAULT_PREFETCH, Engine, QdrantStore, Record, ScoredRecord
+from episodic.store.facade import DEFAULT_ATTEMPTS, DEFAULT_PREFETCH, Engine, QdrantStore, Record, ScoredRecord
 from episodic.store.query import Filter, HasId, Lowering, Query
 from episodic.store.rules import ACORN_MAX_SELECTIVITY, HNSW_EF_SEARCH, IndexKind, has_graph
 from episodic.store.rwlock import ReadWriteLock
@@ -113,6 +113,9 @@ _ACORN_PARAMS = qe.SearchParams(
 )
 
 
+# writers that rewrite much of the store in one run (every memory's importance; every summary's vectors): an
+# index cycle waits until they have been quiet a while (EdgeStore.update_memories)
+BULK_WRITERS = frozenset({"decay", "re-embed"})
 CONFIG_FILE = "edge_config.json"  # what qdrant-edge writes beside the shard's segments
 
 
@@ -782,6 +785,21 @@ class EdgeStore(QdrantStore):
                 on_error=lambda e: log.warning("qdrant-edge: background index build failed (will retry): %s", e),
             )
             self.indexer.start()
+
+    def update_memories(
+        self,
+        point_ids: Iterable[str],
+        change: Callable[[str, dict[str, Any]], Change | None],
+        *,
+        writer: str,
+        fields: Sequence[str] | None = None,
+        attempts: int = DEFAULT_ATTEMPTS,
+    ) -> WriteReport:
+        """The store's read-modify-write; a bulk writer's (`BULK_WRITERS`) holds a due index cycle back until
+        it has been quiet a while (`edge_index.BurstWait`)."""
+        if writer in BULK_WRITERS:
+            self._burst.bulk()
+        return super().update_memories(point_ids, change, writer=writer, fields=fields, attempts=attempts)
 
     def index_due(self) -> bool:
         """Enough written since the last cycle, not in a burst of writes (`BurstWait`), and a workspace large

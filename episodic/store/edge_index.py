@@ -219,20 +219,36 @@ class BurstWait:
     thousands a second; an import, a re-embed): a cycle started in one copies the shard early in it, journals
     the rest, replays it into the new shard's unindexed segment, and the next cycle builds again (seen:
     100k memories, the decay's 83,104 writes replayed after a 117 s build). A burst is more than `rate`
-    points written a second between two checks; it is waited out for at most `max_wait_s`, then the cycle
-    runs anyway (writes that never stop must not keep the store unindexed)."""
+    points written a second between two checks, or a bulk writer's write (`bulk`: the decay, a re-embed)
+    less than `quiet_s` ago, whatever its rate (seen: the decay slowed to 350 a second while the daily health
+    run shared the process, a cycle began under it and replayed 28,832 of its writes); it is waited out for
+    at most `max_wait_s`, then the cycle runs anyway (writes that never stop must not keep the store
+    unindexed)."""
 
-    def __init__(self, rate: float, max_wait_s: float = 600.0, clock: Callable[[], float] | None = None) -> None:
-        self.rate, self.max_wait_s = rate, max_wait_s
+    def __init__(
+        self,
+        rate: float,
+        max_wait_s: float = 600.0,
+        clock: Callable[[], float] | None = None,
+        quiet_s: float = 15.0,
+    ) -> None:
+        self.rate, self.max_wait_s, self.quiet_s = rate, max_wait_s, quiet_s
         self._clock = clock or time.monotonic
         self._last: tuple[int, float] | None = None
         self._since: float | None = None
+        self._bulk_at: float | None = None
+
+    def bulk(self) -> None:
+        """A bulk writer wrote now (called from writer threads: one float assignment)."""
+        self._bulk_at = self._clock()
 
     def holds(self, writes: int) -> bool:
         """Whether to wait, given the writes counted so far (`MovedPoints.writes`); call at every check."""
         now = self._clock()
         last, self._last = self._last, (writes, now)
-        if last is None or now <= last[1] or (writes - last[0]) / (now - last[1]) <= self.rate:
+        bulk = self._bulk_at is not None and now - self._bulk_at < self.quiet_s
+        fast = last is not None and now > last[1] and (writes - last[0]) / (now - last[1]) > self.rate
+        if not (bulk or fast):
             self._since = None
             return False
         if self._since is None:

@@ -88,3 +88,24 @@ def test_a_burst_of_writes_holds_the_cycle_back_for_a_while_only() -> None:
     assert burst.holds(800_000)  # a new burst waits again
     now[0] = 81.0
     assert not burst.holds(900_000)  # no time passed: no rate (a clock that did not move)
+
+
+def test_a_bulk_writer_holds_the_cycle_back_at_any_rate_until_it_has_been_quiet() -> None:
+    """The decay slowed to 350 writes a second under the daily health run: no burst by its rate, yet a cycle
+    begun under it replays the rest of its writes into the new shard's unindexed segment."""
+    now = [0.0]
+    burst = BurstWait(rate=500.0, max_wait_s=60.0, clock=lambda: now[0], quiet_s=15.0)
+    assert not burst.holds(0)
+    for t in (1.0, 10.0, 20.0):  # a page of the decay every few seconds
+        now[0] = t
+        burst.bulk()
+        assert burst.holds(int(t * 350))  # 350 a second: slow, but a bulk writer is writing
+    now[0] = 34.0
+    assert burst.holds(7_000)  # its last page 14 s ago: not quiet yet
+    now[0] = 36.0
+    assert not burst.holds(7_000)  # quiet for 16 s: the cycle may run
+    burst.bulk()
+    for t in (40.0, 90.0, 95.0):
+        now[0] = t
+        burst.bulk()
+        assert burst.holds(7_000) is (t - 36.0 < 60.0)  # never past max_wait_s: a bulk writer that never stops
