@@ -26,19 +26,13 @@ import asyncio
 import time
 from typing import Any
 
-from bench.common import Row, emit
+from bench.common import Row, cpu_seconds, emit
 
 MODES = ("produce", "tail", "tail-500", "tail-big")
 WINDOW_S = 30.0
 PER_TICK = 60
 TICK_S = 0.05
 PARTITIONS = 8
-
-
-def _ticks(pid: int) -> int:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks (100 a second)
 
 
 async def run_mode(mode: str, seconds: float) -> list[tuple[int, float]]:
@@ -82,15 +76,15 @@ async def run_mode(mode: str, seconds: float) -> list[tuple[int, float]]:
         per_tick, tick_s = (PER_TICK * 10, TICK_S * 10) if mode == "tail-big" else (PER_TICK, TICK_S)
         try:
             held, end = 0, time.monotonic() + seconds
-            t0, k0 = time.monotonic(), _ticks(pid)
+            t0, k0 = time.monotonic(), cpu_seconds(pid)
             while time.monotonic() < end:
                 sent = [await producer.send("bench-broker", b"x" * 300, key=str(i).encode()) for i in range(per_tick)]
                 await asyncio.gather(*sent)
                 held += per_tick
                 await asyncio.sleep(tick_s)
                 if time.monotonic() - t0 >= WINDOW_S:
-                    k = _ticks(pid)
-                    windows.append((held, (k - k0) / (time.monotonic() - t0)))
+                    k = cpu_seconds(pid)
+                    windows.append((held, 100 * (k - k0) / (time.monotonic() - t0)))
                     t0, k0 = time.monotonic(), k
         finally:
             if reader is not None:

@@ -14,7 +14,8 @@ linker and the importance agent). This process applies, for `--minutes` (10 by d
 
 Per minute it reports freshness (produce -> the entry's first `memory.indexed` event: searchable) p50/p99,
 recall latency p50/p99, the rates achieved, errors, and the resident memory (RSS, from /proc) of the stack
-process and of its broker at the end of the minute, each next to minute 1 as the baseline. At the end
+process and of its broker at the end of the minute, and the CPU each used in the minute (% of one core),
+each next to minute 1 as the baseline. At the end
 the producer stops and the check waits for the tail: lost entries are the embeddable entries without a
 `memory.indexed` event plus the entries the gate never consumed (`episodic_gate_entries_total` against
 the count produced): both must be 0. RSS "does not grow without bound" when the last minute's is within
@@ -49,6 +50,7 @@ from bench.common import (
     Row,
     child_process,
     children,
+    cpu_seconds,
     emit,
     episodic_up_cmd,
     exec_noise,
@@ -83,6 +85,8 @@ class Minute:
     recall_skipped: int = 0
     rss_stack: float = 0.0
     rss_broker: float = 0.0
+    cpu_stack: float = 0.0  # % of one core over the minute
+    cpu_broker: float = 0.0
     seconds: float = 60.0
 
 
@@ -285,13 +289,20 @@ async def run(args: argparse.Namespace) -> list[Row]:
 
 
 async def sample_rss(pid: int, soak: Soak, clock: Any, t0: float) -> None:
-    """RSS of the stack and of its broker (its child) at the end of every minute."""
+    """RSS of the stack and of its broker (its child) at the end of every minute, and the CPU each used in it
+    (what grows when the latencies do: the stack's work, or the embedded broker's fetches)."""
+    used = (cpu_seconds(pid), sum(cpu_seconds(c) for c in children(pid)))
+    since = time.monotonic()
     for m in range(len(soak.minutes)):
         delay = t0 + (m + 1) * 60 - 0.5 - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        soak.minutes[m].rss_stack = rss_mib(pid)
-        soak.minutes[m].rss_broker = sum(rss_mib(c) for c in children(pid))
+        minute, brokers = soak.minutes[m], children(pid)
+        minute.rss_stack = rss_mib(pid)
+        minute.rss_broker = sum(rss_mib(c) for c in brokers)
+        now, spent = time.monotonic(), (cpu_seconds(pid), sum(cpu_seconds(c) for c in brokers))
+        minute.cpu_stack, minute.cpu_broker = (100 * (b - a) / (now - since) for a, b in zip(used, spent, strict=True))
+        used, since = spent, now
 
 
 async def wait_tail(soak: Soak, metrics_url: str, gate_before: float) -> tuple[int, int, float]:
@@ -321,7 +332,7 @@ def report(soak: Soak, lost_ix: int, lost_gate: int, tail_s: float) -> list[Row]
     print("\nper minute (ratios against minute 1):")
     print(
         f"{'min':>3} {'in/s':>5} {'fresh p50':>9} {'p99':>7} {'x1':>5} {'recall/s':>8} {'p50':>7} {'p99':>7} "
-        f"{'x1':>5} {'err':>4} {'skip':>4} {'RSS MiB':>8} {'x1':>5} {'broker':>7}"
+        f"{'x1':>5} {'err':>4} {'skip':>4} {'RSS MiB':>8} {'x1':>5} {'broker':>7} {'CPU %':>6} {'broker':>6}"
     )
     for i, m in enumerate(soak.minutes, 1):
         f50, f99 = percentile(m.fresh, 50), percentile(m.fresh, 99)
@@ -330,7 +341,7 @@ def report(soak: Soak, lost_ix: int, lost_gate: int, tail_s: float) -> list[Row]
             f"{i:>3} {m.produced / m.seconds:5.0f} {f50 * 1000:7.0f}ms {f99 * 1000:5.0f}ms {ratio(f99, base_f)} "
             f"{len(m.recall) / m.seconds:8.1f} {r50 * 1000:5.0f}ms {r99 * 1000:5.0f}ms {ratio(r99, base_r)} "
             f"{m.recall_errors:>4} {m.recall_skipped:>4} {m.rss_stack:8.0f} {ratio(m.rss_stack, first.rss_stack)} "
-            f"{m.rss_broker:7.0f}"
+            f"{m.rss_broker:7.0f} {m.cpu_stack:6.0f} {m.cpu_broker:6.0f}"
         )
     last, mid = soak.minutes[-1], soak.minutes[len(soak.minutes) // 2]
     growth = (last.rss_stack - mid.rss_stack) / mid.rss_stack if mid.rss_stack else float("nan")

@@ -387,6 +387,16 @@ def rss_mib(pid: int) -> float:
         return 0.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) one process has used so far, 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def children(pid: int) -> list[int]:
     """The direct children of a process (every thread's), from /proc."""
     out: list[int] = []
