@@ -7,6 +7,9 @@ the partitions) for `--seconds` (150 by default) in each mode, one broker per mo
   produce   no consumer;
   tail      one consumer group at the tail, committing every second, fetch wait 100 ms (a pipeline stage);
   tail-500  the same with a 500 ms fetch wait and a 64 KiB minimum (fewer fetches, each returning more);
+  tail-50   the stack's pipeline consumer on the embedded broker: a 50 ms fetch wait, no minimum;
+  tail-min  the same with a 1 MiB minimum, so the broker holds every fetch for the 50 ms wait;
+  gather    an agent that gathers (EPISODIC_AGENT_GATHER_MS): a 1 s wait with a 1 MiB minimum;
   tail-big  `tail` at the same rate in batches ten times as big (600 records every 500 ms: ~75 a batch).
 
 Tansu keeps every record (no retention, see docs/configuration.md). Measured here: producing alone costs the
@@ -28,7 +31,13 @@ from typing import Any
 
 from bench.common import Row, cpu_seconds, emit
 
-MODES = ("produce", "tail", "tail-500", "tail-big")
+MODES = ("produce", "tail", "tail-500", "tail-big", "tail-50", "tail-min", "gather")
+FETCH = {
+    "tail-500": (500, 65536),
+    "tail-50": (50, 1),
+    "tail-min": (50, 1024 * 1024),
+    "gather": (1000, 1024 * 1024),
+}  # mode -> (wait ms, min)
 WINDOW_S = 30.0
 PER_TICK = 60
 TICK_S = 0.05
@@ -56,15 +65,15 @@ async def run_mode(mode: str, seconds: float) -> list[tuple[int, float]]:
         consumer: Any = None
         reader: asyncio.Task[None] | None = None
         if mode != "produce":
-            batched = mode == "tail-500"
+            wait, minimum = FETCH.get(mode, (100, 1))
             consumer = AIOKafkaConsumer(
                 "bench-broker",
                 bootstrap_servers=broker.bootstrap,
                 group_id="bench-broker",
                 auto_commit_interval_ms=1000,
                 auto_offset_reset="earliest",
-                fetch_max_wait_ms=500 if batched else 100,
-                fetch_min_bytes=65536 if batched else 1,
+                fetch_max_wait_ms=wait,
+                fetch_min_bytes=minimum,
             )
             await consumer.start()
 
