@@ -46,10 +46,10 @@ from pathlib import Path
 from typing import Any
 
 from episodic.kernel.errors import StoreError, StoreUnavailable
-from episodic.kernel.ports import CONTEXT, DENSE, SPARSE, Change, MemoryPoint, SparseVec, WriteReport
+from episodic.kernel.ports import CONTEXT, DENSE, SPARSE, MemoryPoint, SparseVec
 from episodic.store import edge_index
 from episodic.store.edge_index import BackgroundIndexer, IndexCycle, Worker
-from episodic.store.facade import DEFAULT_ATTEMPTS, DEFAULT_PREFETCH, Engine, QdrantStore, Record, ScoredRecord
+from episodic.store.facade import DEFAULT_PREFETCH, Engine, QdrantStore, Record, ScoredRecord
 from episodic.store.query import Filter, HasId, Lowering, Query
 from episodic.store.rules import ACORN_MAX_SELECTIVITY, HNSW_EF_SEARCH, IndexKind, has_graph
 from episodic.store.rwlock import ReadWriteLock
@@ -786,20 +786,11 @@ class EdgeStore(QdrantStore):
             )
             self.indexer.start()
 
-    def update_memories(
-        self,
-        point_ids: Iterable[str],
-        change: Callable[[str, dict[str, Any]], Change | None],
-        *,
-        writer: str,
-        fields: Sequence[str] | None = None,
-        attempts: int = DEFAULT_ATTEMPTS,
-    ) -> WriteReport:
-        """The store's read-modify-write; a bulk writer's (`BULK_WRITERS`) holds a due index cycle back until
-        it has been quiet a while (`edge_index.BurstWait`)."""
+    def _writing(self, writer: str) -> None:
+        """A bulk writer's (`BULK_WRITERS`) write holds a due index cycle back until it has been quiet a while
+        (`edge_index.BurstWait`)."""
         if writer in BULK_WRITERS:
             self._burst.bulk()
-        return super().update_memories(point_ids, change, writer=writer, fields=fields, attempts=attempts)
 
     def index_due(self) -> bool:
         """Enough written since the last cycle, not in a burst of writes (`BurstWait`), and a workspace large

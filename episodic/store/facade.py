@@ -502,6 +502,9 @@ class QdrantStore(MemoryStore):
             self._conflicted(writer, len(lost))
         return lost
 
+    def _writing(self, writer: str) -> None:
+        """`writer` is about to write through `update_memories` (an engine may care who: EdgeStore)."""
+
     def _conflicted(self, writer: str, n: int) -> None:
         self.write_conflicts[writer] += n
         if self.on_conflict is not None:
@@ -526,6 +529,7 @@ class QdrantStore(MemoryStore):
         applied: each conditional write leaves its token in the memory's `revs` (the last `REVS_KEPT`), which
         later conditional writes keep and unconditional partial writes do not touch, so a write is known
         applied even when another writer wrote right after it."""
+        self._writing(writer)
         report = WriteReport()
         todo = sorted(set(point_ids))
         wanted = None if fields is None else sorted({*fields, REV, REVS, "entry_id", "workspace_id"})

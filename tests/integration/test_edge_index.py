@@ -176,6 +176,15 @@ def test_payload_writes_move_points_out_of_the_index_and_bring_the_next_cycle(fa
     assert store._edge.moved.count == 500 and not store.index_due()  # 1,400 written in 10 s: a burst, waited out
     now[0] = 20.0
     assert store.index_due()  # nothing written since: the cycle is due
+    now[0] = 30.0
+    store.update_memories([pid(0), pid(1)], decay, writer="decay", fields=("importance_score",))
+    assert not store.index_due()  # 2 in 10 s, no burst by its rate, but the decay is writing
+    now[0] = 44.0
+    assert not store.index_due()  # quiet for 14 s only
+    now[0] = 46.0
+    assert store.index_due()  # quiet for 16 s
+    store.update_memories([pid(2)], decay, writer="linker", fields=("importance_score",))
+    assert store.index_due()  # another writer's slow write holds nothing
     store.close()
 
     again = EdgeStore(path, index_after=500, index_min_workspace=300)
