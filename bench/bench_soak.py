@@ -264,7 +264,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 async with httpx.AsyncClient(
                     timeout=10.0, limits=httpx.Limits(max_connections=MAX_IN_FLIGHT)
                 ) as client:
-                    sampler = asyncio.create_task(sample_rss(proc.pid, soak, clock, t0))
+                    sampler = asyncio.create_task(sample_processes(proc.pid, soak, clock, t0))
                     recalls = asyncio.create_task(recall_load(client, f"{base}/v1/recall", soak, clock, stop))
                     await ingest_load(producer, soak, clock, uid(), args.mix)
                     await recalls
@@ -288,7 +288,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
     return [*report(soak, lost_ix, lost_gate, tail_s), Row("soak", "write conflicts, all writers", total, "")]
 
 
-async def sample_rss(pid: int, soak: Soak, clock: Any, t0: float) -> None:
+async def sample_processes(pid: int, soak: Soak, clock: Any, t0: float) -> None:
     """RSS of the stack and of its broker (its child) at the end of every minute, and the CPU each used in it
     (what grows when the latencies do: the stack's work, or the embedded broker's fetches)."""
     used = (cpu_seconds(pid), sum(cpu_seconds(c) for c in children(pid)))

@@ -114,7 +114,7 @@ _ACORN_PARAMS = qe.SearchParams(
 
 
 # writers that rewrite much of the store in one run (every memory's importance; every summary's vectors): an
-# index cycle waits until they have been quiet a while (EdgeStore.update_memories)
+# index cycle waits until they have been quiet a while (EdgeStore._writing)
 BULK_WRITERS = frozenset({"decay", "re-embed"})
 CONFIG_FILE = "edge_config.json"  # what qdrant-edge writes beside the shard's segments
 
