@@ -88,9 +88,9 @@ class RecordBatch:
         return f"<RecordBatch {self.tp.topic}[{self.tp.partition}] {self.first_offset}..{self.last_offset}>"
 
 
-# Faust hard-codes fetch_max_wait_ms=1500: on Tansu, which does not answer a waiting fetch when data
-# arrives, every record waited for the fetch in flight to time out (~750 ms median gate latency, measured).
-# The app's `fetch_max_wait_ms` (Settings.fetch_wait_ms: 50 ms on the embedded broker, 500 on Kafka, which
+# Faust hard-codes fetch_max_wait_ms=1500: on Tansu, which answers a waiting fetch late (it looks again
+# during the wait), every record waited a share of it (~750 ms median gate latency, measured).
+# The app's `fetch_max_wait_ms` (Settings.fetch_wait_ms: 50 ms on the embedded broker, 200 on Kafka, which
 # answers early) replaces it; an app without one gets the embedded broker's.
 FETCH_MAX_WAIT_MS = EMBEDDED_FETCH_WAIT_MS
 

@@ -20,9 +20,10 @@ if TYPE_CHECKING:
     from episodic.domain.context_mode import ContextMode
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
-# Consumers' fetch wait: Tansu does not answer a waiting fetch when data arrives, so every record would wait
-# for the fetch in flight to time out (Faust's 1,500 ms gave a ~750 ms median gate latency, measured); Kafka
-# answers early, so there the wait only decides how often an idle consumer asks.
+# Consumers' fetch wait: Tansu answers a waiting fetch late (it looks again during the wait), so every record
+# waits a share of the fetch in flight's wait (Faust's 1,500 ms gave a ~750 ms median gate latency; 250 ms,
+# 43 ms for single records on a bare broker; measured); Kafka answers early, so there the wait only decides
+# how often an idle consumer asks. 250 ms here was measured in a 30-minute soak and not kept (docs/benchmarks.md).
 EMBEDDED_FETCH_WAIT_MS = 50
 # Not longer: aiokafka keeps one fetch in flight per broker and leaves partitions with records still
 # buffered out of it, so a partition that runs dry waits for the fetch in flight for the other, idle ones.
@@ -62,7 +63,7 @@ class Settings(BaseSettings, ClientSettings):
         ge=1,
         le=5000,
         description="how long the pipeline's consumers let the broker hold an empty fetch; unset: 50 ms with "
-        "the embedded broker (Tansu answers a waiting fetch only when the wait ends), 200 ms with Kafka (which "
+        "the embedded broker (Tansu answers a waiting fetch late), 200 ms with Kafka (which "
         "answers as soon as data arrives: a quarter of the idle fetches, at most 200 ms for a partition that "
         "runs dry while a fetch for the others is held)",
     )

@@ -44,7 +44,7 @@ async def test_the_state_the_transport_reads_exists_on_a_faust_consumer() -> Non
 
 
 async def test_the_faust_consumer_waits_for_data_as_long_as_the_settings_say(monkeypatch: pytest.MonkeyPatch) -> None:
-    """50 ms on the embedded broker (Tansu answers a waiting fetch only when the wait ends), 200 ms on Kafka
+    """50 ms on the embedded broker (Tansu answers a waiting fetch late), 200 ms on Kafka
     (it answers when data arrives), or what EPISODIC_FETCH_MAX_WAIT_MS says."""
     monkeypatch.delenv("EPISODIC_FETCH_MAX_WAIT_MS", raising=False)  # tests/conftest.py sets 50 for the test broker
     kafka = "kafka-1:9092"
