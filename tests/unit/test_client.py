@@ -177,6 +177,28 @@ def test_retry_after_is_honoured_within_the_cap() -> None:
     assert 0 < wait(State(ServiceUnreachable("http://svc", "refused"))) <= 0.05  # exponential, capped
 
 
+def test_the_backoff_doubles_from_backoff_s_with_up_to_backoff_s_of_jitter_and_stops_at_the_cap() -> None:
+    """backoff_s * 2**(n-1) + uniform(0, backoff_s), at most max_backoff_s; built without tenacity's
+    deprecated `initial`, so no DeprecationWarning (warnings are errors while it is built)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        wait = RetryPolicy(retries=9, backoff_s=0.2, max_backoff_s=1.0).tenacity_kwargs()["wait"]
+
+    class State:
+        def __init__(self, attempt: int) -> None:
+            exc = ServiceUnreachable("http://svc", "refused")
+            self.outcome = type("O", (), {"exception": lambda _self: exc})()
+            self.attempt_number = attempt
+            self.idle_for = 0.0
+
+    for attempt, low, high in ((1, 0.2, 0.4), (2, 0.4, 0.6), (3, 0.8, 1.0), (4, 1.0, 1.0), (8, 1.0, 1.0)):
+        waits = [wait(State(attempt)) for _ in range(50)]
+        assert all(low <= w <= high for w in waits), (attempt, min(waits), max(waits))
+    assert len({wait(State(1)) for _ in range(20)}) > 1  # jittered
+
+
 def test_an_answer_that_is_not_the_api_is_an_unexpected_answer() -> None:
     for answer in [(200, [1, 2]), (200, "<html>proxy</html>"), (200, {"hits": "nope"})]:
         with Service(answer).client() as memory, pytest.raises(UnexpectedAnswer):

@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, ValidationError
-from tenacity import RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity import RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
 from episodic_client.errors import (
     BY_STATUS,
@@ -393,13 +393,16 @@ class RetryPolicy:
     max_backoff_s: float = 5.0
 
     def tenacity_kwargs(self) -> dict[str, Any]:
-        backoff = wait_exponential_jitter(initial=self.backoff_s, max=self.max_backoff_s, jitter=self.backoff_s)
+        # backoff_s * 2**(n-1) plus up to backoff_s of jitter, at most max_backoff_s: wait_exponential_jitter's
+        # formula, built from parts every tenacity>=9 has (its `initial` is deprecated from 9.2, and the
+        # `multiplier` that replaces it is not in 9.0/9.1)
+        backoff = wait_exponential(multiplier=self.backoff_s, max=self.max_backoff_s) + wait_random(0, self.backoff_s)
 
         def wait(state: RetryCallState) -> float:
             exc = state.outcome.exception() if state.outcome is not None else None
             if isinstance(exc, RequestRefused) and exc.retry_after is not None:
                 return min(exc.retry_after, self.max_backoff_s)
-            return float(backoff(state))
+            return min(float(backoff(state)), self.max_backoff_s)
 
         return {
             "retry": retry_if_exception(retryable),
