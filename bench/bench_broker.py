@@ -33,6 +33,8 @@ from bench.common import Row, cpu_seconds, emit
 
 MODES = ("produce", "tail", "tail-500", "tail-big", "tail-50", "tail-min", "gather")
 FETCH = {
+    "tail": (100, 1),
+    "tail-big": (100, 1),
     "tail-500": (500, 65536),
     "tail-50": (50, 1),
     "tail-min": (50, 1024 * 1024),
@@ -65,7 +67,7 @@ async def run_mode(mode: str, seconds: float) -> list[tuple[int, float]]:
         consumer: Any = None
         reader: asyncio.Task[None] | None = None
         if mode != "produce":
-            wait, minimum = FETCH.get(mode, (100, 1))
+            wait, minimum = FETCH[mode]
             consumer = AIOKafkaConsumer(
                 "bench-broker",
                 bootstrap_servers=broker.bootstrap,

@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The tests' broker is Tansu, reached as an external broker (EPISODIC_KAFKA_BOOTSTRAP): it answers a waiting
-# fetch only when the wait ends, so the consumers wait as briefly as on the embedded broker.
+# fetch late (it looks again during the wait), so the consumers wait as briefly as on the embedded broker.
 os.environ.setdefault("EPISODIC_FETCH_MAX_WAIT_MS", "50")
 
 

@@ -162,19 +162,22 @@ def test_503_and_connection_errors_are_retried_with_backoff() -> None:
     assert len(svc.seen) == 2
 
 
+class RetryState:
+    """What a tenacity wait reads of a retry: the attempt's outcome (its exception) and its number."""
+
+    def __init__(self, exc: BaseException, attempt: int = 1) -> None:
+        self.outcome = type("O", (), {"exception": lambda _self: exc})()
+        self.attempt_number = attempt
+        self.idle_for = 0.0
+
+
 def test_retry_after_is_honoured_within_the_cap() -> None:
     policy = RetryPolicy(retries=1, backoff_s=5.0, max_backoff_s=0.05)
     wait = policy.tenacity_kwargs()["wait"]
 
-    class State:
-        def __init__(self, exc: BaseException) -> None:
-            self.outcome = type("O", (), {"exception": lambda _self: exc})()
-            self.attempt_number = 1
-            self.idle_for = 0.0
-
-    assert wait(State(ServiceUnavailable(503, "busy", retry_after=0.01))) == 0.01
-    assert wait(State(ServiceUnavailable(503, "busy", retry_after=20))) == 0.05  # capped
-    assert 0 < wait(State(ServiceUnreachable("http://svc", "refused"))) <= 0.05  # exponential, capped
+    assert wait(RetryState(ServiceUnavailable(503, "busy", retry_after=0.01))) == 0.01
+    assert wait(RetryState(ServiceUnavailable(503, "busy", retry_after=20))) == 0.05  # capped
+    assert 0 < wait(RetryState(ServiceUnreachable("http://svc", "refused"))) <= 0.05  # exponential, capped
 
 
 def test_the_backoff_doubles_from_backoff_s_with_up_to_backoff_s_of_jitter_and_stops_at_the_cap() -> None:
@@ -186,17 +189,11 @@ def test_the_backoff_doubles_from_backoff_s_with_up_to_backoff_s_of_jitter_and_s
         warnings.simplefilter("error")
         wait = RetryPolicy(retries=9, backoff_s=0.2, max_backoff_s=1.0).tenacity_kwargs()["wait"]
 
-    class State:
-        def __init__(self, attempt: int) -> None:
-            exc = ServiceUnreachable("http://svc", "refused")
-            self.outcome = type("O", (), {"exception": lambda _self: exc})()
-            self.attempt_number = attempt
-            self.idle_for = 0.0
-
+    refused = ServiceUnreachable("http://svc", "refused")
     for attempt, low, high in ((1, 0.2, 0.4), (2, 0.4, 0.6), (3, 0.8, 1.0), (4, 1.0, 1.0), (8, 1.0, 1.0)):
-        waits = [wait(State(attempt)) for _ in range(50)]
+        waits = [wait(RetryState(refused, attempt)) for _ in range(50)]
         assert all(low <= w <= high for w in waits), (attempt, min(waits), max(waits))
-    assert len({wait(State(1)) for _ in range(20)}) > 1  # jittered
+    assert len({wait(RetryState(refused)) for _ in range(20)}) > 1  # jittered
 
 
 def test_an_answer_that_is_not_the_api_is_an_unexpected_answer() -> None:
