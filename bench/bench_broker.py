@@ -1,8 +1,8 @@
 """The embedded broker (Tansu, memory storage) as records pile up: its CPU per window, producing alone and with
 a consumer at the tail, against its first window (issue 27 item 2: why the soak's latency climbs).
 
-A fresh broker, one topic of 8 partitions; about 1,000 records/s of 300 bytes (60 every 50 ms, keyed over
-the partitions) for `--seconds` (150 by default) in each mode, one broker per mode:
+A fresh broker, one topic of `--partitions` (8 by default); about 1,000 records/s of 300 bytes (60 every
+50 ms, keyed over the partitions) for `--seconds` (150 by default) in each mode, one broker per mode:
 
   produce   no consumer;
   tail      one consumer group at the tail, committing every second, fetch wait 100 ms (a pipeline stage);
@@ -10,28 +10,35 @@ the partitions) for `--seconds` (150 by default) in each mode, one broker per mo
   tail-50   the stack's pipeline consumer on the embedded broker: a 50 ms fetch wait, no minimum;
   tail-min  the same with a 1 MiB minimum, so the broker holds every fetch for the 50 ms wait;
   gather    an agent that gathers (EPISODIC_AGENT_GATHER_MS): a 1 s wait with a 1 MiB minimum;
-  tail-big  `tail` at the same rate in batches ten times as big (600 records every 500 ms: ~75 a batch).
+  tail-big  `tail` at the same rate in batches ten times as big (600 records every 500 ms: ~75 a batch);
+  one       100 records/s, each its own batch (sent and acknowledged one at a time, random keys), one
+            consumer at the tail with the pipeline's 50 ms wait: each fetch returns about one record, from
+            one partition.
 
 Tansu keeps every record (no retention, see docs/configuration.md). Measured here: producing alone costs the
 same at 200k records held as at 30k; a consumer's fetches that return records cost time that grows with
 the records held, so a stage's broker time grows with the topic's age whatever the rate; `tail-big` shows
-that what it grows with is the number of record batches held (each stored as one object), not of records.
+that what it grows with is the number of record batches held (each stored as one object), not of records;
+`one` with `--partitions` shows that a fetch costs what the partitions it returns records from hold, not
+the topic (so more partitions, over keys that spread, slow the growth, while an idle fetch costs more).
 The ratio reported is the last window's broker CPU over the first window's, in the same mode.
 
     python -m bench.bench_broker                # 150 s per mode
     python -m bench.bench_broker --seconds 60 --modes tail tail-big
+    python -m bench.bench_broker --seconds 150 --modes one --partitions 4   # then 32
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import time
 from typing import Any
 
 from bench.common import Row, cpu_seconds, emit
 
-MODES = ("produce", "tail", "tail-500", "tail-big", "tail-50", "tail-min", "gather")
+MODES = ("produce", "tail", "tail-500", "tail-big", "tail-50", "tail-min", "gather", "one")
 FETCH = {
     "tail": (100, 1),
     "tail-big": (100, 1),
@@ -39,14 +46,16 @@ FETCH = {
     "tail-50": (50, 1),
     "tail-min": (50, 1024 * 1024),
     "gather": (1000, 1024 * 1024),
+    "one": (50, 1),
 }  # mode -> (wait ms, min)
 WINDOW_S = 30.0
 PER_TICK = 60
 TICK_S = 0.05
-PARTITIONS = 8
+PARTITIONS = 8  # the default of --partitions
+ONE_PER_S = 100  # mode `one`: records a second, one batch each
 
 
-async def run_mode(mode: str, seconds: float) -> list[tuple[int, float]]:
+async def run_mode(mode: str, seconds: float, partitions: int = PARTITIONS) -> list[tuple[int, float]]:
     """[(records held at the window's end, broker CPU % of one core in that window)]."""
     from aiokafka import AIOKafkaConsumer
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -60,7 +69,7 @@ async def run_mode(mode: str, seconds: float) -> list[tuple[int, float]]:
         assert pid is not None
         admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
         await admin.start()
-        await admin.create_topics([NewTopic("bench-broker", PARTITIONS, 1)])
+        await admin.create_topics([NewTopic("bench-broker", partitions, 1)])
         await admin.close()
         producer = make_producer(broker.bootstrap, linger_ms=5)
         await producer.start()
@@ -88,11 +97,19 @@ async def run_mode(mode: str, seconds: float) -> list[tuple[int, float]]:
         try:
             held, end = 0, time.monotonic() + seconds
             t0, k0 = time.monotonic(), cpu_seconds(pid)
+            keys, due = random.Random(1), time.monotonic()
             while time.monotonic() < end:
-                sent = [await producer.send("bench-broker", b"x" * 300, key=str(i).encode()) for i in range(per_tick)]
-                await asyncio.gather(*sent)
-                held += per_tick
-                await asyncio.sleep(tick_s)
+                if mode == "one":  # acknowledged before the next is sent: one record per batch
+                    await producer.send_and_wait("bench-broker", b"x" * 300, key=str(keys.random()).encode())
+                    held += 1
+                    due += 1 / ONE_PER_S
+                    await asyncio.sleep(max(0.0, due - time.monotonic()))
+                else:
+                    value = b"x" * 300
+                    sent = [await producer.send("bench-broker", value, key=str(i).encode()) for i in range(per_tick)]
+                    await asyncio.gather(*sent)
+                    held += per_tick
+                    await asyncio.sleep(tick_s)
                 if time.monotonic() - t0 >= WINDOW_S:
                     k = cpu_seconds(pid)
                     windows.append((held, 100 * (k - k0) / (time.monotonic() - t0)))
@@ -110,18 +127,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--seconds", type=float, default=150.0, help="per mode (default 150; windows of 30 s)")
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    ap.add_argument("--partitions", type=int, default=PARTITIONS, help=f"of the topic (default {PARTITIONS})")
     args = ap.parse_args(argv)
     if args.seconds < 2 * WINDOW_S:
         ap.error(f"--seconds must be at least {2 * WINDOW_S:g} (two windows)")
     rows: list[Row] = []
     for mode in args.modes:
-        windows = asyncio.run(run_mode(mode, args.seconds))
+        windows = asyncio.run(run_mode(mode, args.seconds, args.partitions))
         for held, cpu in windows:
             print(f"bench_broker {mode:9s} {held:8d} records held: broker CPU {cpu:5.1f} % of a core", flush=True)
         (first_held, first), (last_held, last) = windows[0], windows[-1]
         rows.append(
             Row(
-                "broker", f"broker CPU, {mode}, at {last_held:,} records held", last, "%", first,
+                "broker", f"broker CPU, {mode}, {args.partitions} partitions, {last_held:,} held", last, "%", first,
                 f"the first window ({first_held:,} held)", note="one core = 100 %",
             )
         )  # fmt: skip
