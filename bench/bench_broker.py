@@ -53,6 +53,7 @@ PER_TICK = 60
 TICK_S = 0.05
 PARTITIONS = 8  # the default of --partitions
 ONE_PER_S = 100  # mode `one`: records a second, one batch each
+VALUE = b"x" * 300  # every record's value
 
 
 async def run_mode(mode: str, seconds: float, partitions: int = PARTITIONS) -> list[tuple[int, float]]:
@@ -100,13 +101,12 @@ async def run_mode(mode: str, seconds: float, partitions: int = PARTITIONS) -> l
             keys, due = random.Random(1), time.monotonic()
             while time.monotonic() < end:
                 if mode == "one":  # acknowledged before the next is sent: one record per batch
-                    await producer.send_and_wait("bench-broker", b"x" * 300, key=str(keys.random()).encode())
+                    await producer.send_and_wait("bench-broker", VALUE, key=str(keys.random()).encode())
                     held += 1
                     due += 1 / ONE_PER_S
                     await asyncio.sleep(max(0.0, due - time.monotonic()))
                 else:
-                    value = b"x" * 300
-                    sent = [await producer.send("bench-broker", value, key=str(i).encode()) for i in range(per_tick)]
+                    sent = [await producer.send("bench-broker", VALUE, key=str(i).encode()) for i in range(per_tick)]
                     await asyncio.gather(*sent)
                     held += per_tick
                     await asyncio.sleep(tick_s)
@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.seconds < 2 * WINDOW_S:
         ap.error(f"--seconds must be at least {2 * WINDOW_S:g} (two windows)")
+    if args.partitions < 1:
+        ap.error(f"--partitions must be at least 1, not {args.partitions}")
     rows: list[Row] = []
     for mode in args.modes:
         windows = asyncio.run(run_mode(mode, args.seconds, args.partitions))
