@@ -421,8 +421,10 @@ class EdgeEngine(Engine):
 
     def index_in_worker(self, threads: int = 1) -> IndexCycle:
         """One index cycle (episodic.store.edge_index): copy, build in a worker process, catch up, swap.
-        Queries go on throughout but for the swap's reload; writes wait for the copy and the swap. Raises
-        StoreError if the build fails (the live shard is then as it was)."""
+        Queries go on throughout but for the swap's reload; writes wait for the copy and the swap. Each load
+        of a shard holds the interpreter lock (the process waits): one load when at most `CATCH_UP_LEFT`
+        operations were journaled meanwhile, two for a longer journal. Raises StoreError if the build fails
+        (the live shard is then as it was)."""
         cycle = IndexCycle()
         work, replaced = edge_index.copy_path(self.path), edge_index.replaced_path(self.path)
         shutil.rmtree(work, ignore_errors=True)
@@ -443,43 +445,39 @@ class EdgeEngine(Engine):
             cycle.indexed_vectors = int(report["indexed_vectors"])
             cycle.worker_rss_mib = float(report.get("max_rss_mib", 0.0))
             t1 = time.perf_counter()
-            new = qe.EdgeShard.load(str(work))
             done = 0
-            while True:  # replay outside the swap while the live shard keeps serving (and journaling)
-                with self._journal_lock:
-                    pending = list((self._journal or [])[done:])
-                if len(pending) <= edge_index.CATCH_UP_LEFT:
-                    break
-                for op in pending:
-                    new.update(op)
-                done += len(pending)
+            with self._journal_lock:
+                journaled = len(self._journal or [])
+            if journaled > edge_index.CATCH_UP_LEFT:
+                # A long journal is replayed into the copy while the live shard serves, but loading the copy
+                # holds the interpreter lock throughout (the whole process waits: ~1 s at 100k memories), so
+                # a short one waits for the swap, into the one load the swap needs anyway.
+                new = qe.EdgeShard.load(str(work))
+                while True:  # replay outside the swap while the live shard keeps serving (and journaling)
+                    with self._journal_lock:
+                        pending = list((self._journal or [])[done:])
+                    if len(pending) <= edge_index.CATCH_UP_LEFT:
+                        break
+                    for op in pending:
+                        new.update(op)
+                    done += len(pending)
             cycle.catch_up_s = time.perf_counter() - t1
             t2 = time.perf_counter()
             with self._writes.exclusive():
                 if self._closed:
                     raise StoreUnavailable(f"EdgeStore at {self.path} closed while indexing")
                 rest = list((self._journal or [])[done:])
-                for op in rest:
-                    new.update(op)
                 cycle.replayed = done + len(rest)
-                new.flush()
-                new.close()
-                new = None
+                if new is not None:
+                    for op in rest:
+                        new.update(op)
+                    rest = []
+                    new.flush()
+                    new.close()
+                    new = None
                 t3 = time.perf_counter()
                 with self._guard("index: swap", exclusive=True):
-                    live, self._shard = self._shard, None
-                    if live is not None:
-                        live.flush()
-                        live.close()
-                    os.rename(self.path, replaced)
-                    os.rename(work, self.path)
-                    try:
-                        self._shard = qe.EdgeShard.load(str(self.path))
-                    except BaseException:
-                        os.rename(self.path, work)  # back to the live shard, as it was
-                        os.rename(replaced, self.path)
-                        self._shard = qe.EdgeShard.load(str(self.path))
-                        raise
+                    self._swap(work, replaced, rest)
                 cycle.pause_s = time.perf_counter() - t3
                 self._journal = None
             cycle.swap_s = time.perf_counter() - t2
@@ -498,6 +496,39 @@ class EdgeEngine(Engine):
             self._worker = None
         shutil.rmtree(replaced, ignore_errors=True)
         return cycle
+
+    def _swap(self, work: Path, replaced: Path, rest: list[Any]) -> None:
+        """Close the live shard, put the indexed copy in its place and load it (the caller holds the shard
+        alone). `rest`: journaled operations the copy lacks, replayed into it once loaded; a marker file
+        says so meanwhile, and `edge_index.recover` puts the live shard back after a crash before the marker
+        is gone. On any failure the live shard is put back and loaded, as it was."""
+        marker = edge_index.swap_marker(self.path)
+        live, self._shard = self._shard, None
+        if live is not None:
+            live.flush()
+            live.close()
+        if rest:
+            marker.touch()
+        os.rename(self.path, replaced)
+        os.rename(work, self.path)
+        shard: qe.EdgeShard | None = None
+        try:
+            shard = qe.EdgeShard.load(str(self.path))
+            for op in rest:
+                shard.update(op)
+            if rest:
+                shard.flush()
+                marker.unlink()
+            self._shard = shard
+        except BaseException:
+            if shard is not None:
+                with contextlib.suppress(BaseException):
+                    shard.close()
+            os.rename(self.path, work)  # back to the live shard, as it was
+            os.rename(replaced, self.path)
+            marker.unlink(missing_ok=True)
+            self._shard = qe.EdgeShard.load(str(self.path))
+            raise
 
     # -- writes --------------------------------------------------------------------------------------
 

@@ -116,6 +116,147 @@ def test_a_crash_between_the_renames_is_recovered_at_the_next_start(fast_dir: Pa
     again.close()
 
 
+class CountingLoads:
+    """Stands in for `qe.EdgeShard` in episodic.store.edge: counts the loads (each holds the interpreter lock);
+    `fail_replay`: the next shard it loads fails its first update (a replay at the swap)."""
+
+    def __init__(self, real: type) -> None:
+        self.real, self.loads, self.fail_replay = real, [], False
+        self.create = real.create
+
+    def load(self, path: str, *args: object) -> object:
+        self.loads.append(path)
+        shard = self.real.load(path, *args)
+        if not self.fail_replay:
+            return shard
+        self.fail_replay = False
+        return FailingUpdate(shard)
+
+
+class FailingUpdate:
+    def __init__(self, shard: object) -> None:
+        self.shard = shard
+
+    def update(self, op: object) -> None:
+        raise StoreError("replay failed")
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.shard, name)
+
+
+def cycle_with_writes(store: EdgeStore, n: int, first: int) -> edge_index.IndexCycle:
+    """An index cycle with `n` upserts (ids from `first`) written while the worker builds."""
+    result: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            result["cycle"] = store._edge.index_in_worker()
+        except BaseException as e:
+            result["error"] = e
+
+    indexing = threading.Thread(target=run)
+    indexing.start()
+    deadline = time.monotonic() + 60
+    while store._edge._journal is None and indexing.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.005)  # the copy is taken: what is written now is journaled
+    rng = random.Random(first)
+    for i in range(first, first + n):
+        store.upsert([point(i, rng)])
+    indexing.join(120)
+    if "error" in result:
+        raise result["error"]  # type: ignore[misc]
+    cycle = result["cycle"]
+    assert isinstance(cycle, edge_index.IndexCycle)
+    return cycle
+
+
+def test_a_short_journal_is_replayed_at_the_swap_into_its_one_load(
+    fast_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading a shard holds the interpreter lock: with a journal of at most CATCH_UP_LEFT operations the
+    cycle loads the indexed copy once (at the swap) and replays the journal into it, and nothing is lost."""
+    from episodic.store import edge as edge_module
+
+    store = filled(fast_dir / "edge", 600)
+    store.count()  # the live shard is open before the loads are counted
+    counting = CountingLoads(edge_module.qe.EdgeShard)
+    monkeypatch.setattr(edge_module.qe, "EdgeShard", counting)
+    cycle = cycle_with_writes(store, 20, 600)
+    assert 0 < cycle.replayed <= edge_index.CATCH_UP_LEFT
+    assert counting.loads == [str(store.path)]  # the swap's load only: no catch-up load of the copy
+    assert store.count() == 620 and len(store.retrieve([pid(i) for i in range(600, 620)])) == 20
+    assert len(store.query_dense(vec(random.Random(5)), ScopeFilter("ws-0", scope="own", agent_id="a1"), 5)) == 5
+    assert not edge_index.swap_marker(store.path).exists() and not edge_index.replaced_path(store.path).exists()
+    store.close()
+    again = EdgeStore(fast_dir / "edge")  # the swapped shard on disk holds the replayed writes
+    assert again.count() == 620
+    again.close()
+
+
+def test_a_long_journal_is_caught_up_before_the_swap(fast_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from episodic.store import edge as edge_module
+
+    store = filled(fast_dir / "edge", 600)
+    store.count()
+    counting = CountingLoads(edge_module.qe.EdgeShard)
+    monkeypatch.setattr(edge_module.qe, "EdgeShard", counting)
+    n = edge_index.CATCH_UP_LEFT + 100
+    cycle = cycle_with_writes(store, n, 600)
+    assert cycle.replayed == n
+    copy = str(edge_index.copy_path(store.path))
+    assert counting.loads == [copy, str(store.path)]  # the copy caught up while the live shard served
+    assert store.count() == 600 + n
+    store.close()
+
+
+def test_a_failed_replay_at_the_swap_puts_the_live_shard_back(fast_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from episodic.store import edge as edge_module
+
+    store = filled(fast_dir / "edge", 600)
+    store.count()
+    counting = CountingLoads(edge_module.qe.EdgeShard)
+    monkeypatch.setattr(edge_module.qe, "EdgeShard", counting)
+    counting.fail_replay = True
+    with pytest.raises(StoreError, match="replay failed"):
+        cycle_with_writes(store, 20, 600)
+    # the live shard, loaded again, with everything written during the build; nothing left beside it
+    assert store.count() == 620 and len(store.retrieve([pid(i) for i in range(600, 620)])) == 20
+    assert store._edge._journal is None
+    for leftover in (edge_index.swap_marker, edge_index.replaced_path, edge_index.copy_path):
+        assert not leftover(store.path).exists()
+    store.upsert([point(620, random.Random(7))])
+    assert store.count() == 621
+    store.close()
+
+
+def test_a_crash_while_a_short_journal_is_replayed_is_recovered_at_the_next_start(fast_dir: Path) -> None:
+    """The marker says the shard in place may lack the last operations: the live shard, renamed aside with
+    all of them, is put back."""
+    live = filled(fast_dir / "edge", 300)
+    live.close()
+    path = fast_dir / "edge"
+    edge_index.swap_marker(path).touch()
+    path.rename(edge_index.replaced_path(path))
+    partial = filled(path, 100)  # the indexed copy in place, without the last operations
+    partial.close()
+    again = EdgeStore(path)
+    assert again.count() == 300
+    for leftover in (edge_index.swap_marker, edge_index.replaced_path, edge_index.copy_path):
+        assert not leftover(path).exists()
+    again.close()
+
+
+def test_a_crash_before_the_renames_of_a_marked_swap_leaves_the_live_shard(fast_dir: Path) -> None:
+    live = filled(fast_dir / "edge", 300)
+    live.close()
+    path = fast_dir / "edge"
+    edge_index.swap_marker(path).touch()
+    edge_index.copy_path(path).mkdir()
+    again = EdgeStore(path)
+    assert again.count() == 300 and not edge_index.swap_marker(path).exists()
+    again.close()
+
+
 def test_the_background_indexer_builds_once_enough_was_written(fast_dir: Path) -> None:
     store = filled(fast_dir / "edge", 600, index_after=500, index_min_workspace=300)
     assert store.indexer is not None
