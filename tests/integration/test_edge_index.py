@@ -8,6 +8,7 @@ import random
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,8 +121,9 @@ class CountingLoads:
     """Stands in for `qe.EdgeShard` in episodic.store.edge: counts the loads (each holds the interpreter lock);
     `fail_replay`: the next shard it loads fails its first update (a replay at the swap)."""
 
-    def __init__(self, real: type) -> None:
-        self.real, self.loads, self.fail_replay = real, [], False
+    def __init__(self, real: Any) -> None:
+        self.real, self.fail_replay = real, False
+        self.loads: list[str] = []
         self.create = real.create
 
     def load(self, path: str, *args: object) -> object:
@@ -142,6 +144,18 @@ class FailingUpdate:
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.shard, name)
+
+
+@pytest.fixture
+def counted(fast_dir: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[EdgeStore, CountingLoads]:
+    """A store of 600 memories, open, whose shard loads are counted from now on."""
+    from episodic.store import edge as edge_module
+
+    store = filled(fast_dir / "edge", 600)
+    store.count()  # the live shard is open before the loads are counted
+    counting = CountingLoads(edge_module.qe.EdgeShard)
+    monkeypatch.setattr(edge_module.qe, "EdgeShard", counting)
+    return store, counting
 
 
 def cycle_with_writes(store: EdgeStore, n: int, first: int) -> edge_index.IndexCycle:
@@ -171,16 +185,11 @@ def cycle_with_writes(store: EdgeStore, n: int, first: int) -> edge_index.IndexC
 
 
 def test_a_short_journal_is_replayed_at_the_swap_into_its_one_load(
-    fast_dir: Path, monkeypatch: pytest.MonkeyPatch
+    fast_dir: Path, counted: tuple[EdgeStore, CountingLoads]
 ) -> None:
     """Loading a shard holds the interpreter lock: with a journal of at most CATCH_UP_LEFT operations the
     cycle loads the indexed copy once (at the swap) and replays the journal into it, and nothing is lost."""
-    from episodic.store import edge as edge_module
-
-    store = filled(fast_dir / "edge", 600)
-    store.count()  # the live shard is open before the loads are counted
-    counting = CountingLoads(edge_module.qe.EdgeShard)
-    monkeypatch.setattr(edge_module.qe, "EdgeShard", counting)
+    store, counting = counted
     cycle = cycle_with_writes(store, 20, 600)
     assert 0 < cycle.replayed <= edge_index.CATCH_UP_LEFT
     assert counting.loads == [str(store.path)]  # the swap's load only: no catch-up load of the copy
@@ -193,13 +202,8 @@ def test_a_short_journal_is_replayed_at_the_swap_into_its_one_load(
     again.close()
 
 
-def test_a_long_journal_is_caught_up_before_the_swap(fast_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from episodic.store import edge as edge_module
-
-    store = filled(fast_dir / "edge", 600)
-    store.count()
-    counting = CountingLoads(edge_module.qe.EdgeShard)
-    monkeypatch.setattr(edge_module.qe, "EdgeShard", counting)
+def test_a_long_journal_is_caught_up_before_the_swap(counted: tuple[EdgeStore, CountingLoads]) -> None:
+    store, counting = counted
     n = edge_index.CATCH_UP_LEFT + 100
     cycle = cycle_with_writes(store, n, 600)
     assert cycle.replayed == n
@@ -209,13 +213,8 @@ def test_a_long_journal_is_caught_up_before_the_swap(fast_dir: Path, monkeypatch
     store.close()
 
 
-def test_a_failed_replay_at_the_swap_puts_the_live_shard_back(fast_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from episodic.store import edge as edge_module
-
-    store = filled(fast_dir / "edge", 600)
-    store.count()
-    counting = CountingLoads(edge_module.qe.EdgeShard)
-    monkeypatch.setattr(edge_module.qe, "EdgeShard", counting)
+def test_a_failed_replay_at_the_swap_puts_the_live_shard_back(counted: tuple[EdgeStore, CountingLoads]) -> None:
+    store, counting = counted
     counting.fail_replay = True
     with pytest.raises(StoreError, match="replay failed"):
         cycle_with_writes(store, 20, 600)
