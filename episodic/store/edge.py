@@ -421,10 +421,11 @@ class EdgeEngine(Engine):
 
     def index_in_worker(self, threads: int = 1) -> IndexCycle:
         """One index cycle (episodic.store.edge_index): copy, build in a worker process, catch up, swap.
-        Queries go on throughout but for the swap's reload; writes wait for the copy and the swap. Each load
-        of a shard holds the interpreter lock (the process waits): one load when at most `CATCH_UP_LEFT`
-        operations were journaled meanwhile, two for a longer journal. Raises StoreError if the build fails
-        (the live shard is then as it was)."""
+        Queries go on throughout but for the swap's reload (and the replay of a short journal); writes wait
+        for the copy and the swap. Each load of a shard holds the interpreter lock (the process waits): one
+        load when at most `CATCH_UP_LEFT` operations, writing at most as many points, were journaled
+        meanwhile, two for a longer journal. Raises StoreError if the build fails (the live shard is then as
+        it was)."""
         cycle = IndexCycle()
         work, replaced = edge_index.copy_path(self.path), edge_index.replaced_path(self.path)
         shutil.rmtree(work, ignore_errors=True)
@@ -448,10 +449,11 @@ class EdgeEngine(Engine):
             done = 0
             with self._journal_lock:
                 journaled = len(self._journal or [])
-            if journaled > edge_index.CATCH_UP_LEFT:
-                # A long journal is replayed into the copy while the live shard serves, but loading the copy
-                # holds the interpreter lock throughout (the whole process waits: ~1 s at 100k memories), so
-                # a short one waits for the swap, into the one load the swap needs anyway.
+            if max(journaled, self.moved.count) > edge_index.CATCH_UP_LEFT:
+                # A long journal (in operations, or in the points they wrote) is replayed into the copy while
+                # the live shard serves, but loading the copy holds the interpreter lock throughout (the whole
+                # process waits: 1-3.5 s at 100k memories), so a short one is replayed at the swap, into the
+                # one load the swap needs anyway (queries wait for that replay too).
                 new = qe.EdgeShard.load(str(work))
                 while True:  # replay outside the swap while the live shard keeps serving (and journaling)
                     with self._journal_lock:
@@ -507,12 +509,12 @@ class EdgeEngine(Engine):
         if live is not None:
             live.flush()
             live.close()
-        if rest:
-            marker.touch()
         os.rename(self.path, replaced)
-        os.rename(work, self.path)
         shard: qe.EdgeShard | None = None
         try:
+            if rest:  # from here `<name>.replaced` is this cycle's live shard, with every operation
+                marker.touch()
+            os.rename(work, self.path)
             shard = qe.EdgeShard.load(str(self.path))
             for op in rest:
                 shard.update(op)
@@ -524,7 +526,8 @@ class EdgeEngine(Engine):
             if shard is not None:
                 with contextlib.suppress(BaseException):
                     shard.close()
-            os.rename(self.path, work)  # back to the live shard, as it was
+            if self.path.exists():
+                os.rename(self.path, work)  # back to the live shard, as it was
             os.rename(replaced, self.path)
             marker.unlink(missing_ok=True)
             self._shard = qe.EdgeShard.load(str(self.path))

@@ -14,22 +14,24 @@ were written since the last one):
 2. **Build.** A worker process (`python -m episodic.store.edge_worker <copy>`, niced, `threads` indexing
    threads: one by default, leaving the other core to the stack) loads the copy with the index settings
    below, runs `optimize()` and closes it. The stack's process only waits on the child (no GIL held).
-3. **Catch up.** With more than `CATCH_UP_LEFT` operations journaled, this process loads the indexed copy
-   and replays the journal into it while the live shard keeps serving (Edge's update operations are values:
-   the same one applies to both shards). Loading a shard holds the interpreter lock throughout, so the whole
-   process waits meanwhile (about a second at 100k memories alone, 1.6–3.5 s beside the stack's work): with a
-   shorter journal this step is skipped.
+3. **Catch up.** With more than `CATCH_UP_LEFT` operations journaled (or points written by them), this
+   process loads the indexed copy and replays the journal into it while the live shard keeps serving (Edge's
+   update operations are values: the same one applies to both shards). Loading a shard holds the interpreter
+   lock throughout, so the whole process waits meanwhile (1–3.5 s at 100k memories): with a shorter journal
+   this step is skipped.
 4. **Swap.** Writes wait again; the last journaled operations are replayed into the loaded copy, which is
    flushed and closed; then, with queries waiting too (the shard's lifecycle lock), the live shard is
    closed, the directories renamed (live -> `<name>.replaced`, copy -> `<name>`) and the indexed shard
    loaded (the lock held again). A journal that skipped step 3 is replayed here, into the shard just
-   loaded, while a marker file (`<name>.swapping`) says so. The replaced directory is deleted afterwards.
+   loaded (queries wait for it too), while a marker file (`<name>.swapping`) says so. The replaced
+   directory is deleted afterwards.
 
 A crash at any step leaves a loadable shard: before the renames the live directory is intact (a leftover
 copy is deleted at the next start); between the two renames `<name>` is missing and `<name>.replaced` holds
-the live shard, flushed and closed, which `recover` moves back; after them `<name>` holds everything, but
-while the marker exists (a short journal being replayed into it), when `recover` puts the replaced live
-shard back in its place.
+the live shard, flushed and closed, which `recover` moves back; after them `<name>` holds everything. The
+marker is written after the first rename and removed once the replay is flushed: while it exists, `<name>`
+may lack the last operations and `<name>.replaced` is this cycle's live shard with all of them, which
+`recover` puts back in its place.
 
 When: once `EPISODIC_EDGE_INDEX_AFTER` memories were written since the last cycle (new ones, and existing
 ones whose payload or vectors changed: a write moves a point out of the indexed segment, `MovedPoints`),

@@ -125,6 +125,7 @@ class CountingLoads:
         self.real, self.fail_replay = real, False
         self.loads: list[str] = []
         self.create = real.create
+        self.written = threading.Event()  # the worker's build waits for the writes meant to be journaled
 
     def load(self, path: str, *args: object) -> object:
         self.loads.append(path)
@@ -155,11 +156,21 @@ def counted(fast_dir: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[EdgeStore,
     store.count()  # the live shard is open before the loads are counted
     counting = CountingLoads(edge_module.qe.EdgeShard)
     monkeypatch.setattr(edge_module.qe, "EdgeShard", counting)
+    build = edge_index.Worker.run
+
+    def after_the_writes(self: edge_index.Worker, timeout: float = edge_index.WORKER_TIMEOUT_S) -> dict[str, Any]:
+        assert counting.written.wait(60)
+        return build(self, timeout)
+
+    monkeypatch.setattr(edge_index.Worker, "run", after_the_writes)
     return store, counting
 
 
-def cycle_with_writes(store: EdgeStore, n: int, first: int) -> edge_index.IndexCycle:
-    """An index cycle with `n` upserts (ids from `first`) written while the worker builds."""
+def cycle_with_writes(
+    store: EdgeStore, n: int, first: int, written: threading.Event | None = None
+) -> edge_index.IndexCycle:
+    """An index cycle with `n` upserts (ids from `first`) written while the worker builds (`written` is set
+    once they are)."""
     result: dict[str, object] = {}
 
     def run() -> None:
@@ -176,6 +187,8 @@ def cycle_with_writes(store: EdgeStore, n: int, first: int) -> edge_index.IndexC
     rng = random.Random(first)
     for i in range(first, first + n):
         store.upsert([point(i, rng)])
+    if written is not None:
+        written.set()
     indexing.join(120)
     if "error" in result:
         raise result["error"]  # type: ignore[misc]
@@ -190,7 +203,7 @@ def test_a_short_journal_is_replayed_at_the_swap_into_its_one_load(
     """Loading a shard holds the interpreter lock: with a journal of at most CATCH_UP_LEFT operations the
     cycle loads the indexed copy once (at the swap) and replays the journal into it, and nothing is lost."""
     store, counting = counted
-    cycle = cycle_with_writes(store, 20, 600)
+    cycle = cycle_with_writes(store, 20, 600, counting.written)
     assert 0 < cycle.replayed <= edge_index.CATCH_UP_LEFT
     assert counting.loads == [str(store.path)]  # the swap's load only: no catch-up load of the copy
     assert store.count() == 620 and len(store.retrieve([pid(i) for i in range(600, 620)])) == 20
@@ -205,7 +218,7 @@ def test_a_short_journal_is_replayed_at_the_swap_into_its_one_load(
 def test_a_long_journal_is_caught_up_before_the_swap(counted: tuple[EdgeStore, CountingLoads]) -> None:
     store, counting = counted
     n = edge_index.CATCH_UP_LEFT + 100
-    cycle = cycle_with_writes(store, n, 600)
+    cycle = cycle_with_writes(store, n, 600, counting.written)
     assert cycle.replayed == n
     copy = str(edge_index.copy_path(store.path))
     assert counting.loads == [copy, str(store.path)]  # the copy caught up while the live shard served
@@ -217,7 +230,8 @@ def test_a_failed_replay_at_the_swap_puts_the_live_shard_back(counted: tuple[Edg
     store, counting = counted
     counting.fail_replay = True
     with pytest.raises(StoreError, match="replay failed"):
-        cycle_with_writes(store, 20, 600)
+        cycle_with_writes(store, 20, 600, counting.written)
+    assert counting.loads == [str(store.path), str(store.path)]  # the swap's load (failing), then the live one
     # the live shard, loaded again, with everything written during the build; nothing left beside it
     assert store.count() == 620 and len(store.retrieve([pid(i) for i in range(600, 620)])) == 20
     assert store._edge._journal is None
