@@ -113,9 +113,8 @@ def recover(path: Path) -> None:
     """Put the shard at `path` back after a cycle that a crash cut short (see the module doc)."""
     replaced, copy, marker = replaced_path(path), copy_path(path), swap_marker(path)
     if marker.exists():  # the copy in place may lack the last operations: the live shard holds them all
-        if replaced.exists():
-            shutil.rmtree(path, ignore_errors=True)
-            replaced.rename(path)
+        if replaced.exists() and path.exists():
+            shutil.rmtree(path)  # raises rather than leave part of it (the marker stays: the next start retries)
         marker.unlink()
     if not path.exists() and replaced.exists():
         replaced.rename(path)  # the live shard, flushed and closed before the first rename

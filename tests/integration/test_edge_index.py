@@ -259,14 +259,18 @@ def test_a_crash_while_a_short_journal_is_replayed_is_recovered_at_the_next_star
     again.close()
 
 
-def test_a_crash_before_the_renames_of_a_marked_swap_leaves_the_live_shard(fast_dir: Path) -> None:
+def test_a_crash_between_the_marker_and_the_second_rename_leaves_the_live_shard(fast_dir: Path) -> None:
+    """The marker is written after the first rename: the live shard is aside, the copy not yet in place."""
     live = filled(fast_dir / "edge", 300)
     live.close()
     path = fast_dir / "edge"
+    path.rename(edge_index.replaced_path(path))
     edge_index.swap_marker(path).touch()
-    edge_index.copy_path(path).mkdir()
+    filled(edge_index.copy_path(path), 100).close()
     again = EdgeStore(path)
     assert again.count() == 300 and not edge_index.swap_marker(path).exists()
+    for leftover in (edge_index.replaced_path, edge_index.copy_path):
+        assert not leftover(path).exists()
     again.close()
 
 
