@@ -36,6 +36,7 @@ BENCHES: dict[str, str] = {
     "explorer": "bench.bench_explorer",
     "integrity": "bench.bench_integrity",
     "index_build": "bench.bench_index_build",
+    "index_stall": "bench.bench_index_stall",
 }
 # Other benchmarks in the repo (owned elsewhere) that follow the same --quick convention; run if present.
 OPTIONAL: dict[str, str] = {"gate": "bench.bench_gate"}
@@ -54,6 +55,7 @@ TIMEOUT_S = {
     "chunking": 1800,
     "render": 600,
     "index_build": 2400,
+    "index_stall": 1800,
 }
 
 

@@ -225,7 +225,8 @@ class EdgeEngine(Engine):
         self._closed = False
         self._writes = ReadWriteLock()  # writers share it; an index cycle's copy and swap hold it alone
         self._serial = threading.Lock()  # one write at a time: conditional writes are atomic (see `_write`)
-        self._journal: list[Any] | None = None  # update operations since the copy, while one is indexed
+        # update operations since the copy, while one is indexed, each with `moved.writes` before it
+        self._journal: list[tuple[Any, int]] | None = None
         self._journal_lock = threading.Lock()
         self.moved = edge_index.MovedPoints()  # points written since the last cycle (EdgeStore sets its cap)
         self._worker: Worker | None = None
@@ -252,17 +253,20 @@ class EdgeEngine(Engine):
         applied: two writers' operations on one point must replay in the same order). `moves`: the points it
         writes, which leave the indexed segment (`MovedPoints`): their ids, counted once it is applied, or
         the filter it writes by, counted before (the write may change what the filter matches)."""
+        mark = self.moved.writes  # the points written before this one (writes are serialised)
         if isinstance(moves, Filter):
             self._moved_by(shard, moves)
         if self._journal is None:
             shard.update(op)
-        else:
-            with self._journal_lock:
-                shard.update(op)
-                if self._journal is not None:
-                    self._journal.append(op)
-        if not isinstance(moves, Filter):
-            self.moved.add(moves)
+            if not isinstance(moves, Filter):
+                self.moved.add(moves)
+            return
+        with self._journal_lock:  # its points counted with it: `_journal_short` reads both under the lock
+            shard.update(op)
+            if not isinstance(moves, Filter):
+                self.moved.add(moves)
+            if self._journal is not None:
+                self._journal.append((op, mark))
 
     def _moved_by(self, shard: qe.EdgeShard, flt: Filter) -> None:
         """Count the points a write by `flt` moves: its ids when it names them (every conditional write does:
@@ -423,9 +427,9 @@ class EdgeEngine(Engine):
         """One index cycle (episodic.store.edge_index): copy, build in a worker process, catch up, swap.
         Queries go on throughout but for the swap's reload (and the replay of a short journal); writes wait
         for the copy and the swap. Each load of a shard holds the interpreter lock (the process waits): one
-        load when at most `CATCH_UP_LEFT` operations, writing at most as many points, were journaled
-        meanwhile, two for a longer journal. Raises StoreError if the build fails (the live shard is then as
-        it was)."""
+        at the swap, and one more to catch up on a long journal (more than `CATCH_UP_LEFT` operations, or
+        points written by them, since the copy). Raises StoreError if the build fails (the live shard is then
+        as it was)."""
         cycle = IndexCycle()
         work, replaced = edge_index.copy_path(self.path), edge_index.replaced_path(self.path)
         shutil.rmtree(work, ignore_errors=True)
@@ -434,7 +438,8 @@ class EdgeEngine(Engine):
             with self._guard("index: flush"):
                 self._open().flush()
             shutil.copytree(self.path, work)
-            self._journal = []
+            with self._journal_lock:
+                self._journal = []
             before = self.moved.begin()
         cycle.copy_s = time.perf_counter() - t0
         new: qe.EdgeShard | None = None
@@ -442,49 +447,44 @@ class EdgeEngine(Engine):
             self._worker = Worker(work, threads)
             report = self._worker.run()
             cycle.build_s = float(report.get("seconds", 0.0))
+            cycle.warm_s = float(report.get("warm_s", 0.0))
+            cycle.warm_mib = float(report.get("warm_mib", 0.0))
             cycle.points, cycle.segments = int(report["points"]), int(report["segments"])
             cycle.indexed_vectors = int(report["indexed_vectors"])
             cycle.worker_rss_mib = float(report.get("max_rss_mib", 0.0))
             t1 = time.perf_counter()
             done = 0
-            with self._journal_lock:
-                journaled = len(self._journal or [])
-            if max(journaled, self.moved.count) > edge_index.CATCH_UP_LEFT:
-                # A long journal (in operations, or in the points they wrote) is replayed into the copy while
-                # the live shard serves, but loading the copy holds the interpreter lock throughout (the whole
-                # process waits: 1-3.5 s at 100k memories), so a short one is replayed at the swap, into the
-                # one load the swap needs anyway (queries wait for that replay too).
+            if not self._journal_short(0):
+                # A long journal is replayed into the copy while the live shard serves and writers go on;
+                # loading the copy holds the interpreter lock (the whole process waits), so a short one is
+                # replayed at the swap instead, into the one load the swap needs anyway.
                 new = qe.EdgeShard.load(str(work))
-                while True:  # replay outside the swap while the live shard keeps serving (and journaling)
-                    with self._journal_lock:
-                        pending = list((self._journal or [])[done:])
-                    if len(pending) <= edge_index.CATCH_UP_LEFT:
-                        break
-                    for op in pending:
-                        new.update(op)
-                    done += len(pending)
+                done = self._replay(new, done)
             cycle.catch_up_s = time.perf_counter() - t1
             t2 = time.perf_counter()
             with self._writes.exclusive():
                 if self._closed:
                     raise StoreUnavailable(f"EdgeStore at {self.path} closed while indexing")
-                rest = list((self._journal or [])[done:])
-                cycle.replayed = done + len(rest)
-                if new is not None:
-                    for op in rest:
-                        new.update(op)
-                    rest = []
+                if new is not None:  # the rest, while queries go on; closing drops the copy's files from the
+                    done = self._replay(new, done, everything=True)  # page cache: read them back for the swap
                     new.flush()
                     new.close()
                     new = None
+                    t = time.perf_counter()
+                    edge_index.warm(work)
+                    cycle.warm_s += time.perf_counter() - t
+                rest = [op for op, _ in (self._journal or [])[done:]]
+                cycle.replayed = done + len(rest)
                 t3 = time.perf_counter()
                 with self._guard("index: swap", exclusive=True):
                     self._swap(work, replaced, rest)
                 cycle.pause_s = time.perf_counter() - t3
-                self._journal = None
+                with self._journal_lock:
+                    self._journal = None
             cycle.swap_s = time.perf_counter() - t2
         except BaseException as e:
-            self._journal = None
+            with self._journal_lock:
+                self._journal = None
             with self._serial:  # writers go on meanwhile
                 self.moved.restore(before)
             if new is not None:
@@ -498,6 +498,28 @@ class EdgeEngine(Engine):
             self._worker = None
         shutil.rmtree(replaced, ignore_errors=True)
         return cycle
+
+    def _journal_short(self, done: int) -> bool:
+        """At most `CATCH_UP_LEFT` operations journaled after the first `done`, writing at most as many points:
+        few enough to replay at the swap, while queries wait."""
+        with self._journal_lock:
+            journal = self._journal or []
+            left = len(journal) - done
+            points = self.moved.writes - journal[done][1] if left > 0 else 0
+        return left <= edge_index.CATCH_UP_LEFT and points <= edge_index.CATCH_UP_LEFT
+
+    def _replay(self, new: qe.EdgeShard, done: int, *, everything: bool = False) -> int:
+        """Replay the journal from operation `done` into the loaded copy `new` until what is left is short
+        (`_journal_short`; `everything`: until nothing is, the caller holding the writers). Returns how many
+        are replayed in all."""
+        while True:
+            with self._journal_lock:
+                pending = [op for op, _ in (self._journal or [])[done:]]
+            if not pending or (not everything and self._journal_short(done)):
+                return done
+            for op in pending:
+                new.update(op)
+            done += len(pending)
 
     def _swap(self, work: Path, replaced: Path, rest: list[Any]) -> None:
         """Close the live shard, put the indexed copy in its place and load it (the caller holds the shard
@@ -530,6 +552,7 @@ class EdgeEngine(Engine):
                 os.rename(self.path, work)  # back to the live shard, as it was
             os.rename(replaced, self.path)
             marker.unlink(missing_ok=True)
+            edge_index.warm(self.path)  # closing it dropped its files from the page cache (never raises)
             self._shard = qe.EdgeShard.load(str(self.path))
             raise
 

@@ -13,18 +13,20 @@ were written since the last one):
    (`<name>.indexing`); from then on every update operation applied to the live shard is also journaled.
 2. **Build.** A worker process (`python -m episodic.store.edge_worker <copy>`, niced, `threads` indexing
    threads: one by default, leaving the other core to the stack) loads the copy with the index settings
-   below, runs `optimize()` and closes it. The stack's process only waits on the child (no GIL held).
+   below, runs `optimize()`, closes it and reads its files back into the page cache (`warm`: Edge drops a
+   shard's files from the cache when it closes it, and a load that faults them in from disk takes 4-5 times
+   longer). The stack's process only waits on the child (no GIL held).
 3. **Catch up.** With more than `CATCH_UP_LEFT` operations journaled (or points written by them), this
    process loads the indexed copy and replays the journal into it while the live shard keeps serving (Edge's
    update operations are values: the same one applies to both shards). Loading a shard holds the interpreter
-   lock throughout, so the whole process waits meanwhile (1–3.5 s at 100k memories): with a shorter journal
-   this step is skipped.
-4. **Swap.** Writes wait again; the last journaled operations are replayed into the loaded copy, which is
-   flushed and closed; then, with queries waiting too (the shard's lifecycle lock), the live shard is
-   closed, the directories renamed (live -> `<name>.replaced`, copy -> `<name>`) and the indexed shard
-   loaded (the lock held again). A journal that skipped step 3 is replayed here, into the shard just
-   loaded (queries wait for it too), while a marker file (`<name>.swapping`) says so. The replaced
-   directory is deleted afterwards.
+   lock throughout, so the whole process waits for each load (0.6-0.8 s at 100k memories with its files in
+   the page cache, 3-3.5 s without): with a shorter journal this step is skipped.
+4. **Swap.** Writes wait again; a copy loaded to catch up gets the last journaled operations (queries go
+   on), is flushed and closed, and its files are read back into the page cache (`warm`); then, with queries
+   waiting too (the shard's lifecycle lock), the live shard is closed, the directories renamed (live ->
+   `<name>.replaced`, copy -> `<name>`) and the indexed shard loaded (the lock held again). A journal that
+   skipped step 3 is replayed here, into the shard just loaded (queries wait for it too), while a marker
+   file (`<name>.swapping`) says so. The replaced directory is deleted afterwards.
 
 A crash at any step leaves a loadable shard: before the renames the live directory is intact (a leftover
 copy is deleted at the next start); between the two renames `<name>` is missing and `<name>.replaced` holds
@@ -74,7 +76,10 @@ HNSW_M = 0  # no global graph: every dense query is filtered by its workspace
 HNSW_PAYLOAD_M = 16  # one graph per workspace (tenant index)
 HNSW_EF_CONSTRUCT = 100
 FULL_SCAN_KB = 10_000  # a workspace with fewer vectors than this many KB is scanned via its payload index
-CATCH_UP_LEFT = 256  # replay outside the swap until at most this many journaled operations are left
+# A journal of at most this many operations, writing at most this many points, is replayed at the swap while
+# queries wait (into a loaded 100k shard: 13 us a payload write, 48 us a one-piece upsert, so typically tens of
+# ms; deletes and index changes count no points), which spares the process the catch-up's load (0.6-0.8 s).
+CATCH_UP_LEFT = 1024
 WORKER_TIMEOUT_S = 6 * 3600.0
 RETRY_S = 30.0  # after a failed cycle; doubled for each further failure
 
@@ -109,6 +114,34 @@ def swap_marker(path: Path) -> Path:
     return path.with_name(path.name + SWAP_SUFFIX)
 
 
+def warm(path: Path, chunk: int = 1 << 20) -> int:
+    """Read every file of the shard at `path` into the page cache; returns the bytes read.
+
+    Qdrant Edge drops a shard's files from the page cache when it closes it (`POSIX_FADV_DONTNEED` on each,
+    seen with strace), so loading a shard that was just closed, as the worker's copy is at the swap, pulls
+    what the load keeps in memory (the dense vectors, the payload indexes) back from disk one page fault at a
+    time, with the interpreter lock held: 3.0-3.3 s at 100k memories against 0.6-0.8 s once the files are
+    read back first. Plain sequential reads (the lock is released during each) take 0.5-1 s there, and read
+    the files' preallocated chunks too. Which files a load needs is Edge's business (skipping the payload
+    indexes' null bitmaps made it slow again), so every file is read. It only saves load time, so it never
+    raises: what cannot be read (a file or directory that vanished) is skipped."""
+    total, buf = 0, bytearray(chunk)
+    try:
+        files = sorted(path.rglob("*"))
+    except OSError:
+        return 0
+    for f in files:
+        try:
+            if not f.is_file():
+                continue
+            with open(f, "rb", buffering=0) as fh:
+                while n := fh.readinto(buf):
+                    total += n
+        except OSError:
+            continue
+    return total
+
+
 def recover(path: Path) -> None:
     """Put the shard at `path` back after a cycle that a crash cut short (see the module doc)."""
     replaced, copy, marker = replaced_path(path), copy_path(path), swap_marker(path)
@@ -132,6 +165,8 @@ class IndexCycle:
     swap_s: float = 0.0  # writes waited this long for the swap; queries for `pause_s` of it
     pause_s: float = 0.0
     replayed: int = 0  # journaled operations replayed into the indexed copy
+    warm_s: float = 0.0  # reading the copy's files back into the page cache (the worker's, then this process's)
+    warm_mib: float = 0.0  # what the worker read back
     segments: int = 0
     indexed_vectors: int = 0
     worker_rss_mib: float = 0.0  # the worker's peak resident memory (it holds the whole copy)
@@ -143,14 +178,15 @@ class IndexCycle:
 class Worker:
     """The build step: a child process over the copy; `stop()` ends it (the stack is shutting down)."""
 
-    def __init__(self, path: Path, threads: int, *, keep_graphs: bool = False) -> None:
-        self.path, self.threads, self.keep_graphs = path, threads, keep_graphs
+    def __init__(self, path: Path, threads: int, *, keep_graphs: bool = False, warm: bool = True) -> None:
+        self.path, self.threads, self.keep_graphs, self.warm = path, threads, keep_graphs, warm
         self._proc: subprocess.Popen[bytes] | None = None
         self._stopped = False
 
     def run(self, timeout: float = WORKER_TIMEOUT_S) -> dict[str, Any]:
         cmd = [sys.executable, "-m", "episodic.store.edge_worker", str(self.path), "--threads", str(self.threads)]
         cmd += ["--keep-graphs"] if self.keep_graphs else []
+        cmd += [] if self.warm else ["--no-warm"]
         if self._stopped:
             raise StoreError("qdrant-edge index build: stopped")
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

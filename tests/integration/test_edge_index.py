@@ -126,6 +126,7 @@ class CountingLoads:
         self.loads: list[str] = []
         self.create = real.create
         self.written = threading.Event()  # the worker's build waits for the writes meant to be journaled
+        self.cycles: list[edge_index.IndexCycle] = []
 
     def load(self, path: str, *args: object) -> object:
         self.loads.append(path)
@@ -206,6 +207,7 @@ def test_a_short_journal_is_replayed_at_the_swap_into_its_one_load(
     cycle = cycle_with_writes(store, 20, 600, counting.written)
     assert 0 < cycle.replayed <= edge_index.CATCH_UP_LEFT
     assert counting.loads == [str(store.path)]  # the swap's load only: no catch-up load of the copy
+    assert cycle.warm_mib > 1  # the worker read the copy back into the page cache after closing it
     assert store.count() == 620 and len(store.retrieve([pid(i) for i in range(600, 620)])) == 20
     assert len(store.query_dense(vec(random.Random(5)), ScopeFilter("ws-0", scope="own", agent_id="a1"), 5)) == 5
     assert not edge_index.swap_marker(store.path).exists() and not edge_index.replaced_path(store.path).exists()
@@ -226,12 +228,88 @@ def test_a_long_journal_is_caught_up_before_the_swap(counted: tuple[EdgeStore, C
     store.close()
 
 
-def test_a_failed_replay_at_the_swap_puts_the_live_shard_back(counted: tuple[EdgeStore, CountingLoads]) -> None:
+def test_few_operations_writing_many_points_are_a_long_journal(counted: tuple[EdgeStore, CountingLoads]) -> None:
+    """Replaying at the swap keeps queries waiting: a journal of two operations that write more points than
+    CATCH_UP_LEFT is caught up first, like a long one."""
+    store, counting = counted
+    rng = random.Random(9)
+    indexing = threading.Thread(target=lambda: counting.cycles.append(store._edge.index_in_worker()))
+    indexing.start()
+    deadline = time.monotonic() + 60
+    while store._edge._journal is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    half = edge_index.CATCH_UP_LEFT // 2 + 100
+    store.upsert([point(i, rng) for i in range(600, 600 + half)])
+    store.upsert([point(i, rng) for i in range(600 + half, 600 + 2 * half)])
+    counting.written.set()
+    indexing.join(120)
+    (cycle,) = counting.cycles
+    assert cycle.replayed == 2
+    assert counting.loads == [str(edge_index.copy_path(store.path)), str(store.path)]
+    assert store.count() == 600 + 2 * half
+    store.close()
+
+
+def test_what_a_long_journal_adds_while_it_is_caught_up_is_replayed_before_the_swap(
+    counted: tuple[EdgeStore, CountingLoads], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes made after the catch-up (here: 50 between it and the swap) go into the loaded copy while writers
+    wait and queries go on; the copy's files are read back into the page cache after it is closed, and the
+    swap replays nothing while queries wait."""
+    store, counting = counted
+    engine = store._edge
+    replay, swap = engine._replay, engine._swap
+    swaps: list[int] = []
+    warmed: list[Path] = []
+    warm = edge_index.warm
+
+    def then_more(new: Any, done: int, *, everything: bool = False) -> int:
+        done = replay(new, done, everything=everything)
+        if not everything:
+            rng = random.Random(11)
+            for i in range(5000, 5050):
+                store.upsert([point(i, rng)])
+        return done
+
+    def swapping(work: Path, replaced: Path, rest: list[Any]) -> None:
+        swaps.append(len(rest))
+        swap(work, replaced, rest)
+
+    monkeypatch.setattr(engine, "_replay", then_more)
+    monkeypatch.setattr(engine, "_swap", swapping)
+    monkeypatch.setattr(edge_index, "warm", lambda path, chunk=1 << 20: warmed.append(path) or warm(path, chunk))
+    n = edge_index.CATCH_UP_LEFT + 100
+    cycle = cycle_with_writes(store, n, 600, counting.written)
+    copy = edge_index.copy_path(store.path)
+    assert cycle.replayed == n + 50 and swaps == [0] and warmed == [copy] and cycle.warm_mib > 1
+    assert counting.loads == [str(copy), str(store.path)]
+    assert store.count() == 600 + n + 50
+    store.close()
+    again = EdgeStore(store.path)
+    assert again.count() == 600 + n + 50 and len(again.retrieve([pid(i) for i in range(5000, 5050)])) == 50
+    again.close()
+
+
+def test_warm_reads_every_file_of_the_shard_and_never_raises(fast_dir: Path) -> None:
+    store = filled(fast_dir / "edge", 300)
+    store.close()
+    files = [f for f in (fast_dir / "edge").rglob("*") if f.is_file()]
+    assert edge_index.warm(fast_dir / "edge", chunk=4096) == sum(f.stat().st_size for f in files) > 0
+    assert edge_index.warm(fast_dir / "gone") == 0
+
+
+def test_a_failed_replay_at_the_swap_puts_the_live_shard_back(
+    counted: tuple[EdgeStore, CountingLoads], monkeypatch: pytest.MonkeyPatch
+) -> None:
     store, counting = counted
     counting.fail_replay = True
+    warmed: list[Path] = []
+    warm = edge_index.warm
+    monkeypatch.setattr(edge_index, "warm", lambda path, chunk=1 << 20: warmed.append(path) or warm(path, chunk))
     with pytest.raises(StoreError, match="replay failed"):
         cycle_with_writes(store, 20, 600, counting.written)
     assert counting.loads == [str(store.path), str(store.path)]  # the swap's load (failing), then the live one
+    assert warmed == [store.path]  # the live shard read back into the page cache before it is loaded again
     # the live shard, loaded again, with everything written during the build; nothing left beside it
     assert store.count() == 620 and len(store.retrieve([pid(i) for i in range(600, 620)])) == 20
     assert store._edge._journal is None
