@@ -308,7 +308,9 @@ class EdgeEngine(Engine):
         return self._shard
 
     def ensure(self, dim: int, indexes: Mapping[str, IndexKind], vector: str = DENSE) -> None:
-        with self._guard("ensure_collection", exclusive=True):
+        # a write too (payload indexes): it waits for an index cycle's copy and swap like the others, or an
+        # index created after the swap took the journal's last operations would be missing from the new shard
+        with self._writes.shared(), self._guard("ensure_collection", exclusive=True):
             if self._closed:
                 raise StoreUnavailable(f"EdgeStore at {self.path} is closed")
             if self._shard is not None and (self._dim != dim or self._vector != vector):

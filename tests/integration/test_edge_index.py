@@ -4,9 +4,11 @@ leaves a loadable shard."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -287,6 +289,38 @@ def test_what_a_long_journal_adds_while_it_is_caught_up_is_replayed_before_the_s
     store.close()
     again = EdgeStore(store.path)
     assert again.count() == 600 + n + 50 and len(again.retrieve([pid(i) for i in range(5000, 5050)])) == 50
+    again.close()
+
+
+def test_an_index_created_while_the_cycle_swaps_is_in_the_swapped_shard(
+    counted: tuple[EdgeStore, CountingLoads], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ensure` (a payload index for a new embedding generation, `add_dense_vector`) waits for the swap like any
+    write: run between the journal's last operations being taken and the swap, it went into the live shard
+    and the journal too late, and the swapped shard lacked the index."""
+    store, counting = counted
+    engine = store._edge
+    guard = engine._guard
+    late: list[threading.Thread] = []
+
+    @contextlib.contextmanager
+    def ensure_first(op: str, *, exclusive: bool = False) -> Iterator[None]:
+        if op == "index: swap" and not late:  # the rest is taken, the swap not yet begun
+            t = threading.Thread(target=lambda: engine.ensure(DIM, {"late_field": "keyword"}))
+            late.append(t)
+            t.start()
+            t.join(0.5)  # done at once unless it waits for the cycle
+        with guard(op, exclusive=exclusive):
+            yield
+
+    monkeypatch.setattr(engine, "_guard", ensure_first)
+    cycle_with_writes(store, 20, 600, counting.written)
+    late[0].join(30)
+    assert not late[0].is_alive()
+    assert "late_field" in engine.payload_indexes()
+    store.close()
+    again = EdgeStore(store.path)
+    assert "late_field" in again.payload_indexes()
     again.close()
 
 
