@@ -225,8 +225,10 @@ class EdgeEngine(Engine):
         self._closed = False
         self._writes = ReadWriteLock()  # writers share it; an index cycle's copy and swap hold it alone
         self._serial = threading.Lock()  # one write at a time: conditional writes are atomic (see `_write`)
-        # update operations since the copy, while one is indexed, each with `moved.writes` before it
+        # update operations since the copy, while one is indexed, each with `_journal_cost` before it: the
+        # points replaying the journal touches so far (`_apply`)
         self._journal: list[tuple[Any, int]] | None = None
+        self._journal_cost = 0
         self._journal_lock = threading.Lock()
         self.moved = edge_index.MovedPoints()  # points written since the last cycle (EdgeStore sets its cap)
         self._worker: Worker | None = None
@@ -248,34 +250,50 @@ class EdgeEngine(Engine):
         with self._writes.shared(), self._guard(op), self._serial:
             yield
 
-    def _apply(self, shard: qe.EdgeShard, op: Any, *, moves: Iterable[str] | Filter) -> None:
+    def _apply(
+        self, shard: qe.EdgeShard, op: Any, *, moves: Iterable[str] | Filter, cost: int | Filter | None = None
+    ) -> None:
         """One update operation on the live shard; journaled while a copy is being indexed (in the order
         applied: two writers' operations on one point must replay in the same order). `moves`: the points it
         writes, which leave the indexed segment (`MovedPoints`): their ids, counted once it is applied, or
-        the filter it writes by, counted before (the write may change what the filter matches)."""
-        mark = self.moved.writes  # the points written before this one (writes are serialised)
-        if isinstance(moves, Filter):
-            self._moved_by(shard, moves)
+        the filter it writes by, counted before (the write may change what the filter matches). `cost`: the
+        points a replay of it touches, for `_journal_short` (default: those it moves; a filter: as many as it
+        matches; `REBUILD`: a change of the layout or of a payload index, which a replay rebuilds over the
+        whole store)."""
+        moved = self._moved_by(shard, moves) if isinstance(moves, Filter) else None
         if self._journal is None:
             shard.update(op)
-            if not isinstance(moves, Filter):
-                self.moved.add(moves)
+            if moved is None:
+                self.moved.add(moves)  # type: ignore[arg-type]  # not a Filter
             return
-        with self._journal_lock:  # its points counted with it: `_journal_short` reads both under the lock
+        if isinstance(cost, Filter):
+            cost = self._matching(shard, cost)
+        ids = None if moved is not None else list(moves)  # type: ignore[arg-type]  # not a Filter
+        with self._journal_lock:  # counted with it: `_journal_short` reads both under the lock
             shard.update(op)
-            if not isinstance(moves, Filter):
-                self.moved.add(moves)
+            if ids is not None:
+                self.moved.add(ids)
             if self._journal is not None:
-                self._journal.append((op, mark))
+                self._journal.append((op, self._journal_cost))
+                self._journal_cost += cost if cost is not None else (moved if ids is None else len(ids)) or 0
 
-    def _moved_by(self, shard: qe.EdgeShard, flt: Filter) -> None:
+    def _moved_by(self, shard: qe.EdgeShard, flt: Filter) -> int:
         """Count the points a write by `flt` moves: its ids when it names them (every conditional write does:
-        `at_revision`), else as many as the filter matches."""
+        `at_revision`), else as many as the filter matches (counted only when something keeps the count: a
+        capped `MovedPoints`, a journal). Returns the count (0: not counted)."""
         ids = next((c.ids for c in flt.must if isinstance(c, HasId)), None)
         if ids is not None:
             self.moved.add(ids)
-        elif self.moved.cap:
-            self.moved.add_unknown(int(shard.count(qe.CountRequest(filter=Lowering(self)(flt), exact=False))))
+            return len(ids)
+        if not self.moved.cap and self._journal is None:
+            return 0
+        n = self._matching(shard, flt)
+        if self.moved.cap:
+            self.moved.add_unknown(n)
+        return n
+
+    def _matching(self, shard: qe.EdgeShard, flt: Filter) -> int:
+        return int(shard.count(qe.CountRequest(filter=Lowering(self)(flt), exact=False)))
 
     @contextmanager
     def _guard(self, op: str, *, exclusive: bool = False) -> Iterator[None]:
@@ -337,7 +355,10 @@ class EdgeEngine(Engine):
             for name, kind in indexes.items():
                 if name not in present:
                     self._apply(
-                        self._shard, qe.UpdateOperation.create_field_index(name, _index_schema(name, kind)), moves=()
+                        self._shard,
+                        qe.UpdateOperation.create_field_index(name, _index_schema(name, kind)),
+                        moves=(),
+                        cost=edge_index.REBUILD,
                     )
 
     def flush(self) -> None:
@@ -379,7 +400,10 @@ class EdgeEngine(Engine):
             have = self._disk_vectors().get(name)
             if have is None:
                 self._apply(
-                    shard, qe.UpdateOperation.create_dense_vector(name, dim, qe.Distance.Cosine, _MAXSIM), moves=()
+                    shard,
+                    qe.UpdateOperation.create_dense_vector(name, dim, qe.Distance.Cosine, _MAXSIM),
+                    moves=(),
+                    cost=edge_index.REBUILD,
                 )
             elif have != dim:
                 raise StoreError(f"qdrant-edge: vector {name!r} exists with dim {have}, asked for {dim}")
@@ -388,7 +412,7 @@ class EdgeEngine(Engine):
         with self._write("drop_dense"):
             shard = self._open()
             if name in self._disk_vectors():
-                self._apply(shard, qe.UpdateOperation.delete_vector_name(name), moves=())
+                self._apply(shard, qe.UpdateOperation.delete_vector_name(name), moves=(), cost=edge_index.REBUILD)
 
     def set_vectors(self, name: str, rows: Mapping[str, list[list[float]]], fields: dict[str, Any]) -> int:
         """The named vector of each point and `fields` merged into its payload; a point deleted meanwhile
@@ -441,7 +465,7 @@ class EdgeEngine(Engine):
                 self._open().flush()
             shutil.copytree(self.path, work)
             with self._journal_lock:
-                self._journal = []
+                self._journal, self._journal_cost = [], 0
             before = self.moved.begin()
         cycle.copy_s = time.perf_counter() - t0
         new: qe.EdgeShard | None = None
@@ -507,7 +531,7 @@ class EdgeEngine(Engine):
         with self._journal_lock:
             journal = self._journal or []
             left = len(journal) - done
-            points = self.moved.writes - journal[done][1] if left > 0 else 0
+            points = self._journal_cost - journal[done][1] if left > 0 else 0
         return left <= edge_index.CATCH_UP_LEFT and points <= edge_index.CATCH_UP_LEFT
 
     def _replay(self, new: qe.EdgeShard, done: int, *, everything: bool = False) -> int:
@@ -600,7 +624,8 @@ class EdgeEngine(Engine):
     def delete(self, point_ids: list[str]) -> None:
         ids: list[Any] = [_point_id(p) for p in point_ids]
         with self._write("delete"):
-            self._apply(self._open(), qe.UpdateOperation.delete_points(ids), moves=())  # gone, not moved
+            # gone, not moved
+            self._apply(self._open(), qe.UpdateOperation.delete_points(ids), moves=(), cost=len(ids))
 
     def set_payloads(self, updates: Mapping[str, dict[str, Any]]) -> int:
         """One set_payload operation per point (Edge has no batch of different payloads), in one hold of
@@ -661,7 +686,9 @@ class EdgeEngine(Engine):
 
     def delete_where(self, flt: Filter) -> None:
         with self._write("delete_where"):
-            self._apply(self._open(), qe.UpdateOperation.delete_points_by_filter(Lowering(self)(flt)), moves=())
+            self._apply(
+                self._open(), qe.UpdateOperation.delete_points_by_filter(Lowering(self)(flt)), moves=(), cost=flt
+            )
 
     def sibling(self, suffix: str) -> EdgeEngine:
         """Another shard directory beside this one (`<name>_<suffix>`): Edge has one collection per shard."""

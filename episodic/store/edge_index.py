@@ -78,8 +78,10 @@ HNSW_EF_CONSTRUCT = 100
 FULL_SCAN_KB = 10_000  # a workspace with fewer vectors than this many KB is scanned via its payload index
 # A journal of at most this many operations, writing at most this many points, is replayed at the swap while
 # queries wait (into a loaded 100k shard: 13 us a payload write, 48 us a one-piece upsert, so typically tens of
-# ms; deletes and index changes count no points), which spares the process the catch-up's load (0.6-0.8 s).
+# ms; a delete counts the points it removes, an index or layout change `REBUILD`), which spares the process the
+# catch-up's load of the copy (0.6-0.8 s).
 CATCH_UP_LEFT = 1024
+REBUILD = 1 << 40  # what a layout or payload index change costs a replay: more than any short journal
 WORKER_TIMEOUT_S = 6 * 3600.0
 RETRY_S = 30.0  # after a failed cycle; doubled for each further failure
 

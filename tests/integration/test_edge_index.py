@@ -8,7 +8,7 @@ import contextlib
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from episodic.kernel.ports import MemoryPoint, ScopeFilter, SparseVec
 from episodic.store import edge_index
 from episodic.store.edge import EdgeStore
 from episodic.store.facade import Change
+from episodic.store.query import in_workspace
 
 pytestmark = pytest.mark.integration
 
@@ -150,6 +151,19 @@ class FailingUpdate:
         return getattr(self.shard, name)
 
 
+def recording_warm(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """`edge_index.warm` as it is, recording the paths this process reads back."""
+    warmed: list[Path] = []
+    warm = edge_index.warm
+
+    def recording(path: Path, chunk: int = 1 << 20) -> int:
+        warmed.append(path)
+        return warm(path, chunk)
+
+    monkeypatch.setattr(edge_index, "warm", recording)
+    return warmed
+
+
 @pytest.fixture
 def counted(fast_dir: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[EdgeStore, CountingLoads]:
     """A store of 600 memories, open, whose shard loads are counted from now on."""
@@ -230,22 +244,32 @@ def test_a_long_journal_is_caught_up_before_the_swap(counted: tuple[EdgeStore, C
     store.close()
 
 
-def test_few_operations_writing_many_points_are_a_long_journal(counted: tuple[EdgeStore, CountingLoads]) -> None:
-    """Replaying at the swap keeps queries waiting: a journal of two operations that write more points than
-    CATCH_UP_LEFT is caught up first, like a long one."""
-    store, counting = counted
-    rng = random.Random(9)
+def during_the_build(store: EdgeStore, counting: CountingLoads, write: Callable[[], None]) -> edge_index.IndexCycle:
+    """One cycle with `write()` done while the worker builds."""
     indexing = threading.Thread(target=lambda: counting.cycles.append(store._edge.index_in_worker()))
     indexing.start()
     deadline = time.monotonic() + 60
     while store._edge._journal is None and time.monotonic() < deadline:
         time.sleep(0.005)
-    half = edge_index.CATCH_UP_LEFT // 2 + 100
-    store.upsert([point(i, rng) for i in range(600, 600 + half)])
-    store.upsert([point(i, rng) for i in range(600 + half, 600 + 2 * half)])
+    write()
     counting.written.set()
     indexing.join(120)
     (cycle,) = counting.cycles
+    return cycle
+
+
+def test_few_operations_writing_many_points_are_a_long_journal(counted: tuple[EdgeStore, CountingLoads]) -> None:
+    """Replaying at the swap keeps queries waiting: a journal of two operations that write more points than
+    CATCH_UP_LEFT is caught up first, like a long one."""
+    store, counting = counted
+    rng = random.Random(9)
+    half = edge_index.CATCH_UP_LEFT // 2 + 100
+
+    def write() -> None:
+        store.upsert([point(i, rng) for i in range(600, 600 + half)])
+        store.upsert([point(i, rng) for i in range(600 + half, 600 + 2 * half)])
+
+    cycle = during_the_build(store, counting, write)
     assert cycle.replayed == 2
     assert counting.loads == [str(edge_index.copy_path(store.path)), str(store.path)]
     assert store.count() == 600 + 2 * half
@@ -262,8 +286,6 @@ def test_what_a_long_journal_adds_while_it_is_caught_up_is_replayed_before_the_s
     engine = store._edge
     replay, swap = engine._replay, engine._swap
     swaps: list[int] = []
-    warmed: list[Path] = []
-    warm = edge_index.warm
 
     def then_more(new: Any, done: int, *, everything: bool = False) -> int:
         done = replay(new, done, everything=everything)
@@ -279,7 +301,7 @@ def test_what_a_long_journal_adds_while_it_is_caught_up_is_replayed_before_the_s
 
     monkeypatch.setattr(engine, "_replay", then_more)
     monkeypatch.setattr(engine, "_swap", swapping)
-    monkeypatch.setattr(edge_index, "warm", lambda path, chunk=1 << 20: warmed.append(path) or warm(path, chunk))
+    warmed = recording_warm(monkeypatch)
     n = edge_index.CATCH_UP_LEFT + 100
     cycle = cycle_with_writes(store, n, 600, counting.written)
     copy = edge_index.copy_path(store.path)
@@ -324,6 +346,38 @@ def test_an_index_created_while_the_cycle_swaps_is_in_the_swapped_shard(
     again.close()
 
 
+@pytest.mark.parametrize("what", ["a payload index", "a delete of many points", "a delete by filter"])
+def test_one_operation_that_a_replay_would_spend_long_on_is_caught_up_before_the_swap(
+    counted: tuple[EdgeStore, CountingLoads], monkeypatch: pytest.MonkeyPatch, what: str
+) -> None:
+    """A replay at the swap keeps queries waiting: a payload index (built over the whole store) or a delete of
+    more points than CATCH_UP_LEFT (here 100) is replayed into the copy first, while queries go on."""
+    store, counting = counted
+    monkeypatch.setattr(edge_index, "CATCH_UP_LEFT", 100)
+    gone = 0
+
+    def write() -> None:
+        nonlocal gone
+        if what == "a payload index":
+            store._edge.ensure(DIM, {"late_field": "keyword"})
+        elif what == "a delete of many points":
+            store._edge.delete([pid(i) for i in range(0, 600, 2)])  # ws-0's 300
+            gone = 300
+        else:
+            store._edge.delete_where(in_workspace("ws-1"))
+            gone = 300
+
+    cycle = during_the_build(store, counting, write)
+    assert cycle.replayed == 1
+    assert counting.loads == [str(edge_index.copy_path(store.path)), str(store.path)]
+    assert store.count() == 600 - gone
+    store.close()
+    again = EdgeStore(store.path)
+    assert again.count() == 600 - gone
+    assert what != "a payload index" or "late_field" in again.payload_indexes()
+    again.close()
+
+
 def test_warm_reads_every_file_of_the_shard_and_never_raises(fast_dir: Path) -> None:
     store = filled(fast_dir / "edge", 300)
     store.close()
@@ -337,9 +391,7 @@ def test_a_failed_replay_at_the_swap_puts_the_live_shard_back(
 ) -> None:
     store, counting = counted
     counting.fail_replay = True
-    warmed: list[Path] = []
-    warm = edge_index.warm
-    monkeypatch.setattr(edge_index, "warm", lambda path, chunk=1 << 20: warmed.append(path) or warm(path, chunk))
+    warmed = recording_warm(monkeypatch)
     with pytest.raises(StoreError, match="replay failed"):
         cycle_with_writes(store, 20, 600, counting.written)
     assert counting.loads == [str(store.path), str(store.path)]  # the swap's load (failing), then the live one
