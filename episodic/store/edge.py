@@ -260,22 +260,24 @@ class EdgeEngine(Engine):
         points a replay of it touches, for `_journal_short` (default: those it moves; a filter: as many as it
         matches; `REBUILD`: a change of the layout or of a payload index, which a replay rebuilds over the
         whole store)."""
-        moved = self._moved_by(shard, moves) if isinstance(moves, Filter) else None
-        if self._journal is None:
-            shard.update(op)
-            if moved is None:
-                self.moved.add(moves)  # type: ignore[arg-type]  # not a Filter
-            return
-        if isinstance(cost, Filter):
-            cost = self._matching(shard, cost)
-        ids = None if moved is not None else list(moves)  # type: ignore[arg-type]  # not a Filter
-        with self._journal_lock:  # counted with it: `_journal_short` reads both under the lock
+        ids: list[str] | None = None
+        if isinstance(moves, Filter):
+            moved = self._moved_by(shard, moves)
+        else:
+            ids = list(moves)
+            moved = len(ids)
+        journaling = self._journal is not None  # it starts only while writers wait (`_writes`)
+        replay = moved if cost is None else cost
+        if isinstance(replay, Filter):
+            replay = self._matching(shard, replay) if journaling else 0
+        # counted with it: `_journal_short` reads both under the lock
+        with self._journal_lock if journaling else contextlib.nullcontext():
             shard.update(op)
             if ids is not None:
                 self.moved.add(ids)
             if self._journal is not None:
                 self._journal.append((op, self._journal_cost))
-                self._journal_cost += cost if cost is not None else (moved if ids is None else len(ids)) or 0
+                self._journal_cost += replay
 
     def _moved_by(self, shard: qe.EdgeShard, flt: Filter) -> int:
         """Count the points a write by `flt` moves: its ids when it names them (every conditional write does:
@@ -499,7 +501,7 @@ class EdgeEngine(Engine):
                     t = time.perf_counter()
                     edge_index.warm(work)
                     cycle.warm_s += time.perf_counter() - t
-                rest = [op for op, _ in (self._journal or [])[done:]]
+                rest = self._pending(done)
                 cycle.replayed = done + len(rest)
                 t3 = time.perf_counter()
                 with self._guard("index: swap", exclusive=True):
@@ -534,13 +536,17 @@ class EdgeEngine(Engine):
             points = self._journal_cost - journal[done][1] if left > 0 else 0
         return left <= edge_index.CATCH_UP_LEFT and points <= edge_index.CATCH_UP_LEFT
 
+    def _pending(self, done: int) -> list[Any]:
+        """The journaled operations after the first `done`."""
+        with self._journal_lock:
+            return [op for op, _ in (self._journal or [])[done:]]
+
     def _replay(self, new: qe.EdgeShard, done: int, *, everything: bool = False) -> int:
         """Replay the journal from operation `done` into the loaded copy `new` until what is left is short
         (`_journal_short`; `everything`: until nothing is, the caller holding the writers). Returns how many
         are replayed in all."""
         while True:
-            with self._journal_lock:
-                pending = [op for op, _ in (self._journal or [])[done:]]
+            pending = self._pending(done)
             if not pending or (not everything and self._journal_short(done)):
                 return done
             for op in pending:

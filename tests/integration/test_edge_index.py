@@ -129,7 +129,6 @@ class CountingLoads:
         self.loads: list[str] = []
         self.create = real.create
         self.written = threading.Event()  # the worker's build waits for the writes meant to be journaled
-        self.cycles: list[edge_index.IndexCycle] = []
 
     def load(self, path: str, *args: object) -> object:
         self.loads.append(path)
@@ -183,11 +182,10 @@ def counted(fast_dir: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[EdgeStore,
     return store, counting
 
 
-def cycle_with_writes(
-    store: EdgeStore, n: int, first: int, written: threading.Event | None = None
+def cycle_while(
+    store: EdgeStore, write: Callable[[], None], written: threading.Event | None = None
 ) -> edge_index.IndexCycle:
-    """An index cycle with `n` upserts (ids from `first`) written while the worker builds (`written` is set
-    once they are)."""
+    """An index cycle with `write()` done while the worker builds (`written` is set once it is)."""
     result: dict[str, object] = {}
 
     def run() -> None:
@@ -201,9 +199,7 @@ def cycle_with_writes(
     deadline = time.monotonic() + 60
     while store._edge._journal is None and indexing.is_alive() and time.monotonic() < deadline:
         time.sleep(0.005)  # the copy is taken: what is written now is journaled
-    rng = random.Random(first)
-    for i in range(first, first + n):
-        store.upsert([point(i, rng)])
+    write()
     if written is not None:
         written.set()
     indexing.join(120)
@@ -212,6 +208,19 @@ def cycle_with_writes(
     cycle = result["cycle"]
     assert isinstance(cycle, edge_index.IndexCycle)
     return cycle
+
+
+def cycle_with_writes(
+    store: EdgeStore, n: int, first: int, written: threading.Event | None = None
+) -> edge_index.IndexCycle:
+    """An index cycle with `n` upserts (ids from `first`) written while the worker builds."""
+
+    def write() -> None:
+        rng = random.Random(first)
+        for i in range(first, first + n):
+            store.upsert([point(i, rng)])
+
+    return cycle_while(store, write, written)
 
 
 def test_a_short_journal_is_replayed_at_the_swap_into_its_one_load(
@@ -244,20 +253,6 @@ def test_a_long_journal_is_caught_up_before_the_swap(counted: tuple[EdgeStore, C
     store.close()
 
 
-def during_the_build(store: EdgeStore, counting: CountingLoads, write: Callable[[], None]) -> edge_index.IndexCycle:
-    """One cycle with `write()` done while the worker builds."""
-    indexing = threading.Thread(target=lambda: counting.cycles.append(store._edge.index_in_worker()))
-    indexing.start()
-    deadline = time.monotonic() + 60
-    while store._edge._journal is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    write()
-    counting.written.set()
-    indexing.join(120)
-    (cycle,) = counting.cycles
-    return cycle
-
-
 def test_few_operations_writing_many_points_are_a_long_journal(counted: tuple[EdgeStore, CountingLoads]) -> None:
     """Replaying at the swap keeps queries waiting: a journal of two operations that write more points than
     CATCH_UP_LEFT is caught up first, like a long one."""
@@ -269,7 +264,7 @@ def test_few_operations_writing_many_points_are_a_long_journal(counted: tuple[Ed
         store.upsert([point(i, rng) for i in range(600, 600 + half)])
         store.upsert([point(i, rng) for i in range(600 + half, 600 + 2 * half)])
 
-    cycle = during_the_build(store, counting, write)
+    cycle = cycle_while(store, write, counting.written)
     assert cycle.replayed == 2
     assert counting.loads == [str(edge_index.copy_path(store.path)), str(store.path)]
     assert store.count() == 600 + 2 * half
@@ -367,7 +362,7 @@ def test_one_operation_that_a_replay_would_spend_long_on_is_caught_up_before_the
             store._edge.delete_where(in_workspace("ws-1"))
             gone = 300
 
-    cycle = during_the_build(store, counting, write)
+    cycle = cycle_while(store, write, counting.written)
     assert cycle.replayed == 1
     assert counting.loads == [str(edge_index.copy_path(store.path)), str(store.path)]
     assert store.count() == 600 - gone
