@@ -498,6 +498,7 @@ class EdgeEngine(Engine):
                     new.flush()
                     new.close()
                     new = None
+                    edge_index.sync_tree(work)  # what the catch-up wrote, on disk before the rename
                     t = time.perf_counter()
                     edge_index.warm(work)
                     cycle.warm_s += time.perf_counter() - t
@@ -568,6 +569,7 @@ class EdgeEngine(Engine):
         try:
             if rest:  # from here `<name>.replaced` is this cycle's live shard, with every operation
                 marker.touch()
+                edge_index.sync_dir(self.path.parent)  # on disk before the copy takes the live shard's name
             os.rename(work, self.path)
             shard = qe.EdgeShard.load(str(self.path))
             for op in rest:
@@ -575,6 +577,9 @@ class EdgeEngine(Engine):
             if rest:
                 shard.flush()
                 marker.unlink()
+            # the swap on disk before the caller deletes the replaced shard (without it a power cut could
+            # keep the marker and the deletion: `recover` would then put a half-deleted shard back)
+            edge_index.sync_dir(self.path.parent)
             self._shard = shard
         except BaseException:
             if shard is not None:
@@ -584,6 +589,8 @@ class EdgeEngine(Engine):
                 os.rename(self.path, work)  # back to the live shard, as it was
             os.rename(replaced, self.path)
             marker.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # best effort: the original error is what the caller must see
+                edge_index.sync_dir(self.path.parent)
             edge_index.warm(self.path)  # closing it dropped its files from the page cache (never raises)
             self._shard = qe.EdgeShard.load(str(self.path))
             raise
@@ -854,7 +861,7 @@ class EdgeStore(QdrantStore):
         self.index_after, self.index_threads = index_after, index_threads
         self.index_min_workspace = index_min_workspace
         self.indexer: BackgroundIndexer | None = None
-        self._saved_moved = 0
+        self._saved_moved = edge_index.load_moved(self.path)  # what a store opened without `index_after` finds
         # a burst: more than a twentieth of `index_after` points written a second: the decay writes thousands
         # (2,000-2,400 a second at 100k here, 12k in bench_decay), the soak's full load about 220 (20 new
         # memories, their vectors and edges, 100 references counted)
@@ -925,5 +932,9 @@ class EdgeStore(QdrantStore):
 
     def index_now(self, threads: int | None = None) -> IndexCycle:
         """One background index cycle now (episodic.store.edge_index), in the calling thread: what the
-        stack's `BackgroundIndexer` runs every `index_after` memories. Queries go on meanwhile."""
-        return self._edge.index_in_worker(threads or self.index_threads)
+        stack's `BackgroundIndexer` runs every `index_after` memories. Queries go on meanwhile. The count of
+        moved points saved beside the shard is brought up to date (to 0 on a store opened without
+        `index_after`, which counts nothing), or the next stack on it would start with a cycle due."""
+        cycle = self._edge.index_in_worker(threads or self.index_threads)
+        self._save_moved()
+        return cycle

@@ -33,7 +33,10 @@ copy is deleted at the next start); between the two renames `<name>` is missing 
 the live shard, flushed and closed, which `recover` moves back; after them `<name>` holds everything. The
 marker is written after the first rename and removed once the replay is flushed: while it exists, `<name>`
 may lack the last operations and `<name>.replaced` is this cycle's live shard with all of them, which
-`recover` puts back in its place.
+`recover` puts back in its place. Against a power cut too: the copy's files are fsynced before it is renamed
+into place (`sync_tree`, by the worker and after a catch-up), and the directory once the marker is written
+and once the swap is done, renames and marker removed, before the replaced shard is deleted (`sync_dir`):
+the disk never holds a later step without an earlier one that recovering depends on.
 
 When: once `EPISODIC_EDGE_INDEX_AFTER` memories were written since the last cycle (new ones, and existing
 ones whose payload or vectors changed: a write moves a point out of the indexed segment, `MovedPoints`),
@@ -55,6 +58,7 @@ like severity or ts, which tripled the build; a filter on such a field is search
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -144,15 +148,47 @@ def warm(path: Path, chunk: int = 1 << 20) -> int:
     return total
 
 
+def sync_dir(path: Path) -> None:
+    """Make the names created, renamed and removed in the directory `path` durable (fsync it): without it a
+    power cut may keep a later rename and lose an earlier one. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_tree(path: Path) -> None:
+    """fsync every file and directory of the shard at `path`, then its parent: the copy a cycle renames into
+    place must be on disk before the rename is (`shutil.copytree` leaves it to the kernel's writeback, and
+    a power cut after the rename could keep empty files). 0.35 s for a just-copied 100k shard (795 MiB),
+    0.03 s once written back. Raises OSError."""
+    for f in [*sorted(path.rglob("*"), reverse=True), path]:  # files before the directories naming them
+        fd = os.open(f, os.O_RDONLY | (os.O_DIRECTORY if f.is_dir() else 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    sync_dir(path.parent)
+
+
 def recover(path: Path) -> None:
-    """Put the shard at `path` back after a cycle that a crash cut short (see the module doc)."""
+    """Put the shard at `path` back after a cycle that a crash cut short (see the module doc). Each step is
+    made durable before the next (`sync_dir`), so a power cut during a recovery leaves a state it recovers
+    from as well."""
     replaced, copy, marker = replaced_path(path), copy_path(path), swap_marker(path)
     if marker.exists():  # the copy in place may lack the last operations: the live shard holds them all
-        if replaced.exists() and path.exists():
-            shutil.rmtree(path)  # raises rather than leave part of it (the marker stays: the next start retries)
-        marker.unlink()
+        if replaced.exists():
+            if path.exists():
+                shutil.rmtree(path)  # raises rather than leave part of it (the marker stays: the next start retries)
+                sync_dir(path.parent)  # the copy is gone before the live shard takes its name
+            replaced.rename(path)
+            sync_dir(path.parent)
+        marker.unlink()  # only once the live shard is back in place
+        sync_dir(path.parent)
     if not path.exists() and replaced.exists():
         replaced.rename(path)  # the live shard, flushed and closed before the first rename
+        sync_dir(path.parent)
     if path.exists():
         shutil.rmtree(copy, ignore_errors=True)
         shutil.rmtree(replaced, ignore_errors=True)

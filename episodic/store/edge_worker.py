@@ -1,7 +1,8 @@
 """The index worker process (episodic.store.edge_index): `python -m episodic.store.edge_worker <copy>` loads the
 copy of a Qdrant Edge shard with the index settings, turns off the per-value graphs of the payload indexes
 that do not scope a recall (a shard written before `rules.GRAPH_FIELDS`), runs its optimizers (segment
-merge, HNSW), flushes and closes it, reads its files back into the page cache (closing it dropped them:
+merge, HNSW), flushes and closes it, fsyncs its files (`edge_index.sync_tree`: the copy must be on disk before
+the stack renames it into place), reads them back into the page cache (closing it dropped them:
 `edge_index.warm`, so the stack's load of the copy need not fault them in from disk with its interpreter lock
 held) and prints a JSON report on its last line (with its peak resident memory). Niced: it runs behind the
 stack's own work."""
@@ -18,7 +19,7 @@ from typing import Any
 import qdrant_edge as qe
 
 from episodic.store.edge import graphs_for_scope_only, layout_config
-from episodic.store.edge_index import index_hnsw, warm
+from episodic.store.edge_index import index_hnsw, sync_tree, warm
 
 
 def peak_rss_mib() -> float:
@@ -47,6 +48,7 @@ def _build(path: str, threads: int, keep_graphs: bool = False, warm_after: bool 
     info = shard.info()
     shard.flush()
     shard.close()
+    sync_tree(Path(path))  # on disk before the stack renames it into place (a power cut then keeps it whole)
     t1 = time.perf_counter()
     warmed = warm(Path(path)) if warm_after else 0  # never raises
     return {
