@@ -223,6 +223,7 @@ class Worker:
 
     def run(self, timeout: float = WORKER_TIMEOUT_S) -> dict[str, Any]:
         cmd = [sys.executable, "-m", "episodic.store.edge_worker", str(self.path), "--threads", str(self.threads)]
+        cmd += ["--parent", str(os.getpid())]  # it dies with this process (`edge_worker.die_with`)
         cmd += ["--keep-graphs"] if self.keep_graphs else []
         cmd += [] if self.warm else ["--no-warm"]
         if self._stopped:

@@ -5,13 +5,16 @@ merge, HNSW), flushes and closes it, fsyncs its files (`edge_index.sync_tree`: t
 the stack renames it into place), reads them back into the page cache (closing it dropped them:
 `edge_index.warm`, so the stack's load of the copy need not fault them in from disk with its interpreter lock
 held) and prints a JSON report on its last line (with its peak resident memory). Niced: it runs behind the
-stack's own work."""
+stack's own work; and it dies with the stack (`die_with`)."""
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -64,13 +67,38 @@ def _build(path: str, threads: int, keep_graphs: bool = False, warm_after: bool 
     }
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with(parent: int) -> bool:
+    """Have Linux SIGKILL this worker when the thread that started it ends, that is when the stack dies (a
+    kill -9, the OOM killer: the worker holds a whole copy, the stack its own shard): an orphaned build
+    would go on for minutes, taking a core and that memory, and write into a copy directory that the next
+    stack's recovery deletes and its next cycle makes anew. prctl(PR_SET_PDEATHSIG) through ctypes: the
+    package that wraps it (python-prctl) needs libcap headers to build, for one call. Returns whether it
+    is set (not on other systems). Exits if `parent` is already gone (it died before the call)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != parent:
+        raise SystemExit(f"the stack that started this index build ({parent}) is gone")
+    return armed
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="build the dense index of a copy of a Qdrant Edge shard")
     ap.add_argument("path")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--keep-graphs", action="store_true", help="keep every payload index's graphs (a baseline)")
     ap.add_argument("--no-warm", action="store_true", help="leave the copy's files out of the page cache (a baseline)")
+    ap.add_argument("--parent", type=int, default=0, help="the stack's pid: the worker dies with it (Linux)")
     args = ap.parse_args(argv)
+    if args.parent:
+        die_with(args.parent)
     try:
         os.nice(10)  # behind the stack's own work on a shared machine
     except OSError:  # pragma: no cover - not permitted: run at the same priority
