@@ -461,11 +461,16 @@ class EdgeEngine(Engine):
         cycle = IndexCycle()
         work, replaced = edge_index.copy_path(self.path), edge_index.replaced_path(self.path)
         shutil.rmtree(work, ignore_errors=True)
+        edge_index.check_room(self.path)
         t0 = time.perf_counter()
         with self._writes.exclusive():
             with self._guard("index: flush"):
                 self._open().flush()
-            shutil.copytree(self.path, work)
+            try:
+                edge_index.copy_shard(self.path, work)
+            except BaseException as e:  # a full disk, say: leave no partial copy taking the live shard's room
+                shutil.rmtree(work, ignore_errors=True)
+                raise StoreError(f"qdrant-edge index cycle at {self.path}: copying the shard failed: {e}") from e
             with self._journal_lock:
                 self._journal, self._journal_cost = [], 0
             before = self.moved.begin()

@@ -57,6 +57,8 @@ like severity or ts, which tripled the build; a filter on such a field is search
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import shutil
@@ -87,6 +89,8 @@ FULL_SCAN_KB = 10_000  # a workspace with fewer vectors than this many KB is sca
 CATCH_UP_LEFT = 1024
 REBUILD = 1 << 40  # what a layout or payload index change costs a replay: more than any short journal
 WORKER_TIMEOUT_S = 6 * 3600.0
+ROOM_FACTOR = 2.5  # a cycle's disk, times the shard's: the copy and the optimizer's new segments (`check_room`)
+ROOM_SPARE = 256 << 20  # and room for the live shard's writes while it runs
 RETRY_S = 30.0  # after a failed cycle; doubled for each further failure
 
 
@@ -160,7 +164,7 @@ def sync_dir(path: Path) -> None:
 
 def sync_tree(path: Path) -> None:
     """fsync every file and directory of the shard at `path`, then its parent: the copy a cycle renames into
-    place must be on disk before the rename is (`shutil.copytree` leaves it to the kernel's writeback, and
+    place must be on disk before the rename is (a copy leaves it to the kernel's writeback, and
     a power cut after the rename could keep empty files). 0.35 s for a just-copied 100k shard (795 MiB),
     0.03 s once written back. Raises OSError."""
     for f in [*sorted(path.rglob("*"), reverse=True), path]:  # files before the directories naming them
@@ -170,6 +174,60 @@ def sync_tree(path: Path) -> None:
         finally:
             os.close(fd)
     sync_dir(path.parent)
+
+
+def copy_shard(src: Path, dst: Path) -> None:
+    """Copy the shard's directory `src` to `dst` (which must not exist) as it is on disk, holes included.
+    Edge sizes its files ahead of their data, sparsely (100k memories: 432 MiB allocated of 796 MiB), and
+    `shutil.copytree` writes the holes out as zeros (797 MiB written, 0.37-1.79 s here, while writers wait),
+    where GNU cp copies the data extents only (431 MiB, 0.24-0.32 s) or shares them where the filesystem can
+    (reflink: XFS, btrfs). Elsewhere (no GNU cp), `shutil.copytree`. Raises OSError."""
+    cp = _gnu_cp()
+    if cp is None:
+        shutil.copytree(src, dst)
+        return
+    done = subprocess.run(
+        [cp, "-a", "-T", "--reflink=auto", "--sparse=auto", "--", str(src), str(dst)], capture_output=True
+    )
+    if done.returncode != 0:
+        raise OSError(f"cp {src} {dst}: {done.stderr.decode(errors='replace').strip()[-300:]}")
+
+
+@functools.cache
+def _gnu_cp() -> str | None:
+    cp = shutil.which("cp")
+    if cp is None:
+        return None
+    try:
+        version = subprocess.run([cp, "--version"], capture_output=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return cp if b"GNU coreutils" in version else None
+
+
+def shard_bytes(path: Path) -> int:
+    """What the shard's files take on disk (their allocated blocks: Edge preallocates its chunks)."""
+    total = 0
+    for f in path.rglob("*"):
+        with contextlib.suppress(OSError):
+            total += f.lstat().st_blocks * 512
+    return total
+
+
+def check_room(path: Path) -> None:
+    """Raise StoreError unless the disk holding the shard at `path` has room for a cycle: the copy, the
+    optimizer's new segments written beside the copy's old ones until they replace them (up to the copy's
+    size again), and `ROOM_SPARE` for the live shard's writes meanwhile. Measured on a never-indexed shard of
+    100k memories (368 MiB allocated): its copy peaked at 689 MiB during the build (1.87x), 928 MiB (2.52x)
+    when copied with `shutil.copytree`. A cycle that filled the disk would make the live shard's own writes
+    fail; this one is retried later (`BackgroundIndexer`'s back-off)."""
+    need = int(ROOM_FACTOR * shard_bytes(path)) + ROOM_SPARE
+    free = shutil.disk_usage(path.parent).free
+    if free < need:
+        raise StoreError(
+            f"qdrant-edge index cycle at {path}: {free / 2**20:.0f} MiB free on its disk, a cycle needs "
+            f"{need / 2**20:.0f} MiB (a copy of the shard and its rebuilt segments); queries scan until there is room"
+        )
 
 
 def recover(path: Path) -> None:

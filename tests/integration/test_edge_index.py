@@ -633,6 +633,69 @@ def test_the_worker_dies_with_the_stack_that_started_it(fast_dir: Path) -> None:
     again.close()
 
 
+def test_no_cycle_starts_without_room_on_the_disk_for_it(fast_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cycle that filled the disk would make the live shard's own writes fail: it needs room for the copy,
+    the optimizer's new segments and the live shard's writes, or it does not start (and is retried)."""
+    import shutil as shutil_module
+
+    store = filled(fast_dir / "edge", 300)
+    size = edge_index.shard_bytes(store.path)
+    assert size > 0
+    real = shutil_module.disk_usage
+    need = edge_index.ROOM_FACTOR * size + edge_index.ROOM_SPARE
+
+    def free(left: int) -> Callable[[Any], Any]:
+        return lambda p: real(p)._replace(free=left)
+
+    monkeypatch.setattr(edge_index.shutil, "disk_usage", free(need - 1))
+    with pytest.raises(StoreError, match="MiB free on its disk"):
+        store.index_now()
+    assert not edge_index.copy_path(store.path).exists() and store._edge._journal is None
+    store.upsert([point(300, random.Random(3))])  # the live shard as it was
+    monkeypatch.setattr(edge_index.shutil, "disk_usage", free(need))
+    assert store.index_now().points == 301
+    store.close()
+
+
+def test_a_copy_that_fails_leaves_nothing_behind(fast_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = filled(fast_dir / "edge", 300, index_after=10_000)
+    before = store._edge.moved.count
+    copy_shard = edge_index.copy_shard
+
+    def full_disk(src: Path, dst: Path) -> None:
+        copy_shard(src, dst)  # most of it written, then the disk is full
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(edge_index, "copy_shard", full_disk)
+    with pytest.raises(StoreError, match="No space left"):
+        store.index_now()
+    assert not edge_index.copy_path(store.path).exists()
+    assert store._edge._journal is None and store._edge.moved.count == before  # still due, nothing journaled
+    store.upsert([point(300, random.Random(3))])
+    assert store.count() == 301
+    store.close()
+
+
+def test_the_copy_is_the_shard_as_it_is_on_disk_holes_included(fast_dir: Path) -> None:
+    import filecmp
+
+    store = filled(fast_dir / "edge", 300)
+    store.close()
+    src, dst = fast_dir / "edge", fast_dir / "copy"
+    edge_index.copy_shard(src, dst)
+    files = sorted(f.relative_to(src) for f in src.rglob("*") if f.is_file())
+    assert files == sorted(f.relative_to(dst) for f in dst.rglob("*") if f.is_file())
+    assert all(filecmp.cmp(src / f, dst / f, shallow=False) for f in files)
+    apparent = sum((src / f).stat().st_size for f in files)
+    if edge_index._gnu_cp() is not None:  # holes stay holes: no more allocated than the source
+        assert edge_index.shard_bytes(dst) <= edge_index.shard_bytes(src) < apparent
+    copy = EdgeStore(dst)
+    assert copy.count() == 300
+    copy.close()
+    with pytest.raises(OSError):
+        edge_index.copy_shard(fast_dir / "gone", fast_dir / "copy-of-nothing")
+
+
 def test_the_background_indexer_builds_once_enough_was_written(fast_dir: Path) -> None:
     store = filled(fast_dir / "edge", 600, index_after=500, index_min_workspace=300)
     assert store.indexer is not None
