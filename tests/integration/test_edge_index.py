@@ -586,7 +586,9 @@ def worker_pids(copy: Path) -> list[int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_the_worker_dies_with_the_stack_that_started_it(fast_dir: Path) -> None:
+def test_the_worker_dies_with_the_stack_that_started_it_and_goes_first_when_memory_runs_out(
+    fast_dir: Path,
+) -> None:
     """A stack killed mid-build (kill -9, the OOM killer) takes its worker with it: an orphan would build for
     minutes (here about 25 s: 8,000 memories of 384 dimensions in one workspace, so it gets a graph) and
     write into a copy directory that the next start deletes and its next cycle makes anew."""
@@ -618,6 +620,8 @@ def test_the_worker_dies_with_the_stack_that_started_it(fast_dir: Path) -> None:
             time.sleep(0.05)
         assert workers, "no index worker started"
         time.sleep(0.5)  # into its build
+        # and when memory runs out, the OOM killer takes the worker first, not the stack
+        assert [(Path("/proc") / str(w) / "oom_score_adj").read_text().strip() for w in workers] == ["1000"]
         stack.kill()
         stack.wait(10)
         deadline = time.monotonic() + 10
