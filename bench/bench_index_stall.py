@@ -10,7 +10,7 @@ noise), then indexed once. Each run copies it and runs one cycle (`EdgeEngine.in
 on the copy while a thread of the same process wakes every 10 ms and records each gap over 200 ms: a stall.
 Two scenarios, nothing written during the cycle and a writer setting `--write-rate` payloads a second
 throughout (a long journal, caught up before the swap), each with the copy's files read back into the page
-cache after each close (`edge_index.warm`, the default) against **the same cycle without it** (the
+cache after each close (`shard_files.warm`, the default) against **the same cycle without it** (the
 baseline: Edge drops a shard's files from the page cache when it closes it, so the next load faults them in
 from disk), alternating (from the second run), in the same run. Keep the scratch directory on disk, not
 tmpfs (`TMPDIR`): on tmpfs there is no page cache to drop and the two give the same. Reported: the
@@ -92,16 +92,16 @@ def one_cycle(src: Path, work: Path, warm: bool, write_rate: int) -> dict[str, A
     """A cycle on a fresh copy of the store at `src`; `warm` False: the cycle without reading the copy's files
     back (the baseline)."""
     from episodic.store import edge as edge_module
-    from episodic.store import edge_index
+    from episodic.store import shard_files
     from episodic.store.edge import EdgeStore
 
     shutil.rmtree(work, ignore_errors=True)
-    shutil.copytree(src, work)
+    shard_files.copy_shard(src, work)  # as the cycle copies: Edge's sparse files stay sparse
     store = EdgeStore(work)
     store.count()  # the live shard is loaded before the cycle
-    real_warm, real_worker = edge_index.warm, edge_module.Worker
+    real_warm, real_worker = shard_files.warm, edge_module.Worker
     if not warm:
-        edge_index.warm = lambda path, chunk=0: 0  # type: ignore[assignment]
+        shard_files.warm = lambda path, chunk=0: 0  # type: ignore[assignment]
         edge_module.Worker = functools.partial(real_worker, warm=False)  # type: ignore[misc,assignment]
     try:
         ids = [pid for pid, _ in store.scroll_page(None, 5000, fields=())[0]] if write_rate else []
@@ -115,7 +115,7 @@ def one_cycle(src: Path, work: Path, warm: bool, write_rate: int) -> dict[str, A
                 cycle = store.index_now(2)
                 written = 0
     finally:
-        edge_index.warm, edge_module.Worker = real_warm, real_worker  # type: ignore[misc]
+        shard_files.warm, edge_module.Worker = real_warm, real_worker  # type: ignore[misc]
         store.close()
     gaps = stalls.gaps
     return {

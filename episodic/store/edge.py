@@ -47,7 +47,7 @@ from typing import Any
 
 from episodic.kernel.errors import StoreError, StoreUnavailable
 from episodic.kernel.ports import CONTEXT, DENSE, SPARSE, MemoryPoint, SparseVec
-from episodic.store import edge_index
+from episodic.store import edge_index, shard_files
 from episodic.store.edge_index import BackgroundIndexer, IndexCycle, Worker
 from episodic.store.facade import DEFAULT_PREFETCH, Engine, QdrantStore, Record, ScoredRecord
 from episodic.store.query import Filter, HasId, Lowering, Query
@@ -232,7 +232,7 @@ class EdgeEngine(Engine):
         self._journal_lock = threading.Lock()
         self.moved = edge_index.MovedPoints()  # points written since the last cycle (EdgeStore sets its cap)
         self._worker: Worker | None = None
-        edge_index.recover(path)
+        shard_files.recover(path)
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -459,17 +459,21 @@ class EdgeEngine(Engine):
         points written by them, since the copy). Raises StoreError if the build fails (the live shard is then
         as it was)."""
         cycle = IndexCycle()
-        work, replaced = edge_index.copy_path(self.path), edge_index.replaced_path(self.path)
+        work, replaced = shard_files.copy_path(self.path), shard_files.replaced_path(self.path)
         shutil.rmtree(work, ignore_errors=True)
-        edge_index.check_room(self.path)
+        shard_files.check_room(self.path)
         t0 = time.perf_counter()
         with self._writes.exclusive():
             with self._guard("index: flush"):
-                self._open().flush()
+                shard = self._open()
+                shard.flush()
+                copied = int(shard.info().points_count)  # what the copy must hold (checked after the build)
             try:
-                edge_index.copy_shard(self.path, work)
+                shard_files.copy_shard(self.path, work)
             except BaseException as e:  # a full disk, say: leave no partial copy taking the live shard's room
                 shutil.rmtree(work, ignore_errors=True)
+                if isinstance(e, _FATAL):
+                    raise
                 raise StoreError(f"qdrant-edge index cycle at {self.path}: copying the shard failed: {e}") from e
             with self._journal_lock:
                 self._journal, self._journal_cost = [], 0
@@ -483,6 +487,8 @@ class EdgeEngine(Engine):
             cycle.warm_s = float(report.get("warm_s", 0.0))
             cycle.warm_mib = float(report.get("warm_mib", 0.0))
             cycle.points, cycle.segments = int(report["points"]), int(report["segments"])
+            if cycle.points != copied:  # a copy that lost data (a filesystem's copy fault): never swapped in
+                raise StoreError(f"the indexed copy holds {cycle.points} points where the shard held {copied}")
             cycle.indexed_vectors = int(report["indexed_vectors"])
             cycle.worker_rss_mib = float(report.get("max_rss_mib", 0.0))
             t1 = time.perf_counter()
@@ -503,9 +509,9 @@ class EdgeEngine(Engine):
                     new.flush()
                     new.close()
                     new = None
-                    edge_index.sync_tree(work)  # what the catch-up wrote, on disk before the rename
+                    shard_files.sync_tree(work)  # what the catch-up wrote, on disk before the rename
                     t = time.perf_counter()
-                    edge_index.warm(work)
+                    shard_files.warm(work)
                     cycle.warm_s += time.perf_counter() - t
                 rest = self._pending(done)
                 cycle.replayed = done + len(rest)
@@ -562,9 +568,9 @@ class EdgeEngine(Engine):
     def _swap(self, work: Path, replaced: Path, rest: list[Any]) -> None:
         """Close the live shard, put the indexed copy in its place and load it (the caller holds the shard
         alone). `rest`: journaled operations the copy lacks, replayed into it once loaded; a marker file
-        says so meanwhile, and `edge_index.recover` puts the live shard back after a crash before the marker
+        says so meanwhile, and `shard_files.recover` puts the live shard back after a crash before the marker
         is gone. On any failure the live shard is put back and loaded, as it was."""
-        marker = edge_index.swap_marker(self.path)
+        marker = shard_files.swap_marker(self.path)
         live, self._shard = self._shard, None
         if live is not None:
             live.flush()
@@ -574,7 +580,7 @@ class EdgeEngine(Engine):
         try:
             if rest:  # from here `<name>.replaced` is this cycle's live shard, with every operation
                 marker.touch()
-                edge_index.sync_dir(self.path.parent)  # on disk before the copy takes the live shard's name
+                shard_files.sync_dir(self.path.parent)  # on disk before the copy takes the live shard's name
             os.rename(work, self.path)
             shard = qe.EdgeShard.load(str(self.path))
             for op in rest:
@@ -584,7 +590,7 @@ class EdgeEngine(Engine):
                 marker.unlink()
             # the swap on disk before the caller deletes the replaced shard (without it a power cut could
             # keep the marker and the deletion: `recover` would then put a half-deleted shard back)
-            edge_index.sync_dir(self.path.parent)
+            shard_files.sync_dir(self.path.parent)
             self._shard = shard
         except BaseException:
             if shard is not None:
@@ -595,8 +601,8 @@ class EdgeEngine(Engine):
             os.rename(replaced, self.path)
             marker.unlink(missing_ok=True)
             with contextlib.suppress(OSError):  # best effort: the original error is what the caller must see
-                edge_index.sync_dir(self.path.parent)
-            edge_index.warm(self.path)  # closing it dropped its files from the page cache (never raises)
+                shard_files.sync_dir(self.path.parent)
+            shard_files.warm(self.path)  # closing it dropped its files from the page cache (never raises)
             self._shard = qe.EdgeShard.load(str(self.path))
             raise
 

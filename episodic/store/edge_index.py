@@ -36,7 +36,8 @@ may lack the last operations and `<name>.replaced` is this cycle's live shard wi
 `recover` puts back in its place. Against a power cut too: the copy's files are fsynced before it is renamed
 into place (`sync_tree`, by the worker and after a catch-up), and the directory once the marker is written
 and once the swap is done, renames and marker removed, before the replaced shard is deleted (`sync_dir`):
-the disk never holds a later step without an earlier one that recovering depends on.
+the disk never holds a later step without an earlier one that recovering depends on. These files and what is
+done to them (copy, room check, fsyncs, page cache, recovery) are episodic.store.shard_files.
 
 When: once `EPISODIC_EDGE_INDEX_AFTER` memories were written since the last cycle (new ones, and existing
 ones whose payload or vectors changed: a write moves a point out of the indexed segment, `MovedPoints`),
@@ -57,11 +58,8 @@ like severity or ts, which tripled the build; a filter on such a field is search
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -75,9 +73,6 @@ import qdrant_edge as qe
 
 from episodic.kernel.errors import StoreError
 
-COPY_SUFFIX = ".indexing"
-REPLACED_SUFFIX = ".replaced"
-SWAP_SUFFIX = ".swapping"  # a marker file: see `recover`
 HNSW_M = 0  # no global graph: every dense query is filtered by its workspace
 HNSW_PAYLOAD_M = 16  # one graph per workspace (tenant index)
 HNSW_EF_CONSTRUCT = 100
@@ -89,8 +84,6 @@ FULL_SCAN_KB = 10_000  # a workspace with fewer vectors than this many KB is sca
 CATCH_UP_LEFT = 1024
 REBUILD = 1 << 40  # what a layout or payload index change costs a replay: more than any short journal
 WORKER_TIMEOUT_S = 6 * 3600.0
-ROOM_FACTOR = 2.5  # a cycle's disk, times the shard's: the copy and the optimizer's new segments (`check_room`)
-ROOM_SPARE = 256 << 20  # and room for the live shard's writes while it runs
 RETRY_S = 30.0  # after a failed cycle; doubled for each further failure
 
 
@@ -109,147 +102,6 @@ def index_hnsw(threads: int) -> qe.HnswIndexConfig:
         max_indexing_threads=threads,
         payload_m=HNSW_PAYLOAD_M,
     )
-
-
-def copy_path(path: Path) -> Path:
-    return path.with_name(path.name + COPY_SUFFIX)
-
-
-def replaced_path(path: Path) -> Path:
-    return path.with_name(path.name + REPLACED_SUFFIX)
-
-
-def swap_marker(path: Path) -> Path:
-    """Present while a swap replays the last journaled operations into the shard it renamed into place."""
-    return path.with_name(path.name + SWAP_SUFFIX)
-
-
-def warm(path: Path, chunk: int = 1 << 20) -> int:
-    """Read every file of the shard at `path` into the page cache; returns the bytes read.
-
-    Qdrant Edge drops a shard's files from the page cache when it closes it (`POSIX_FADV_DONTNEED` on each,
-    seen with strace), so loading a shard that was just closed, as the worker's copy is at the swap, pulls
-    what the load keeps in memory (the dense vectors, the payload indexes) back from disk one page fault at a
-    time, with the interpreter lock held: 3.0-3.3 s at 100k memories against 0.6-0.8 s once the files are
-    read back first. Plain sequential reads (the lock is released during each) take 0.5-1 s there, and read
-    the files' preallocated chunks too. Which files a load needs is Edge's business (skipping the payload
-    indexes' null bitmaps made it slow again), so every file is read. It only saves load time, so it never
-    raises: what cannot be read (a file or directory that vanished) is skipped."""
-    total, buf = 0, bytearray(chunk)
-    try:
-        files = sorted(path.rglob("*"))
-    except OSError:
-        return 0
-    for f in files:
-        try:
-            if not f.is_file():
-                continue
-            with open(f, "rb", buffering=0) as fh:
-                while n := fh.readinto(buf):
-                    total += n
-        except OSError:
-            continue
-    return total
-
-
-def sync_dir(path: Path) -> None:
-    """Make the names created, renamed and removed in the directory `path` durable (fsync it): without it a
-    power cut may keep a later rename and lose an earlier one. Raises OSError."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def sync_tree(path: Path) -> None:
-    """fsync every file and directory of the shard at `path`, then its parent: the copy a cycle renames into
-    place must be on disk before the rename is (a copy leaves it to the kernel's writeback, and
-    a power cut after the rename could keep empty files). 0.35 s for a just-copied 100k shard (795 MiB),
-    0.03 s once written back. Raises OSError."""
-    for f in [*sorted(path.rglob("*"), reverse=True), path]:  # files before the directories naming them
-        fd = os.open(f, os.O_RDONLY | (os.O_DIRECTORY if f.is_dir() else 0))
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    sync_dir(path.parent)
-
-
-def copy_shard(src: Path, dst: Path) -> None:
-    """Copy the shard's directory `src` to `dst` (which must not exist) as it is on disk, holes included.
-    Edge sizes its files ahead of their data, sparsely (100k memories: 432 MiB allocated of 796 MiB), and
-    `shutil.copytree` writes the holes out as zeros (797 MiB written, 0.37-1.79 s here, while writers wait),
-    where GNU cp copies the data extents only (431 MiB, 0.24-0.32 s) or shares them where the filesystem can
-    (reflink: XFS, btrfs). Elsewhere (no GNU cp), `shutil.copytree`. Raises OSError."""
-    cp = _gnu_cp()
-    if cp is None:
-        shutil.copytree(src, dst)
-        return
-    done = subprocess.run(
-        [cp, "-a", "-T", "--reflink=auto", "--sparse=auto", "--", str(src), str(dst)], capture_output=True
-    )
-    if done.returncode != 0:
-        raise OSError(f"cp {src} {dst}: {done.stderr.decode(errors='replace').strip()[-300:]}")
-
-
-@functools.cache
-def _gnu_cp() -> str | None:
-    cp = shutil.which("cp")
-    if cp is None:
-        return None
-    try:
-        version = subprocess.run([cp, "--version"], capture_output=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return cp if b"GNU coreutils" in version else None
-
-
-def shard_bytes(path: Path) -> int:
-    """What the shard's files take on disk (their allocated blocks: Edge preallocates its chunks)."""
-    total = 0
-    for f in path.rglob("*"):
-        with contextlib.suppress(OSError):
-            total += f.lstat().st_blocks * 512
-    return total
-
-
-def check_room(path: Path) -> None:
-    """Raise StoreError unless the disk holding the shard at `path` has room for a cycle: the copy, the
-    optimizer's new segments written beside the copy's old ones until they replace them (up to the copy's
-    size again), and `ROOM_SPARE` for the live shard's writes meanwhile. Measured on a never-indexed shard of
-    100k memories (368 MiB allocated): its copy peaked at 689 MiB during the build (1.87x), 928 MiB (2.52x)
-    when copied with `shutil.copytree`. A cycle that filled the disk would make the live shard's own writes
-    fail; this one is retried later (`BackgroundIndexer`'s back-off)."""
-    need = int(ROOM_FACTOR * shard_bytes(path)) + ROOM_SPARE
-    free = shutil.disk_usage(path.parent).free
-    if free < need:
-        raise StoreError(
-            f"qdrant-edge index cycle at {path}: {free / 2**20:.0f} MiB free on its disk, a cycle needs "
-            f"{need / 2**20:.0f} MiB (a copy of the shard and its rebuilt segments); queries scan until there is room"
-        )
-
-
-def recover(path: Path) -> None:
-    """Put the shard at `path` back after a cycle that a crash cut short (see the module doc). Each step is
-    made durable before the next (`sync_dir`), so a power cut during a recovery leaves a state it recovers
-    from as well."""
-    replaced, copy, marker = replaced_path(path), copy_path(path), swap_marker(path)
-    if marker.exists():  # the copy in place may lack the last operations: the live shard holds them all
-        if replaced.exists():
-            if path.exists():
-                shutil.rmtree(path)  # raises rather than leave part of it (the marker stays: the next start retries)
-                sync_dir(path.parent)  # the copy is gone before the live shard takes its name
-            replaced.rename(path)
-            sync_dir(path.parent)
-        marker.unlink()  # only once the live shard is back in place
-        sync_dir(path.parent)
-    if not path.exists() and replaced.exists():
-        replaced.rename(path)  # the live shard, flushed and closed before the first rename
-        sync_dir(path.parent)
-    if path.exists():
-        shutil.rmtree(copy, ignore_errors=True)
-        shutil.rmtree(replaced, ignore_errors=True)
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """The index worker process (episodic.store.edge_index): `python -m episodic.store.edge_worker <copy>` loads the
 copy of a Qdrant Edge shard with the index settings, turns off the per-value graphs of the payload indexes
 that do not scope a recall (a shard written before `rules.GRAPH_FIELDS`), runs its optimizers (segment
-merge, HNSW), flushes and closes it, fsyncs its files (`edge_index.sync_tree`: the copy must be on disk before
+merge, HNSW), flushes and closes it, fsyncs its files (`shard_files.sync_tree`: the copy must be on disk before
 the stack renames it into place), reads them back into the page cache (closing it dropped them:
-`edge_index.warm`, so the stack's load of the copy need not fault them in from disk with its interpreter lock
+`shard_files.warm`, so the stack's load of the copy need not fault them in from disk with its interpreter lock
 held) and prints a JSON report on its last line (with its peak resident memory). Niced: it runs behind the
 stack's own work; it dies with the stack (`die_with`) and goes first when memory runs out (`first_to_go`)."""
 
@@ -22,7 +22,8 @@ from typing import Any
 import qdrant_edge as qe
 
 from episodic.store.edge import graphs_for_scope_only, layout_config
-from episodic.store.edge_index import index_hnsw, sync_tree, warm
+from episodic.store.edge_index import index_hnsw
+from episodic.store.shard_files import sync_tree, warm
 
 
 def peak_rss_mib() -> float:
@@ -92,8 +93,9 @@ def die_with(parent: int) -> bool:
 def first_to_go() -> bool:
     """Offer this worker to the OOM killer before anything else (oom_score_adj 1000, Linux; raising it needs
     no privilege): it holds a whole copy of the shard (1.6 GiB at 100k memories, 13.5 GiB at 1M), and when
-    memory runs out it is the process to lose, a cycle retried later, not the stack with its shard. Returns
-    whether it is set."""
+    memory runs out it is the process to lose, a cycle retried later, not the stack with its shard (where
+    the kernel kills one process: not under systemd's `OOMPolicy=stop` or a cgroup that kills as a group,
+    docs/operations.md). Returns whether it is set."""
     try:
         with open("/proc/self/oom_score_adj", "w") as fh:
             fh.write("1000")

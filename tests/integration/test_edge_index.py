@@ -21,7 +21,7 @@ import pytest
 from episodic.domain.identity import point_id
 from episodic.kernel.errors import StoreError
 from episodic.kernel.ports import MemoryPoint, ScopeFilter, SparseVec
-from episodic.store import edge_index
+from episodic.store import edge_index, shard_files
 from episodic.store.edge import EdgeStore
 from episodic.store.facade import Change
 from episodic.store.query import in_workspace
@@ -88,7 +88,7 @@ def test_writes_during_a_build_are_all_in_the_swapped_shard_and_queries_go_on(fa
     assert not store.retrieve(sorted(deleted))
     got = store.retrieve(sorted(updated), fields=("importance_score",))
     assert len(got) == len(updated) and all(p["importance_score"] == 0.123 for p in got.values())
-    assert not edge_index.copy_path(store.path).exists() and not edge_index.replaced_path(store.path).exists()
+    assert not shard_files.copy_path(store.path).exists() and not shard_files.replaced_path(store.path).exists()
     store.close()
     again = EdgeStore(fast_dir / "edge")  # reloads from disk: the swapped shard is the store
     assert again.count() == i - len(deleted)
@@ -106,7 +106,7 @@ def test_a_failed_build_leaves_the_live_shard_and_stops_journaling(
     monkeypatch.setattr(edge_index.Worker, "run", broken)
     with pytest.raises(StoreError, match="worker died"):
         store._edge.index_in_worker()
-    assert store._edge._journal is None and not edge_index.copy_path(store.path).exists()
+    assert store._edge._journal is None and not shard_files.copy_path(store.path).exists()
     store.upsert([point(300, random.Random(3))])
     assert store.count() == 301
     store.close()
@@ -116,11 +116,11 @@ def test_a_crash_between_the_renames_is_recovered_at_the_next_start(fast_dir: Pa
     store = filled(fast_dir / "edge", 300)
     store.close()
     path = fast_dir / "edge"
-    path.rename(edge_index.replaced_path(path))  # the live shard moved aside, the copy not yet in place
-    edge_index.copy_path(path).mkdir()
+    path.rename(shard_files.replaced_path(path))  # the live shard moved aside, the copy not yet in place
+    shard_files.copy_path(path).mkdir()
     again = EdgeStore(path)
     assert again.count() == 300
-    assert not edge_index.copy_path(path).exists() and not edge_index.replaced_path(path).exists()
+    assert not shard_files.copy_path(path).exists() and not shard_files.replaced_path(path).exists()
     again.close()
 
 
@@ -155,15 +155,15 @@ class FailingUpdate:
 
 
 def recording_warm(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """`edge_index.warm` as it is, recording the paths this process reads back."""
+    """`shard_files.warm` as it is, recording the paths this process reads back."""
     warmed: list[Path] = []
-    warm = edge_index.warm
+    warm = shard_files.warm
 
     def recording(path: Path, chunk: int = 1 << 20) -> int:
         warmed.append(path)
         return warm(path, chunk)
 
-    monkeypatch.setattr(edge_index, "warm", recording)
+    monkeypatch.setattr(shard_files, "warm", recording)
     return warmed
 
 
@@ -239,7 +239,7 @@ def test_a_short_journal_is_replayed_at_the_swap_into_its_one_load(
     assert cycle.warm_mib > 1  # the worker read the copy back into the page cache after closing it
     assert store.count() == 620 and len(store.retrieve([pid(i) for i in range(600, 620)])) == 20
     assert len(store.query_dense(vec(random.Random(5)), ScopeFilter("ws-0", scope="own", agent_id="a1"), 5)) == 5
-    assert not edge_index.swap_marker(store.path).exists() and not edge_index.replaced_path(store.path).exists()
+    assert not shard_files.swap_marker(store.path).exists() and not shard_files.replaced_path(store.path).exists()
     store.close()
     again = EdgeStore(fast_dir / "edge")  # the swapped shard on disk holds the replayed writes
     assert again.count() == 620
@@ -251,7 +251,7 @@ def test_a_long_journal_is_caught_up_before_the_swap(counted: tuple[EdgeStore, C
     n = edge_index.CATCH_UP_LEFT + 100
     cycle = cycle_with_writes(store, n, 600, counting.written)
     assert cycle.replayed == n
-    copy = str(edge_index.copy_path(store.path))
+    copy = str(shard_files.copy_path(store.path))
     assert counting.loads == [copy, str(store.path)]  # the copy caught up while the live shard served
     assert store.count() == 600 + n
     store.close()
@@ -270,7 +270,7 @@ def test_few_operations_writing_many_points_are_a_long_journal(counted: tuple[Ed
 
     cycle = cycle_while(store, write, counting.written)
     assert cycle.replayed == 2
-    assert counting.loads == [str(edge_index.copy_path(store.path)), str(store.path)]
+    assert counting.loads == [str(shard_files.copy_path(store.path)), str(store.path)]
     assert store.count() == 600 + 2 * half
     store.close()
 
@@ -303,7 +303,7 @@ def test_what_a_long_journal_adds_while_it_is_caught_up_is_replayed_before_the_s
     warmed = recording_warm(monkeypatch)
     n = edge_index.CATCH_UP_LEFT + 100
     cycle = cycle_with_writes(store, n, 600, counting.written)
-    copy = edge_index.copy_path(store.path)
+    copy = shard_files.copy_path(store.path)
     assert cycle.replayed == n + 50 and swaps == [0] and warmed == [copy] and cycle.warm_mib > 1
     assert counting.loads == [str(copy), str(store.path)]
     assert store.count() == 600 + n + 50
@@ -368,7 +368,7 @@ def test_one_operation_that_a_replay_would_spend_long_on_is_caught_up_before_the
 
     cycle = cycle_while(store, write, counting.written)
     assert cycle.replayed == 1
-    assert counting.loads == [str(edge_index.copy_path(store.path)), str(store.path)]
+    assert counting.loads == [str(shard_files.copy_path(store.path)), str(store.path)]
     assert store.count() == 600 - gone
     store.close()
     again = EdgeStore(store.path)
@@ -381,8 +381,8 @@ def test_warm_reads_every_file_of_the_shard_and_never_raises(fast_dir: Path) -> 
     store = filled(fast_dir / "edge", 300)
     store.close()
     files = [f for f in (fast_dir / "edge").rglob("*") if f.is_file()]
-    assert edge_index.warm(fast_dir / "edge", chunk=4096) == sum(f.stat().st_size for f in files) > 0
-    assert edge_index.warm(fast_dir / "gone") == 0
+    assert shard_files.warm(fast_dir / "edge", chunk=4096) == sum(f.stat().st_size for f in files) > 0
+    assert shard_files.warm(fast_dir / "gone") == 0
 
 
 def test_a_failed_replay_at_the_swap_puts_the_live_shard_back(
@@ -398,7 +398,7 @@ def test_a_failed_replay_at_the_swap_puts_the_live_shard_back(
     # the live shard, loaded again, with everything written during the build; nothing left beside it
     assert store.count() == 620 and len(store.retrieve([pid(i) for i in range(600, 620)])) == 20
     assert store._edge._journal is None
-    for leftover in (edge_index.swap_marker, edge_index.replaced_path, edge_index.copy_path):
+    for leftover in (shard_files.swap_marker, shard_files.replaced_path, shard_files.copy_path):
         assert not leftover(store.path).exists()
     store.upsert([point(620, random.Random(7))])
     assert store.count() == 621
@@ -412,12 +412,12 @@ def test_a_crash_while_a_short_journal_is_replayed_is_recovered_at_the_next_star
     live.close()
     filled(fast_dir / "partial", 100).close()  # built apart: opening a store at `path` would recover it
     path = fast_dir / "edge"
-    path.rename(edge_index.replaced_path(path))
-    edge_index.swap_marker(path).touch()
+    path.rename(shard_files.replaced_path(path))
+    shard_files.swap_marker(path).touch()
     (fast_dir / "partial").rename(path)  # the indexed copy in place, without the last operations
     again = EdgeStore(path)
     assert again.count() == 300
-    for leftover in (edge_index.swap_marker, edge_index.replaced_path, edge_index.copy_path):
+    for leftover in (shard_files.swap_marker, shard_files.replaced_path, shard_files.copy_path):
         assert not leftover(path).exists()
     again.close()
 
@@ -427,25 +427,25 @@ def test_a_crash_between_the_marker_and_the_second_rename_leaves_the_live_shard(
     live = filled(fast_dir / "edge", 300)
     live.close()
     path = fast_dir / "edge"
-    path.rename(edge_index.replaced_path(path))
-    edge_index.swap_marker(path).touch()
-    filled(edge_index.copy_path(path), 100).close()
+    path.rename(shard_files.replaced_path(path))
+    shard_files.swap_marker(path).touch()
+    filled(shard_files.copy_path(path), 100).close()
     again = EdgeStore(path)
-    assert again.count() == 300 and not edge_index.swap_marker(path).exists()
-    for leftover in (edge_index.replaced_path, edge_index.copy_path):
+    assert again.count() == 300 and not shard_files.swap_marker(path).exists()
+    for leftover in (shard_files.replaced_path, shard_files.copy_path):
         assert not leftover(path).exists()
     again.close()
 
 
 def recording_syncs(monkeypatch: pytest.MonkeyPatch, path: Path) -> list[tuple[str, ...]]:
-    """`edge_index.sync_dir` as it is, recording which of the shard's names exist at each call."""
+    """`shard_files.sync_dir` as it is, recording which of the shard's names exist at each call."""
     seen: list[tuple[str, ...]] = []
-    sync_dir = edge_index.sync_dir
+    sync_dir = shard_files.sync_dir
     names = {
         "live": path,
-        "copy": edge_index.copy_path(path),
-        "replaced": edge_index.replaced_path(path),
-        "marker": edge_index.swap_marker(path),
+        "copy": shard_files.copy_path(path),
+        "replaced": shard_files.replaced_path(path),
+        "marker": shard_files.swap_marker(path),
     }
 
     def recording(directory: Path) -> None:
@@ -453,7 +453,7 @@ def recording_syncs(monkeypatch: pytest.MonkeyPatch, path: Path) -> list[tuple[s
         seen.append(tuple(name for name, p in names.items() if p.exists()))
         sync_dir(directory)
 
-    monkeypatch.setattr(edge_index, "sync_dir", recording)
+    monkeypatch.setattr(shard_files, "sync_dir", recording)
     return seen
 
 
@@ -469,7 +469,7 @@ def test_the_swap_is_made_durable_step_by_step(
     cycle = cycle_with_writes(store, 20, 600, counting.written)
     assert 0 < cycle.replayed <= edge_index.CATCH_UP_LEFT  # a short journal: replayed under the marker
     assert syncs == [("copy", "replaced", "marker"), ("live", "replaced")]
-    assert not edge_index.replaced_path(store.path).exists() and store.count() == 620
+    assert not shard_files.replaced_path(store.path).exists() and store.count() == 620
     store.close()
 
 
@@ -478,16 +478,16 @@ def test_a_caught_up_copy_is_on_disk_before_the_swap(
 ) -> None:
     store, counting = counted
     synced: list[tuple[Path, bool]] = []
-    sync_tree = edge_index.sync_tree
+    sync_tree = shard_files.sync_tree
 
     def recording(path: Path) -> None:
         synced.append((path, store.path.exists() and path.exists()))  # before the renames
         sync_tree(path)
 
-    monkeypatch.setattr(edge_index, "sync_tree", recording)
+    monkeypatch.setattr(shard_files, "sync_tree", recording)
     n = edge_index.CATCH_UP_LEFT + 100
     assert cycle_with_writes(store, n, 600, counting.written).replayed == n
-    assert synced == [(edge_index.copy_path(store.path), True)]
+    assert synced == [(shard_files.copy_path(store.path), True)]
     assert store.count() == 600 + n
     store.close()
 
@@ -510,6 +510,7 @@ def test_the_worker_syncs_its_copy_before_it_reports(fast_dir: Path, monkeypatch
     assert synced == [fast_dir / "edge"] and report["points"] == 300
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names open files through /proc")
 def test_sync_tree_reaches_every_file_and_directory(fast_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     filled(fast_dir / "edge", 50).close()
     synced: list[str] = []
@@ -520,12 +521,12 @@ def test_sync_tree_reaches_every_file_and_directory(fast_dir: Path, monkeypatch:
         fsync(fd)
 
     monkeypatch.setattr(os, "fsync", recording)
-    edge_index.sync_tree(fast_dir / "edge")
+    shard_files.sync_tree(fast_dir / "edge")
     expected = {str(p.resolve()) for p in [fast_dir / "edge", *(fast_dir / "edge").rglob("*")]}
     assert set(synced[:-1]) == expected and len(synced) == len(expected) + 1
     assert synced[-1] == str(fast_dir.resolve())  # the parent, which names the shard
     with pytest.raises(OSError):
-        edge_index.sync_tree(fast_dir / "gone")  # not a best effort: a swap must not go on without it
+        shard_files.sync_tree(fast_dir / "gone")  # not a best effort: a swap must not go on without it
 
 
 def test_recovery_is_made_durable_before_the_marker_goes(fast_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -535,11 +536,11 @@ def test_recovery_is_made_durable_before_the_marker_goes(fast_dir: Path, monkeyp
     filled(fast_dir / "edge", 300).close()
     filled(fast_dir / "partial", 100).close()
     path = fast_dir / "edge"
-    path.rename(edge_index.replaced_path(path))
-    edge_index.swap_marker(path).touch()
+    path.rename(shard_files.replaced_path(path))
+    shard_files.swap_marker(path).touch()
     (fast_dir / "partial").rename(path)  # the indexed copy in place, without the last operations
     syncs = recording_syncs(monkeypatch, path)
-    edge_index.recover(path)
+    shard_files.recover(path)
     assert syncs == [("replaced", "marker"), ("live", "marker"), ("live",)]
     again = EdgeStore(path)
     assert again.count() == 300
@@ -549,9 +550,9 @@ def test_recovery_is_made_durable_before_the_marker_goes(fast_dir: Path, monkeyp
 def test_a_marker_left_beside_the_live_shard_is_removed(fast_dir: Path) -> None:
     filled(fast_dir / "edge", 300).close()
     path = fast_dir / "edge"
-    edge_index.swap_marker(path).touch()  # a recovery cut after its rename, before the marker's removal
+    shard_files.swap_marker(path).touch()  # a recovery cut after its rename, before the marker's removal
     again = EdgeStore(path)
-    assert again.count() == 300 and not edge_index.swap_marker(path).exists()
+    assert again.count() == 300 and not shard_files.swap_marker(path).exists()
     again.close()
 
 
@@ -613,15 +614,18 @@ def test_the_worker_dies_with_the_stack_that_started_it_and_goes_first_when_memo
     store.close()
     script = f"from episodic.store.edge import EdgeStore; EdgeStore({str(path)!r}).index_now(1)"
     stack = subprocess.Popen([sys.executable, "-c", script])
-    copy = edge_index.copy_path(path)
+    copy = shard_files.copy_path(path)
     try:
         deadline = time.monotonic() + 60
         while not (workers := worker_pids(copy)) and time.monotonic() < deadline and stack.poll() is None:
             time.sleep(0.05)
         assert workers, "no index worker started"
+        # and when memory runs out, the OOM killer takes the worker first, not the stack (set once it runs)
+        adj = Path("/proc") / str(workers[0]) / "oom_score_adj"
+        while adj.read_text().strip() != "1000" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(workers) == 1 and adj.read_text().strip() == "1000"
         time.sleep(0.5)  # into its build
-        # and when memory runs out, the OOM killer takes the worker first, not the stack
-        assert [(Path("/proc") / str(w) / "oom_score_adj").read_text().strip() for w in workers] == ["1000"]
         stack.kill()
         stack.wait(10)
         deadline = time.monotonic() + 10
@@ -643,20 +647,21 @@ def test_no_cycle_starts_without_room_on_the_disk_for_it(fast_dir: Path, monkeyp
     import shutil as shutil_module
 
     store = filled(fast_dir / "edge", 300)
-    size = edge_index.shard_bytes(store.path)
+    size = shard_files.shard_bytes(store.path)
     assert size > 0
     real = shutil_module.disk_usage
-    need = edge_index.ROOM_FACTOR * size + edge_index.ROOM_SPARE
+    factor = shard_files.ROOM_FACTOR if shard_files._gnu_cp() else shard_files.ROOM_FACTOR_COPYTREE
+    need = int(factor * size) + shard_files.ROOM_SPARE
 
     def free(left: int) -> Callable[[Any], Any]:
         return lambda p: real(p)._replace(free=left)
 
-    monkeypatch.setattr(edge_index.shutil, "disk_usage", free(need - 1))
+    monkeypatch.setattr(shard_files.shutil, "disk_usage", free(need - 1))
     with pytest.raises(StoreError, match="MiB free on its disk"):
         store.index_now()
-    assert not edge_index.copy_path(store.path).exists() and store._edge._journal is None
+    assert not shard_files.copy_path(store.path).exists() and store._edge._journal is None
     store.upsert([point(300, random.Random(3))])  # the live shard as it was
-    monkeypatch.setattr(edge_index.shutil, "disk_usage", free(need))
+    monkeypatch.setattr(shard_files.shutil, "disk_usage", free(need))
     assert store.index_now().points == 301
     store.close()
 
@@ -664,16 +669,16 @@ def test_no_cycle_starts_without_room_on_the_disk_for_it(fast_dir: Path, monkeyp
 def test_a_copy_that_fails_leaves_nothing_behind(fast_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = filled(fast_dir / "edge", 300, index_after=10_000)
     before = store._edge.moved.count
-    copy_shard = edge_index.copy_shard
+    copy_shard = shard_files.copy_shard
 
     def full_disk(src: Path, dst: Path) -> None:
         copy_shard(src, dst)  # most of it written, then the disk is full
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(edge_index, "copy_shard", full_disk)
+    monkeypatch.setattr(shard_files, "copy_shard", full_disk)
     with pytest.raises(StoreError, match="No space left"):
         store.index_now()
-    assert not edge_index.copy_path(store.path).exists()
+    assert not shard_files.copy_path(store.path).exists()
     assert store._edge._journal is None and store._edge.moved.count == before  # still due, nothing journaled
     store.upsert([point(300, random.Random(3))])
     assert store.count() == 301
@@ -686,18 +691,38 @@ def test_the_copy_is_the_shard_as_it_is_on_disk_holes_included(fast_dir: Path) -
     store = filled(fast_dir / "edge", 300)
     store.close()
     src, dst = fast_dir / "edge", fast_dir / "copy"
-    edge_index.copy_shard(src, dst)
+    shard_files.copy_shard(src, dst)
     files = sorted(f.relative_to(src) for f in src.rglob("*") if f.is_file())
     assert files == sorted(f.relative_to(dst) for f in dst.rglob("*") if f.is_file())
     assert all(filecmp.cmp(src / f, dst / f, shallow=False) for f in files)
     apparent = sum((src / f).stat().st_size for f in files)
-    if edge_index._gnu_cp() is not None:  # holes stay holes: no more allocated than the source
-        assert edge_index.shard_bytes(dst) <= edge_index.shard_bytes(src) < apparent
+    if shard_files._gnu_cp() is not None:  # holes stay holes: no more allocated than the source
+        assert shard_files.shard_bytes(dst) <= shard_files.shard_bytes(src) < apparent
     copy = EdgeStore(dst)
     assert copy.count() == 300
     copy.close()
     with pytest.raises(OSError):
-        edge_index.copy_shard(fast_dir / "gone", fast_dir / "copy-of-nothing")
+        shard_files.copy_shard(fast_dir / "gone", fast_dir / "copy-of-nothing")
+    with pytest.raises(FileExistsError):  # never merged into a leftover: a stale segment would come back
+        shard_files.copy_shard(src, dst)
+
+
+def test_a_copy_that_lost_points_is_never_swapped_in(fast_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy is checked against the shard it was taken from (a filesystem's copy fault, say)."""
+    store = filled(fast_dir / "edge", 300)
+    copy_shard = shard_files.copy_shard
+
+    def lossy(src: Path, dst: Path) -> None:
+        copy_shard(src, dst)
+        damaged = EdgeStore(dst)
+        damaged.delete([pid(7)])
+        damaged.close()
+
+    monkeypatch.setattr(shard_files, "copy_shard", lossy)
+    with pytest.raises(StoreError, match="holds 299 points where the shard held 300"):
+        store.index_now()
+    assert store.count() == 300 and not shard_files.copy_path(store.path).exists()
+    store.close()
 
 
 def test_the_background_indexer_builds_once_enough_was_written(fast_dir: Path) -> None:
