@@ -572,6 +572,16 @@ def test_a_script_that_indexes_a_store_resets_the_saved_count_of_moved_points(fa
     stack.close()
 
 
+def until(check: Callable[[], object], seconds: float) -> bool:
+    """Whether `check()` came true within `seconds` (polled)."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def worker_pids(copy: Path) -> list[int]:
     """Live (not zombie) index workers building `copy`, from /proc."""
     pids = []
@@ -616,22 +626,15 @@ def test_the_worker_dies_with_the_stack_that_started_it_and_goes_first_when_memo
     stack = subprocess.Popen([sys.executable, "-c", script])
     copy = shard_files.copy_path(path)
     try:
-        deadline = time.monotonic() + 60
-        while not (workers := worker_pids(copy)) and time.monotonic() < deadline and stack.poll() is None:
-            time.sleep(0.05)
-        assert workers, "no index worker started"
+        assert until(lambda: worker_pids(copy) or stack.poll() is not None, 60) and worker_pids(copy)
+        [worker] = worker_pids(copy)
         # and when memory runs out, the OOM killer takes the worker first, not the stack (set once it runs)
-        adj = Path("/proc") / str(workers[0]) / "oom_score_adj"
-        while adj.read_text().strip() != "1000" and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(workers) == 1 and adj.read_text().strip() == "1000"
+        adj = Path("/proc") / str(worker) / "oom_score_adj"
+        assert until(lambda: adj.read_text().strip() == "1000", 30)
         time.sleep(0.5)  # into its build
         stack.kill()
         stack.wait(10)
-        deadline = time.monotonic() + 10
-        while worker_pids(copy) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not worker_pids(copy)
+        assert until(lambda: not worker_pids(copy), 10)
     finally:
         stack.kill()
         for pid in worker_pids(copy):
