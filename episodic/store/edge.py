@@ -232,6 +232,7 @@ class EdgeEngine(Engine):
         self._journal_lock = threading.Lock()
         self.moved = edge_index.MovedPoints()  # points written since the last cycle (EdgeStore sets its cap)
         self._worker: Worker | None = None
+        self._cycling = threading.Lock()  # one index cycle at a time (they share the copy's directory)
         shard_files.recover(path)
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -457,7 +458,11 @@ class EdgeEngine(Engine):
         for the copy and the swap. Each load of a shard holds the interpreter lock (the process waits): one
         at the swap, and one more to catch up on a long journal (more than `CATCH_UP_LEFT` operations, or
         points written by them, since the copy). Raises StoreError if the build fails (the live shard is then
-        as it was)."""
+        as it was). One cycle at a time: a second call waits for the running one (it would delete its copy)."""
+        with self._cycling:
+            return self._index_cycle(threads)
+
+    def _index_cycle(self, threads: int) -> IndexCycle:
         cycle = IndexCycle()
         work, replaced = shard_files.copy_path(self.path), shard_files.replaced_path(self.path)
         shutil.rmtree(work, ignore_errors=True)

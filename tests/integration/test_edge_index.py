@@ -728,6 +728,29 @@ def test_a_copy_that_lost_points_is_never_swapped_in(fast_dir: Path, monkeypatch
     store.close()
 
 
+def test_cycles_started_together_run_one_after_the_other(fast_dir: Path) -> None:
+    """A script's `index_now` beside the stack's background cycle: the second would delete the first's copy
+    while its worker builds it; it waits instead, and both swap in a whole shard."""
+    store = filled(fast_dir / "edge", 600)
+    results: list[object] = []
+
+    def cycle() -> None:
+        try:
+            results.append(store.index_now())
+        except BaseException as e:
+            results.append(e)
+
+    both = [threading.Thread(target=cycle) for _ in range(2)]
+    for t in both:
+        t.start()
+    for t in both:
+        t.join(120)
+    assert [type(r) for r in results] == [edge_index.IndexCycle, edge_index.IndexCycle], results
+    assert all(r.points == 600 for r in results)  # type: ignore[attr-defined]
+    assert store.count() == 600 and not shard_files.copy_path(store.path).exists()
+    store.close()
+
+
 def test_the_background_indexer_builds_once_enough_was_written(fast_dir: Path) -> None:
     store = filled(fast_dir / "edge", 600, index_after=500, index_min_workspace=300)
     assert store.indexer is not None
