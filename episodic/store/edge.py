@@ -233,6 +233,7 @@ class EdgeEngine(Engine):
         self.moved = edge_index.MovedPoints()  # points written since the last cycle (EdgeStore sets its cap)
         self._worker: Worker | None = None
         self._cycling = threading.Lock()  # one index cycle at a time (they share the copy's directory)
+        self._unrecovered = ""  # why no shard may be opened until a restart recovers it (`_swap`)
         shard_files.recover(path)
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -319,6 +320,8 @@ class EdgeEngine(Engine):
         """The open shard; an existing one on disk is loaded on first use."""
         if self._closed:
             raise StoreUnavailable(f"EdgeStore at {self.path} is closed")
+        if self._unrecovered:
+            raise StoreUnavailable(f"EdgeStore at {self.path}: {self._unrecovered}")
         if self._shard is None:
             with self._load_lock:  # two threads must not both load it
                 if self._shard is None:
@@ -601,9 +604,14 @@ class EdgeEngine(Engine):
             if shard is not None:
                 with contextlib.suppress(BaseException):
                     shard.close()
-            if self.path.exists():
-                os.rename(self.path, work)  # back to the live shard, as it was
-            os.rename(replaced, self.path)
+            try:
+                if self.path.exists():
+                    os.rename(self.path, work)  # back to the live shard, as it was
+                os.rename(replaced, self.path)
+            except BaseException as e:  # the names are as the failure left them, the marker too: no shard is
+                # opened until a restart's `recover` puts the live one back (writes here would be lost then)
+                self._unrecovered = f"an index swap failed and could not put the live shard back ({e}): restart"
+                raise
             marker.unlink(missing_ok=True)
             with contextlib.suppress(OSError):  # best effort: the original error is what the caller must see
                 shard_files.sync_dir(self.path.parent)

@@ -405,6 +405,40 @@ def test_a_failed_replay_at_the_swap_puts_the_live_shard_back(
     store.close()
 
 
+def test_a_failed_swap_that_cannot_put_the_live_shard_back_opens_nothing_until_a_restart(
+    counted: tuple[EdgeStore, CountingLoads], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay at the swap fails, then so does the rename meant to undo it: the copy, lacking the journal's
+    last operations, holds the live shard's name beside the marker. Opening it would take writes that the
+    next start's recovery deletes; the store refuses instead, and a restart recovers every write."""
+    from episodic.kernel.errors import StoreUnavailable
+    from episodic.store import edge as edge_module
+
+    store, counting = counted
+    counting.fail_replay = True
+    rename = os.rename
+
+    def failing_undo(src: object, dst: object) -> None:
+        if Path(str(dst)) == shard_files.copy_path(store.path):  # the copy's way back out
+            raise OSError(5, "Input/output error")
+        rename(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(edge_module.os, "rename", failing_undo)
+    with pytest.raises(StoreUnavailable, match="Input/output error"):
+        cycle_with_writes(store, 20, 600, counting.written)
+    monkeypatch.setattr(edge_module.os, "rename", rename)
+    with pytest.raises(StoreUnavailable, match="restart"):
+        store.upsert([point(700, random.Random(7))])
+    with pytest.raises(StoreUnavailable, match="restart"):
+        store.count()
+    assert shard_files.swap_marker(store.path).exists()
+    store.close()
+    monkeypatch.setattr(edge_module.qe, "EdgeShard", counting.real)
+    again = EdgeStore(store.path)  # the restart: the live shard, with every write made during the build
+    assert again.count() == 620 and len(again.retrieve([pid(i) for i in range(600, 620)])) == 20
+    again.close()
+
+
 def test_a_crash_while_a_short_journal_is_replayed_is_recovered_at_the_next_start(fast_dir: Path) -> None:
     """The marker says the shard in place may lack the last operations: the live shard, renamed aside with
     all of them, is put back."""
