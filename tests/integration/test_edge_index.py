@@ -431,6 +431,7 @@ def test_a_failed_swap_that_cannot_put_the_live_shard_back_opens_nothing_until_a
         store.upsert([point(700, random.Random(7))])
     with pytest.raises(StoreUnavailable, match="restart"):
         store.count()
+    assert not store.ping()  # /healthz answers 503: a readiness probe restarts the process
     assert shard_files.swap_marker(store.path).exists()
     store.close()
     monkeypatch.setattr(edge_module.qe, "EdgeShard", counting.real)
