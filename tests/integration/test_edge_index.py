@@ -47,6 +47,15 @@ def pid(i: int) -> str:
     return point_id(f"ws-{i % 2}", f"e{i}")
 
 
+def left_as_it_was(store: EdgeStore, n: int) -> None:
+    """After a failed cycle on a store of `n` memories: no copy beside the shard, nothing journaled, and the
+    live shard holds them all and takes a write."""
+    assert not shard_files.copy_path(store.path).exists() and store._edge._journal is None
+    assert store.count() == n
+    store.upsert([point(n, random.Random(3))])
+    assert store.count() == n + 1
+
+
 def filled(path: Path, n: int, **kw: int) -> EdgeStore:
     store = EdgeStore(path, **kw)
     store.ensure_collection(DIM)
@@ -106,9 +115,7 @@ def test_a_failed_build_leaves_the_live_shard_and_stops_journaling(
     monkeypatch.setattr(edge_index.Worker, "run", broken)
     with pytest.raises(StoreError, match="worker died"):
         store._edge.index_in_worker()
-    assert store._edge._journal is None and not shard_files.copy_path(store.path).exists()
-    store.upsert([point(300, random.Random(3))])
-    assert store.count() == 301
+    left_as_it_was(store, 300)
     store.close()
 
 
@@ -697,8 +704,7 @@ def test_no_cycle_starts_without_room_on_the_disk_for_it(fast_dir: Path, monkeyp
     monkeypatch.setattr(shard_files.shutil, "disk_usage", free(need - 1))
     with pytest.raises(StoreError, match="MiB free on its disk"):
         store.index_now()
-    assert not shard_files.copy_path(store.path).exists() and store._edge._journal is None
-    store.upsert([point(300, random.Random(3))])  # the live shard as it was
+    left_as_it_was(store, 300)
     monkeypatch.setattr(shard_files.shutil, "disk_usage", free(need))
     assert store.index_now().points == 301
     store.close()
@@ -716,10 +722,8 @@ def test_a_copy_that_fails_leaves_nothing_behind(fast_dir: Path, monkeypatch: py
     monkeypatch.setattr(shard_files, "copy_shard", full_disk)
     with pytest.raises(StoreError, match="No space left"):
         store.index_now()
-    assert not shard_files.copy_path(store.path).exists()
-    assert store._edge._journal is None and store._edge.moved.count == before  # still due, nothing journaled
-    store.upsert([point(300, random.Random(3))])
-    assert store.count() == 301
+    assert store._edge.moved.count == before  # still due
+    left_as_it_was(store, 300)
     store.close()
 
 
@@ -759,7 +763,7 @@ def test_a_copy_that_lost_points_is_never_swapped_in(fast_dir: Path, monkeypatch
     monkeypatch.setattr(shard_files, "copy_shard", lossy)
     with pytest.raises(StoreError, match="holds 299 points where the shard held 300"):
         store.index_now()
-    assert store.count() == 300 and not shard_files.copy_path(store.path).exists()
+    left_as_it_was(store, 300)
     store.close()
 
 
