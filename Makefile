@@ -39,12 +39,14 @@ test: $(STAMP) ## run the test suite (unit, contract, integration, e2e) on $(TES
 	$(MAKE) --no-print-directory test-client
 
 # A fresh venv with the client distribution alone (and pytest): its tests check that nothing of the engine
-# came with it, then drive a live `episodic up`, started from the project's venv, over HTTP.
+# came with it, then drive a live `episodic up`, started from the project's venv, over HTTP. Without the caller's
+# PYTHONPATH: a checkout on it would put the engine beside the client and fail those checks.
 test-client: $(STAMP) ## the client distribution alone, in a fresh venv, against a live stack
 	rm -rf $(CLIENT_VENV)
 	$(PY) -m venv $(CLIENT_VENV)
-	$(CLIENT_VENV)/bin/pip install -q './clients/python[test]'
-	EPISODIC_STACK_COMMAND="$(abspath $(BIN))/episodic up" $(CLIENT_VENV)/bin/pytest -q -p no:cacheprovider clients/python/tests
+	env -u PYTHONPATH $(CLIENT_VENV)/bin/pip install -q './clients/python[test]'
+	env -u PYTHONPATH EPISODIC_STACK_COMMAND="$(abspath $(BIN))/episodic up" \
+		$(CLIENT_VENV)/bin/pytest -q -p no:cacheprovider clients/python/tests
 
 test-fast: $(STAMP) ## unit tests only
 	$(BIN)/pytest -q tests/unit
