@@ -311,11 +311,14 @@ class MemoryStore(ABC):
         writer: str,
         fields: Sequence[str] | None = None,
         attempts: int = 8,
+        held: bool = False,
     ) -> WriteReport:
         """Read-modify-write under the write discipline: each memory is read (only `fields` when given), its
         `Change` computed by `change(point_id, payload)` (None: nothing to write) and written only while the
         memory is still at the revision read; one changed meanwhile is read again and `change` asked again
         (up to `attempts`). `change` must be a pure function of the payload it gets (see the facade).
+        `held`: `change` touches nothing else (no store call), so a store whose writes run one at a time in
+        this process may call it between its read and its write, in one hold (see the facade).
 
         Returns:
             The WriteReport (applied, unchanged, missing, conflicts, gave_up)."""

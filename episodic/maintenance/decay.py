@@ -1,11 +1,12 @@
 """The nightly DecayAndReinforce job over the whole store, and retention (SPEC §8; seed 001 "Importance
 scoring" and compaction). Over the ports; publishing archived memories is a callable handed in.
 
-A run scans every memory in pages of `page_size` (only the fields `episodic.domain.scoring` reads), computes each
-importance at one reference time (the run's `now`), and writes the ones that changed in one batched store
-call per page. It writes `importance_score` and nothing else, so ingestion, a re-index and reference
-counting can go on meanwhile: none of their fields is overwritten (a reference counted during the run
-lifts the memory at the next run). Recall reads `importance_score` on every query.
+A run scans every memory in pages of `page_size`, computes each importance at one reference time (the run's
+`now`) from the fields `episodic.domain.scoring` reads, and writes the ones that changed in one batched
+store call per page (each memory read and written in one hold where the store can: `update_memories`,
+`held`). It writes `importance_score` and nothing else, so ingestion, a re-index and reference counting can
+go on meanwhile: none of their fields is overwritten (a reference counted during the run lifts the memory
+at the next run). Recall reads `importance_score` on every query.
 
 **Resumable.** The run's cursor (the next page's offset, its reference time and its counts) is saved in the
 state store after every page. A run that stopped half way (a crash, a stop) is resumed from that page with
@@ -172,6 +173,7 @@ class DecayJob:
         self.wall = wall
         self.metrics = metrics
         self.reviews = reviews  # EPISODIC_REVIEW_RANKING: whether reviews reinforce (episodic.domain.review)
+        self._scanned = DECAY_FIELDS if retention is not None else ("entry_id",)
         self._stop = threading.Event()
 
     def request_stop(self) -> None:
@@ -285,7 +287,8 @@ class DecayJob:
         while True:
             if self._stop.is_set():
                 raise JobStopped(f"decay run {report.run_id} stopped after {report.pages} pages; it resumes later")
-            page, offset = self.store.scroll_page(offset, self.page_size, fields=DECAY_FIELDS)
+            # the page's fields only where retention reads them: the write reads each memory again anyway
+            page, offset = self.store.scroll_page(offset, self.page_size, fields=self._scanned)
             self._page(page, ref, report)
             report.pages += 1
             doc.update(report.as_dict(), offset=offset)
@@ -322,25 +325,16 @@ class DecayJob:
 
     def _page(self, page: list[tuple[str, dict[str, Any]]], ref: datetime, report: DecayReport) -> None:
         report.scanned += len(page)
-        expired: list[str] = []
-        updates: dict[str, dict[str, Any]] = {}
         retired = self._retired(page) if self.retention is not None else set()
-        for pid, payload in page:
-            if self.retention is not None and (
-                pid in retired or retention_eligible(payload, ref, floor_days=self.retention.floor_days)
-            ):
-                expired.append(pid)
-                continue
-            value = importance_of(payload, ref, reviews=self.reviews)
-            old = payload.get("importance_score")
-            if isinstance(old, int | float) and abs(float(old) - value) < CHANGED:
-                report.unchanged += 1
-            else:
-                updates[pid] = {"importance_score": value}
+        expired = [
+            pid
+            for pid, payload in page
+            if self.retention is not None
+            and (pid in retired or retention_eligible(payload, ref, floor_days=self.retention.floor_days))
+        ]
         if expired:
             self._expire(expired, report)
-        if not updates:
-            return
+        gone = set(expired)
 
         def change(_pid: str, payload: dict[str, Any]) -> Change | None:
             # from the memory as it is at the write: a reference counted since the page was read counts
@@ -352,8 +346,16 @@ class DecayJob:
                 else Change({"importance_score": value})
             )
 
-        done = self.store.update_memories(updates, change, writer="decay", fields=(*DECAY_FIELDS, "importance_score"))
+        # held: `change` reads only its payload, so Edge reads and writes each memory in one hold (no conflicts)
+        done = self.store.update_memories(
+            [pid for pid, _ in page if pid not in gone],
+            change,
+            writer="decay",
+            fields=(*DECAY_FIELDS, "importance_score"),
+            held=True,
+        )
         report.updated += len(done.applied)
+        report.unchanged += done.unchanged
 
     def _retired(self, page: list[tuple[str, dict[str, Any]]]) -> set[str]:
         """The memories of the page that an earlier run archived and tombstoned but died before deleting: they

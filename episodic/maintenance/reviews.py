@@ -160,7 +160,7 @@ class ReviewApplier(Ledgered[ReviewedEvent, ReviewResult]):
                 return None
             return Change({"importance_score": value})
 
-        done = self.store.update_memories(
-            sorted(pids), change, writer="reviews", fields=(*DECAY_FIELDS, "importance_score")
+        done = self.store.update_memories(  # held: `change` reads only its payload (as the decay's)
+            sorted(pids), change, writer="reviews", fields=(*DECAY_FIELDS, "importance_score"), held=True
         )
         return len(done.applied)

@@ -15,8 +15,11 @@ revision (Qdrant's conditional update: `update_filter` on the server, `condition
 written only while it is still at the revision read, else the writer reads it again and decides again
 (`QdrantStore.update_memories` for field updates, vectors and deletes; `upsert_if` for whole points). A
 write that depends on nothing it read writes only the fields its writer owns (a partial payload update).
-Conflicts are counted per writer (`QdrantStore.write_conflicts`, the metric
-`episodic_store_write_conflicts_total`).
+On Qdrant Edge, whose writes run one at a time in this process, a writer whose change reads nothing but
+the memory (`update_memories(held=True)`: the decay, a review's rescoring) reads and writes each memory
+in one hold of the write path instead: nothing can come between, so it checks no condition, stamps a
+fresh `rev` (a conditional writer that read before it conflicts) and leaves `revs` alone. Conflicts are
+counted per writer (`QdrantStore.write_conflicts`, the metric `episodic_store_write_conflicts_total`).
 
 Who writes which fields of a memory. The owner may write its fields unconditionally (a partial update);
 every other writer of them writes conditionally on `rev`:
@@ -36,7 +39,7 @@ every other writer of them writes conditionally on `rev`:
 - review_count, review_ratings, last_rating, last_reviewed_at, stability, difficulty (the review state,
   issue 26): the importance agent's reviews (owner, episodic.maintenance.reviews; its `reviewed` ledger's
   before/after makes a replay exact); a new version and an import keep them.
-- importance_score: decay (`update_memories`, computed from the memory as it is at the write); the importance
+- importance_score: decay (`update_memories`, held, computed from the memory as it is at the write); the importance
   agent's reviews the same way (writer `reviews`) when EPISODIC_REVIEW_RANKING is not `off`.
 - relations, links, linked_at: the linker (`similar`), the indexer (`supports`; run `previous` / `next`
   on the neighbours), forget and retention (edges cut, runs joined): all `update_memories`.
@@ -49,5 +52,5 @@ every other writer of them writes conditionally on `rev`:
   retention clear `superseded_by` when the newer memory goes (`update_memories`, writer `fold`).
 - the memory itself: forget deletes unconditionally (a forget wins over every write); retention deletes
   after its tombstone (episodic.maintenance.decay).
-- rev (every write), revs (every conditional write).
+- rev (every write), revs (every conditional write but a held one).
 """

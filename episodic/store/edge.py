@@ -680,6 +680,37 @@ class EdgeEngine(Engine):
                         raise
         return written
 
+    holds_writes = True  # `_write`: one write at a time in the process, and Edge is single-process
+
+    def write_held(
+        self,
+        point_ids: list[str],
+        fields: Sequence[str] | None,
+        decide: Callable[[str, dict[str, Any] | None], dict[str, Any] | None],
+    ) -> list[str]:
+        """See Engine.write_held: one retrieve and one set_payload per point written, in one `_write`."""
+        ids: list[Any] = [_point_id(p) for p in point_ids]
+        written: list[str] = []
+        failed: Exception | None = None
+        with self._write("write_held"):
+            shard = self._open()
+            read = {
+                str(r.id): dict(r.payload or {})
+                for r in shard.retrieve(ids, _with_payload(fields), self._with_vector(False, None))
+            }
+            for pid, qid in zip(point_ids, ids, strict=True):
+                try:
+                    out = decide(pid, read.get(pid))
+                except Exception as e:  # the caller's: raised as it is, not as a StoreError (`_guard`)
+                    failed = e
+                    break
+                if out:
+                    self._apply(shard, qe.UpdateOperation.set_payload([qid], out), moves=(pid,))
+                    written.append(pid)
+        if failed is not None:
+            raise failed
+        return written
+
     def set_payload_where(self, flt: Filter, fields: dict[str, Any]) -> None:
         with self._write("set_payload_where"):
             self._apply(self._open(), qe.UpdateOperation.set_payload_by_filter(Lowering(self)(flt), fields), moves=flt)

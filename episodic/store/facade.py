@@ -246,6 +246,22 @@ class Engine(Vocabulary):
         for flt, fields in items:
             self.set_payload_where(flt, fields)
 
+    # Writes one at a time in this process (Edge): `write_held` can read and write in one hold of the write path.
+    holds_writes: bool = False
+
+    def write_held(
+        self,
+        point_ids: list[str],
+        fields: Sequence[str] | None,
+        decide: Callable[[str, dict[str, Any] | None], dict[str, Any] | None],
+    ) -> list[str]:
+        """Engines with `holds_writes`: in one hold of the write path, read the points (only `fields`), ask
+        `decide(point_id, payload)` (None: absent) for each in order, and merge the fields it returns into
+        that point before the next is asked (None: nothing). No other write comes between a read and its
+        write. Returns the point ids written. An exception from `decide` stops the rest and is raised as it
+        is (what was written before it stays)."""
+        raise NotImplementedError(f"{self.name} cannot hold its writes")
+
     def set_payloads_where_read(
         self, items: Sequence[tuple[Filter, dict[str, Any]]], point_ids: list[str], fields: Sequence[str]
     ) -> Sequence[Record]:
@@ -314,6 +330,7 @@ def _hit(record: Record, score: float, with_dense: bool, vector: str = DENSE) ->
 DEFAULT_ATTEMPTS = 16  # a conditional writer's reads and writes of one memory before it gives up
 BACKOFF_S = 0.002  # after the n-th conflict a writer waits up to n times this (random: writers drift apart)
 REVS_KEPT = 16  # conditional writes remembered per memory (`revs`)
+HELD_CHUNK = 256  # memories read and written in one hold of the write path (`update_memories(held=True)`)
 
 
 def _with_token(revs: Any, token: str) -> list[str]:
@@ -518,6 +535,7 @@ class QdrantStore(MemoryStore):
         writer: str,
         fields: Sequence[str] | None = None,
         attempts: int = DEFAULT_ATTEMPTS,
+        held: bool = False,
     ) -> WriteReport:
         """Read-modify-write of memories under the write discipline: read each payload (only `fields` when
         given, and its revision), ask `change(point_id, payload)` what to write (None: nothing), write it
@@ -528,11 +546,20 @@ class QdrantStore(MemoryStore):
         retry it sees the other writer's change and keeps it. A write can also be retried after it was
         applied: each conditional write leaves its token in the memory's `revs` (the last `REVS_KEPT`), which
         later conditional writes keep and unconditional partial writes do not touch, so a write is known
-        applied even when another writer wrote right after it."""
+        applied even when another writer wrote right after it.
+
+        `held` (a `change` that touches nothing but the payload it is given, so it may run inside the engine's
+        write path): on an engine that writes one at a time in this process (Edge), each memory is read and
+        its payload change written in one hold, where no other write can come between, so there is no
+        condition to check, no conflict and no read-back. Such a write stamps a fresh `rev` and leaves `revs`
+        alone, as an unconditional write does (nobody else needs its token). A vector, context or delete
+        change, and every change on other engines, go the conditional way."""
         self._writing(writer)
         report = WriteReport()
         todo = sorted(set(point_ids))
         wanted = None if fields is None else sorted({*fields, REV, REVS, "entry_id", "workspace_id"})
+        if held and self.engine.holds_writes:
+            todo = self._update_held(todo, change, wanted, report)
         for attempt in range(max(1, attempts)):
             if not todo:
                 break
@@ -582,6 +609,36 @@ class QdrantStore(MemoryStore):
                 "%s: %d memories kept changing under the write; left as they are: %s", writer, len(todo), todo[:5]
             )
         return report
+
+    def _update_held(
+        self,
+        todo: list[str],
+        change: Callable[[str, dict[str, Any]], Change | None],
+        wanted: Sequence[str] | None,
+        report: WriteReport,
+    ) -> list[str]:
+        """`update_memories(held=True)` on an engine that holds its writes, `HELD_CHUNK` memories a hold (other
+        writers wait at most one chunk). Returns the memories left for the conditional way: those whose
+        change is more than payload fields."""
+        rest: list[str] = []
+
+        def decide(pid: str, payload: dict[str, Any] | None) -> dict[str, Any] | None:
+            if payload is None:
+                report.missing += 1
+                return None
+            ch = change(pid, payload)
+            if ch is None:
+                report.unchanged += 1
+                return None
+            if ch.delete or ch.vectors or ch.context is not None:
+                rest.append(pid)
+                return None
+            validate_payload(ch.fields, what=f"point {pid} payload update")
+            return {**ch.fields, REV: new_rev()}
+
+        for i in range(0, len(todo), HELD_CHUNK):
+            report.applied += self.engine.write_held(todo[i : i + HELD_CHUNK], wanted, decide)
+        return rest
 
     def _stamp(self, pid: str, read: Mapping[str, Any], ch: Change) -> tuple[Filter, dict[str, Any], str]:
         """The condition (still at the revision read), the fields with the new revision, and its token."""

@@ -19,6 +19,7 @@ import pytest
 from episodic.domain.identity import point_id
 from episodic.indexing.context import scrub
 from episodic.indexing.indexer import Indexer
+from episodic.kernel.errors import StoreError
 from episodic.kernel.ports import REV, Change, MemoryStore, Relation, merge_relations, relations_payload
 from episodic.store.sparse import Bm25Encoder
 from schemas.events import EmbeddableRecord
@@ -48,6 +49,10 @@ def rel(src: str, dst: str, kind: str = "similar") -> Relation:
 
 def payload(store: MemoryStore, eid: str) -> dict[str, Any]:
     pid = point_id(WS, eid)
+    return store.retrieve([pid])[pid]
+
+
+def payload_of(store: MemoryStore, pid: str) -> dict[str, Any]:
     return store.retrieve([pid])[pid]
 
 
@@ -234,11 +239,78 @@ def test_a_conditional_delete_spares_a_memory_referenced_meanwhile(store: Memory
     assert report.applied == [] and report.unchanged == 1 and pid in store.retrieve([pid])
 
 
+# -- held writes (update_memories(held=True)): read and written in one hold where the engine can ----------------
+
+
+def test_a_held_write_applies_counts_and_stamps_a_new_revision(store: MemoryStore, mk: MakePoint) -> None:
+    store.upsert([mk(f"e{i}", f"text {i}", e(i), reference_count=i) for i in range(3)])
+    pids = [point_id(WS, f"e{i}") for i in range(3)]
+    before = store.retrieve(pids)
+    gone = point_id(WS, "never-written")
+
+    def bump(_pid: str, now: dict[str, Any]) -> Change | None:
+        n = int(now.get("reference_count") or 0)
+        return None if n == 0 else Change({"importance_score": 0.1 * n})
+
+    report = store.update_memories([*pids, gone], bump, writer="decay", fields=("reference_count",), held=True)
+    assert sorted(report.applied) == sorted(pids[1:]) and report.unchanged == 1 and report.missing == 1
+    assert report.conflicts == 0 and report.gave_up == []
+    after = store.retrieve(pids)
+    assert [after[p].get("importance_score") for p in pids[1:]] == [pytest.approx(0.1), pytest.approx(0.2)]
+    assert after[pids[0]][REV] == before[pids[0]][REV]  # nothing written: the revision stays
+    assert all(after[p][REV] != before[p][REV] for p in pids[1:])
+    assert after[pids[1]]["summary"] == "text 1" and after[pids[1]]["reference_count"] == 1  # merged, not replaced
+
+
+def test_a_held_writer_s_vector_or_delete_change_goes_the_conditional_way(store: MemoryStore, mk: MakePoint) -> None:
+    store.upsert([mk("e0", "text 0", None, has_dense=False), mk("e1", "text 1", e(1))])
+    p0, p1 = point_id(WS, "e0"), point_id(WS, "e1")
+
+    def change(pid: str, _now: dict[str, Any]) -> Change:
+        return Change({"has_dense": True}, vectors={"dense": [e(3)]}) if pid == p0 else Change(delete=True)
+
+    report = store.update_memories([p0, p1], change, writer="densify", fields=("summary",), held=True)
+    assert sorted(report.applied) == sorted([p0, p1])
+    assert p1 not in store.retrieve([p1]) and store.fetch([p0], with_dense=True)[p0].dense
+
+
+def test_a_conditional_writer_that_read_before_a_held_write_keeps_it(store: MemoryStore, mk: MakePoint) -> None:
+    """The held write stamps a new revision: a writer that read the memory before it conflicts, reads again and
+    counts on top of the held writer's count (without the new revision one increment would be lost)."""
+    store.upsert([mk("e0", "text", e(0), reference_count=0)])
+    pid = point_id(WS, "e0")
+
+    def add_one(_pid: str, now: dict[str, Any]) -> Change:
+        return Change({"reference_count": int(now.get("reference_count") or 0) + 1})
+
+    between_read_and_write(store, lambda: store.update_memories([pid], add_one, writer="decay", held=True))
+    report = store.update_memories([pid], add_one, writer="relations")
+    assert report.applied == [pid] and report.conflicts == 1
+    assert payload(store, "e0")["reference_count"] == 2
+
+
+def test_an_error_in_a_held_writer_s_change_is_raised_as_it_is(store: MemoryStore, mk: MakePoint) -> None:
+    store.upsert([mk(f"e{i}", f"text {i}", e(i)) for i in range(3)])
+    pids = sorted(point_id(WS, f"e{i}") for i in range(3))
+
+    def change(pid: str, _now: dict[str, Any]) -> Change:
+        if pid == pids[1]:
+            raise ZeroDivisionError("the writer's own bug")
+        return Change({"importance_score": 0.9})
+
+    with pytest.raises(ZeroDivisionError, match="own bug"):
+        store.update_memories(pids, change, writer="decay", held=True)
+    assert payload_of(store, pids[2]).get("importance_score") != 0.9  # the rest was not written
+    with pytest.raises(StoreError, match="not a finite number"):  # the store's own check of the fields
+        store.update_memories(pids[:1], lambda _p, _n: Change({"bad": float("nan")}), writer="decay", held=True)
+
+
 # -- for real: threads -------------------------------------------------------------------------------------
 
 
 def test_concurrent_read_modify_writes_lose_nothing(store: MemoryStore, mk: MakePoint) -> None:
-    """Two threads each add 1 to a counter 40 times, and a third adds edges: every increment and edge stays."""
+    """Two threads each add 1 to a counter 40 times (one of them `held`), and a third adds edges: every increment
+    and edge stays."""
     store.upsert([mk("e0", "text", e(0), reference_count=0), *[mk(f"d{i}", f"d {i}", e(1)) for i in range(20)]])
     pid = point_id(WS, "e0")
     errors: list[BaseException] = []
@@ -246,10 +318,10 @@ def test_concurrent_read_modify_writes_lose_nothing(store: MemoryStore, mk: Make
     def add_one(_pid: str, now: dict[str, Any]) -> Change:
         return Change({"reference_count": int(now.get("reference_count") or 0) + 1})
 
-    def counter() -> None:
+    def counter(held: bool) -> None:
         try:
             for _ in range(40):
-                r = store.update_memories([pid], add_one, writer="relations", attempts=1000)
+                r = store.update_memories([pid], add_one, writer="relations", attempts=1000, held=held)
                 assert r.applied == [pid]
         except BaseException as ex:  # reported in the main thread
             errors.append(ex)
@@ -268,7 +340,8 @@ def test_concurrent_read_modify_writes_lose_nothing(store: MemoryStore, mk: Make
         except BaseException as ex:
             errors.append(ex)
 
-    threads = [threading.Thread(target=counter), threading.Thread(target=counter), threading.Thread(target=linker)]
+    # one counter reads and writes conditionally, the other in the engine's hold where it can (`held`)
+    threads = [threading.Thread(target=counter, args=(h,)) for h in (False, True)] + [threading.Thread(target=linker)]
     for t in threads:
         t.start()
     for t in threads:
