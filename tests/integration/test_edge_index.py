@@ -25,6 +25,7 @@ from episodic.store import edge_index, shard_files
 from episodic.store.edge import EdgeStore
 from episodic.store.facade import Change
 from episodic.store.query import in_workspace
+from tests.polling import until
 
 pytestmark = pytest.mark.integration
 
@@ -612,16 +613,6 @@ def test_a_script_that_indexes_a_store_resets_the_saved_count_of_moved_points(fa
     stack.ensure_collection(DIM)
     assert stack._edge.moved.count == 0 and not stack.index_due()
     stack.close()
-
-
-def until(check: Callable[[], object], seconds: float) -> bool:
-    """Whether `check()` came true within `seconds` (polled)."""
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def worker_pids(copy: Path) -> list[int]:

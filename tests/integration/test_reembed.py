@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from episodic.store.state import QdrantStateStore
 from episodic_client.models import RecallRequest
 from schemas.events import EmbeddableRecord
 from stack.stores import ensure_existing
+from tests.polling import poll
 
 pytestmark = pytest.mark.integration
 
@@ -84,15 +84,6 @@ def open_edge(path: Path) -> tuple[QdrantStore, QdrantStateStore]:
     store = EdgeStore(path)
     ensure_existing(store, 384)  # as stack.stores.open_store: an existing collection opens with its layout
     return store, QdrantStateStore.beside(store)
-
-
-def poll(cond: Callable[[], bool], deadline_s: float, what: str) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not within {deadline_s}s: {what}")
 
 
 class Recorded:
