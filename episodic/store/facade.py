@@ -553,7 +553,8 @@ class QdrantStore(MemoryStore):
         its payload change written in one hold, where no other write can come between, so there is no
         condition to check, no conflict and no read-back. Such a write stamps a fresh `rev` and leaves `revs`
         alone, as an unconditional write does (nobody else needs its token). A vector, context or delete
-        change, and every change on other engines, go the conditional way."""
+        change, and every change on other engines, go the conditional way. An exception from `change` (or
+        the fields' check) is raised as it is; held, the memories written before it stay written."""
         self._writing(writer)
         report = WriteReport()
         todo = sorted(set(point_ids))
@@ -634,7 +635,9 @@ class QdrantStore(MemoryStore):
                 rest.append(pid)
                 return None
             validate_payload(ch.fields, what=f"point {pid} payload update")
-            return {**ch.fields, REV: new_rev()}
+            fields = {**ch.fields, REV: new_rev()}
+            fields.pop(REVS, None)  # the conditional writers' tokens are theirs: a held write leaves them
+            return fields
 
         for i in range(0, len(todo), HELD_CHUNK):
             report.applied += self.engine.write_held(todo[i : i + HELD_CHUNK], wanted, decide)

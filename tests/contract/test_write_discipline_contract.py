@@ -301,8 +301,67 @@ def test_an_error_in_a_held_writer_s_change_is_raised_as_it_is(store: MemoryStor
     with pytest.raises(ZeroDivisionError, match="own bug"):
         store.update_memories(pids, change, writer="decay", held=True)
     assert payload_of(store, pids[2]).get("importance_score") != 0.9  # the rest was not written
+    # held (Edge), what was written before the error stays; the conditional way computes every change first
+    assert (payload_of(store, pids[0]).get("importance_score") == 0.9) is store.engine.holds_writes  # type: ignore[attr-defined]
     with pytest.raises(StoreError, match="not a finite number"):  # the store's own check of the fields
         store.update_memories(pids[:1], lambda _p, _n: Change({"bad": float("nan")}), writer="decay", held=True)
+
+
+def test_a_held_write_reads_inside_the_engine_s_write_hold(store: MemoryStore, mk: MakePoint) -> None:
+    """White box, engines that hold their writes: the read a held write decides on is taken while the write
+    path is held (`_serial`), so no other write can land between it and the write."""
+    engine: Any = store.engine  # type: ignore[attr-defined]
+    if not engine.holds_writes:
+        pytest.skip("the engine writes conditionally")
+    store.upsert([mk("e0", "text", e(0))])
+    pid = point_id(WS, "e0")
+    shard = engine._open()
+    held: list[bool] = []
+
+    class Watched:
+        def retrieve(self, *args: Any, **kw: Any) -> Any:
+            held.append(engine._serial.locked())
+            return shard.retrieve(*args, **kw)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(shard, name)
+
+    engine._shard = Watched()
+    try:
+        store.update_memories([pid], lambda _p, _n: Change({"importance_score": 0.7}), writer="decay", held=True)
+    finally:
+        engine._shard = shard
+    assert held == [True] and payload(store, "e0")["importance_score"] == pytest.approx(0.7)
+
+
+def test_a_held_write_between_a_conditional_write_and_its_read_back_keeps_its_token(
+    store: MemoryStore, mk: MakePoint
+) -> None:
+    """A vector change is written, then its revision read back, outside one hold: a held write landing in
+    between must leave the writer's token in `revs`, or the writer takes its applied write for a conflict and
+    counts again."""
+    store.upsert([mk("e0", "text", None, has_dense=False, reference_count=0)])
+    pid = point_id(WS, "e0")
+    engine: Any = store.engine  # type: ignore[attr-defined]
+    inner = engine.set_payload_where
+    fired: list[int] = []
+
+    def then_held(flt: Any, fields: dict[str, Any]) -> None:
+        inner(flt, fields)
+        if not fired:
+            fired.append(1)
+            store.update_memories([pid], lambda _p, _n: Change({"importance_score": 0.3}), writer="decay", held=True)
+
+    engine.set_payload_where = then_held
+
+    def densify_and_count(_pid: str, now: dict[str, Any]) -> Change:
+        n = int(now.get("reference_count") or 0) + 1
+        return Change({"has_dense": True, "reference_count": n}, vectors={"dense": [e(3)]})
+
+    report = store.update_memories([pid], densify_and_count, writer="densify", fields=("reference_count",))
+    assert fired and report.applied == [pid] and report.conflicts == 0
+    p = payload(store, "e0")
+    assert p["reference_count"] == 1 and p["importance_score"] == pytest.approx(0.3)
 
 
 # -- for real: threads -------------------------------------------------------------------------------------

@@ -75,6 +75,7 @@ def test_writes_during_a_build_are_all_in_the_swapped_shard_and_queries_go_on(fa
     i, queries = 2000, 0
     deleted: set[str] = set()
     updated: set[str] = set()
+    held: set[str] = set()
     deadline = time.monotonic() + 120
     while indexing.is_alive() and time.monotonic() < deadline:  # write, update, delete and query meanwhile
         k = i - 2000
@@ -82,6 +83,11 @@ def test_writes_during_a_build_are_all_in_the_swapped_shard_and_queries_go_on(fa
             store.upsert([point(i, rng)])
             store.set_payload(pid(k), {"importance_score": 0.123})
             updated.add(pid(k))
+            if k % 3 == 0:  # a held write (the decay's kind) is journaled too
+                store.update_memories(
+                    [pid(k)], lambda _p, _n: Change({"reference_count": 7}), writer="decay", held=True
+                )
+                held.add(pid(k))
             if k % 7 == 0:
                 store.delete([pid(1999 - k)])
                 deleted.add(pid(1999 - k))
@@ -98,6 +104,8 @@ def test_writes_during_a_build_are_all_in_the_swapped_shard_and_queries_go_on(fa
     assert not store.retrieve(sorted(deleted))
     got = store.retrieve(sorted(updated), fields=("importance_score",))
     assert len(got) == len(updated) and all(p["importance_score"] == 0.123 for p in got.values())
+    got = store.retrieve(sorted(held), fields=("reference_count",))
+    assert held and all(p["reference_count"] == 7 for p in got.values()) and len(got) == len(held)
     assert not shard_files.copy_path(store.path).exists() and not shard_files.replaced_path(store.path).exists()
     store.close()
     again = EdgeStore(fast_dir / "edge")  # reloads from disk: the swapped shard is the store
@@ -831,7 +839,9 @@ def test_payload_writes_move_points_out_of_the_index_and_bring_the_next_cycle(fa
     def decay(_pid: str, payload: dict[str, object]) -> Change:
         return Change({"importance_score": 0.25})
 
-    done = store.update_memories([pid(i) for i in range(300)], decay, writer="decay", fields=("importance_score",))
+    done = store.update_memories(
+        [pid(i) for i in range(300)], decay, writer="decay", fields=("importance_score",), held=True
+    )
     assert len(done.applied) == 300 and store._edge.moved.count == 300 and not store.index_due()
     for _ in range(3):  # the same memories again: they have moved once
         store.set_payloads({pid(i): {"reference_count": 1} for i in range(300)})
