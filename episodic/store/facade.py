@@ -555,12 +555,13 @@ class QdrantStore(MemoryStore):
         alone, as an unconditional write does (nobody else needs its token). A vector, context or delete
         change, and every change on other engines, go the conditional way. An exception from `change` (or
         the fields' check) is raised as it is; held, the memories written before it stay written."""
-        self._writing(writer)
         report = WriteReport()
         todo = sorted(set(point_ids))
         wanted = None if fields is None else sorted({*fields, REV, REVS, "entry_id", "workspace_id"})
         if held and self.engine.holds_writes:
-            todo = self._update_held(todo, change, wanted, report)
+            todo = self._update_held(todo, change, wanted, report, writer)
+        if todo:
+            self._writing(writer)
         for attempt in range(max(1, attempts)):
             if not todo:
                 break
@@ -617,6 +618,7 @@ class QdrantStore(MemoryStore):
         change: Callable[[str, dict[str, Any]], Change | None],
         wanted: Sequence[str] | None,
         report: WriteReport,
+        writer: str,
     ) -> list[str]:
         """`update_memories(held=True)` on an engine that holds its writes, `HELD_CHUNK` memories a hold (other
         writers wait at most one chunk). Returns the memories left for the conditional way: those whose
@@ -635,6 +637,7 @@ class QdrantStore(MemoryStore):
                 rest.append(pid)
                 return None
             validate_payload(ch.fields, what=f"point {pid} payload update")
+            self._writing(writer)  # only once there is something to write (a decay that changes nothing)
             fields = {**ch.fields, REV: new_rev()}
             fields.pop(REVS, None)  # the conditional writers' tokens are theirs: a held write leaves them
             return fields

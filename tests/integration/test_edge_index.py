@@ -860,6 +860,8 @@ def test_payload_writes_move_points_out_of_the_index_and_bring_the_next_cycle(fa
     assert store.index_due()  # quiet for 16 s
     store.update_memories([pid(2)], decay, writer="linker", fields=("importance_score",))
     assert store.index_due()  # another writer's slow write holds nothing
+    store.update_memories([pid(3)], lambda _p, _n: None, writer="decay", fields=("importance_score",), held=True)
+    assert store.index_due()  # nor does a decay with nothing to write
     store.close()
 
     again = EdgeStore(path, index_after=500, index_min_workspace=300)
