@@ -41,7 +41,7 @@ from episodic.indexing.context import cut_out
 from episodic.indexing.folding import unfold, unsupersede
 from episodic.kernel.errors import EpisodicError
 from episodic.kernel.metrics import DECAY_ACTIONS, Metrics
-from episodic.kernel.ports import Change, MemoryStore, StateStore
+from episodic.kernel.ports import Change, MemoryStore, StateStore, WriteReport
 from episodic.lifecycle.forget import TOMBSTONE, tombstone_key, tombstone_retired
 from schemas.events import ARCHIVED_PAYLOAD_CHARS, ArchivedRecord
 
@@ -100,6 +100,22 @@ class DecayReport:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def rescore(store: MemoryStore, pids: list[str], at: datetime, *, reviews: str, writer: str) -> WriteReport:
+    """Each memory's importance at `at`, computed from the memory as it is at the write (a reference counted
+    since the caller read it counts), written where it moved by `CHANGED` or more: the decay's write, and a
+    review's. Held (`update_memories`): the computation reads only the payload, so Edge reads and writes
+    each memory in one hold, with no conflicts."""
+
+    def change(_pid: str, payload: dict[str, Any]) -> Change | None:
+        value = importance_of(payload, at, reviews=reviews)
+        old = payload.get("importance_score")
+        if isinstance(old, int | float) and abs(float(old) - value) < CHANGED:
+            return None
+        return Change({"importance_score": value})
+
+    return store.update_memories(pids, change, writer=writer, fields=(*DECAY_FIELDS, "importance_score"), held=True)
 
 
 def archived_record(payload: dict[str, Any], archived_at: datetime) -> ArchivedRecord:
@@ -335,25 +351,8 @@ class DecayJob:
         if expired:
             self._expire(expired, report)
         gone = set(expired)
-
-        def change(_pid: str, payload: dict[str, Any]) -> Change | None:
-            # from the memory as it is at the write: a reference counted since the page was read counts
-            value = importance_of(payload, ref, reviews=self.reviews)
-            old = payload.get("importance_score")
-            return (
-                None
-                if isinstance(old, int | float) and abs(float(old) - value) < CHANGED
-                else Change({"importance_score": value})
-            )
-
-        # held: `change` reads only its payload, so Edge reads and writes each memory in one hold (no conflicts)
-        done = self.store.update_memories(
-            [pid for pid, _ in page if pid not in gone],
-            change,
-            writer="decay",
-            fields=(*DECAY_FIELDS, "importance_score"),
-            held=True,
-        )
+        kept = [pid for pid, _ in page if pid not in gone]
+        done = rescore(self.store, kept, ref, reviews=self.reviews, writer="decay")
         report.updated += len(done.applied)
         report.unchanged += done.unchanged
 

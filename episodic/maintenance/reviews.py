@@ -9,7 +9,7 @@ running meanwhile keep their own. A review of a memory that was folded into anot
 service resolved its id counts for the owner (its `folded_into`), as the service's own resolution does.
 
 When reviews drive ranking (`EPISODIC_REVIEW_RANKING` `reinforce` or `fsrs`), the reviewed memories'
-`importance_score` is recomputed at once, with decay's own formula and write (`update_memories`, computed from
+`importance_score` is recomputed at once, with the decay's own formula and write (`decay.rescore`, computed from
 the memory as it is at the write, writer `reviews`), so that the next recall ranks by the review rather than
 after the nightly job. With `off` importance is not touched.
 
@@ -31,9 +31,9 @@ from typing import Any
 
 from episodic.domain.identity import point_id
 from episodic.domain.review import RATINGS, REVIEW_FIELDS, ReviewState, review, state_of
-from episodic.domain.scoring import DECAY_FIELDS, importance_of
 from episodic.indexing.folding import FOLDED_INTO
-from episodic.kernel.ports import Change, MemoryStore, StateStore
+from episodic.kernel.ports import MemoryStore, StateStore
+from episodic.maintenance.decay import rescore
 from episodic.maintenance.importance import Ledgered, LedgerResult, _now, iso
 from schemas.events import ReviewedEvent
 
@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 
 LEDGER_KIND = "reviewed"
 PRUNE_KEY = "reviewed-ledger"
-CHANGED = 1e-6
 
 
 @dataclass
@@ -151,16 +150,4 @@ class ReviewApplier(Ledgered[ReviewedEvent, ReviewResult]):
         """Recompute the importance of reviewed memories now, when reviews drive ranking."""
         if self.ranking == "off":
             return 0
-        now, mode = self.clock(), self.ranking
-
-        def change(_pid: str, payload: dict[str, Any]) -> Change | None:
-            value = importance_of(payload, now, reviews=mode)
-            old = payload.get("importance_score")
-            if isinstance(old, int | float) and abs(float(old) - value) < CHANGED:
-                return None
-            return Change({"importance_score": value})
-
-        done = self.store.update_memories(  # held: `change` reads only its payload (as the decay's)
-            sorted(pids), change, writer="reviews", fields=(*DECAY_FIELDS, "importance_score"), held=True
-        )
-        return len(done.applied)
+        return len(rescore(self.store, sorted(pids), self.clock(), reviews=self.ranking, writer="reviews").applied)
