@@ -4,16 +4,17 @@ VENV := .venv
 CLIENT_VENV := .venv-client
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+KAFKA_LIBS := $(VENV)/kafka/libs
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help install up demo test test-client test-fast lint fmt bench eval clean
+.PHONY: help install kafka up demo test test-client test-fast lint fmt bench eval clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml clients/python/pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml infra/kafka/pom.xml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, the CPU build: a plain resolve would pull the multi-GB CUDA build
@@ -21,10 +22,24 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 	# the client distribution first: the project depends on it (its API models, clients and MCP tools)
 	$(BIN)/pip install -q -e './clients/python[mcp,langchain]'
 	$(BIN)/pip install -q -e '.[dev]'
+	$(MAKE) --no-print-directory kafka
 	@touch $(STAMP)
 
-install: $(STAMP) ## create ./.venv with the `episodic` command
+install: $(STAMP) ## create ./.venv with the `episodic` command (and the embedded Kafka's jars, with Maven)
 	@echo "installed: $(BIN)/episodic"
+
+# The embedded broker: Apache Kafka's jars from Maven Central through the pinned pom (nothing else is
+# downloaded), then the class-data-sharing archive that halves its start. Without Java 17+ or Maven the stack
+# runs on the Tansu fallback, announced as a volatile journal (docs/configuration.md, "The embedded broker").
+kafka: ## fetch Apache Kafka's jars with Maven (infra/kafka/pom.xml) into .venv/kafka/libs
+	@if command -v mvn >/dev/null 2>&1 && java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])'; then \
+		rm -rf $(KAFKA_LIBS) && \
+		mvn -B -q -Dstyle.color=never -f infra/kafka/pom.xml dependency:copy-dependencies \
+			-DoutputDirectory=$(abspath $(KAFKA_LIBS)) && \
+		$(BIN)/python -m infra.broker cds; \
+	else \
+		echo "WARNING: no Java 17+ or no Maven: the embedded broker will be the Tansu fallback (a volatile journal)"; \
+	fi
 
 up: $(STAMP) ## run the whole embedded stack in the foreground (Ctrl-C stops it)
 	$(BIN)/episodic up

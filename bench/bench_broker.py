@@ -1,5 +1,6 @@
-"""The embedded broker (Tansu, memory storage) as records pile up: its CPU per window, producing alone and with
-a consumer at the tail, against its first window (issue 27 item 2: why the soak's latency climbs).
+"""The embedded broker as records pile up: its CPU per window, producing alone and with a consumer at the tail,
+against its first window, for Apache Kafka (the embedded default) and Tansu (the fallback), same load, one after
+the other (issue 27 item 2: why the soak's latency climbed on Tansu; issue 44: what Kafka costs instead).
 
 A fresh broker, one topic of `--partitions` (8 by default); about 1,000 records/s of 300 bytes (60 every
 50 ms, keyed over the partitions) for `--seconds` (150 by default) in each mode, one broker per mode:
@@ -15,13 +16,14 @@ A fresh broker, one topic of `--partitions` (8 by default); about 1,000 records/
             consumer at the tail with the pipeline's 50 ms wait: each fetch returns about one record, from
             one partition.
 
-Tansu keeps every record (no retention, see docs/configuration.md). Measured here: producing alone costs the
-same at 200k records held as at 30k; a consumer's fetches that return records cost time that grows with
-the records held, so a stage's broker time grows with the topic's age whatever the rate; `tail-big` shows
-that what it grows with is the number of record batches held (each stored as one object), not of records;
-`one` with `--partitions` shows that a fetch costs what the partitions it returns records from hold, not
-the topic (so more partitions, over keys that spread, slow the growth, while an idle fetch costs more).
-The ratio reported is the last window's broker CPU over the first window's, in the same mode.
+Tansu keeps every record (no retention, see docs/configuration.md). Measured here on Tansu (issue 27): producing
+alone costs the same at 200k records held as at 30k; a consumer's fetches that return records cost time that
+grows with the records held, so a stage's broker time grows with the topic's age whatever the rate; `tail-big`
+shows that what it grows with is the number of record batches held (each stored as one object), not of records;
+`one` with `--partitions` shows that a fetch costs what the partitions it returns records from hold, not the
+topic (so more partitions, over keys that spread, slow the growth, while an idle fetch costs more).
+The ratios reported: each engine's last window's CPU over its first window's, in the same mode, and Kafka's last
+window over Tansu's.
 
     python -m bench.bench_broker                # 150 s per mode
     python -m bench.bench_broker --seconds 60 --modes tail tail-big
@@ -56,23 +58,25 @@ ONE_PER_S = 100  # mode `one`: records a second, one batch each
 VALUE = b"x" * 300  # every record's value
 
 
-async def run_mode(mode: str, seconds: float, partitions: int = PARTITIONS) -> list[tuple[int, float]]:
+async def run_mode(
+    mode: str, seconds: float, partitions: int = PARTITIONS, engine: str = "kafka"
+) -> list[tuple[int, float]]:
     """[(records held at the window's end, broker CPU % of one core in that window)]."""
     from aiokafka import AIOKafkaConsumer
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+    from bench.common import started_broker
     from episodic.bus.kafka import make_producer
-    from infra.broker import EmbeddedBroker, free_port
 
     windows: list[tuple[int, float]] = []
-    with EmbeddedBroker(host="127.0.0.1", port=free_port()) as broker:
+    with started_broker(engine) as broker:
         pid = broker.pid
         assert pid is not None
         admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
         await admin.start()
         await admin.create_topics([NewTopic("bench-broker", partitions, 1)])
         await admin.close()
-        producer = make_producer(broker.bootstrap, linger_ms=5)
+        producer = make_producer(broker.bootstrap, linger_ms=5, enable_idempotence=engine == "kafka")
         await producer.start()
         consumer: Any = None
         reader: asyncio.Task[None] | None = None
@@ -128,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=150.0, help="per mode (default 150; windows of 30 s)")
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     ap.add_argument("--partitions", type=int, default=PARTITIONS, help=f"of the topic (default {PARTITIONS})")
+    ap.add_argument("--engines", nargs="+", choices=["kafka", "tansu"], default=["kafka", "tansu"])
     args = ap.parse_args(argv)
     if args.seconds < 2 * WINDOW_S:
         ap.error(f"--seconds must be at least {2 * WINDOW_S:g} (two windows)")
@@ -135,17 +140,28 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--partitions must be at least 1, not {args.partitions}")
     rows: list[Row] = []
     for mode in args.modes:
-        windows = asyncio.run(run_mode(mode, args.seconds, args.partitions))
-        for held, cpu in windows:
-            print(f"bench_broker {mode:9s} {held:8d} records held: broker CPU {cpu:5.1f} % of a core", flush=True)
-        (first_held, first), (last_held, last) = windows[0], windows[-1]
-        rows.append(
-            Row(
-                "broker", f"broker CPU, {mode}, {args.partitions} partitions, {last_held:,} held", last, "%", first,
-                f"the first window ({first_held:,} held)", note="one core = 100 %",
-            )
-        )  # fmt: skip
-    emit(rows, "the embedded broker's CPU as records pile up")
+        last: dict[str, tuple[int, float]] = {}
+        for engine in args.engines:  # one after the other, each on a fresh broker
+            windows = asyncio.run(run_mode(mode, args.seconds, args.partitions, engine))
+            for held, cpu in windows:
+                print(
+                    f"bench_broker {engine:5s} {mode:9s} {held:8d} held: broker CPU {cpu:5.1f} % of a core", flush=True
+                )
+            (first_held, first), last[engine] = windows[0], windows[-1]
+            rows.append(
+                Row(
+                    "broker", f"{engine} CPU, {mode}, {args.partitions} partitions, {last[engine][0]:,} held",
+                    last[engine][1], "%", first, f"its first window ({first_held:,} held)", note="one core = 100 %",
+                )
+            )  # fmt: skip
+        if len(last) == 2:
+            rows.append(
+                Row(
+                    "broker", f"Kafka CPU, {mode}, last window", last["kafka"][1], "%", last["tansu"][1],
+                    "Tansu's last window, same load", note="one core = 100 %",
+                )
+            )  # fmt: skip
+    emit(rows, "the embedded broker's CPU as records pile up: Apache Kafka against Tansu")
     return 0
 
 

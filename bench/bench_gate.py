@@ -1,4 +1,4 @@
-"""Gate throughput vs a raw aiokafka consumer on the same topic, on a fresh embedded broker.
+"""Gate throughput vs a raw aiokafka consumer on the same topic, on a fresh embedded broker (Apache Kafka).
 
     python -m bench.bench_gate            # 200k records per topic
     python -m bench.bench_gate --quick    # 20k records, for a smoke run
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -33,9 +34,9 @@ from datetime import UTC, datetime
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from bench.common import started_broker
 from episodic.bus.kafka import ensure_topics, make_producer
 from episodic.indexing.gating import DeadLetter, Forward, route
-from infra.broker import EmbeddedBroker, free_port
 
 SKIP_TYPES = ("peer.conversation", "exec.output_chunk", "container.metrics", "network.request", "tool.call")
 EMBED_TYPES = ("peer.escalation", "summary.generated", "approval.denied", "eval.regression_detected")
@@ -175,7 +176,6 @@ async def gate_run(
         EPISODIC_KAFKA_BOOTSTRAP=bootstrap,
         EPISODIC_DATA_DIR=datadir,
         EPISODIC_TOPIC_PARTITIONS=str(partitions),
-        EPISODIC_FETCH_MAX_WAIT_MS="50",  # Tansu, reached as an external broker
     )
     cmd = [
         sys.executable,
@@ -212,13 +212,13 @@ async def gate_run(
 
 
 async def main_async(n: int, configs: list[tuple[int, int]]) -> None:
-    broker = EmbeddedBroker(port=free_port())
-    broker.start()
+    stack = contextlib.ExitStack()
+    broker = stack.enter_context(started_broker("kafka"))
     bs = broker.bootstrap
     records = make_records(n)
     want = expected_outputs(records)
     print(
-        f"broker {bs} (Tansu, memory) | {n} records per topic | expected outputs: "
+        f"broker {bs} (Apache Kafka, embedded) | {n} records per topic | expected outputs: "
         f"{want[0]} embeddable + {want[1]} dlq | cpus {os.cpu_count()}"
     )
     rows: list[tuple[GateRun, float]] = []
@@ -241,7 +241,7 @@ async def main_async(n: int, configs: list[tuple[int, int]]) -> None:
                     flush=True,
                 )
     finally:
-        broker.stop()
+        stack.close()
     print("\npartitions  workers  gate rec/s  raw rec/s  gate/raw  outputs")
     for run, raw in rows:
         print(

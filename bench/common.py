@@ -329,16 +329,25 @@ def tmp_dir(prefix: str = "episodic-bench-") -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def embedded_broker() -> Iterator[str]:
-    """A Tansu broker on a free loopback port; yields the bootstrap."""
-    from infra.broker import EmbeddedBroker, free_port
+def started_broker(engine: str = "kafka") -> Iterator[Any]:
+    """A started broker (`engine`: "kafka", the embedded default, or "tansu", the fallback) on a free loopback
+    port, its log in a scratch directory; yields it (`.bootstrap`, `.pid`)."""
+    from infra.broker import free_port, open_broker
 
-    b = EmbeddedBroker(host=LOOPBACK, port=free_port(LOOPBACK))
-    b.start()
-    try:
+    with tmp_dir() as d:
+        b, _ = open_broker(engine=engine, data_dir=d, host=LOOPBACK, port=free_port(LOOPBACK))  # type: ignore[arg-type]
+        b.start()
+        try:
+            yield b
+        finally:
+            b.stop()
+
+
+@contextlib.contextmanager
+def embedded_broker(engine: str = "kafka") -> Iterator[str]:
+    """`started_broker`'s bootstrap."""
+    with started_broker(engine) as b:
         yield b.bootstrap
-    finally:
-        b.stop()
 
 
 def load_embedder(batch_size: int = 64) -> Any:

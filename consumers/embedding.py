@@ -46,7 +46,8 @@ from aiokafka.structs import OffsetAndMetadata
 from consumers.batch import BatchApplier, Forget, Item, observe
 from consumers.densify import Densifier
 from consumers.poison import BAD_CONTROL, BAD_EMBEDDABLE, Abandoned, dead_letter
-from episodic.bus.kafka import dumps, group_lag_probe, stop_quietly
+from episodic.bus.kafka import dumps, stop_quietly
+from episodic.bus.offsets import group_lag_probe
 from episodic.embedding.cores import CoreBudget
 from episodic.indexing.indexer import Indexer
 from episodic.kernel.errors import StoreUnavailable

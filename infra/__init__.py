@@ -1,6 +1,6 @@
-"""infra: the embedded broker launcher (`broker.py`) and the ops files beside it.
+"""infra: the embedded broker launcher (`broker/`: Apache Kafka, and the Tansu fallback) and the ops files beside it.
 
-Owns: the Tansu launcher, `prometheus.yml`, `alerts.yml`, the Grafana dashboard, `docker-compose.yml`,
-the Dockerfile and the sample journal.
+Owns: the launcher, the pinned pom of Kafka's jars (`kafka/pom.xml`), `prometheus.yml`, `alerts.yml`, the Grafana
+dashboard, `docker-compose.yml`, the Dockerfile and the sample journal.
 May import: nothing of ours (it is a process launcher). Only `stack` (and tests, bench) import it.
 """

@@ -192,6 +192,7 @@ async def healthz(response: Response, services: Services = Depends(get_services)
         kafka=kafka,
         qdrant=qdrant,
         kafka_bootstrap=st.get("kafka_bootstrap"),
+        journal=st.get("journal") if st.get("journal") in ("durable", "volatile") else "unknown",
         context=context_state(services.settings.context, services.store.has_context),
     )
     if not store_ok:  # cannot serve recall at all: fail readiness probes

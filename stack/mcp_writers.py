@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from mcp.server.mcpserver.exceptions import ToolError
 
-from episodic.bus.kafka import dumps, make_producer, send_all
+from episodic.bus.kafka import dumps, send_all, start_producer
 from episodic.kernel.auth import AuthError, Principal, authorize_write
 from episodic_client import AsyncMemoryClient, RequestRefused
 from schemas.journal import InvalidEntry, parse_entry
@@ -50,9 +50,7 @@ class KafkaWriter:
         try:
             async with self._lock:
                 if self._producer is None:
-                    producer = make_producer(self.bootstrap, **self.options)
-                    await producer.start()
-                    self._producer = producer
+                    self._producer = await start_producer(self.bootstrap, **self.options)
             records = [(str(entry["workspace_id"]).encode(), value)]
             await asyncio.wait_for(send_all(self._producer, JOURNAL_ENTRIES, records), KAFKA_ACK_TIMEOUT_S)
         except Exception as e:

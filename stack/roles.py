@@ -589,6 +589,7 @@ class NudgeRole(AgentRole):
             publish=publish,
             metrics=res.metrics,
             options=kafka_options(s),
+            exact=not s.broker_is_tansu,
         )
         self.runner = AgentRunner(
             s,

@@ -1,7 +1,8 @@
 """The Stack: some or all of the roles (`stack.roles`) in one process, over resources opened once.
 
-`episodic up` runs every role: the embedded Tansu broker (memory storage) started here unless
-EPISODIC_KAFKA_BOOTSTRAP names a Kafka, Qdrant Edge under the data directory, the bundled
+`episodic up` runs every role: the embedded broker started here unless EPISODIC_KAFKA_BOOTSTRAP names a Kafka
+(Apache Kafka, its log under the data directory; the Tansu fallback, announced as volatile, where Kafka cannot
+run: `stack.engine`), Qdrant Edge under the data directory, the bundled
 all-MiniLM-L6-v2, the gate, the embedding consumer, the recall service, the linker and the importance
 agent (with the nightly decay; EPISODIC_LINKER_ENABLED=false leaves the linker out) on one asyncio loop. The
 distributed roles (`episodic run ROLE`, `stack.commands.run`) run one role each against a shared Kafka,
@@ -32,12 +33,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiokafka.errors import KafkaError
 
-from episodic.bus.kafka import bootstrap_reachable, ensure_topics, make_producer
+from episodic.bus.kafka import bootstrap_reachable, ensure_topics, start_producer, topic_configs
 from episodic.embedding.cores import CoreBudget
 from episodic.kernel.errors import BrokerUnavailable, EpisodicError
 from episodic.kernel.metrics import Metrics
 from episodic.kernel.settings import Settings
 from episodic.kernel.transport_security import kafka_options
+from schemas.topics import ALL_TOPICS, JOURNAL_DLQ_REPLAYS
 from stack.roles import ALL_ROLES, ROLES, Resources, Role, utc_now
 
 if TYPE_CHECKING:
@@ -73,9 +75,12 @@ class KafkaStatus:
     bootstrap: str
     ok: bool = True
     down_since: float | None = None
+    # "volatile": the embedded broker is the Tansu fallback (memory storage); "durable": Kafka's log on disk
+    # (the embedded one, or an operator's)
+    journal: str = "durable"
 
     def snapshot(self) -> dict[str, Any]:
-        return {"kafka": "ok" if self.ok else "degraded", "kafka_bootstrap": self.bootstrap}
+        return {"kafka": "ok" if self.ok else "degraded", "kafka_bootstrap": self.bootstrap, "journal": self.journal}
 
 
 class Stack:
@@ -126,20 +131,13 @@ class Stack:
         s = self.settings
         s.data_dir.mkdir(parents=True, exist_ok=True)
         if s.embedded_broker:
-            from infra.broker import EmbeddedBroker
+            from stack.engine import open_embedded
 
-            self.broker = EmbeddedBroker(
-                host=s.broker_host,
-                port=s.broker_port,
-                log_file=s.data_dir / "broker.log",
-                allow_remote=s.broker_insecure,  # beyond loopback it refuses to start without it (issue 29)
-            )
+            # Kafka, or the Tansu fallback (announced): the settings say which from here on
+            self.broker, s = open_embedded(s)
+            self.settings = s
+            self.status.journal = "durable" if self.broker.durable else "volatile"
             await asyncio.to_thread(self.broker.start)
-            log.warning(
-                "embedded broker at %s keeps topics and offsets IN MEMORY: entries not yet indexed are lost "
-                "when it stops. Set EPISODIC_KAFKA_BOOTSTRAP to a real Kafka for durability.",
-                self.broker.bootstrap,
-            )
         else:
             log.info("using Kafka at %s", s.bootstrap)
         try:
@@ -200,18 +198,17 @@ class Stack:
         s = self.settings
         options = kafka_options(s)
         created = await ensure_topics(
-            s.bootstrap, partitions=s.topic_partitions, replication=s.topic_replication, options=options
+            s.bootstrap,
+            partitions=s.topic_partitions,
+            replication=s.topic_replication,
+            options=options,
+            topics=(*ALL_TOPICS, JOURNAL_DLQ_REPLAYS),  # the ledger too: made with its retention and compaction
+            configs=topic_configs(s),
+            reconcile=self.broker is not None,  # the embedded broker's topics are the stack's own
         )
         if created:
             log.info("created topics: %s", ", ".join(created))
-        producer = make_producer(s.bootstrap, **options)
-        try:
-            await producer.start()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await producer.stop()
-            raise
-        return producer
+        return await start_producer(s.bootstrap, enable_idempotence=not s.broker_is_tansu, **options)
 
     async def _open_store_and_model(self) -> None:
         from episodic.embedding.embedder import load_embedder
@@ -285,7 +282,8 @@ class Stack:
 
     def _log_where(self) -> None:
         s = self.settings
-        log.info("kafka: %s (%s)", s.bootstrap, "embedded Tansu, memory storage" if self.broker else "external")
+        where = f"embedded {self.broker.describe()}" if self.broker is not None else "external"
+        log.info("kafka: %s (%s)", s.bootstrap, where)
         if self.store is not None:
             where = s.qdrant_url or str((s.data_dir / "qdrant-edge" / s.collection).resolve())
             log.info("store: %s (%s)", where, "Qdrant server" if s.qdrant_url else "Qdrant Edge, embedded")

@@ -35,7 +35,8 @@ from typing import Any, TypeVar
 import faust
 from faust.types import StreamT
 
-from episodic.bus.kafka import LagProbe, ensure_topics
+from episodic.bus.kafka import ensure_topics
+from episodic.bus.offsets import LagProbe
 from episodic.kernel.errors import EpisodicError, StoreUnavailable
 from episodic.kernel.metrics import Metrics
 from episodic.kernel.settings import Settings
@@ -235,6 +236,7 @@ class AppHolder:
                     interval_s=settings.lag_interval_s,
                     on_error=lambda e: metrics.consumer_errors.labels(stage="lag").inc(),
                     options=kafka_options(settings),
+                    exact=not settings.broker_is_tansu,
                 ).run(),
                 name=f"lag-{group}-{topic}",
             )

@@ -31,6 +31,7 @@ class EpisodicApp(faust.App):
     """faust.App with the batch-delivering Kafka transport (see streams/transport.py)."""
 
     fetch_max_wait_ms: int | None = None  # how long its consumer lets the broker hold an empty fetch
+    idempotent: bool = True  # its producer asks for idempotence (streams.transport.IdempotentProducer)
     fetch_min_bytes: int = 1  # what the broker waits for, up to fetch_max_wait_ms (GATHER_MIN_BYTES: the whole wait)
 
     def _new_transport(self) -> TransportT:
@@ -66,13 +67,14 @@ def create_app(
     - offsets reset to earliest, so that entries written before the first start are not skipped;
     - with `gather` (agents that may lag) and `settings.agent_gather_ms`, each fetch is held for that long
       (a fetch minimum the wait's records do not reach): one batch per wait;
-    - no leader topic and no tables: Tansu misreports end offsets, so changelog recovery is wrong on it.
+    - no leader topic and no tables: the gate keeps no state (and the Tansu fallback misreports end offsets,
+      so changelog recovery would be wrong on it).
     """
     app_id = app_id or f"{settings.consumer_group_prefix}-{GATE_APP_SUFFIX}"
     session_s = settings.session_timeout_ms / 1000.0
     app = EpisodicApp(
         app_id,
-        broker=f"kafka://{settings.bootstrap}",
+        broker=";".join(f"kafka://{server.strip()}" for server in settings.bootstrap.split(",")),
         broker_credentials=broker_credentials(settings),
         value_serializer="raw",
         key_serializer="raw",
@@ -98,6 +100,7 @@ def create_app(
         producer_max_request_size=1024 * 1024,
     )
     app.fetch_max_wait_ms = settings.fetch_wait_ms  # Faust has no setting for it (streams/transport.py)
+    app.idempotent = not settings.broker_is_tansu
     if gather and settings.agent_gather_ms:
         app.fetch_max_wait_ms, app.fetch_min_bytes = settings.agent_gather_ms, GATHER_MIN_BYTES
     return app

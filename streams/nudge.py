@@ -24,7 +24,7 @@ from typing import Any
 import faust
 from aiokafka.errors import KafkaError
 
-from episodic.bus.kafka import read_to, topic_ends
+from episodic.bus.offsets import read_to, topic_ends
 from episodic.kernel.errors import BrokerUnavailable
 from episodic.kernel.metrics import Metrics
 from episodic.maintenance.nudge import NudgeBook, Observed
@@ -145,16 +145,16 @@ async def published_ids(
     *,
     timeout: float = CONFIRM_TIMEOUT_S,
     options: Mapping[str, Any] | None = None,
+    exact: bool = True,
 ) -> set[str] | None:
-    """Which of the `wanted` nudge ids are already on `topic`: reads it from the start to the fetch high
-    watermarks seen first (`episodic.bus.kafka.topic_ends` + `read_to`: not ListOffsets, which the embedded broker
-    misreports), stopping early once every wanted id is found. A topic that does not exist holds none of
-    them. None when that could not be established within `timeout` overall (the caller then publishes: a
-    nudge repeated beats a nudge lost)."""
+    """Which of the `wanted` nudge ids are already on `topic`: reads it from the start to the end offsets seen
+    first (`episodic.bus.offsets.topic_ends` + `read_to`; `exact=False` on Tansu), stopping early once every
+    wanted id is found. A topic that does not exist holds none of them. None when that could not be established
+    within `timeout` overall (the caller then publishes: a nudge repeated beats a nudge lost)."""
     found: set[str] = set()
     try:
         async with asyncio.timeout(timeout):
-            ends = await topic_ends(bootstrap, topic, wait_s=timeout, options=options)
+            ends = await topic_ends(bootstrap, topic, wait_s=timeout, options=options, exact=exact)
             async with contextlib.aclosing(read_to(bootstrap, topic, ends, stall_s=timeout, options=options)) as recs:
                 async for rec in recs:
                     try:
@@ -179,13 +179,14 @@ async def recover(
     publish: PublishNudge,
     metrics: Metrics,
     options: Mapping[str, Any] | None = None,
+    exact: bool = True,
 ) -> tuple[int, int]:
     """Before consuming: publish the nudges left in outboxes that are not on `topic` yet, and clear the
     outboxes. Returns (left in outboxes, published now)."""
     unsent = await asyncio.to_thread(book.unsent)
     if not unsent:
         return 0, 0
-    on_topic = await published_ids(bootstrap, topic, {e.nudge_id for e in unsent}, options=options)
+    on_topic = await published_ids(bootstrap, topic, {e.nudge_id for e in unsent}, options=options, exact=exact)
     missing = [e for e in unsent if on_topic is None or e.nudge_id not in on_topic]
     log.info("nudge agent: %d nudge(s) left in outboxes, %d not on %s yet", len(unsent), len(missing), topic)
     for event in missing:

@@ -32,6 +32,7 @@ it relies on is listed in `streams/internals.py`, and a unit test checks them on
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any, ClassVar, cast
 
 from faust.events import Event
@@ -41,7 +42,7 @@ from faust.types import TP, Message
 from faust.types.tuples import ConsumerMessage, ack_lock
 
 from episodic.bus.kafka import stop_quietly
-from episodic.kernel.settings import EMBEDDED_FETCH_WAIT_MS
+from episodic.kernel.settings import KAFKA_FETCH_WAIT_MS
 from streams.internals import channels_of, fetcher_stopped, set_fetch_max_wait
 
 
@@ -90,9 +91,9 @@ class RecordBatch:
 
 # Faust hard-codes fetch_max_wait_ms=1500: on Tansu, which answers a waiting fetch late (it looks again
 # during the wait), every record waited a share of it (~750 ms median gate latency, measured).
-# The app's `fetch_max_wait_ms` (Settings.fetch_wait_ms: 50 ms on the embedded broker, 200 on Kafka, which
-# answers early) replaces it; an app without one gets the embedded broker's.
-FETCH_MAX_WAIT_MS = EMBEDDED_FETCH_WAIT_MS
+# The app's `fetch_max_wait_ms` (Settings.fetch_wait_ms: 200 ms on Kafka, which answers early, 50 on the Tansu
+# fallback) replaces it; an app without one gets Kafka's.
+FETCH_MAX_WAIT_MS = KAFKA_FETCH_WAIT_MS
 
 
 class ShortFetchConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -259,5 +260,19 @@ class BatchConsumer(faust_aiokafka.Consumer):
             unset_flag(CONSUMER_FETCHING)
 
 
+class IdempotentProducer(faust_aiokafka.Producer):
+    """Faust's producer, idempotent (KIP-98) outside transactions too: a retried produce batch is written once,
+    in order, so a broker's lost acknowledgement cannot put an entry twice on journal.embeddable. Faust asks
+    for it only under exactly-once processing. Off where the app says the broker lacks it (the Tansu
+    fallback: `EpisodicApp.idempotent`, from Settings.broker_is_tansu)."""
+
+    def _settings_extra(self) -> Mapping[str, Any]:
+        extra = dict(super()._settings_extra())
+        if getattr(self.transport.app, "idempotent", False):
+            extra.update(acks="all", enable_idempotence=True)
+        return extra
+
+
 class BatchTransport(faust_aiokafka.Transport):
     Consumer: ClassVar[type] = cast(type, BatchConsumer)
+    Producer: ClassVar[type] = cast(type, IdempotentProducer)

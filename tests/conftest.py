@@ -1,42 +1,90 @@
-"""Shared fixtures: the real embedded broker (one per session, free port), the real model, uuid topics."""
+"""Shared fixtures: the real broker (Apache Kafka, KRaft: one per session and a fresh one per test that needs
+its own), the real model, uuid topics.
+
+A fresh broker takes Kafka about 1.5 s to start (with the class-data-sharing archive of `make install`) and
+most of a core meanwhile, so `fresh_broker` hands out one started in the background while the previous test
+ran (`BrokerPool`: one spare per xdist worker), and stops the used one in the background too. The tests need
+Kafka (Java 17 and the jars of `make install`); the Tansu fallback has a smoke test of its own
+(tests/e2e/test_tansu_fallback.py).
+"""
 
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
+
+from tests.brokers import TestBroker
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# The tests' broker is Tansu, reached as an external broker (EPISODIC_KAFKA_BOOTSTRAP): it answers a waiting
-# fetch late (it looks again during the wait), so the consumers wait as briefly as on the embedded broker.
-os.environ.setdefault("EPISODIC_FETCH_MAX_WAIT_MS", "50")
+# The stacks the tests start in subprocesses fail at once rather than fall back to Tansu unannounced.
+os.environ.setdefault("EPISODIC_BROKER", "kafka")
 
 
-def _embedded_broker() -> Iterator[str]:
-    from infra.broker import EmbeddedBroker, free_port
+class BrokerPool:
+    """One spare broker starting in the background: a test gets it at once and the next one starts."""
 
-    b = EmbeddedBroker(port=free_port())
-    b.start()
-    try:
-        yield b.bootstrap
-    finally:
-        b.stop()
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="test-broker")
+        self._spare: Future[TestBroker] | None = None
+        self._closing: list[Future[None]] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> TestBroker:
+        with self._lock:
+            spare, self._spare = self._spare, None
+        broker = spare.result() if spare is not None else TestBroker()
+        with self._lock:
+            self._spare = self._pool.submit(TestBroker)
+        return broker
+
+    def give_back(self, broker: TestBroker) -> None:
+        self._closing.append(self._pool.submit(broker.close))
+
+    def close(self) -> None:
+        with self._lock:
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            try:
+                spare.result().close()
+            except Exception:
+                pass
+        for f in self._closing:
+            f.result()
+        self._pool.shutdown(wait=True)
+
+
+@pytest.fixture(scope="session")
+def broker_pool() -> Iterator[BrokerPool]:
+    pool = BrokerPool()
+    yield pool
+    pool.close()
 
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[str]:
-    """A real Kafka-compatible broker (Tansu, memory storage) on a free port; yields the bootstrap."""
-    yield from _embedded_broker()
+    """Apache Kafka on a free port, shared by the session's tests (uuid topics keep them apart)."""
+    b = TestBroker()
+    try:
+        yield b.bootstrap
+    finally:
+        b.close()
 
 
 @pytest.fixture
-def fresh_broker() -> Iterator[str]:
+def fresh_broker(broker_pool: BrokerPool) -> Iterator[str]:
     """A broker of this test's own: the stack's topic names are fixed, so tests must not share one."""
-    yield from _embedded_broker()
+    b = broker_pool.take()
+    try:
+        yield b.bootstrap
+    finally:
+        broker_pool.give_back(b)
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from episodic.bus.kafka import make_producer
+from episodic.bus.kafka import start_producer
 from schemas import topics
 
 
@@ -38,8 +38,7 @@ async def produce_file(
 
     lines = [ln.rstrip(b"\r\n") for ln in path.read_bytes().splitlines()]
     lines = [ln for ln in lines if ln.strip()]
-    producer = make_producer(bootstrap, linger_ms=10, **(options or {}))
-    await producer.start()
+    producer = await start_producer(bootstrap, linger_ms=10, **(options or {}))
     sent = 0
     try:
         futures: list[asyncio.Future[Any]] = []

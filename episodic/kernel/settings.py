@@ -20,11 +20,12 @@ if TYPE_CHECKING:
     from episodic.domain.context_mode import ContextMode
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
-# Consumers' fetch wait: Tansu answers a waiting fetch late (it looks again during the wait), so every record
-# waits a share of the fetch in flight's wait (Faust's 1,500 ms gave a ~750 ms median gate latency; 250 ms,
-# 43 ms for single records on a bare broker; measured); Kafka answers early, so there the wait only decides
-# how often an idle consumer asks. 250 ms here was measured in a 30-minute soak and not kept (docs/benchmarks.md).
-EMBEDDED_FETCH_WAIT_MS = 50
+# Consumers' fetch wait: Tansu (the fallback broker) answers a waiting fetch late (it looks again during the
+# wait), so every record waits a share of the fetch in flight's wait (Faust's 1,500 ms gave a ~750 ms median gate
+# latency; 250 ms, 43 ms for single records on a bare broker; measured); Kafka answers early, so there the wait
+# only decides how often an idle consumer asks. 250 ms here was measured in a 30-minute soak and not kept
+# (docs/benchmarks.md).
+TANSU_FETCH_WAIT_MS = 50
 # Not longer: aiokafka keeps one fetch in flight per broker and leaves partitions with records still
 # buffered out of it, so a partition that runs dry waits for the fetch in flight for the other, idle ones.
 KAFKA_FETCH_WAIT_MS = 200
@@ -45,8 +46,42 @@ class Settings(BaseSettings, ClientSettings):
     kafka_bootstrap: str | None = Field(
         default=None, description="Kafka bootstrap servers; unset: start the embedded broker"
     )
+    broker: Literal["auto", "kafka", "tansu"] = Field(
+        default="auto",
+        description="the embedded broker: Apache Kafka (KRaft, its log under the data directory) where Java 17 "
+        "and its jars (`make install`) are there, else Tansu with memory storage, announced as a volatile "
+        "journal; 'kafka' refuses to start without Kafka, 'tansu' asks for the fallback. With "
+        "EPISODIC_KAFKA_BOOTSTRAP, what that broker is: 'tansu' (no idempotent producers, end offsets "
+        "from fetches), else Kafka",
+    )
     broker_port: int = Field(default=9092, ge=1, le=65535, description="embedded broker port")
     broker_host: str = "127.0.0.1"
+    broker_heap_mb: int = Field(
+        default=256, ge=64, le=32_768, description="the embedded Kafka's JVM heap (-Xmx), MiB (docs/configuration.md)"
+    )
+    broker_libs: Path | None = Field(
+        default=None, description="the embedded Kafka's jars; unset: <venv>/kafka/libs, where `make install` puts them"
+    )
+    broker_retention_check_s: float = Field(
+        default=300.0, gt=0, le=86_400, description="how often the embedded Kafka deletes segments past retention"
+    )
+    journal_retention_hours: float = Field(
+        default=168.0,
+        gt=0,
+        description="retention of the journal and event topics (journal.entries, journal.embeddable, memory.*): 7 "
+        "days, far beyond any consumer's lag; the store, not the topic, is the memory",
+    )
+    dlq_retention_hours: float = Field(
+        default=720.0,
+        gt=0,
+        description="retention of the dead letters (journal.dlq) and their replay ledger (journal.dlq.replays, "
+        "also compacted): 30 days, for an operator to find and replay them",
+    )
+    archive_retention_hours: float | None = Field(
+        default=None,
+        gt=0,
+        description="retention of memory.archived (memories the decay retired: the only copy); unset: kept forever",
+    )
     broker_insecure: bool = Field(
         default=False,
         description="let the embedded broker listen beyond loopback (it has no authentication: issue 29)",
@@ -62,10 +97,10 @@ class Settings(BaseSettings, ClientSettings):
         default=None,
         ge=1,
         le=5000,
-        description="how long the pipeline's consumers let the broker hold an empty fetch; unset: 50 ms with "
-        "the embedded broker (Tansu answers a waiting fetch late), 200 ms with Kafka (which "
-        "answers as soon as data arrives: a quarter of the idle fetches, at most 200 ms for a partition that "
-        "runs dry while a fetch for the others is held)",
+        description="how long the pipeline's consumers let the broker hold an empty fetch; unset: 200 ms with "
+        "Kafka (which answers as soon as data arrives: a quarter of the idle fetches, at most 200 ms for a "
+        "partition that runs dry while a fetch for the others is held), 50 ms on the Tansu fallback (it "
+        "answers a waiting fetch late)",
     )
     agent_gather_ms: int = Field(
         default=1000,
@@ -453,9 +488,16 @@ class Settings(BaseSettings, ClientSettings):
 
     @property
     def fetch_wait_ms(self) -> int:
+        """`fetch_max_wait_ms`, else 200 ms on Kafka, 50 on Tansu."""
         if self.fetch_max_wait_ms is not None:
             return self.fetch_max_wait_ms
-        return EMBEDDED_FETCH_WAIT_MS if self.embedded_broker else KAFKA_FETCH_WAIT_MS
+        return TANSU_FETCH_WAIT_MS if self.broker_is_tansu else KAFKA_FETCH_WAIT_MS
+
+    @property
+    def broker_is_tansu(self) -> bool:
+        """The broker is Tansu (EPISODIC_BROKER=tansu, or the stack fell back to it: `stack.engine`): no
+        idempotent producers, end offsets from fetch high watermarks (its ListOffsets misreports them)."""
+        return self.broker == "tansu"
 
     @property
     def bootstrap(self) -> str:

@@ -4,8 +4,8 @@ A replay sends a dead letter's original bytes back to `journal.entries`, keyed b
 (the key the journal uses; the dead letter's own key when the bytes name none), once the cause is fixed
 upstream (a producer bug, a limit raised, the store repaired). What keeps it from looping:
 
-- **The end it saw.** A run reads `journal.dlq` only up to the fetch high watermark it saw when it started
-  (SPEC §10: not ListOffsets, which the embedded broker misreports), so the dead letters that its own
+- **The end it saw.** A run reads `journal.dlq` only up to the end offsets it saw when it started (on Tansu,
+  whose ListOffsets misreports them, the fetch high watermarks: SPEC §10), so the dead letters that its own
   replays produce are never read by the same run.
 - **A ledger.** Every replayed dead letter is marked on `journal.dlq.replays` (keyed `partition:offset`),
   after the broker acknowledged its bytes on `journal.entries`; a marked dead letter is not replayed again
@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from episodic.bus.kafka import ensure_topics, make_producer, read_to, topic_ends
+from episodic.bus.kafka import ensure_topics, start_producer
+from episodic.bus.offsets import read_to, topic_ends
 from schemas.events import (
     BAD_REVIEW,
     CONTROL_REASONS,
@@ -244,12 +245,13 @@ def replay_key(letter: Letter) -> bytes | None:
 
 
 async def read_ledger(
-    bootstrap: str, topic: str, *, options: Mapping[str, Any] | None = None
+    bootstrap: str, topic: str, *, options: Mapping[str, Any] | None = None, exact: bool = True
 ) -> dict[tuple[int, int], ReplayMark]:
     """(partition, offset) of every dead letter the ledger marks as replayed (the latest mark of each).
-    `options`: the Kafka clients' TLS / SASL keywords (episodic.kernel.transport_security.kafka_options)."""
+    `options`: the Kafka clients' TLS / SASL keywords (episodic.kernel.transport_security.kafka_options);
+    `exact`: the broker's end offsets are right (not on Tansu: `episodic.bus.kafka.topic_ends`)."""
     marks: dict[tuple[int, int], ReplayMark] = {}
-    ends = await topic_ends(bootstrap, topic, options=options)
+    ends = await topic_ends(bootstrap, topic, options=options, exact=exact)
     async for rec in read_to(bootstrap, topic, ends, options=options):
         try:
             mark = ReplayMark.from_json(rec.value or b"")
@@ -260,11 +262,15 @@ async def read_ledger(
 
 
 async def letters(
-    bootstrap: str, topics: DlqTopics = DlqTopics(), *, options: Mapping[str, Any] | None = None
+    bootstrap: str,
+    topics: DlqTopics = DlqTopics(),
+    *,
+    options: Mapping[str, Any] | None = None,
+    exact: bool = True,
 ) -> AsyncIterator[Letter]:
     """Every record of the dead-letter topic up to the end it had when this started, with its ledger mark."""
-    marks = await read_ledger(bootstrap, topics.replays, options=options)
-    ends = await topic_ends(bootstrap, topics.dlq, options=options)
+    marks = await read_ledger(bootstrap, topics.replays, options=options, exact=exact)
+    ends = await topic_ends(bootstrap, topics.dlq, options=options, exact=exact)
     async for rec in read_to(bootstrap, topics.dlq, ends, options=options):
         letter = letter_of(rec.partition, rec.offset, rec.timestamp, rec.key, rec.value)
         mark = marks.get((rec.partition, rec.offset))
@@ -293,18 +299,18 @@ async def replay(
     partitions: int = 4,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     options: Mapping[str, Any] | None = None,
+    exact: bool = True,
 ) -> ReplayReport:
     """Send the selected dead letters' original bytes back to journal.entries (see the module doc).
     Returns once the broker acknowledged every replayed record and its ledger mark. `partitions`: of the
     ledger topic, when this creates it."""
     report = ReplayReport()
-    producer = None if dry_run else make_producer(bootstrap, **(options or {}))
-    if producer is not None:
-        await ensure_topics(bootstrap, partitions=partitions, topics=(topics.replays,), options=options)
-        await producer.start()
+    producer = None if dry_run else await start_producer(bootstrap, **(options or {}))
     try:
+        if producer is not None:
+            await ensure_topics(bootstrap, partitions=partitions, topics=(topics.replays,), options=options)
         chunk: list[Letter] = []
-        async for letter in letters(bootstrap, topics, options=options):
+        async for letter in letters(bootstrap, topics, options=options, exact=exact):
             report.read += 1
             if not selector.matches(letter):
                 continue

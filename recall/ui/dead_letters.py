@@ -57,7 +57,8 @@ async def listing(services: Services, principal: Principal, selector: Selector) 
     require_reader(principal)
     found: list[Letter] = []
     reasons: set[str] = set()
-    async for letter in letters(bootstrap(services), options=kafka_options(services.settings)):
+    exact = not services.settings.broker_is_tansu
+    async for letter in letters(bootstrap(services), options=kafka_options(services.settings), exact=exact):
         if not visible(principal, letter):
             continue
         if letter.record is not None:
@@ -102,12 +103,20 @@ async def replay_ids(
     require_reader(principal)
     options = kafka_options(services.settings)
     partitions = services.settings.topic_partitions
+    exact = not services.settings.broker_is_tansu
     if principal.admin:
-        return await replay(bootstrap(services), Selector(ids=ids), force=force, partitions=partitions, options=options)
+        return await replay(
+            bootstrap(services), Selector(ids=ids), force=force, partitions=partitions, options=options, exact=exact
+        )
     total = ReplayReport()
     for ws in sorted(principal.workspaces):
         got = await replay(
-            bootstrap(services), Selector(ids=ids, workspace_id=ws), force=force, partitions=partitions, options=options
+            bootstrap(services),
+            Selector(ids=ids, workspace_id=ws),
+            force=force,
+            partitions=partitions,
+            options=options,
+            exact=exact,
         )
         total.replayed += got.replayed
         total.skipped.update(got.skipped)

@@ -25,6 +25,7 @@ from episodic.kernel.settings import Settings
 from episodic.kernel.transport_security import kafka_options
 from episodic.lifecycle.dlq import DEFAULT_MAX_REPLAYS, Letter, Selector, letters, parse_letter_id, parse_since, replay
 from stack.commands.recall import Column, text_table
+from stack.engine import resolved
 
 SKIPPED = 5
 LS_COLUMNS: list[Column] = [("id", 9, "<"), ("at", 20, "<"), ("reason", 17, "<"), ("replays", 7, ">"),
@@ -70,7 +71,7 @@ def format_letters(found: Sequence[Letter], *, width: int = 120) -> str:
 
 
 def ls_main(argv: list[str]) -> int:
-    settings = Settings()
+    settings = resolved(Settings())  # Kafka, or the Tansu fallback: how its end offsets are read
     ap = argparse.ArgumentParser(prog="episodic dlq ls", description="the dead letters, oldest first per partition")
     _selection(ap, settings)
     args = ap.parse_args(argv)
@@ -78,7 +79,9 @@ def ls_main(argv: list[str]) -> int:
 
     async def collect() -> list[Letter]:
         options = kafka_options(settings)
-        return [letter async for letter in letters(args.bootstrap, options=options) if selector.matches(letter)]
+        exact = not settings.broker_is_tansu
+        found = letters(args.bootstrap, options=options, exact=exact)
+        return [letter async for letter in found if selector.matches(letter)]
 
     try:
         found = asyncio.run(collect())
@@ -96,7 +99,7 @@ def ls_main(argv: list[str]) -> int:
 
 
 def replay_main(argv: list[str]) -> int:
-    settings = Settings()
+    settings = resolved(Settings())  # Kafka, or the Tansu fallback: how its end offsets are read
     ap = argparse.ArgumentParser(prog="episodic dlq replay", description="send dead letters back to journal.entries")
     _selection(ap, settings)
     ap.add_argument("--all", action="store_true", help="every dead letter (no selection)")
@@ -120,6 +123,7 @@ def replay_main(argv: list[str]) -> int:
                 dry_run=args.dry_run,
                 partitions=settings.topic_partitions,
                 options=kafka_options(settings),
+                exact=not settings.broker_is_tansu,
             )
         )
     except BrokerUnavailable as e:

@@ -290,6 +290,19 @@ def check_service(
                 "EPISODIC_CONTEXT_MODE=off to silence this",
             )
         )
+    if health.get("journal") == "volatile":
+        out.append(
+            Check(
+                "journal",
+                "WARN",
+                "the embedded broker is the Tansu fallback with memory storage: entries not yet indexed, dead "
+                "letters, forgets in flight and committed offsets are lost when it stops, and nothing is deleted",
+                "install OpenJDK 17 or newer and run `make install` (Maven fetches Apache Kafka), then restart "
+                "`episodic up`; or set EPISODIC_KAFKA_BOOTSTRAP to a Kafka",
+            )
+        )
+    elif health.get("journal") == "durable":
+        out.append(Check("journal", "OK", "the journal is on Kafka's log (durable, with retention)"))
     if health.get("kafka") not in (None, "ok"):
         out.append(
             Check(

@@ -80,11 +80,13 @@ async def measure_group(settings: Settings, group: str, topic: str) -> GroupStat
     same transport (TLS, SASL) as every other client of the project."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from episodic.bus.kafka import LagProbe
+    from episodic.bus.offsets import LagProbe, partitions_of
     from episodic.kernel.transport_security import kafka_options
 
     bootstrap = settings.bootstrap
-    probe = LagProbe(bootstrap=bootstrap, group_id=group, topic=topic, report=lambda _lag: None)
+    probe = LagProbe(
+        bootstrap=bootstrap, group_id=group, topic=topic, report=lambda _lag: None, exact=not settings.broker_is_tansu
+    )
     consumer = AIOKafkaConsumer(
         **kafka_options(settings),
         bootstrap_servers=bootstrap,
@@ -98,7 +100,7 @@ async def measure_group(settings: Settings, group: str, topic: str) -> GroupStat
     await consumer.start()
     try:
         lag = await probe.measure(consumer)
-        parts = consumer.partitions_for_topic(topic) or set()
+        parts = await partitions_of(consumer, topic)
         committed = [await consumer.committed(TopicPartition(topic, p)) for p in parts]
         return lag, any(c is not None for c in committed)
     finally:

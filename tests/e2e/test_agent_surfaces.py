@@ -36,8 +36,9 @@ from episodic_client import (
     ServiceUnavailable,
 )
 from episodic_client.calls import RetryPolicy
-from infra.broker import EmbeddedBroker, free_port
+from infra.broker import free_port
 from stack.runtime import Stack
+from tests.brokers import TestBroker
 from tests.e2e.conftest import poll, running_stack, stack_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -66,14 +67,13 @@ async def surfaces(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Su
     data = tmp_path_factory.mktemp("surfaces")
     tokens = data / "tokens.json"
     tokens.write_text(json.dumps({"tokens": [{"name": n, "token": t, **spec} for n, (t, spec) in TOKENS.items()]}))
-    broker = EmbeddedBroker(port=free_port())
-    broker.start()
+    broker = TestBroker()
     try:
         settings = stack_settings(broker.bootstrap, data, tokens_file=tokens)
         async with running_stack(settings) as stack:
             yield Surfaces(f"http://127.0.0.1:{stack.http_port}", broker.bootstrap, stack)
     finally:
-        broker.stop()
+        broker.close()
 
 
 def phrase() -> str:
@@ -388,8 +388,7 @@ async def test_the_langchain_retriever_returns_documents(surfaces: Surfaces) -> 
 
 
 async def test_a_broker_that_does_not_acknowledge_is_a_503(tmp_path: Path) -> None:
-    broker = EmbeddedBroker(port=free_port())
-    broker.start()
+    broker = TestBroker()
     try:
         # the recall service alone (no gate: this checks the endpoint, not how the stages outlive Kafka)
         stack = Stack(stack_settings(broker.bootstrap, tmp_path, embed_model="none"), roles=("http",))
@@ -399,7 +398,7 @@ async def test_a_broker_that_does_not_acknowledge_is_a_503(tmp_path: Path) -> No
             identity = Identity(workspace_id="w", agent_id="a")
             async with AsyncMemoryClient(url, identity=identity, retry=RetryPolicy(retries=0), timeout=60) as memory:
                 assert await memory.remember("the broker is up") is not None
-                await asyncio.to_thread(broker.stop)
+                await asyncio.to_thread(broker.close)
                 t0 = time.monotonic()
                 with pytest.raises(ServiceUnavailable, match="did not acknowledge the batch") as e:
                     await memory.remember("the broker is gone")
@@ -410,4 +409,4 @@ async def test_a_broker_that_does_not_acknowledge_is_a_503(tmp_path: Path) -> No
         finally:
             await stack.stop()
     finally:
-        broker.stop()
+        broker.close()

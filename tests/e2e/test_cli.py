@@ -99,7 +99,7 @@ async def test_up_stops_when_its_embedded_broker_dies(tmp_path: Path) -> None:
     try:
         await stack.start()
         assert stack.broker is not None and stack.broker.alive()
-        stack.broker._proc.kill()  # the broker dies under the stack
+        stack.broker.kill()  # the broker dies under the stack (SIGKILL)
         await asyncio.wait_for(stack.wait(), 30)
         assert stack.exit_code == 3
     finally:
@@ -124,7 +124,7 @@ async def test_a_role_without_the_recall_service_still_serves_metrics_and_health
             assert health.status_code == 200, health.text
             assert health.json() == {
                 "status": "ok", "roles": {"embedder": "ok"}, "kafka": "ok", "kafka_bootstrap": fresh_broker,
-                "qdrant": "ok",
+                "journal": "durable", "qdrant": "ok",
             }  # fmt: skip
             role = stack.running["embedder"]
             role.crash = lambda: "consumer died"  # type: ignore[method-assign]

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from episodic.bus.kafka import make_producer, send_all
 from episodic.domain.identity import point_id
 from episodic.kernel.errors import StoreError
 from episodic.kernel.ports import MemoryPoint
@@ -199,7 +200,8 @@ async def test_a_record_that_keeps_failing_comes_back_with_its_history_and_stops
                 lambda n=run: _replays_seen(fresh_broker, n), what=f"the failure of replay {run} dead-lettered"
             )
             if run == 1:
-                await produce_lines(fresh_broker, [b"not a mark", b"{}"], topic=JOURNAL_DLQ_REPLAYS)
+                # garbage in the ledger, keyed: it is compacted, and Kafka refuses a record without a key there
+                await produce_keyed(fresh_broker, JOURNAL_DLQ_REPLAYS, [(b"x", b"not a mark"), (b"y", b"{}")])
             if run <= 2:
                 assert code == 5 and f"replayed 1 of {run + 2}" in out, out  # garbage (and replayed ones) skipped
                 assert "skipped 2: not a dead-letter record" in out
@@ -220,3 +222,12 @@ async def _replays_seen(bootstrap: str, n: int) -> Letter | None:
     found = [d for d in await dead_letters(bootstrap) if d.entry_id == "bad-1" and d.record is not None]
     best = max(found, key=lambda d: d.record.replays if d.record else 0)
     return best if best.record is not None and best.record.replays >= min(n, 2) else None
+
+
+async def produce_keyed(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]]) -> None:
+    producer = make_producer(bootstrap)
+    await producer.start()
+    try:
+        await send_all(producer, topic, records)
+    finally:
+        await producer.stop()

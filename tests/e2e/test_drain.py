@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from consumers.embedding import EmbeddingConsumer
-from infra.broker import EmbeddedBroker, free_port
+from infra.broker import KafkaBroker, free_port
 from stack.roles import EmbedderRole
 from stack.runtime import Stack
 from streams.runner import GateRunner
@@ -36,7 +36,7 @@ async def test_the_gate_drains_then_the_consumer_then_the_broker_stops(
     def broker_alive() -> bool:
         return stack.broker is not None and stack.broker.alive()
 
-    real_gate_stop, real_run, real_broker_stop = GateRunner.stop, EmbeddingConsumer.run, EmbeddedBroker.stop
+    real_gate_stop, real_run, real_broker_stop = GateRunner.stop, EmbeddingConsumer.run, KafkaBroker.stop
 
     async def gate_stop(self: GateRunner, *args: Any, **kwargs: Any) -> bool:
         drained = await real_gate_stop(self, *args, **kwargs)
@@ -47,13 +47,13 @@ async def test_the_gate_drains_then_the_consumer_then_the_broker_stops(
         await real_run(self)
         order.append(("consumer", {"broker_alive": broker_alive(), "batches": self.stats.batches}))
 
-    def broker_stop(self: EmbeddedBroker, *args: Any, **kwargs: Any) -> None:
+    def broker_stop(self: KafkaBroker, *args: Any, **kwargs: Any) -> None:
         order.append(("broker", {"alive": self.alive()}))
         real_broker_stop(self, *args, **kwargs)
 
     monkeypatch.setattr(GateRunner, "stop", gate_stop)
     monkeypatch.setattr(EmbeddingConsumer, "run", consumer_run)
-    monkeypatch.setattr(EmbeddedBroker, "stop", broker_stop)
+    monkeypatch.setattr(KafkaBroker, "stop", broker_stop)
 
     lines = [
         json.dumps(

@@ -23,8 +23,9 @@ import pytest
 
 from episodic.domain.identity import point_id
 from episodic.lifecycle.check import check_store
-from infra.broker import EmbeddedBroker, free_port
+from infra.broker import free_port
 from stack.runtime import Stack
+from tests.brokers import TestBroker
 from tests.e2e.conftest import poll, produce_lines, read_topic, running_stack, stack_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -69,8 +70,7 @@ async def test_nothing_forgotten_comes_back_and_nothing_new_is_dropped_across_a_
     beats = [entry(f"hb-{i}", "heartbeat: all services green", run="run-hb") for i in range(25)]
     doomed = [entry(f"r{i}", f"a scratch note {i} of the doomed run", run="run-doomed") for i in range(4)]
     port = free_port()
-    broker = EmbeddedBroker(port=port)
-    broker.start()
+    broker = TestBroker(port=port)
     first = broker.bootstrap
     try:
         settings = stack_settings(first, tmp_path, visible_budget_ms=0)
@@ -92,7 +92,7 @@ async def test_nothing_forgotten_comes_back_and_nothing_new_is_dropped_across_a_
                 await forget(http, run_id="run-doomed")
             kept = await read_topic(first, "journal.embeddable", expect=len(plans + coder + beats + doomed) + 3 + 3)
     finally:
-        broker.stop()  # its topics and offsets are gone, as when `episodic up` restarts its embedded broker
+        broker.close()  # its log is deleted: topics and offsets gone, as a broker that lost its disk
 
     def embeddable(i: str, summary_has: str = "") -> bytes:
         for r in kept:
@@ -102,8 +102,7 @@ async def test_nothing_forgotten_comes_back_and_nothing_new_is_dropped_across_a_
         raise AssertionError(f"no journal.embeddable record of {i}")
 
     redelivered = [embeddable("p0", "move the"), embeddable("hb-1"), embeddable("r2"), embeddable("c3")]
-    broker = EmbeddedBroker(port=port)  # the same address, empty: offsets start from 0 again
-    broker.start()
+    broker = TestBroker(port=port)  # the same address, empty: offsets start from 0 again
     second = broker.bootstrap
     try:
         settings = stack_settings(second, tmp_path, visible_budget_ms=0)
@@ -125,4 +124,4 @@ async def test_nothing_forgotten_comes_back_and_nothing_new_is_dropped_across_a_
             assert report.ok, report.as_dict()
             print(f"write conflicts in phase 2: {dict(getattr(stack.store, 'write_conflicts', {}))}")
     finally:
-        broker.stop()
+        broker.close()

@@ -1,7 +1,8 @@
-"""The embedded broker launcher: a real Tansu process."""
+"""The embedded broker launcher: a real Apache Kafka (and the Tansu fallback), started, stopped, killed."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -10,8 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from infra.broker import BrokerError, EmbeddedBroker, free_port, port_open
+from episodic.bus.kafka import make_producer
+from infra.broker import BrokerError, KafkaBroker, TansuBroker, free_port, open_broker, port_open
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,31 +29,109 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def test_start_stop_and_port_in_use() -> None:
-    b = EmbeddedBroker(port=free_port())
+async def _produce(bootstrap: str, n: int, topic: str = "t") -> None:
+    producer = make_producer(bootstrap)
+    await producer.start()
+    try:
+        await asyncio.gather(*[await producer.send(topic, f"m{i}".encode(), partition=0) for i in range(n)])
+    finally:
+        await producer.stop()
+
+
+async def _end(bootstrap: str, topic: str = "t") -> int:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        return int((await consumer.end_offsets([tp]))[tp])
+    finally:
+        await consumer.stop()
+
+
+def test_kafka_formats_once_keeps_its_log_and_refuses_a_busy_port(tmp_path: Path) -> None:
+    port = free_port()
+    b = KafkaBroker(data_dir=tmp_path, port=port)
     b.start()
     try:
-        assert b.alive() and port_open("127.0.0.1", b.port)
+        assert b.alive() and port_open("127.0.0.1", port)
+        assert (tmp_path / "data" / "meta.properties").exists() and (tmp_path / "cluster.id").exists()
+        cluster = (tmp_path / "cluster.id").read_text()
         with pytest.raises(BrokerError, match="already in use"):
-            EmbeddedBroker(port=b.port).start()
+            KafkaBroker(data_dir=tmp_path / "other", port=port).start()
+        asyncio.run(_produce(b.bootstrap, 25))
     finally:
         b.stop()
-    assert not b.alive() and not port_open("127.0.0.1", b.port)
+    assert not b.alive() and not port_open("127.0.0.1", port)
+    again = KafkaBroker(data_dir=tmp_path, port=port)
+    again.start()  # no second format: the same cluster, its records still there
+    try:
+        assert (tmp_path / "cluster.id").read_text() == cluster
+        assert asyncio.run(_end(again.bootstrap)) == 25
+    finally:
+        again.stop()
+    leftovers = [p for p in Path("/tmp").glob("hsperfdata_*/*") if p.name in {str(b.pid), str(again.pid)}]
+    assert not leftovers, "the JVM wrote outside the data directory"
+
+
+def test_a_broker_killed_mid_write_restarts_on_its_log_with_every_acknowledged_record(tmp_path: Path) -> None:
+    port = free_port()
+    b = KafkaBroker(data_dir=tmp_path, port=port)
+    b.start()
+    asyncio.run(_produce(b.bootstrap, 500))
+    b.kill()  # SIGKILL: no clean shutdown, the lock file left behind
+    again = KafkaBroker(data_dir=tmp_path, port=port)
+    again.start()
+    try:
+        assert asyncio.run(_end(again.bootstrap)) == 500
+    finally:
+        again.stop()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux-only")
-def test_broker_dies_with_a_parent_killed_by_sigkill() -> None:
+@pytest.mark.parametrize("engine", ["kafka", "tansu"])
+def test_the_broker_dies_with_a_parent_killed_by_sigkill(engine: str, tmp_path: Path) -> None:
     code = (
-        "from infra.broker import EmbeddedBroker, free_port; import time; "
-        "b = EmbeddedBroker(port=free_port()); b.start(); print(b.pid, flush=True); time.sleep(120)"
+        "from pathlib import Path; import sys, time; from infra.broker import open_broker, free_port; "
+        f"b, _ = open_broker(engine={engine!r}, data_dir=Path(sys.argv[1]), port=free_port()); b.start(); "
+        "print(b.pid, flush=True); time.sleep(120)"
     )
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, cwd=ROOT)
+    parent = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, cwd=ROOT)
     assert parent.stdout is not None
     broker_pid = int(parent.stdout.readline())
     assert not _gone(broker_pid)
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait(10)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while not _gone(broker_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _gone(broker_pid), "the embedded broker outlived the process that started it"
+
+
+def test_a_restart_waits_for_the_previous_broker_of_its_directory(tmp_path: Path) -> None:
+    """The last `episodic up` was killed: its broker got SIGTERM and is still shutting down when the next one
+    starts. The new one waits for Kafka's lock instead of failing on it."""
+    first = KafkaBroker(data_dir=tmp_path, port=free_port())
+    first.start()
+    proc = first.nodes[0].child.proc
+    assert proc is not None
+    proc.send_signal(signal.SIGSTOP)  # holding the lock, as a broker mid-shutdown does
+    second = KafkaBroker(data_dir=tmp_path, port=free_port())
+    try:
+        with pytest.raises(BrokerError, match="locked by another broker"):
+            second.start(timeout=1.5)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        first.stop()
+    second.start()
+    second.stop()
+
+
+def test_open_broker_falls_back_to_tansu_and_says_why(tmp_path: Path) -> None:
+    missing = tmp_path / "no-jars"
+    broker, why = open_broker(engine="auto", data_dir=tmp_path, libs=missing)
+    assert isinstance(broker, TansuBroker) and not broker.durable
+    assert why is not None and "make install" in why
+    with pytest.raises(BrokerError, match="EPISODIC_BROKER=kafka"):
+        open_broker(engine="kafka", data_dir=tmp_path, libs=missing)
+    kafka, why = open_broker(engine="auto", data_dir=tmp_path)
+    assert isinstance(kafka, KafkaBroker) and kafka.durable and why is None

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord
 
-from episodic.bus.kafka import ensure_topics, make_producer
+from episodic.bus.kafka import JOURNAL_MAX_MESSAGE_BYTES, ensure_topics, make_producer
 from episodic.kernel.metrics import Metrics
 from episodic.kernel.settings import Settings
 from schemas.events import DlqRecord, EmbeddableRecord
@@ -109,7 +109,9 @@ def settings_for(bootstrap: str, tmp_path: Path, partitions: int = 2) -> Setting
 
 async def test_mixed_journal_exact_outputs(broker: str, uid: str, tmp_path: Path) -> None:
     topics = GateTopics(entries=f"entries.{uid}", embeddable=f"embeddable.{uid}", dlq=f"dlq.{uid}")
-    await ensure_topics(broker, partitions=2, topics=topics.all())
+    # the journal's own limit (episodic.bus.kafka.topic_configs): the biggest garbage reaches the gate
+    limit = {topics.entries: {"max.message.bytes": str(JOURNAL_MAX_MESSAGE_BYTES)}}
+    await ensure_topics(broker, partitions=2, topics=topics.all(), configs=limit)
 
     # 300 records: embeddable, skipped by type, skipped by severity, forced, and garbage of every kind
     records: list[tuple[bytes | None, str, str | None]] = []  # (value, kind, entry id or dlq reason)

@@ -5,6 +5,7 @@ and queued through the service's own connection once it is back."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from datetime import UTC, datetime
@@ -16,12 +17,13 @@ import pytest
 from episodic.indexing.indexer import Indexer
 from episodic.kernel.settings import Settings
 from episodic.store.sparse import Bm25Encoder
-from infra.broker import EmbeddedBroker, free_port
+from infra.broker import free_port
 from schemas.events import EmbeddableRecord
 from stack import runtime
 from stack.roles import HttpRole
 from stack.runtime import Stack
 from stack.stores import open_store
+from tests.brokers import TestBroker
 from tests.e2e.conftest import poll, read_topic
 
 pytestmark = pytest.mark.integration
@@ -69,7 +71,7 @@ async def test_serve_answers_while_kafka_is_down_and_delivers_the_buffer_later(
     )
     seed(settings)
     stack = Stack(settings, roles=(HttpRole.name,))
-    broker: EmbeddedBroker | None = None
+    broker: TestBroker | None = None
     try:
         await stack.start()  # no BrokerUnavailable: serving does not need Kafka
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{stack.http_port}", timeout=10) as http:
@@ -91,8 +93,7 @@ async def test_serve_answers_while_kafka_is_down_and_delivers_the_buffer_later(
             r = await http.post("/v1/memory/forget", params={"wait": 0}, json=forget)
             assert r.status_code == 503 and "nothing has been removed" in r.json()["error"], r.text
 
-            broker = EmbeddedBroker(port=kafka_port)  # Kafka is back
-            broker.start()
+            broker = await asyncio.to_thread(TestBroker, port=kafka_port)  # Kafka is back
             role = stack.role(HttpRole)
             assert role is not None and role.publisher is not None
             publisher = role.publisher
@@ -108,7 +109,7 @@ async def test_serve_answers_while_kafka_is_down_and_delivers_the_buffer_later(
     finally:
         await stack.stop()
         if broker is not None:
-            broker.stop()
+            broker.close()
 
 
 def _running_for(stack: Stack, seconds: float) -> bool:

@@ -10,11 +10,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from infra.broker import BrokerError, EmbeddedBroker, free_port, port_open
+from infra.broker import BrokerError, free_port, open_broker, port_open
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,12 +27,16 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "broker.internal"])
-def test_the_embedded_broker_refuses_a_bind_beyond_loopback(host: str) -> None:
+@pytest.mark.parametrize("engine", ["kafka", "tansu"])
+def test_the_embedded_broker_refuses_a_bind_beyond_loopback(host: str, engine: str, tmp_path: Path) -> None:
+    def make(**kw: Any) -> object:
+        return open_broker(engine=engine, data_dir=tmp_path, port=9092, **kw)  # type: ignore[arg-type]
+
     with pytest.raises(BrokerError, match="no authentication"):
-        EmbeddedBroker(host=host, port=9092)
-    EmbeddedBroker(host=host, port=9092, allow_remote=True)  # the explicit opt-in (not started)
+        make(host=host)
+    make(host=host, allow_remote=True)  # the explicit opt-in (not started)
     for loopback in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
-        EmbeddedBroker(host=loopback, port=9092)
+        make(host=loopback)
 
 
 def test_the_launcher_process_refuses_too_and_listens_nowhere() -> None:

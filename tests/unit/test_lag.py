@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from episodic.bus.kafka import group_lag
+from episodic.bus.offsets import group_lag
 
 
 def test_lag_is_the_sum_over_partitions_of_high_watermark_minus_committed() -> None:

@@ -210,9 +210,15 @@ def test_the_size_rule_catches_a_long_module(tmp_path: Path) -> None:
     assert oversized_without_reason([short]) == []
 
 
-# Modules that may read the environment themselves: the settings class; the launcher, which imports nothing
-# of ours; the client's settings (the client installs without pydantic-settings: it reads EPISODIC_* itself).
-ENV_READERS = {"episodic/kernel/settings.py", "infra/broker.py", "clients/python/episodic_client/settings.py"}
+# Modules that may read the environment themselves: the settings class; the launcher (its command line and
+# JAVA_HOME), which imports nothing of ours; the client's settings (the client installs without
+# pydantic-settings: it reads EPISODIC_* itself).
+ENV_READERS = {
+    "episodic/kernel/settings.py",
+    "infra/broker/__main__.py",
+    "infra/broker/install.py",
+    "clients/python/episodic_client/settings.py",
+}
 ENV_READ = re.compile(r"os\.environ\.get\(|os\.getenv\(|os\.environ\[|environ\.get\(")
 
 

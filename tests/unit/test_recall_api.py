@@ -187,7 +187,7 @@ class Env:
             embedder=embedder,
             bm25=bm25,
             publish=lambda t, k, v: self.published.append((t, k, v)),
-            status=lambda: {"kafka": "ok", "kafka_bootstrap": "127.0.0.1:9092"},
+            status=lambda: {"kafka": "ok", "kafka_bootstrap": "127.0.0.1:9092", "journal": "durable"},
             metrics=self.metrics,
         )
         self.client = TestClient(self.app)
@@ -450,6 +450,7 @@ def test_stats_health_healthz_metrics_openapi(env: Env) -> None:
     assert env.client.get("/v1/memory/health").json()["error"].startswith("workspace_id: ")
     assert env.client.get("/healthz").json() == {
         "status": "ok", "episodic": "vector", "kafka": "ok", "qdrant": "ok", "kafka_bootstrap": "127.0.0.1:9092",
+        "journal": "durable",
         "context": "unavailable",  # the fake store has no context vector
     }  # fmt: skip
     env.client.post("/v1/recall", json=OK)

@@ -274,7 +274,7 @@ async def test_the_stack_producer_and_admin_get_the_options(monkeypatch: pytest.
 
     rec = Recorder()
     monkeypatch.setattr(stack.runtime, "ensure_topics", ensure)
-    monkeypatch.setattr(stack.runtime, "make_producer", rec)
+    monkeypatch.setattr(stack.runtime, "start_producer", rec)
     with pytest.raises(Recorded):
         await Stack(sasl(), roles=("gate",))._connect_kafka()  # also the recall service's publisher's connect
     assert_sasl(topics[0]["options"])
@@ -313,7 +313,7 @@ def test_produce_doctor_and_the_mcp_writer_get_the_options(
     journal = tmp_path / "j.jsonl"
     journal.write_text('{"id": "x"}\n')
     rec = Recorder()
-    monkeypatch.setattr(episodic.bus.producer, "make_producer", rec)
+    monkeypatch.setattr(episodic.bus.producer, "start_producer", rec)
     assert produce_main([str(journal), "--quiet"]) == 1  # `episodic produce`
     assert_sasl(rec.calls[0])
     assert PASSWORD not in capsys.readouterr().err
@@ -329,7 +329,7 @@ async def test_the_mcp_kafka_writer_gets_the_options(monkeypatch: pytest.MonkeyP
     from stack.mcp_writers import KafkaWriter
 
     rec = Recorder()
-    monkeypatch.setattr(stack.mcp_writers, "make_producer", rec)
+    monkeypatch.setattr(stack.mcp_writers, "start_producer", rec)
     entry = {
         "id": "e1", "workspace_id": "ws", "agent_id": "a", "ts": "2026-11-21T10:00:00Z",
         "entry_type": "summary.generated", "severity": "info", "summary": "s", "payload": {},
@@ -382,7 +382,7 @@ async def test_the_dead_letter_tools_read_and_replay_with_the_options(monkeypatc
 
     opts = kafka_options(sasl())
     rec = Recorder()
-    monkeypatch.setattr(aiokafka, "AIOKafkaConsumer", rec)  # episodic.bus.kafka imports it where it reads
+    monkeypatch.setattr(aiokafka, "AIOKafkaConsumer", rec)  # episodic.bus.offsets imports it where it reads
     with pytest.raises(Recorded):
         await anext(letters("kafka.example:9093", options=opts))
     assert_sasl(rec.calls[0])

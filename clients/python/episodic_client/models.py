@@ -283,6 +283,11 @@ class HealthzResponse(BaseModel):
     kafka: str
     qdrant: str
     kafka_bootstrap: str | None
+    journal: Literal["durable", "volatile", "unknown"] = Field(
+        default="unknown",
+        description="durable: the journal is on Kafka's log; volatile: the embedded broker is the Tansu fallback "
+        "(memory storage, no Java 17 here): what is not indexed yet is lost when it stops",
+    )
     context: str = Field(
         default="off",
         description="context-aware indexing: the mode (e.g. prev:2/16w), off, or unavailable (the collection "
