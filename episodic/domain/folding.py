@@ -257,7 +257,10 @@ def near_duplicate(cosine: float, new_text: str, old_text: str, rule: FoldRule) 
     only_a, only_b = a.content - b.content, b.content - a.content
     if only_a and only_b:
         return Verdict(False, "different words: " + ", ".join(sorted(only_a)) + " / " + ", ".join(sorted(only_b)))
-    if len(only_a | only_b) > rule.additions:
+    # A short text grows fast: one may add at most half as many content words as the other has (and never to
+    # a text of no content words at all, which says nothing to compare).
+    allowed = min(rule.additions, min(len(a.content), len(b.content)) // 2)
+    if len(only_a | only_b) > allowed or (a.content != b.content and not (a.content and b.content)):
         return Verdict(False, f"one says more: {', '.join(sorted(only_a | only_b))}")
     added = f", adds {', '.join(sorted(only_a | only_b))}" if only_a | only_b else ""
     return Verdict(True, f"cosine {cosine:.3f}, the same words, facts, names, negations and outcomes{added}")

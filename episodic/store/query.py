@@ -210,11 +210,24 @@ def before_time(ts: str) -> DatetimeRange:
     return DatetimeRange("ts", lt=ts)
 
 
-def nearest_filter(workspace_id: str, exclude_entry_ids: tuple[str, ...] = (), using: str = DENSE) -> Filter:
+def nearest_filter(
+    workspace_id: str,
+    exclude_entry_ids: tuple[str, ...] = (),
+    using: str = DENSE,
+    *,
+    agent_id: str | None = None,
+    before_ts: str | None = None,
+) -> Filter:
     """Nearest neighbours of a memory: the workspace's memories with a dense vector, except `exclude_entry_ids`
-    (the memory itself and its aliases), and memories folded into another (their owner stands for them)."""
+    (the memory itself and its aliases), and memories folded into another (their owner stands for them);
+    optionally only one agent's, with a `ts` before `before_ts` (what the agent already held)."""
     must_not: tuple[Condition, ...] = (MatchAny("entry_id", exclude_entry_ids),) if exclude_entry_ids else ()
-    return Filter(must=(workspace(workspace_id), HasDense(using), visible()), must_not=must_not)
+    must: tuple[Condition, ...] = (workspace(workspace_id), HasDense(using), visible())
+    if agent_id is not None:
+        must = (*must, Match("agent_id", agent_id))
+    if before_ts is not None:
+        must = (*must, before_time(before_ts))
+    return Filter(must=must, must_not=must_not)
 
 
 def count_filter(workspace_id: str | None, has_dense: bool | None, using: str = DENSE) -> Filter | None:
