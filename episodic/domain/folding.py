@@ -35,6 +35,8 @@ import snowballstemmer
 FOLDED_INTO = "folded_into"  # on an absorbed memory: its owner's entry id
 FOLDED = "folded"  # on an owner: the entries it absorbed
 AGENTS = "agents"  # on an owner: the agents it stands for, its own first
+FOLD_ACROSS = "fold_scope"  # on an absorbed memory: ACROSS when its owner is another agent's
+ACROSS = "crew"  # ... and then it stays its own agent's own (scope own)
 
 DEFAULT_FOLD_COSINE = 0.80  # a gate: below it two texts are not about the same thing (eval/fold_rule.py)
 DEFAULT_FOLD_ADDITIONS = 2  # content words one text may add to the other (eval/fold_rule.py)

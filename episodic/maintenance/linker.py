@@ -65,7 +65,7 @@ from typing import Any
 
 import numpy as np
 
-from episodic.domain.folding import FOLDED, FOLDED_INTO, FoldRule, compatible, near_duplicate
+from episodic.domain.folding import ACROSS, FOLD_ACROSS, FOLDED, FOLDED_INTO, FoldRule, compatible, near_duplicate
 from episodic.domain.identity import point_id
 from episodic.domain.scoring import parse_time
 from episodic.domain.supersession import SUPERSEDED_BY, SUPERSEDES, SupersedeRule, is_update
@@ -394,7 +394,8 @@ class Linker:
         done = self.store.update_memories(into, fold_in, writer="linker", fields=_FRESH_FIELDS)
         for owner_pid in done.applied:
             for pid, _ in into[owner_pid]:
-                marks[pid] = {FOLDED_INTO: folds[pid][1], "linked_at": now}
+                across = fresh[pid].get("agent_id") != fresh[owner_pid].get("agent_id")
+                marks[pid] = {FOLDED_INTO: folds[pid][1], FOLD_ACROSS: ACROSS if across else None, "linked_at": now}
                 result.folded += 1
         self.store.set_payloads(marks)
         owners: dict[str, set[str]] = {}  # workspace -> the owners written
