@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help install kafka up demo test test-client test-fast lint fmt bench eval clean
+.PHONY: help install kafka up demo test test-client test-fast lint fmt bench eval eval-fold clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -83,6 +83,9 @@ bench: $(STAMP) ## benchmarks (each prints its figure next to a same-run baselin
 
 eval: $(STAMP) ## retrieval quality on LongMemEval (../shared/datasets/longmemeval)
 	$(BIN)/python -m eval.longmemeval
+
+eval-fold: $(STAMP) ## the fold rule's precision and recall on eval/data/fold_pairs.jsonl
+	$(BIN)/python -m eval.fold_rule
 
 clean: ## remove the venv and local data
 	rm -rf $(VENV) $(CLIENT_VENV) .episodic .pytest_cache .mypy_cache .ruff_cache

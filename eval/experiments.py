@@ -440,9 +440,9 @@ def lexical_confidence(a: argparse.Namespace) -> Result:
 def folding(a: argparse.Namespace) -> Result:
     """Near-duplicate folding (``EPISODIC_FOLD_*``) and supersession (``EPISODIC_SUPERSEDE_*``), eval.folding:
     the shipped tree over the memories the linker leaves and in the order recall gives them, fold cosine x
-    content-word Jaccard (the same numbers and dates always required) and supersession cosine x subject
-    Jaccard, beside the tree with neither (the previous default). Folds and supersessions are counted on
-    stderr; the knowledge-update questions get their own columns (ku)."""
+    the words one memory may add (the rest of the rule always required: eval/fold_rule.py) and
+    supersession cosine x subject Jaccard, beside the tree with neither (the previous default). Folds and
+    supersessions are counted on stderr; the knowledge-update questions get their own columns (ku)."""
     from episodic.domain.folding import FoldRule
     from episodic.domain.supersession import SupersedeRule
     from eval.folding import fold_groups, folded, mmr, newer_first, supersessions
@@ -454,18 +454,18 @@ def folding(a: argparse.Namespace) -> Result:
     mems = {id(q.mem): q.mem for qs in views.views.values() for q in qs}
     ms: dict[str, Method] = {"neither (previous default)": shipped()}
     for cos in (0.80, 0.86, 0.90, 0.95):
-        for jac in (0.0, 0.5, 0.8):
-            rule = FoldRule(cosine=cos, jaccard=jac)
+        for add in (0, 2, 4):
+            rule = FoldRule(cosine=cos, additions=add)
             n = sum(len(f.into) for m in mems.values() if (f := fold_groups(m, rule)) is not None)
-            log.info("fold cosine %.2f jaccard %.1f: %d memories folded", cos, jac, n)
-            ms[f"fold cosine {cos}, jaccard {jac} ({n} folded)"] = folded(shipped(), rule)
+            log.info("fold cosine %.2f additions %d: %d memories folded", cos, add, n)
+            ms[f"fold cosine {cos}, additions {add} ({n} folded)"] = folded(shipped(), rule)
     for cos in (0.70, 0.75, 0.80, 0.86):
         for jac in (0.3, 0.5, 0.7):
             sup = SupersedeRule(cosine=cos, jaccard=jac)
             n = sum(len(s) for m in mems.values() if (s := supersessions(m, sup)) is not None)
             log.info("supersede cosine %.2f jaccard %.1f: %d memories superseded", cos, jac, n)
             ms[f"supersede cosine {cos}, jaccard {jac} ({n} superseded)"] = newer_first(shipped(), sup)
-    ms["SHIPPED: fold 0.86/0.8 + supersede 0.80/0.5"] = newer_first(folded(shipped(), FoldRule()), SupersedeRule())
+    ms["SHIPPED: fold 0.80/+2 + supersede 0.80/0.5"] = newer_first(folded(shipped(), FoldRule()), SupersedeRule())
     for lam in (0.5, 0.7, 0.85, 0.95):  # diversity in the top k (seed 002), over the fused top 30
         ms[f"MMR lambda {lam} (word Jaccard, top 30)"] = mmr(shipped(), lam)
     return views, ms, "Folding and supersession: the shipped tree over the memories and edges the linker leaves"

@@ -16,11 +16,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
 from episodic.domain.context_mode import ContextMode
+from episodic.domain.folding import FoldRule
 from episodic.kernel.auth import Principal, authorize, authorize_recall
 from episodic.retrieval.engine import RecallHit, RecallResult
 from episodic.retrieval.render import render
+from episodic.retrieval.repeats import distinct
 from episodic_client.models import (
     MAX_ID_LEN,
+    MAX_K,
     ErrorResponse,
     HealthzResponse,
     Hit,
@@ -71,16 +74,26 @@ def _answer_recall(services: Services, req: RecallRequest) -> Answer:
 
 
 def _answer_render(services: Services, req: RenderRequest) -> Answer:
-    result = services.engine.recall(req)
-    rendered = render(result.hits, req.budget_chars)  # up to k=50 hits of 16k characters: CPU work
-    shown = [result.hits[i] for i in rendered.included]
+    # Twice the hits asked for (at most 50), so that the k distinct ones can fill the places of repeats.
+    result = services.engine.recall(req.model_copy(update={"k": min(MAX_K, 2 * req.k)}))
+    s = services.settings
+    hits = distinct(result.hits, req.k, FoldRule(cosine=s.fold_cosine, additions=s.fold_additions))
+    rendered = render(hits, req.budget_chars)  # up to k=50 hits of 16k characters: CPU work
+    shown = [hits[i] for i in rendered.included]
     nudge = None
     if req.run_id is not None and services.nudges is not None:
         try:
             nudge = services.nudges(req.workspace_id, req.agent_id, req.run_id)
         except Exception as e:
             log.warning("nudge lookup failed: %s", e)
-    body = RenderResponse(text=rendered.text, hits=_hits(shown), nudge=nudge, mode=req.mode, degraded=result.degraded)
+    body = RenderResponse(
+        text=rendered.text,
+        hits=_hits(shown),
+        nudge=nudge,
+        mode=req.mode,
+        degraded=result.degraded,
+        similar_left_out=sum(h.similar_left_out for h in shown),
+    )
     # only the hits that made it into the text are marked referenced
     return Answer(_json(body), result, result.referenced_event(shown), len(shown))
 

@@ -4,8 +4,10 @@ Owns: who a memory is (`identity`: point ids, the duplicate key), what is worth 
 importance (`policy`), how importance decays and reinforces and what retention may take (`scoring`), the
 health formula and bands (`health`), how a text is cut into pieces for the dense model (`chunking`), the
 context mode as a value (`context_mode`), a memory's review state and what reviews do to importance
-(`review`: FSRS, issue 26) and the lenient parsing of stored times (`times`).
-May import: the standard library, numpy and fsrs (py-fsrs: the FSRS formulas, pure); nothing of ours.
+(`review`: FSRS, issue 26), when two memories say the same thing (`folding`) and the lenient parsing of
+stored times (`times`).
+May import: the standard library, numpy, fsrs (py-fsrs: the FSRS formulas, pure) and snowballstemmer (the fold
+rule's stems, pure); nothing of ours.
 
 Why these sit at the bottom rather than with their concern (scoring with maintenance, chunking and policy
 with embedding): the code says so. The metrics of every stage label their series with the health bands,

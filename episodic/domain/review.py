@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from fsrs import Card, Rating, Scheduler, State
 
+from episodic.domain.surprise import stability_boost, surprise_of
 from episodic.domain.times import parse_time
 
 RATINGS: tuple[str, ...] = ("again", "hard", "good", "easy")
@@ -155,11 +156,13 @@ def review(state: ReviewState, rating: str, at: datetime) -> ReviewState:
     )
 
 
-def initial_state(at: datetime) -> ReviewState:
+def initial_state(at: datetime, surprise: float | None = None) -> ReviewState:
     """The FSRS state a memory starts with when it is indexed (seed 003 initialises every episode's state at
-    creation): as after one `good` review then, without counting as a review."""
+    creation): as after one `good` review then, without counting as a review, its stability boosted by
+    (1 + 0.5 x surprise) (seed 003; `episodic.domain.surprise`)."""
     st = review(ReviewState(), "good", at)
-    return ReviewState(stability=st.stability, difficulty=st.difficulty, last_reviewed_at=at, review_count=1)
+    stability = None if st.stability is None else st.stability * stability_boost(surprise)
+    return ReviewState(stability=stability, difficulty=st.difficulty, last_reviewed_at=at, review_count=1)
 
 
 def retrievability(state: ReviewState, now: datetime) -> float | None:
@@ -181,7 +184,7 @@ def reinforcement(payload: Mapping[str, Any], now: datetime, *, mode: str, refs:
     if not state.reviewed:
         if mode == "fsrs":  # every memory is on its forgetting curve, from its first (creation) state
             indexed = parse_time(payload.get("indexed_at"))
-            r = retrievability(initial_state(indexed), now) if indexed is not None else None
+            r = retrievability(initial_state(indexed, surprise_of(payload)), now) if indexed is not None else None
             return boost * (1.0 if r is None else r)
         return boost
     term = 1.0 + math.log2(state.used + 1) / 8.0

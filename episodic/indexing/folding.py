@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from episodic.domain.folding import AGENTS, FOLDED, FOLDED_INTO
+from episodic.domain.folding import ACROSS, AGENTS, FOLD_ACROSS, FOLDED, FOLDED_INTO
 from episodic.domain.identity import point_id
 from episodic.domain.supersession import SUPERSEDED_BY, SUPERSEDES
 from episodic.kernel.ports import Change, MemoryStore
@@ -128,13 +128,18 @@ def unfold(store: MemoryStore, workspace_id: str, removed: dict[str, dict[str, A
         rest = [e for e in folded_entries(p) if e["entry_id"] not in gone]
         if not rest:
             continue
-        heir, others = rest[0], rest[1:]
+        # the heir is the oldest part of the owner's own agent, if any (its other parts must not go to a
+        # memory of another agent: they would leave their agent's own scope), else the oldest part
+        same = [e for e in rest if e.get("agent_id") == p.get("agent_id")]
+        heir = (same or rest)[0]
+        others = [e for e in rest if e is not heir]
         heirs[point_id(workspace_id, heir["entry_id"])] = others
         for e in others:
-            marks[point_id(workspace_id, e["entry_id"])] = {FOLDED_INTO: heir["entry_id"]}
+            across = ACROSS if e.get("agent_id") != heir.get("agent_id") else None
+            marks[point_id(workspace_id, e["entry_id"])] = {FOLDED_INTO: heir["entry_id"], FOLD_ACROSS: across}
 
     def take_over(pid: str, heir: dict[str, Any]) -> Change:
-        return Change({**owner_fields({**heir, FOLDED: []}, heirs[pid]), FOLDED_INTO: None})
+        return Change({**owner_fields({**heir, FOLDED: []}, heirs[pid]), FOLDED_INTO: None, FOLD_ACROSS: None})
 
     if heirs:
         written += len(store.update_memories(heirs, take_over, writer="fold", fields=_OWNER_FIELDS).applied)
@@ -144,7 +149,7 @@ def unfold(store: MemoryStore, workspace_id: str, removed: dict[str, dict[str, A
     return written
 
 
-_OWNER_FIELDS = ("entry_id", "agent_id", "occurrences", FOLDED, FOLDED_INTO)
+_OWNER_FIELDS = ("entry_id", "agent_id", "occurrences", FOLDED, FOLDED_INTO, FOLD_ACROSS)
 
 
 def unsupersede(store: MemoryStore, workspace_id: str, removed: dict[str, dict[str, Any]]) -> int:

@@ -339,12 +339,10 @@ def may_see_memory(principal: Principal, *, agent_id: str | None, crew_id: str |
 
 
 def may_see_stored(principal: Principal, memory: Mapping[str, Any]) -> bool:
-    """`may_see_memory` for a stored memory's payload: a memory folded from several agents' entries
-    (`agents`) belongs to each of them (issue 26), so any of those agents' bound tokens may see it."""
-    agent = memory.get("agent_id")
-    if principal.agent_id is not None and principal.agent_id in (memory.get("agents") or ()):
-        agent = principal.agent_id
-    return may_see_memory(principal, agent_id=agent, crew_id=memory.get("crew_id"))
+    """`may_see_memory` for a stored memory's payload. A memory that absorbed entries of other agents of its
+    crew is still its own agent's only (issue 47: another agent's own scope must not read its text); each of
+    those agents keeps its own entry, which answers for itself."""
+    return may_see_memory(principal, agent_id=memory.get("agent_id"), crew_id=memory.get("crew_id"))
 
 
 def authorize_memory(

@@ -201,6 +201,8 @@ class SimilarRequest:
     exclude_entry_ids: tuple[str, ...] = ()
     fields: tuple[str, ...] | None = None
     using: str | None = None
+    agent_id: str | None = None  # only this agent's memories (a memory's surprise: what its agent held)
+    before_ts: str | None = None  # only memories with an earlier `ts`
 
 
 @dataclass(frozen=True, slots=True)

@@ -332,13 +332,14 @@ class Settings(BaseSettings, ClientSettings):
         "episodic.domain.folding): recall shows one memory listing both entries and agents",
     )
     fold_cosine: float = Field(
-        default=0.86, gt=0.0, le=1.0, description="near-duplicate fold: cosine (of mean vectors) at least this"
+        default=0.80, gt=0.0, le=1.0, description="near-duplicate fold: cosine (of mean vectors) at least this"
     )
-    fold_jaccard: float = Field(
-        default=0.8,
-        ge=0.0,
-        le=1.0,
-        description="near-duplicate fold: content-word Jaccard at least this (and the same numbers and dates)",
+    fold_additions: int = Field(
+        default=2,
+        ge=0,
+        le=64,
+        description="near-duplicate fold: content words one text may add to the other (besides the same "
+        "content words, facts, names, negations and outcomes; eval/fold_rule.py)",
     )
     supersede_enabled: bool = Field(
         default=True,

@@ -23,6 +23,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from episodic.domain.folding import ACROSS, FOLD_ACROSS
 from episodic.domain.identity import point_id
 from episodic.domain.review import retrievability, state_of
 from episodic.indexing.context import shown_context
@@ -123,8 +124,13 @@ def resolve_memories(store: MemoryStore, workspace_id: str, entry_ids: list[str]
         owners = store.find_by_alias(workspace_id, missing)
         got = store.retrieve(sorted(set(owners.values()))) if owners else {}
         out.update({e: got[o] for e, o in owners.items() if o in got})
-    into = {e: point_id(workspace_id, str(p[FOLDED_INTO])) for e, p in out.items() if _str(p.get(FOLDED_INTO))}
-    if into:  # a near duplicate folded into another memory: that memory answers
+    into = {
+        e: point_id(workspace_id, str(p[FOLDED_INTO]))
+        for e, p in out.items()
+        if _str(p.get(FOLDED_INTO)) and p.get(FOLD_ACROSS) != ACROSS
+    }
+    if into:  # a near duplicate folded into another memory of its agent: that memory answers (one folded into
+        # another agent's memory answers itself: it is its agent's own, and the owner's text is not)
         got = store.retrieve(sorted(set(into.values())))
         out.update({e: got[o] for e, o in into.items() if o in got})
     return {e: p for e, p in out.items() if p.get("workspace_id") == workspace_id}

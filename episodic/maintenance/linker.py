@@ -29,6 +29,9 @@ candidate list and are all turned down, the linker searches once more, four time
   edge from the one with the later `ts` to the other, and the older gets `superseded_by` (recall puts the
   newer first). One per new memory.
 
+- **Surprise** (`episodic.domain.surprise`, seed 003): each new memory gets 1 - its best cosine to what its
+  agent already held (the agent's memories of the workspace with an earlier `ts`), one more search per
+  memory in the same kind of batch; 0.7 or more is a key moment.
 - **Batched, and after bulk embedding.** The neighbour searches of a whole batch of events go to the store
   as one batch (`MemoryStore.similar_to_many`: Qdrant plans them as one pass over its segments), and with
   the process's core budget a batch first waits while bulk embedding runs (`CoreBudget.wait_bulk`, bounded):
@@ -56,16 +59,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
-from episodic.domain.folding import FOLDED, FOLDED_INTO, FoldRule, compatible, near_duplicate
+from episodic.domain.folding import ACROSS, FOLD_ACROSS, FOLDED, FOLDED_INTO, FoldRule, compatible, near_duplicate
 from episodic.domain.identity import point_id
 from episodic.domain.scoring import parse_time
 from episodic.domain.supersession import SUPERSEDED_BY, SUPERSEDES, SupersedeRule, is_update
+from episodic.domain.surprise import SURPRISE, key_moment, surprise
 from episodic.embedding.cores import CoreBudget
 from episodic.indexing.context import ADJACENT as RUN_EDGES
 from episodic.indexing.folding import fold, unfold
@@ -146,6 +150,7 @@ class LinkResult:
     folded: int = 0  # memories folded into a near duplicate (no edges of their own)
     superseded: int = 0  # supersedes edges written (a newer fact over an older one)
     cut: int = 0  # edges cut again because their memory was forgotten while the batch was linked
+    key_moments: int = 0  # memories linked now whose surprise is at least KEY_MOMENT
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -270,7 +275,37 @@ class Linker:
 
             self.store.update_memories(stale, clear, writer="linker", fields=(SUPERSEDED_BY,))
         self._fold(folds, {pid: todo[pid].workspace_id for pid in folds}, now, result)
+        self._surprise(ready, result)
         return result
+
+    def _surprise(self, points: dict[str, StoredHit], result: LinkResult) -> None:
+        """Each new memory's surprise (episodic.domain.surprise): 1 - its best cosine to the memories its agent
+        held before it (its agent's, in its workspace, with an earlier `ts`), in one store batch; the
+        linker's own field, written once for the batch. A store that refuses the search leaves it unset."""
+        pids = [pid for pid in points if points[pid].payload.get("agent_id") is not None]
+        if not pids:
+            return
+        requests = []
+        for pid in pids:
+            base, p = self._request(points[pid], 1), points[pid].payload
+            ts = p.get("ts")
+            requests.append(replace(base, agent_id=str(p["agent_id"]), before_ts=ts if isinstance(ts, str) else None))
+        try:
+            found = self.store.similar_to_many(requests)
+        except StoreError as e:
+            log.warning("linker: no surprise for a batch of %d memories (%s)", len(pids), e)
+            return
+        values: dict[str, dict[str, Any]] = {}
+        for pid, hits in zip(pids, found, strict=True):
+            point = points[pid]
+            best: float | None = None
+            if hits:
+                best = float(hits[0].score)
+                means = self._mean_cosines(point.dense or [], hits[:1], point.vector)
+                best = min(best, means.get(hits[0].point_id, best))
+            values[pid] = {SURPRISE: surprise(best)}
+        result.key_moments += sum(1 for v in values.values() if key_moment(v[SURPRISE]))
+        self.store.set_payloads(values)
 
     def _gone(self, workspace_id: str, entry_ids: set[str]) -> set[str]:
         """Those of `entry_ids` that are no memory any more, or are being forgotten (tombstoned for the agent
@@ -359,7 +394,8 @@ class Linker:
         done = self.store.update_memories(into, fold_in, writer="linker", fields=_FRESH_FIELDS)
         for owner_pid in done.applied:
             for pid, _ in into[owner_pid]:
-                marks[pid] = {FOLDED_INTO: folds[pid][1], "linked_at": now}
+                across = fresh[pid].get("agent_id") != fresh[owner_pid].get("agent_id")
+                marks[pid] = {FOLDED_INTO: folds[pid][1], FOLD_ACROSS: ACROSS if across else None, "linked_at": now}
                 result.folded += 1
         self.store.set_payloads(marks)
         owners: dict[str, set[str]] = {}  # workspace -> the owners written

@@ -52,6 +52,7 @@ import numpy as np
 from episodic.domain.chunking import mode_of
 from episodic.domain.scoring import parse_time
 from episodic.domain.supersession import SUPERSEDED_BY, SUPERSEDES
+from episodic.domain.surprise import key_moment, surprise_of
 from episodic.indexing.context import shown_context
 from episodic.indexing.folding import AGENTS, folded_ids
 from episodic.kernel.errors import EpisodicError, StoreError
@@ -177,6 +178,13 @@ class RecallHit:
     importance: float | None = None
     context: list[dict[str, str]] | None = None
     relations: list[dict[str, Any]] = field(default_factory=list)
+    surprise: float | None = None  # seed 003: 1 - best cosine to what its agent held when it was linked
+    similar_left_out: int = 0  # render: hits left out because they say what this one says (retrieval.repeats)
+    mean: np.ndarray | None = None  # its pieces' normalised mean vector, when the store returned its rows
+
+    @property
+    def key_moment(self) -> bool:
+        return key_moment(self.surprise)
 
     def public(self) -> dict[str, Any]:
         """The fields of a hit in the HTTP response (SPEC §7)."""
@@ -200,6 +208,9 @@ class RecallHit:
             "agents": self.agents,
             "supersedes": self.supersedes,
             "superseded_by": self.superseded_by,
+            "surprise": self.surprise,
+            "key_moment": self.key_moment,
+            "similar_left_out": self.similar_left_out,
         }
 
     def referenced(self) -> dict[str, Any]:
@@ -505,7 +516,20 @@ class RecallEngine:
             importance=p.get("importance_score") if isinstance(p.get("importance_score"), int | float) else None,
             context=shown_context(p.get("context")),
             relations=[e for e in p.get("relations") or [] if isinstance(e, dict)],
+            surprise=surprise_of(p),
+            mean=_mean(s.dense),
         )
+
+
+def _mean(dense: list[list[float]] | None) -> np.ndarray | None:
+    """A point's pieces as one unit vector (None without rows)."""
+    if not dense:
+        return None
+    m = np.asarray(dense, dtype=np.float32)
+    m = m.reshape(1, -1) if m.ndim == 1 else m
+    v = m.mean(axis=0)
+    n = float(np.linalg.norm(v))
+    return v / n if n > 0 else None
 
 
 def _text(value: Any) -> str:

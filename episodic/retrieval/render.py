@@ -39,6 +39,9 @@ removed]`; instruction overrides (`ignore previous instructions`, `disregard eve
 `new task:`, ...) `[instruction-like text removed]`; role markers (`SYSTEM:`, `s y s t e m :`,
 `assistant -:`, ...) become `[quoted system]`.
 
+- A key moment (surprise >= 0.7, `episodic.domain.surprise`) says so in its brackets (`· key moment`), and a
+  hit that stands for hits left out because they say the same thing (`episodic.retrieval.repeats`) says how
+  many (`· +2 similar`).
 - A hit indexed with its run context (`context`, episodic.indexing.context) shows it after its summary:
   `summary (after: earlier entry | the one just before)`; a short budget cuts the context first.
 - Fresher hits weigh more: weight = score × (0.5 + 0.5 × 2^(−age_days/30)). Hits are written in weight
@@ -147,6 +150,11 @@ def _meta(hit: RenderableHit) -> str:
     parts = [relative_age(hit.age_seconds), clean(hit.entry_type), clean(hit.severity)]
     if hit.agent_id:
         parts.append("agent " + clean(hit.agent_id))
+    if getattr(hit, "key_moment", False):
+        parts.append("key moment")
+    left_out = getattr(hit, "similar_left_out", 0)
+    if isinstance(left_out, int) and left_out > 0:
+        parts.append(f"+{left_out} similar")
     return "- [" + " · ".join(p for p in parts if p) + "] "
 
 

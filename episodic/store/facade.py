@@ -991,7 +991,13 @@ class QdrantStore(MemoryStore):
             validate_dense(r.rows, dim, what="similar_to rows")
             a = len(queries)
             if r.limit > 0:
-                flt = nearest_filter(r.workspace_id, tuple(sorted(set(r.exclude_entry_ids))), name)
+                flt = nearest_filter(
+                    r.workspace_id,
+                    tuple(sorted(set(r.exclude_entry_ids))),
+                    name,
+                    agent_id=r.agent_id,
+                    before_ts=r.before_ts,
+                )
                 queries.extend(
                     Query(dense_leg(row, flt, r.limit, name), flt, r.limit, score=RawScore(), fields=r.fields)
                     for row in float_rows(r.rows)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from episodic.domain.folding import AGENTS, FOLDED_INTO
+from episodic.domain.folding import ACROSS, FOLD_ACROSS, FOLDED_INTO
 from episodic.kernel.ports import CONTEXT, DENSE, SPARSE, Fusion, RecallFilter, ScopeFilter, Selection, SparseVec
 from episodic.store.rules import has_graph, pieces_field
 
@@ -123,20 +123,22 @@ def scope_filter(scope: ScopeFilter) -> Filter:
 def who_filter(scope: ScopeFilter) -> Filter:
     """Workspace always; `own`: the agent's memories; `crew_shared`: the agent's own memories (whatever
     their crew, none included) and the crew's high-value ones (SPEC §7: own + high-value crew); without an
-    agent, the crew's high-value memories only. A memory folded from several agents' entries is each of
-    those agents' own (`agents`); a memory folded into another is never seen by itself (`visible`)."""
+    agent, the crew's high-value memories only. A memory folded into another of its own agent is never seen
+    by itself (`visible`); one folded into another agent's memory (`fold_across`) stays its agent's own, and
+    only the crew's views see the owner in its place: an agent's own scope never shows another agent's text."""
     if scope.scope == "own":
-        return in_workspace(scope.workspace_id, own_by(str(scope.agent_id)), visible())
-    crew_high = Filter(must=(Match("crew_id", str(scope.crew_id)), AtLeast("importance_score", scope.high_value)))
+        return in_workspace(scope.workspace_id, own_by(str(scope.agent_id)))
+    crew_high = Filter(
+        must=(Match("crew_id", str(scope.crew_id)), AtLeast("importance_score", scope.high_value), visible())
+    )
     if scope.agent_id:
-        mine = own_by(scope.agent_id)
-        return in_workspace(scope.workspace_id, Filter(should=(*mine.should, crew_high)), visible())
-    return in_workspace(scope.workspace_id, *crew_high.must, visible())
+        return in_workspace(scope.workspace_id, Filter(should=(own_by(scope.agent_id), crew_high)))
+    return in_workspace(scope.workspace_id, *crew_high.must)
 
 
 def own_by(agent_id: str) -> Filter:
-    """The agent's memories: written by it (`agent_id`) or folded from one of its entries (`agents`)."""
-    return Filter(should=(Match("agent_id", agent_id), Match(AGENTS, agent_id)))
+    """The agent's memories: written by it (`agent_id`), not folded into another of its own memories."""
+    return Filter(must=(Match("agent_id", agent_id), Filter(should=(visible(), Match(FOLD_ACROSS, ACROSS)))))
 
 
 def visible() -> IsEmpty:
@@ -210,11 +212,24 @@ def before_time(ts: str) -> DatetimeRange:
     return DatetimeRange("ts", lt=ts)
 
 
-def nearest_filter(workspace_id: str, exclude_entry_ids: tuple[str, ...] = (), using: str = DENSE) -> Filter:
+def nearest_filter(
+    workspace_id: str,
+    exclude_entry_ids: tuple[str, ...] = (),
+    using: str = DENSE,
+    *,
+    agent_id: str | None = None,
+    before_ts: str | None = None,
+) -> Filter:
     """Nearest neighbours of a memory: the workspace's memories with a dense vector, except `exclude_entry_ids`
-    (the memory itself and its aliases), and memories folded into another (their owner stands for them)."""
+    (the memory itself and its aliases), and memories folded into another (their owner stands for them);
+    optionally only one agent's, with a `ts` before `before_ts` (what the agent already held)."""
     must_not: tuple[Condition, ...] = (MatchAny("entry_id", exclude_entry_ids),) if exclude_entry_ids else ()
-    return Filter(must=(workspace(workspace_id), HasDense(using), visible()), must_not=must_not)
+    must: tuple[Condition, ...] = (workspace(workspace_id), HasDense(using), visible())
+    if agent_id is not None:
+        must = (*must, Match("agent_id", agent_id))
+    if before_ts is not None:
+        must = (*must, before_time(before_ts))
+    return Filter(must=must, must_not=must_not)
 
 
 def count_filter(workspace_id: str | None, has_dense: bool | None, using: str = DENSE) -> Filter | None:
@@ -323,7 +338,10 @@ def off_graph(flt: Filter) -> bool:
     A scope alone (workspace, agent, crew, run) has its own graphs: no ACORN, which would only cost (1.5x a
     hybrid query at 100k memories over 10 workspaces). Exclusions (`must_not`) and `IsEmpty` / `HasDense`
     / `HasId` conditions drop few points: not counted."""
-    for cond in (*flt.must, *flt.should):
+    # a `should` that also admits every point without a field (`IsEmpty`: scope own's "not folded, or folded
+    # across agents") keeps nearly all of them: it narrows nothing
+    widened = any(isinstance(c, IsEmpty) for c in flt.should)
+    for cond in (*flt.must, *(() if widened else flt.should)):
         if isinstance(cond, Filter):
             if off_graph(cond):
                 return True

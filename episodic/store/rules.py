@@ -31,8 +31,9 @@ PAYLOAD_INDEXES: dict[str, IndexKind] = {
     "severity": "keyword",
     "dedup_key": "keyword",
     "aliases": "keyword",  # keyword array: a match on any element
-    "agents": "keyword",  # a folded memory's agents (scope `own` matches agent_id or agents)
+    "agents": "keyword",  # a folded memory's agents (shown; scope `own` matches agent_id only, issue 47)
     "folded_into": "keyword",  # an absorbed memory's owner; recall passes over every memory that has one
+    "fold_scope": "keyword",  # "crew": its owner is another agent's, so it stays its agent's own (scope own)
     "links": "keyword",  # entry ids this memory has an edge to (relations, read in both directions)
     "context_ids": "keyword",  # entry ids whose text this memory was indexed with (episodic.indexing.context)
     "importance_score": "float",

@@ -64,13 +64,13 @@ def test_near_duplicates_from_three_agents_fold_into_the_first(store: MemoryStor
     assert owner["agents"] == ["agent-a", "agent-b", "agent-c"] and owner["occurrences"] == 3
     assert payload(store, "b1")["folded_into"] == "a1" and payload(store, "c1")["folded_into"] == "a1"
     assert payload(store, "b1")["summary"] == OOM_2  # the absorbed entry keeps its own point and text
-    # scope own: each of the three agents finds the one memory, the fourth only its own
-    for agent in ("agent-a", "agent-b", "agent-c"):
-        assert ids(store, agent) == ["a1"]
+    assert payload(store, "b1")["fold_scope"] == "crew"  # folded into another agent's memory
+    # scope own (issue 47): each agent finds its own entry, in its own words, never another agent's text
+    assert ids(store, "agent-a") == ["a1"] and ids(store, "agent-b") == ["b1"] and ids(store, "agent-c") == ["c1"]
     assert ids(store, "agent-d") == ["d1"]
-    # crew_shared with an agent: its own (folded) memory, never the absorbed entries themselves
+    # crew_shared with an agent: its own entry, and the crew's memories in place of the others' entries
     crew = store.query_dense(e(0), ScopeFilter("ws-a", "crew_shared", agent_id="agent-b", crew_id="crew-x"), 10)
-    assert [h.payload["entry_id"] for h in crew] == ["a1"]
+    assert "c1" not in {h.payload["entry_id"] for h in crew} and "b1" in {h.payload["entry_id"] for h in crew}
 
 
 def test_a_new_version_of_an_absorbed_entry_is_decided_again(store: MemoryStore, mk: MakePoint) -> None:
@@ -102,10 +102,11 @@ def test_what_does_not_fold(store: MemoryStore, mk: MakePoint) -> None:
 def test_get_of_an_absorbed_id_answers_with_its_memory(store: MemoryStore, state: StateStore, mk: MakePoint) -> None:
     three_agents(store, mk)
     detail = memory_detail(store, state, "ws-a", "c1")
-    assert detail is not None
-    assert (detail["entry_id"], detail["requested_id"]) == ("a1", "c1")
-    assert [p["entry_id"] for p in detail["folded"]] == ["b1", "c1"]
-    assert detail["agents"] == ["agent-a", "agent-b", "agent-c"] and detail["occurrences"] == 3
+    assert detail is not None  # folded into another agent's memory: it answers itself (its agent's own text)
+    assert (detail["entry_id"], detail["requested_id"], detail["summary"]) == ("c1", "c1", OOM_3)
+    owner = memory_detail(store, state, "ws-a", "a1")
+    assert owner is not None and [p["entry_id"] for p in owner["folded"]] == ["b1", "c1"]
+    assert owner["agents"] == ["agent-a", "agent-b", "agent-c"] and owner["occurrences"] == 3
 
 
 def forget(fid: str, **selector: Any) -> ForgetRecord:
@@ -119,7 +120,7 @@ def test_forgetting_an_agent_takes_only_its_part(store: MemoryStore, state: Stat
     owner = payload(store, "a1")
     assert [p["entry_id"] for p in owner["folded"]] == ["c1"] and owner["agents"] == ["agent-a", "agent-c"]
     assert owner["occurrences"] == 2
-    assert ids(store, "agent-b") == [] and ids(store, "agent-c") == ["a1"]
+    assert ids(store, "agent-b") == [] and ids(store, "agent-c") == ["c1"]
 
 
 def test_forgetting_the_owner_leaves_the_others_standing(store: MemoryStore, state: StateStore, mk: MakePoint) -> None:
@@ -129,7 +130,8 @@ def test_forgetting_the_owner_leaves_the_others_standing(store: MemoryStore, sta
     assert heir.get("folded_into") is None
     assert [p["entry_id"] for p in heir["folded"]] == ["c1"] and heir["agents"] == ["agent-b", "agent-c"]
     assert payload(store, "c1")["folded_into"] == "b1"
-    assert ids(store, "agent-a") == [] and ids(store, "agent-b") == ["b1"] and ids(store, "agent-c") == ["b1"]
+    assert payload(store, "c1")["fold_scope"] == "crew"  # b1 is agent-b's: c1 stays agent-c's own
+    assert ids(store, "agent-a") == [] and ids(store, "agent-b") == ["b1"] and ids(store, "agent-c") == ["c1"]
 
 
 def test_an_export_line_carries_the_fold(store: MemoryStore, mk: MakePoint) -> None:
@@ -244,5 +246,5 @@ def test_an_owner_forgotten_while_the_linker_folds_hides_nothing(
     linker = Linker(store=racing, clock=lambda: T, state=state)  # type: ignore[arg-type]
     assert linker.link([vector_event("b1"), vector_event("c1")]).folded == 2
     assert payload(store, "b1").get("folded_into") is None and payload(store, "c1")["folded_into"] == "b1"
-    assert ids(store, "agent-b") == ["b1"] and ids(store, "agent-c") == ["b1"]
+    assert ids(store, "agent-b") == ["b1"] and ids(store, "agent-c") == ["c1"]
     assert check_store(store, state).ok, check_store(store, state).as_dict()

@@ -195,7 +195,7 @@ def test_a_batch_searches_the_store_once_and_links_as_one_by_one(store: MemorySt
     store.engine.query_batch = counted  # type: ignore[method-assign]
     events = [vector_event(f"new{i}", ws=ws) for ws in ("ws-a", "ws-b") for i in range(3)]
     result = Linker(store=store).link(events)
-    assert batches == [6]  # one batch of six searches (one row each), not six calls
+    assert batches == [6, 6]  # one batch of six searches (one row each), not six calls; then their surprise
     assert (result.linked, result.failed) == (6, 0)
     for ws in ("ws-a", "ws-b"):
         edges = {e: similar(store, e, ws) for e in ("new0", "new1", "new2")}

@@ -48,12 +48,13 @@ OWN = ScopeFilter(workspace_id="ws-a", scope="own", agent_id="ag")
 SPARSE = SparseVec([3, 9], [1.0, 2.0])
 
 
-MINE = Filter(should=(Match("agent_id", "ag"), Match("agents", "ag")))  # written by it, or folded from its entry
 VISIBLE = IsEmpty("folded_into")  # a near duplicate folded into another memory is seen through that memory
+# written by it, and not folded into another of its own memories (one folded into another agent's stays its own)
+MINE = Filter(must=(Match("agent_id", "ag"), Filter(should=(VISIBLE, Match("fold_scope", "crew")))))
 
 
 def test_own_scope_is_the_agents_memories_in_the_workspace() -> None:
-    assert scope_filter(OWN) == Filter(must=(WS, MINE, VISIBLE))
+    assert scope_filter(OWN) == Filter(must=(WS, MINE))
 
 
 def test_crew_shared_scope_is_own_or_the_crews_high_value() -> None:
@@ -61,8 +62,8 @@ def test_crew_shared_scope_is_own_or_the_crews_high_value() -> None:
     high = AtLeast("importance_score", 0.7)
     crew_high = Filter(must=(Match("crew_id", "c"), high))
     # the agent's own memories whatever their crew (none included), or the crew's high-value ones
-    mine_or_crew = Filter(should=(*MINE.should, crew_high))
-    assert scope_filter(scope) == Filter(must=(WS, mine_or_crew, VISIBLE))
+    mine_or_crew = Filter(should=(MINE, Filter(must=(*crew_high.must, VISIBLE))))
+    assert scope_filter(scope) == Filter(must=(WS, mine_or_crew))
     no_agent = ScopeFilter(workspace_id="ws-a", scope="crew_shared", crew_id="c", high_value=0.7)
     assert scope_filter(no_agent) == Filter(must=(WS, Match("crew_id", "c"), high, VISIBLE))
 
@@ -259,7 +260,7 @@ def test_lowering_builds_each_shared_node_once_and_reuses_it() -> None:
     # one scope filter (with its agent_id-or-agents filter), one idf filter; one dense leg; one sparse vector
     # for the three BM25 legs
     assert vocab.calls == Counter(
-        filter=3, match=4, is_empty=1, dense_leg=1, sparse_vector=1, sparse_leg=3, fused=1, times_importance=1
+        filter=4, match=4, is_empty=1, dense_leg=1, sparse_vector=1, sparse_leg=3, fused=1, times_importance=1
     )
     kind, legs, method, k, weights, fused_filter, limit = fused
     assert (kind, method, k, weights, limit) == ("fused", "rrf", 60, [1.0, 1.0, 1.0, 1.0], 40)
@@ -269,8 +270,9 @@ def test_lowering_builds_each_shared_node_once_and_reuses_it() -> None:
     assert lexical[1] is both[1] is head[1]  # the same engine sparse vector
     assert head[3] == 2
     assert score == ("times_importance", "importance_score", 0.5)
-    mine = ("filter", None, [("match", "agent_id", "ag"), ("match", "agents", "ag")], None)
-    assert top == ("filter", [("match", "workspace_id", "ws-a"), mine, ("is_empty", "folded_into")], None, None)
+    visible = ("filter", None, [("is_empty", "folded_into"), ("match", "fold_scope", "crew")], None)
+    mine = ("filter", [("match", "agent_id", "ag"), visible], None, None)
+    assert top == ("filter", [("match", "workspace_id", "ws-a"), mine], None, None)
 
 
 def test_a_piece_penalty_wraps_the_dense_leg_once_and_the_re_scored_leg_reads_the_wrapped_one() -> None:
@@ -337,7 +339,6 @@ def test_recall_filters_narrow_the_scope_inside_the_filter() -> None:
         must=(
             WS,
             MINE,
-            VISIBLE,
             DatetimeRange("ts", gte="2026-01-01T00:00:00Z", lt="2026-02-01T00:00:00Z"),
             MatchAny("entry_type", ("peer.escalation", "approval.denied")),
             MatchAny("severity", ("warn", "error")),

@@ -240,7 +240,20 @@ class Hit(BaseModel):
     agents: list[str] = Field(
         default_factory=list,
         description="when near duplicates from several agents were folded into it: those agents, the memory's "
-        "own first (each finds it in scope own); empty otherwise",
+        "own first, as far as the request's scope may see them (in scope own, only the agent's own); empty "
+        "otherwise",
+    )
+    surprise: float | None = Field(
+        default=None,
+        description="1 - the best cosine to what its agent already held in the workspace when it was linked "
+        "(seed 003); null without a dense vector or from before surprise was computed",
+    )
+    key_moment: bool = Field(default=False, description="surprise >= 0.7 (seed 003): unlike anything its agent held")
+    similar_left_out: int = Field(
+        default=0,
+        ge=0,
+        description="render only: how many lower-ranked hits that say the same thing (EPISODIC_FOLD_* rule) were "
+        "left out of the block in favour of this one",
     )
     context: list[ContextLine] | None = Field(
         default=None,
@@ -264,6 +277,12 @@ class RenderResponse(BaseModel):
     nudge: str | None = Field(default=None, description="a pending nudge for run_id, outside the block")
     mode: Mode
     degraded: bool
+    similar_left_out: int = Field(
+        default=0,
+        ge=0,
+        description="hits left out because they say what a hit in the block says (each kept hit counts its own, "
+        "and its line says `+N similar`); the block spends no two lines on one fact",
+    )
 
 
 class StatsResponse(BaseModel):
