@@ -320,7 +320,8 @@ class KafkaBroker:
             conf.update({
                 "sasl.enabled.mechanisms": "SCRAM-SHA-512,SCRAM-SHA-256",
                 "sasl.mechanism.inter.broker.protocol": mech,
-                f"listener.name.client.{mech.lower()}.sasl.jaas.config": jaas,
+                "listener.name.client.scram-sha-512.sasl.jaas.config": jaas,  # one per mechanism the listener takes
+                "listener.name.client.scram-sha-256.sasl.jaas.config": jaas,
                 "ssl.keystore.type": "PEM",
                 "ssl.keystore.location": str(self.security.pem),
                 "ssl.truststore.type": "PEM",
