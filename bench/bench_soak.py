@@ -87,6 +87,7 @@ class Minute:
     rss_broker: float = 0.0
     cpu_stack: float = 0.0  # % of one core over the minute
     cpu_broker: float = 0.0
+    disk_broker: float = 0.0  # MiB of the embedded Kafka's log directory at the end of the minute
     seconds: float = 60.0
 
 
@@ -264,7 +265,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 async with httpx.AsyncClient(
                     timeout=10.0, limits=httpx.Limits(max_connections=MAX_IN_FLIGHT)
                 ) as client:
-                    sampler = asyncio.create_task(sample_processes(proc.pid, soak, clock, t0))
+                    kafka_log = tmp / "data" / "kafka" / "data"
+                    sampler = asyncio.create_task(sample_processes(proc.pid, soak, clock, t0, kafka_log))
                     recalls = asyncio.create_task(recall_load(client, f"{base}/v1/recall", soak, clock, stop))
                     await ingest_load(producer, soak, clock, uid(), args.mix)
                     await recalls
@@ -288,7 +290,16 @@ async def run(args: argparse.Namespace) -> list[Row]:
     return [*report(soak, lost_ix, lost_gate, tail_s), Row("soak", "write conflicts, all writers", total, "")]
 
 
-async def sample_processes(pid: int, soak: Soak, clock: Any, t0: float) -> None:
+def du_mib(path: Path) -> float:
+    total = 0
+    for f in path.rglob("*"):
+        with contextlib.suppress(OSError):
+            if f.is_file():
+                total += f.stat().st_blocks * 512  # allocated, not apparent: Kafka preallocates its indexes
+    return total / 2**20
+
+
+async def sample_processes(pid: int, soak: Soak, clock: Any, t0: float, kafka_log: Path) -> None:
     """RSS of the stack and of its broker (its child) at the end of every minute, and the CPU each used in it
     (what grows when the latencies do: the stack's work, or the embedded broker's fetches)."""
     used = (cpu_seconds(pid), sum(cpu_seconds(c) for c in children(pid)))
@@ -302,6 +313,7 @@ async def sample_processes(pid: int, soak: Soak, clock: Any, t0: float) -> None:
         minute.rss_broker = sum(rss_mib(c) for c in brokers)
         now, spent = time.monotonic(), (cpu_seconds(pid), sum(cpu_seconds(c) for c in brokers))
         minute.cpu_stack, minute.cpu_broker = (100 * (b - a) / (now - since) for a, b in zip(used, spent, strict=True))
+        minute.disk_broker = await asyncio.to_thread(du_mib, kafka_log)
         used, since = spent, now
 
 
@@ -332,7 +344,8 @@ def report(soak: Soak, lost_ix: int, lost_gate: int, tail_s: float) -> list[Row]
     print("\nper minute (ratios against minute 1):")
     print(
         f"{'min':>3} {'in/s':>5} {'fresh p50':>9} {'p99':>7} {'x1':>5} {'recall/s':>8} {'p50':>7} {'p99':>7} "
-        f"{'x1':>5} {'err':>4} {'skip':>4} {'RSS MiB':>8} {'x1':>5} {'broker':>7} {'CPU %':>6} {'broker':>6}"
+        f"{'x1':>5} {'err':>4} {'skip':>4} {'RSS MiB':>8} {'x1':>5} {'broker':>7} {'CPU %':>6} {'broker':>6} "
+        f"{'log MiB':>7}"
     )
     for i, m in enumerate(soak.minutes, 1):
         f50, f99 = percentile(m.fresh, 50), percentile(m.fresh, 99)
@@ -341,7 +354,7 @@ def report(soak: Soak, lost_ix: int, lost_gate: int, tail_s: float) -> list[Row]
             f"{i:>3} {m.produced / m.seconds:5.0f} {f50 * 1000:7.0f}ms {f99 * 1000:5.0f}ms {ratio(f99, base_f)} "
             f"{len(m.recall) / m.seconds:8.1f} {r50 * 1000:5.0f}ms {r99 * 1000:5.0f}ms {ratio(r99, base_r)} "
             f"{m.recall_errors:>4} {m.recall_skipped:>4} {m.rss_stack:8.0f} {ratio(m.rss_stack, first.rss_stack)} "
-            f"{m.rss_broker:7.0f} {m.cpu_stack:6.0f} {m.cpu_broker:6.0f}"
+            f"{m.rss_broker:7.0f} {m.cpu_stack:6.0f} {m.cpu_broker:6.0f} {m.disk_broker:7.1f}"
         )
     last, mid = soak.minutes[-1], soak.minutes[len(soak.minutes) // 2]
     growth = (last.rss_stack - mid.rss_stack) / mid.rss_stack if mid.rss_stack else float("nan")
@@ -379,6 +392,27 @@ def report(soak: Soak, lost_ix: int, lost_gate: int, tail_s: float) -> list[Row]
         Row("soak", "stack RSS, last minute", last.rss_stack, "MiB", first.rss_stack, label),
         Row(
             "soak",
+            "broker RSS, last minute",
+            last.rss_broker,
+            "MiB",
+            mid.rss_broker,
+            "the middle minute",
+            target=f"< {1 + RSS_PLATEAU:.2f}x",
+            ok=last.rss_broker < (1 + RSS_PLATEAU) * mid.rss_broker
+            if len(soak.minutes) >= MIN_MINUTES_FOR_VERDICT
+            else None,
+        ),
+        Row(
+            "soak",
+            "broker log on disk, last minute",
+            last.disk_broker,
+            "MiB",
+            max(m.disk_broker for m in soak.minutes),
+            "its peak in the run",
+            note="retention deletes segments: bounded when the last is not the peak",
+        ),
+        Row(
+            "soak",
             "stack RSS growth, last vs middle minute",
             growth * 100,
             "%",
@@ -409,6 +443,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start-timeout", type=float, default=180.0)
     ap.add_argument("--log", type=Path, help="keep the stack's log here")
     ap.add_argument(
+        "--retention-minutes", type=float, default=5.0,
+        help="the journal topics' retention (EPISODIC_JOURNAL_RETENTION_HOURS), short so that it bites in the run "
+        "(default 5; segments checked every 30 s)",
+    )  # fmt: skip
+    ap.add_argument(
         "--env", action="append", default=[], metavar="KEY=VALUE",
         help="a setting for the stack (the shell's EPISODIC_* are not passed on), e.g. EPISODIC_EDGE_INDEX_AFTER=0",
     )  # fmt: skip
@@ -416,7 +455,11 @@ def main(argv: list[str] | None = None) -> int:
     bad = [kv for kv in args.env if "=" not in kv or not kv.startswith("EPISODIC_")]
     if bad:
         ap.error(f"--env takes EPISODIC_KEY=VALUE, not {bad[0]!r}")
-    args.env = dict(kv.split("=", 1) for kv in args.env)
+    args.env = {
+        "EPISODIC_JOURNAL_RETENTION_HOURS": str(args.retention_minutes / 60),
+        "EPISODIC_BROKER_RETENTION_CHECK_S": "30",
+        **dict(kv.split("=", 1) for kv in args.env),
+    }
     if args.quick:
         args.minutes = 2
     if args.minutes < 1:

@@ -23,6 +23,7 @@ from episodic.kernel.settings import Settings
 from episodic.kernel.transport_security import kafka_options
 from stack.commands.checks import LAG_WARN_RECORDS, Check, Level
 from stack.commands.doctor_roles import check_decay, check_health, check_qdrant_server, check_roles
+from stack.engine import resolved
 
 
 def check_broker(settings: Settings, list_topics: Callable[[str], set[str]] | None = None) -> list[Check]:
@@ -359,7 +360,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--workspace", default=None, help="count the memories of this workspace")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    settings = Settings()
+    settings = resolved(Settings())  # Kafka, or the Tansu fallback: how its end offsets are read
     url = (args.url or settings.service_url).rstrip("/")
     token = args.token or (settings.token.get_secret_value() if settings.token else None)
     broker = check_broker(settings)

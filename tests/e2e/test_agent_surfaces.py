@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -337,11 +338,13 @@ async def test_mcp_over_http_a_token_for_workspace_a_cannot_reach_b(surfaces: Su
 
 
 async def test_a_confluent_kafka_producer_feeds_the_pipeline(surfaces: Surfaces) -> None:
-    """librdkafka (the client behind most non-Java Kafka libraries) against the embedded broker."""
+    """librdkafka (the client behind most non-Java Kafka libraries) against the embedded broker, idempotent."""
     from confluent_kafka import Producer
 
     key = phrase()
-    producer = Producer({"bootstrap.servers": surfaces.bootstrap, "acks": "all", "client.id": "librdkafka-test"})
+    producer = Producer(
+        {"bootstrap.servers": surfaces.bootstrap, "acks": "all", "enable.idempotence": True, "client.id": "rdkafka"}
+    )
     errors: list[Any] = []
     delivered: list[Any] = []
 
@@ -363,6 +366,33 @@ async def test_a_confluent_kafka_producer_feeds_the_pipeline(surfaces: Surfaces)
             return {h.entry_id for h in answer.hits} == set(ids)
 
         await poll(all_recalled, timeout=30, what="the librdkafka-produced entries recalled")
+
+
+@pytest.mark.skipif(
+    shutil.which("kcat") is None and os.environ.get("EPISODIC_REQUIRE_KCAT") != "1",
+    reason="kcat is not installed (Debian's kcat; .ci/run installs it and sets EPISODIC_REQUIRE_KCAT=1)",
+)
+async def test_kcat_from_debian_feeds_the_pipeline(surfaces: Surfaces) -> None:
+    """kcat 1.7 (Debian 12: librdkafka 2.0.2) on Kafka: it failed on Tansu (its ApiVersions v3 answer)."""
+    key = phrase()
+    lines = [
+        json.dumps({"id": f"kcat-{i}", "workspace_id": "ws-a", "agent_id": "kcat", "ts": "2026-11-21T10:00:00Z",
+                    "entry_type": "summary.generated", "severity": "info", "summary": f"kcat entry {i} on {key}"})
+        for i in range(3)
+    ]  # fmt: skip
+    done = await asyncio.to_thread(
+        subprocess.run,
+        ["kcat", "-P", "-b", surfaces.bootstrap, "-t", "journal.entries", "-k", "ws-a", "-X", "acks=all"],
+        input="\n".join(lines) + "\n", text=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with surfaces.client("a", workspace_id="ws-a", agent_id="kcat") as memory:
+
+        async def all_recalled() -> bool:
+            answer = await asyncio.to_thread(memory.recall, key, mode="sparse", k=10)
+            return {h.entry_id for h in answer.hits} == {f"kcat-{i}" for i in range(3)}
+
+        await poll(all_recalled, timeout=30, what="the kcat-produced entries recalled")
 
 
 async def test_the_langchain_retriever_returns_documents(surfaces: Surfaces) -> None:

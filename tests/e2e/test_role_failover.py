@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -120,6 +121,7 @@ class Feeder:
     def __init__(self, bootstrap: str, per_tick: int = 20, tick_s: float = 0.1) -> None:
         self.bootstrap, self.per_tick, self.tick_s = bootstrap, per_tick, tick_s
         self.sent = 0
+        self.acked_at: list[float] = []  # monotonic time of each tick's acknowledgement
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -134,6 +136,7 @@ class Feeder:
                     futs.append(await producer.send("journal.entries", key=key, value=entry(i)))
                 await asyncio.gather(*futs)
                 self.sent += self.per_tick
+                self.acked_at.append(time.monotonic())
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), self.tick_s)
         finally:
@@ -141,6 +144,11 @@ class Feeder:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
+
+    def longest_gap(self, since: float) -> float:
+        """The longest time without an acknowledgement after `since` (a produce stalled by a failover)."""
+        times = [since, *(t for t in self.acked_at if t > since)]
+        return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
 
     async def stop(self) -> int:
         self._stop.set()
