@@ -27,6 +27,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("EPISODIC_BROKER", "kafka")
 
 
+# EPISODIC_TEST_BROKER_SPARE=0: no spare (each fresh broker starts when its test asks), to measure what the
+# spare saves: tests/e2e/test_pipeline.py, 18 fresh brokers, measured in docs/benchmarks.md
+SPARE = os.environ.get("EPISODIC_TEST_BROKER_SPARE", "1") != "0"
+
+
 class BrokerPool:
     """One spare broker starting in the background: a test gets it at once and the next one starts."""
 
@@ -40,8 +45,9 @@ class BrokerPool:
         with self._lock:
             spare, self._spare = self._spare, None
         broker = spare.result() if spare is not None else TestBroker()
-        with self._lock:
-            self._spare = self._pool.submit(TestBroker)
+        if SPARE:
+            with self._lock:
+                self._spare = self._pool.submit(TestBroker)
         return broker
 
     def give_back(self, broker: TestBroker) -> None:

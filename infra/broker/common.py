@@ -20,6 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("infra.broker")
 
@@ -74,7 +75,8 @@ def port_in_use(host: str, port: int) -> BrokerError:
 
 
 def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: the child gets SIGTERM when the thread that started it dies (the process, even by kill -9)."""
+    """Linux: the child gets SIGTERM when the thread that forked it dies (prctl's parent is the thread, not
+    the process): hence `_spawner`, one thread that lives as long as the process."""
     try:
         import ctypes
 
@@ -83,6 +85,45 @@ def die_with_parent() -> None:  # pragma: no cover - runs in the child between f
         libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
     except Exception:
         pass
+
+
+class _Spawner:
+    """Forks every broker from one daemon thread that lives as long as the process.
+
+    PR_SET_PDEATHSIG fires when the *thread* that forked the child exits. The stack starts its broker from a
+    worker thread (`asyncio.to_thread`), the tests from a pool's: a broker forked there got SIGTERM as soon as
+    that thread ended (measured: a broker started from a thread that then returned was gone 3 s later), which
+    is not the process dying. Forked from here, it dies with the process only.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: Any = None
+
+    def popen(self, cmd: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+        import queue
+
+        with self._lock:
+            if self._jobs is None:
+                self._jobs = queue.Queue()
+                threading.Thread(target=self._run, name="broker-spawner", daemon=True).start()
+        done: queue.Queue[Any] = queue.Queue(maxsize=1)
+        self._jobs.put((cmd, kw, done))
+        result = done.get()
+        if isinstance(result, BaseException):
+            raise result
+        return result  # type: ignore[no-any-return]
+
+    def _run(self) -> None:
+        while True:
+            cmd, kw, done = self._jobs.get()
+            try:
+                done.put(subprocess.Popen(cmd, **kw))
+            except BaseException as e:  # handed to the caller
+                done.put(e)
+
+
+_spawner = _Spawner()
 
 
 class Child:
@@ -105,7 +146,7 @@ class Child:
         with self._seen:
             self._marks = dict.fromkeys(self._marks, False)
             self._tail.clear()
-        self.proc = subprocess.Popen(
+        self.proc = _spawner.popen(
             cmd,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

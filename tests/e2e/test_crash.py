@@ -77,7 +77,7 @@ async def test_kill_9_mid_batch_then_restart_indexes_each_entry_once(fresh_broke
     log = tmp_path / "stack.log"
     proc = start_stack(fresh_broker, tmp_path / "data", port, log)
     try:
-        await poll(lambda: indexed(port, "crash-ws") == 0, timeout=90, what="stack up")
+        await poll(lambda: indexed(port, "crash-ws") == 0, timeout=180, what="stack up")
         await produce_lines(fresh_broker, lines)
         # kill -9 while the consumer is part-way through the journal
         got = await poll(

@@ -135,3 +135,20 @@ def test_open_broker_falls_back_to_tansu_and_says_why(tmp_path: Path) -> None:
         open_broker(engine="kafka", data_dir=tmp_path, libs=missing)
     kafka, why = open_broker(engine="auto", data_dir=tmp_path)
     assert isinstance(kafka, KafkaBroker) and kafka.durable and why is None
+
+
+def test_a_broker_started_from_a_thread_that_ends_stays_up(tmp_path: Path) -> None:
+    """The stack starts its broker from a worker thread, the tests from a pool's; the parent-death signal is
+    tied to the thread that forked, so a broker forked from one died with it (3 s later, on the previous
+    launcher). It must die with the process only."""
+    import threading
+
+    b = KafkaBroker(data_dir=tmp_path, port=free_port())
+    t = threading.Thread(target=b.start)
+    t.start()
+    t.join()
+    try:
+        time.sleep(4)
+        assert b.alive() and port_open("127.0.0.1", b.port)
+    finally:
+        b.stop()
