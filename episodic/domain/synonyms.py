@@ -2,14 +2,14 @@
 Static data, no network.
 
 Two rewordings of one fact swap words for synonyms ("the migration completed" / "finished", "asked for" /
-"requested", "married" / "wed") or for a word of the same kind of doing ("taught" / "showed"); a near miss
-swaps a thing or a person for another of its kind ("niece" / "nephew", "checkout" / "payments"), which
-WordNet keeps apart. The table (data/synonyms.tsv.gz, about 300 KB) holds, for each Snowball stem (the
+"requested", "bought" / "purchased"); a near miss swaps a thing or a person for another of its kind
+("niece" / "nephew", "checkout" / "payments"), or a doing for its opposite ("bought" / "sold"), which
+WordNet keeps apart. The table (data/synonyms.tsv.gz, about 460 KB) holds, for each Snowball stem (the
 rule's word unit, `episodic.domain.folding`) of a one-word WordNet lemma or of an irregular form ("fell",
-"taught", "begun"), the synsets of its senses and, apart, what a verb's widen to (its hypernyms) and an
-adjective's (the adjectives it is similar to), its antonyms, and whether it is verbish (most of its senses in use are verbs, adjectives or
-adverbs). It is made from WordNet 3.0 by `python -m eval.wordnet_table` (how and why: that module), and
-read once per process, at the first comparison.
+"taught", "begun"): the synsets of its senses; apart, what its verb senses widen to (their hypernyms) and
+its adjective senses (the adjectives they are similar to); its antonyms; and whether it is verbish (most of
+its senses in use are verbs, adjectives or adverbs). It is made from WordNet 3.0 by `python -m
+eval.wordnet_table` (how and why: that module), and read once per process, at the first comparison.
 
 WordNet 3.0 Copyright 2006 by Princeton University. All rights reserved. Its licence: data/WORDNET-LICENSE.
 """
