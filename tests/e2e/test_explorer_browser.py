@@ -234,24 +234,27 @@ async def _walk(w: Walk, base: str) -> None:
     sent = await page.request.post(f"{base}/v1/journal", data=json.dumps({"entries": twins}), headers=auth)
     assert sent.status == 202, await sent.text()
 
-    async def absorbed() -> bool:
-        await page.goto(f"{base}/ui/memory/f0001?workspace_id=acme")
-        return "What it absorbed" in await w.text()
+    async def absorbed() -> bool:  # asked of the API: a page of a memory not indexed yet would log a 404
+        got = await page.request.get(f"{base}/v1/memory/f0001?workspace_id=acme", headers=auth)
+        return got.status == 200 and bool((await got.json()).get("folded"))
 
     await poll(absorbed, timeout=90, what="the near duplicate folded")
+    await page.goto(f"{base}/ui/memory/f0001?workspace_id=acme")
+    owner = (await page.locator("h1").inner_text()).strip()  # the one linked first owns the other
+    part = "f0002" if owner == "f0001" else "f0001"
     row = await page.locator("table.absorbed tr.part").first.inner_text()
-    assert "f0002" in row and "near duplicate" in row and "complet = finish" in row, row
+    assert part in row and "near duplicate" in row and "complet = finish" in row, row
     await w.shot("absorbed")
     await page.click("table.absorbed button:has-text('Unfold')")
-    assert "Unfold f0002 from f0001?" in await w.text() and "complet = finish" in await w.text()
+    assert f"Unfold {part} from {owner}?" in await w.text() and "complet = finish" in await w.text()
     await w.shot("unfold-confirm")
     await page.click("button:has-text('Yes, unfold')")
     done = await w.text()
-    assert "f0002 is its own memory again" in done and "2 memories rewritten by ops" in done, done
-    await page.goto(f"{base}/ui/memory/f0002?workspace_id=acme")
+    assert f"{part} is its own memory again" in done and "2 memories rewritten by ops" in done, done
+    await page.goto(f"{base}/ui/memory/{part}?workspace_id=acme")
     own = await w.text()
-    assert "Last night the ledger's database migration" in own and "Unfolded from f0001 by ops" in own, own
-    await page.goto(f"{base}/ui/memory/f0001?workspace_id=acme")
+    assert part in await page.locator("h1").inner_text() and f"Unfolded from {owner} by ops" in own, own
+    await page.goto(f"{base}/ui/memory/{owner}?workspace_id=acme")
     assert "What it absorbed" not in await w.text()
 
     # a token bound to agent reviewer: the planner's memories are not its to see
