@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from episodic.domain.folding import FoldRule, content_tokens, differences, fact_tokens, jaccard, near_duplicate, reading
+from episodic.domain.folding import FoldRule, content_tokens, fact_tokens, jaccard, near_duplicate
 
 DATA = Path(__file__).resolve().parent / "data"
 GROUPS = DATA / "fold_groups.jsonl"
@@ -115,19 +115,6 @@ def shipped(rule: FoldRule) -> Rule:
     return lambda cosine, a, b: near_duplicate(cosine, a, b, rule).fold
 
 
-def swaps(n: int, cosine_gate: float = 0.80) -> Rule:
-    """A looser variant: as shipped, but up to `n` content words of each side may be swapped for others."""
-
-    def rule(cosine: float, a: str, b: str) -> bool:
-        ra, rb = reading(a), reading(b)
-        if cosine < cosine_gate or differences(ra, rb) is not None:
-            return False
-        only_a, only_b = ra.content - rb.content, rb.content - ra.content
-        return max(len(only_a), len(only_b)) <= n if only_a and only_b else len(only_a | only_b) <= 2
-
-    return rule
-
-
 @dataclass
 class Score:
     pairs: int = 0
@@ -159,15 +146,21 @@ def score(rule: Rule, pairs: list[dict], cos: dict[str, float]) -> Score:
     return s
 
 
+BEFORE = "before issue 47: cosine 0.86, Jaccard 0.8, same numbers and dates"
+SHIPPED = "SHIPPED: gate 0.75, same facts, names, negations, outcomes; WordNet-related words, +2 words"
+
+
 def rules() -> dict[str, Rule]:
-    out: dict[str, Rule] = {"main: cosine 0.86, Jaccard 0.8, same numbers and dates": main_rule}
-    out["SHIPPED: gate 0.80, same words, facts, names, negations, outcomes, +2 words"] = shipped(FoldRule())
-    for cos in (0.70, 0.75, 0.85, 0.90):
+    out: dict[str, Rule] = {BEFORE: main_rule}
+    out[SHIPPED] = shipped(FoldRule())
+    out["  no WordNet (compounds, outcome words only)"] = shipped(FoldRule(synonyms=False))
+    for n in (1, 2, 3):
+        tag = " (chosen on dev first)" if n == 2 else ""
+        out[f"  + {n} verbish swap{'s' if n > 1 else ''}{tag}"] = shipped(FoldRule(swaps=n))
+    for cos in (0.70, 0.80, 0.85, 0.90):
         out[f"  gate {cos:.2f}"] = shipped(FoldRule(cosine=cos))
-    for add in (0, 1, 4, 64):
+    for add in (0, 1, 4):
         out[f"  +{add} words"] = shipped(FoldRule(additions=add))
-    for n in (1, 2):
-        out[f"  up to {n} words a side swapped"] = swaps(n)
     return out
 
 
@@ -188,9 +181,9 @@ def report(pairs: list[dict], cos: dict[str, float]) -> str:
     chosen = rules()
     for name, rule in chosen.items():
         lines.append(f"| {name} | " + " | ".join(score(rule, ps, cos).cell() for ps in parts.values()) + " |")
-    lines += ["", "By source and by kind (holdout; the near misses of a kind, and the paraphrases), main -> shipped:"]
+    lines += ["", "By source and by kind (holdout; the near misses of a kind, and the paraphrases), before -> shipped:"]
     held = parts["holdout"]
-    base, new = chosen["main: cosine 0.86, Jaccard 0.8, same numbers and dates"], shipped(FoldRule())
+    base, new = chosen[BEFORE], chosen[SHIPPED]
     for field in ("source", "kind"):
         for value in sorted({p[field] for p in held}):
             ps = [p for p in held if p[field] == value]

@@ -77,7 +77,7 @@ def _answer_render(services: Services, req: RenderRequest) -> Answer:
     # Twice the hits asked for (at most 50), so that the k distinct ones can fill the places of repeats.
     result = services.engine.recall(req.model_copy(update={"k": min(MAX_K, 2 * req.k)}))
     s = services.settings
-    hits = distinct(result.hits, req.k, FoldRule(cosine=s.fold_cosine, additions=s.fold_additions))
+    hits = distinct(result.hits, req.k, FoldRule(cosine=s.fold_cosine, additions=s.fold_additions, swaps=s.fold_swaps))
     rendered = render(hits, req.budget_chars)  # up to k=50 hits of 16k characters: CPU work
     shown = [hits[i] for i in rendered.included]
     nudge = None

@@ -416,7 +416,9 @@ class LinkerRole(AgentRole):
             min_mean_cosine=s.similar_min_mean,
             clock=res.clock,
             cores=res.cores,  # waits while bulk embedding runs in this process (edges may lag, vectors not)
-            fold_rule=FoldRule(cosine=s.fold_cosine, additions=s.fold_additions, enabled=s.fold_enabled),
+            fold_rule=FoldRule(
+                cosine=s.fold_cosine, additions=s.fold_additions, swaps=s.fold_swaps, enabled=s.fold_enabled
+            ),
             supersede_rule=SupersedeRule(
                 cosine=s.supersede_cosine, jaccard=s.supersede_jaccard, enabled=s.supersede_enabled
             ),

@@ -36,8 +36,13 @@ __all__ = [
     "folded_entries",
     "folded_ids",
     "unfold",
+    "unfolded_from",
     "unsupersede",
 ]
+
+UNFOLDED = (
+    "unfolded"  # on a memory an operator took out of its owner: [{from, at, by, cosine}] (episodic.lifecycle.unfold)
+)
 
 
 def _occ(p: dict[str, Any]) -> int:
@@ -72,9 +77,9 @@ def agents_of(agent_id: Any, entries: Iterable[dict[str, Any]]) -> list[str]:
     return seen
 
 
-def part_of(absorbed: dict[str, Any], *, cosine: float, at: str) -> dict[str, Any]:
-    """What an owner records of one absorbed memory."""
-    return {
+def part_of(absorbed: dict[str, Any], *, cosine: float, at: str, rule: str | None = None) -> dict[str, Any]:
+    """What an owner records of one absorbed memory (`rule`: the fold rule's reason, shown in the explorer)."""
+    part = {
         "entry_id": str(absorbed.get("entry_id")),
         "agent_id": absorbed.get("agent_id"),
         "ts": absorbed.get("ts"),
@@ -83,6 +88,9 @@ def part_of(absorbed: dict[str, Any], *, cosine: float, at: str) -> dict[str, An
         "occurrences": _occ(absorbed),
         "aliases": [str(a) for a in absorbed.get("aliases") or [] if isinstance(a, str)],
     }
+    if rule is not None:
+        part["rule"] = rule[:500]
+    return part
 
 
 def owner_fields(owner: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -96,11 +104,21 @@ def owner_fields(owner: dict[str, Any], entries: list[dict[str, Any]]) -> dict[s
     }
 
 
-def fold(owner: dict[str, Any], absorbed: dict[str, Any], *, cosine: float, at: str) -> dict[str, Any]:
+def fold(
+    owner: dict[str, Any], absorbed: dict[str, Any], *, cosine: float, at: str, rule: str | None = None
+) -> dict[str, Any]:
     """The owner's fields after absorbing `absorbed` (an entry already among its parts is replaced)."""
     eid = str(absorbed.get("entry_id"))
     entries = [e for e in folded_entries(owner) if e["entry_id"] != eid]
-    return owner_fields(owner, [*entries, part_of(absorbed, cosine=cosine, at=at)])
+    return owner_fields(owner, [*entries, part_of(absorbed, cosine=cosine, at=at, rule=rule)])
+
+
+def unfolded_from(p: dict[str, Any]) -> set[str]:
+    """The owners an operator took memory `p` out of (`UNFOLDED`): the linker never folds it into them again."""
+    raw = p.get(UNFOLDED)
+    return (
+        {str(u.get("from")) for u in raw if isinstance(u, dict) and u.get("from")} if isinstance(raw, list) else set()
+    )
 
 
 def unfold(store: MemoryStore, workspace_id: str, removed: dict[str, dict[str, Any]]) -> int:

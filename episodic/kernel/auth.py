@@ -264,6 +264,15 @@ def authorize(principal: Principal, workspace_id: str | None, *, verb: str = "re
         raise _forbid("workspace_id", f"token {principal.name!r} may not {verb} workspace {workspace_id!r}")
 
 
+def authorize_unfold(principal: Principal, workspace_id: str) -> None:
+    """Taking a near duplicate back out of the memory it folded into (`episodic.lifecycle.unfold`): an
+    operator's act, a workspace or admin token of the workspace; never a bound token (an agent could undo
+    the fold of another agent's memory, and see its text in its own scope)."""
+    authorize(principal, workspace_id, verb="unfold in")
+    if principal.bound:
+        raise _forbid("entry_id", f"token {principal.name!r} is bound to an agent: only an operator's token unfolds")
+
+
 def authorize_recall(
     principal: Principal, *, workspace_id: str, scope: Scope, agent_id: str | None, crew_id: str | None
 ) -> None:

@@ -202,6 +202,9 @@ class Metrics:
         for selector in FORGET_SELECTORS:
             self.forgets.labels(selector=selector)
         self.forgotten = Counter("episodic_forgotten_total", "Memories removed by forgets", registry=r)
+        self.unfolds = Counter(
+            "episodic_unfolds_total", "Near duplicates an operator took back out of their memory (explorer)", registry=r
+        )
         self.forget_suppressed = Counter(
             "episodic_forget_suppressed_total",
             "Embeddable records not indexed because a forget covers them (tombstone or forget rule)",

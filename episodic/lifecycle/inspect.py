@@ -26,8 +26,9 @@ from typing import Any
 from episodic.domain.folding import ACROSS, FOLD_ACROSS
 from episodic.domain.identity import point_id
 from episodic.domain.review import retrievability, state_of
+from episodic.domain.surprise import key_moment, surprise_of
 from episodic.indexing.context import shown_context
-from episodic.indexing.folding import AGENTS, FOLDED_INTO, folded_entries
+from episodic.indexing.folding import AGENTS, FOLDED_INTO, UNFOLDED, folded_entries
 from episodic.kernel.ports import DENSE, MemoryStore, PagePosition, Selection, StateStore
 from episodic.lifecycle.forget import TOMBSTONE, tombstone_key
 from episodic.store.rules import model_field
@@ -168,9 +169,22 @@ def memory_detail(
                 "at": str(e.get("at", "")),
                 "occurrences": _int(e.get("occurrences"), 1),
                 "aliases": _ids(e.get("aliases")),
+                "rule": _str(e.get("rule")),
             }
             for e in folded_entries(payload)
         ],
+        "unfolded": [
+            {
+                "from": str(u.get("from")),
+                "at": _str(u.get("at")),
+                "by": _str(u.get("by")),
+                "cosine": _float(u.get("cosine")),
+            }
+            for u in payload.get(UNFOLDED) or []
+            if isinstance(u, dict) and u.get("from")
+        ],
+        "surprise": surprise_of(payload),
+        "key_moment": key_moment(surprise_of(payload)),
         "agents": _ids(payload.get(AGENTS)),
         "requested_id": entry_id,
         "workspace_id": workspace_id,

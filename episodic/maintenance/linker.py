@@ -72,7 +72,7 @@ from episodic.domain.supersession import SUPERSEDED_BY, SUPERSEDES, SupersedeRul
 from episodic.domain.surprise import SURPRISE, key_moment, surprise
 from episodic.embedding.cores import CoreBudget
 from episodic.indexing.context import ADJACENT as RUN_EDGES
-from episodic.indexing.folding import fold, unfold
+from episodic.indexing.folding import fold, unfold, unfolded_from
 from episodic.kernel.errors import StoreError
 from episodic.kernel.ports import (
     DENSE,
@@ -90,6 +90,7 @@ from schemas.events import IndexedEvent
 log = logging.getLogger(__name__)
 
 SIMILAR = "similar"
+Fold = tuple[str, str, float, str]  # the owner's point id and entry id, the cosine, the rule's reason
 CANDIDATE_FACTOR = 3  # ask the store for top_k x this, to fill top_k after passing over existing pairs
 # Two memories of several pieces are similar only if their mean vectors are too: their best pair of pieces
 # alone links any two that share a stock sentence ("I hope this helps!", "Here are a few options:"), which
@@ -215,7 +216,7 @@ class Linker:
                 unfolded.add(pid)
         new_edges: dict[str, set[str]] = {}  # entry id -> entry ids it points at (written in this batch)
         similar: dict[str, list[dict[str, Any]]] = {}  # point id -> its new similar edges
-        folds: dict[str, tuple[str, str, float]] = {}  # absorbed point id -> (owner point id, entry id, cosine)
+        folds: dict[str, Fold] = {}  # absorbed point id -> (owner point id, entry id, cosine, the rule's reason)
         updated: dict[str, tuple[str, str, float, bool]] = {}  # point id -> (other point, entry id, cosine, newer)
         for pid, chosen in self._neighbours(ready, new_edges, folds, updated).items():
             if chosen is None:
@@ -360,9 +361,7 @@ class Linker:
         if marks:
             self.store.set_payloads(marks)
 
-    def _fold(
-        self, folds: dict[str, tuple[str, str, float]], ws_of: dict[str, str], now: str, result: LinkResult
-    ) -> None:
+    def _fold(self, folds: dict[str, Fold], ws_of: dict[str, str], now: str, result: LinkResult) -> None:
         """Fold each absorbed memory into its owner: the owner's fields under the write discipline (computed
         from the owner as it is at the write), then the absorbed memory's mark (the linker's own fields).
         An owner forgotten while this ran leaves the marks pointing at nothing (the forget read the owner
@@ -370,30 +369,30 @@ class Linker:
         goes to the heir the forget chose for it, if any, else stands alone again."""
         if not folds:
             return
-        wanted = set(folds) | {o for o, _, _ in folds.values()}
+        wanted = set(folds) | {f[0] for f in folds.values()}
         fresh = self.store.retrieve(sorted(wanted), fields=_FRESH_FIELDS)
         marks: dict[str, dict[str, Any]] = {}
-        into: dict[str, list[tuple[str, float]]] = {}  # owner point id -> [(absorbed point id, cosine)]
-        for pid, (owner_pid, _owner_id, cosine) in folds.items():
+        into: dict[str, list[tuple[str, float, str]]] = {}  # owner point id -> [(absorbed point id, cosine, why)]
+        for pid, (owner_pid, _owner_id, cosine, why) in folds.items():
             absorbed, owner = fresh.get(pid), fresh.get(owner_pid)
             if absorbed is None or owner is None:  # either forgotten meanwhile: no fold
                 result.missing += absorbed is None
                 if absorbed is not None:
                     marks[pid] = {"linked_at": now, FOLDED_INTO: None}
                 continue
-            into.setdefault(owner_pid, []).append((pid, cosine))
+            into.setdefault(owner_pid, []).append((pid, cosine, why))
 
         def fold_in(owner_pid: str, owner_now: dict[str, Any]) -> Change:
             owner, fields = dict(owner_now), {}
-            for pid, cosine in into[owner_pid]:
-                step = fold(owner, fresh[pid], cosine=cosine, at=now)
+            for pid, cosine, why in into[owner_pid]:
+                step = fold(owner, fresh[pid], cosine=cosine, at=now, rule=why)
                 owner.update(step)  # the next fold into the same owner starts from this one
                 fields.update(step)
             return Change(fields)
 
         done = self.store.update_memories(into, fold_in, writer="linker", fields=_FRESH_FIELDS)
         for owner_pid in done.applied:
-            for pid, _ in into[owner_pid]:
+            for pid, _, _ in into[owner_pid]:
                 across = fresh[pid].get("agent_id") != fresh[owner_pid].get("agent_id")
                 marks[pid] = {FOLDED_INTO: folds[pid][1], FOLD_ACROSS: ACROSS if across else None, "linked_at": now}
                 result.folded += 1
@@ -406,7 +405,7 @@ class Linker:
         orphans = {
             pid: folds[pid][1]
             for owner_pid in done.applied
-            for pid, _ in into[owner_pid]
+            for pid, _, _ in into[owner_pid]
             if folds[pid][1] in gone[ws_of[pid]]
         }
 
@@ -428,8 +427,8 @@ class Linker:
         self.store.update_memories(orphans, stand_alone, writer="linker", fields=(FOLDED_INTO,))
 
     def _decide(
-        self, point: StoredHit, near: list[tuple[str, str, float]], folds: dict[str, tuple[str, str, float]]
-    ) -> tuple[tuple[str, str, float] | None, tuple[str, str, float, bool] | None]:
+        self, point: StoredHit, near: list[tuple[str, str, float]], folds: dict[str, Fold]
+    ) -> tuple[Fold | None, tuple[str, str, float, bool] | None]:
         """What this memory is to its nearest candidates (`near`: point id, entry id, cosine, best first):
         the memory it folds into (episodic.domain.folding), or else the one it is an update of, or the update
         of (episodic.domain.supersession; `True`: this one is the newer). Memories absorbed in this batch are
@@ -441,15 +440,16 @@ class Linker:
             return None, None
         found = self.store.retrieve([pid for pid, _, _ in near], fields=_FOLD_FIELDS)
         text = str(point.payload.get("summary") or "")
-        owner = point.point_id in {o for o, _, _ in folds.values()}
+        owner = point.point_id in {f[0] for f in folds.values()}
+        refused = unfolded_from(point.payload)  # an operator took it out of these: it never folds into them again
         for pid, eid, cosine in near:
             old = found.get(pid)
-            if old is None or owner or not compatible(point.payload, old):
+            if old is None or owner or eid in refused or not compatible(point.payload, old):
                 continue
             verdict = near_duplicate(cosine, text, str(old.get("summary") or ""), fold_rule)
             if verdict.fold:
                 log.debug("linker: %s folds into %s (%s)", point.payload.get("entry_id"), eid, verdict.reason)
-                return (pid, eid, cosine), None
+                return (pid, eid, cosine, verdict.reason), None
         for pid, eid, cosine in near:
             old = found.get(pid)
             same = old is not None and all(point.payload.get(k) == old.get(k) for k in _SAME_SUBJECT)
@@ -495,7 +495,7 @@ class Linker:
         self,
         points: dict[str, StoredHit],
         new_edges: dict[str, set[str]],
-        folds: dict[str, tuple[str, str, float]],
+        folds: dict[str, Fold],
         updated: dict[str, tuple[str, str, float, bool]],
     ) -> dict[str, list[Candidate] | None]:
         """The chosen neighbours of each point (None: the store refused its search), chosen in order, each

@@ -248,3 +248,57 @@ def test_an_owner_forgotten_while_the_linker_folds_hides_nothing(
     assert payload(store, "b1").get("folded_into") is None and payload(store, "c1")["folded_into"] == "b1"
     assert ids(store, "agent-b") == ["b1"] and ids(store, "agent-c") == ["c1"]
     assert check_store(store, state).ok, check_store(store, state).as_dict()
+
+
+# -- an operator's unfold (issue 47, part 4: episodic.lifecycle.unfold) ----------------------------------------
+
+
+def test_an_unfolded_part_is_its_own_memory_again_and_never_folds_back(
+    store: MemoryStore, state: StateStore, mk: MakePoint
+) -> None:
+    import pytest
+
+    from episodic.lifecycle.unfold import NotFolded, unfold_part
+
+    three_agents(store, mk)
+    owner = payload(store, "a1")
+    assert all("same facts" in p["rule"] for p in owner["folded"])  # the rule's reason, kept with each part
+    detail = memory_detail(store, None, "ws-a", "a1", T)
+    assert detail is not None and [p["rule"] for p in detail["folded"]] == [p["rule"] for p in owner["folded"]]
+
+    done = unfold_part(store, "ws-a", "a1", "b1", by="ops", now=T)
+    assert (done.rewritten, done.owner_occurrences, done.agent_id) == (2, 2, "agent-b")
+    part, owner = payload(store, "b1"), payload(store, "a1")
+    assert part.get("folded_into") is None and part.get("fold_scope") is None
+    assert part["unfolded"] == [{"from": "a1", "at": "2026-11-20T12:00:00Z", "by": "ops", "cosine": done.cosine}]
+    assert [p["entry_id"] for p in owner["folded"]] == ["c1"]
+    assert owner["agents"] == ["agent-a", "agent-c"] and owner["occurrences"] == 2
+    edges = {(r.src, r.dst, r.relation) for r in store.relations_of("ws-a", ["b1"])}
+    assert ("b1", "a1", "similar") in edges  # alike, only not one memory
+    assert ids(store, "agent-b") == ["b1"]
+    got = memory_detail(store, None, "ws-a", "b1", T)
+    assert got is not None and got["entry_id"] == "b1" and got["summary"] == OOM_2
+
+    # a new version of b1 (linked afresh) does not fold into a1 again: the operator said they are two
+    store.upsert([mk("b1", OOM_2, mix((0, 1.0), (1, 0.2)), agent="agent-b", ts="2026-01-01T00:01:00Z",
+                     unfolded=part["unfolded"])])  # fmt: skip
+    assert linker(store).link([vector_event("b1")]).folded == 0
+    assert payload(store, "b1").get("folded_into") is None
+    with pytest.raises(NotFolded):
+        unfold_part(store, "ws-a", "a1", "b1", by="ops", now=T)
+    with pytest.raises(NotFolded):
+        unfold_part(store, "ws-a", "a1", "d1", by="ops", now=T)  # never a part of it
+    assert check_store(store, state).ok, check_store(store, state).as_dict()
+
+
+def test_only_an_operator_unfolds() -> None:
+    import pytest
+
+    from episodic.kernel.auth import AuthError, Principal, authorize_unfold
+
+    authorize_unfold(Principal("ops", admin=True), "ws-a")
+    authorize_unfold(Principal("team", workspaces=frozenset({"ws-a"})), "ws-a")
+    with pytest.raises(AuthError, match="only an operator"):
+        authorize_unfold(Principal("bot", workspaces=frozenset({"ws-a"}), agent_id="a", role="agent"), "ws-a")
+    with pytest.raises(AuthError, match="workspace_id"):
+        authorize_unfold(Principal("team", workspaces=frozenset({"ws-b"})), "ws-a")

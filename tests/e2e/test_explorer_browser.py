@@ -130,7 +130,7 @@ async def test_walk_every_page_of_the_explorer_in_chromium(stack_with_sample: st
             await context.close()
             shutil.rmtree(profile, ignore_errors=True)
     taken = sorted(x.name for x in shots.iterdir())
-    assert len(taken) >= 9 and all((shots / x).stat().st_size > 2000 for x in taken), taken
+    assert len(taken) >= 11 and all((shots / x).stat().st_size > 2000 for x in taken), taken
 
 
 async def _sign_in(w: Walk, base: str, token: str) -> None:
@@ -221,6 +221,41 @@ async def _walk(w: Walk, base: str) -> None:
     w.allowed = 1
     await page.goto(f"{base}/ui/memory/e0004?workspace_id=acme")
     assert "was forgotten" in await w.text()
+
+    # a near duplicate folds: the owner's page says what it absorbed, the cosine and the rule; an operator
+    # unfolds it, confirmed, and the part is its own memory again (issue 47)
+    twins = [
+        {"id": f"f000{i}", "workspace_id": "acme", "crew_id": "platform", "agent_id": "planner", "run_id": "run-9",
+         "ts": f"2026-11-09T10:0{i}:00Z", "entry_type": "peer.escalation", "severity": "warn", "summary": text}
+        for i, text in ((1, "The ledger database migration completed without errors last night."),
+                        (2, "Last night the ledger's database migration finished with no errors."))
+    ]  # fmt: skip
+    auth = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"}
+    sent = await page.request.post(f"{base}/v1/journal", data=json.dumps({"entries": twins}), headers=auth)
+    assert sent.status == 202, await sent.text()
+
+    async def absorbed() -> bool:  # asked of the API: a page of a memory not indexed yet would log a 404
+        got = await page.request.get(f"{base}/v1/memory/f0001?workspace_id=acme", headers=auth)
+        return got.status == 200 and bool((await got.json()).get("folded"))
+
+    await poll(absorbed, timeout=90, what="the near duplicate folded")
+    await page.goto(f"{base}/ui/memory/f0001?workspace_id=acme")
+    owner = (await page.locator("h1").inner_text()).strip()  # the one linked first owns the other
+    part = "f0002" if owner == "f0001" else "f0001"
+    row = await page.locator("table.absorbed tr.part").first.inner_text()
+    assert part in row and "near duplicate" in row and "complet = finish" in row, row
+    await w.shot("absorbed")
+    await page.click("table.absorbed button:has-text('Unfold')")
+    assert f"Unfold {part} from {owner}?" in await w.text() and "complet = finish" in await w.text()
+    await w.shot("unfold-confirm")
+    await page.click("button:has-text('Yes, unfold')")
+    done = await w.text()
+    assert f"{part} is its own memory again" in done and "2 memories rewritten by ops" in done, done
+    await page.goto(f"{base}/ui/memory/{part}?workspace_id=acme")
+    own = await w.text()
+    assert part in await page.locator("h1").inner_text() and f"Unfolded from {owner} by ops" in own, own
+    await page.goto(f"{base}/ui/memory/{owner}?workspace_id=acme")
+    assert "What it absorbed" not in await w.text()
 
     # a token bound to agent reviewer: the planner's memories are not its to see
     await page.click("header button:has-text('Sign out')")

@@ -160,9 +160,24 @@ async def test_recall_render_returns_the_block_and_the_nudge_apart() -> None:
     assert not result.is_error
     assert result.structured_content == {"text": "<recalled-memory>block</recalled-memory>",
                                          "nudge": "You have 72 new journal entries", "degraded": False,
-                                         "entry_ids": ["e1"], "placed": ["newer"]}  # fmt: skip
+                                         "entry_ids": ["e1"], "placed": ["newer"], "key_moments": []}  # fmt: skip
     assert result.content[0].text.startswith("<recalled-memory>block</recalled-memory>\n\nYou have 72")
     assert json.loads(svc.seen[0].content)["run_id"] == "r1"
+
+
+async def test_key_moments_are_marked_in_the_tools_output_not_only_in_hit_fields() -> None:
+    key = {**HIT, "entry_id": "e2", "surprise": 0.83, "key_moment": True, "placed": "direct"}
+    svc = Service(
+        v1_recall=(200, {"mode": "hybrid", "degraded": False, "hits": [HIT, key]}),
+        v1_recall_render=(200, {"text": "<recalled-memory>[e2 · key moment]</recalled-memory>", "hits": [HIT, key],
+                                "mode": "hybrid", "degraded": False}),
+    )  # fmt: skip
+    async with Client(server(svc)) as mcp:
+        ranked = await mcp.call_tool("recall", {"query": "x"})
+        block = await mcp.call_tool("recall_render", {"query": "x"})
+    assert ranked.structured_content is not None and ranked.structured_content["key_moments"] == ["e2"]
+    assert [h["key_moment"] for h in ranked.structured_content["hits"]] == [False, True]
+    assert block.structured_content is not None and block.structured_content["key_moments"] == ["e2"]
 
 
 async def test_remember_writes_an_entry_that_is_always_embedded() -> None:

@@ -469,6 +469,18 @@ class FoldedPart(BaseModel):
     at: str = Field(description="when it was folded")
     occurrences: int = Field(default=1, description="it and its exact duplicates")
     aliases: list[str] = Field(default_factory=list)
+    rule: str | None = Field(
+        default=None, description="why the fold rule folded it (null: folded before the reason was recorded)"
+    )
+
+
+class UnfoldedFrom(BaseModel):
+    """An operator took this memory back out of a memory it had been folded into (the explorer's unfold)."""
+
+    from_: str = Field(alias="from", description="the memory it was folded into")
+    at: str | None
+    by: str | None = Field(description="the operator's token name")
+    cosine: float | None
 
 
 class MemoryReview(BaseModel):
@@ -517,6 +529,13 @@ class MemoryDetail(BaseModel):
     agents: list[str] = Field(
         default_factory=list, description="the agents it stands for when folded from several (its own first)"
     )
+    unfolded: list[UnfoldedFrom] = Field(
+        default_factory=list, description="the memories an operator took it back out of (it never folds into them)"
+    )
+    surprise: float | None = Field(
+        default=None, description="1 - the best cosine to what its agent held when it was linked (seed 003)"
+    )
+    key_moment: bool = Field(default=False, description="surprise >= 0.7: unlike anything its agent held")
     relations: list[RelationOut] = Field(description="edges from and to this memory")
     context: list[ContextLine] | None = Field(
         default=None, description="the earlier memories of its run it was indexed with (null: without context)"
