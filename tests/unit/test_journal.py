@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from schemas.events import EmbeddableRecord, InvalidRecord
@@ -261,11 +261,28 @@ OFFSETS = st.one_of(
 )
 
 
+# Offsets of 23:59:30 and beyond (either sign), which once came out `Z` (a day away) where msgspec wrote ±23:59.
+NEAR_A_DAY = [timezone(timedelta(seconds=s)) for s in (86370, 86371, 86399, -86370, -86371, -86399)]
+
+
 @settings(max_examples=2000)
 @given(st.datetimes(timezones=OFFSETS))
+@example(datetime(2026, 3, 1, 12, tzinfo=NEAR_A_DAY[1]))
+@example(datetime(2026, 3, 1, 12, tzinfo=NEAR_A_DAY[2]))
+@example(datetime(2026, 3, 1, 12, tzinfo=NEAR_A_DAY[5]))
 def test_format_timestamp_writes_what_msgspec_wrote(value: datetime) -> None:
     """`format_timestamp` moved from msgspec's encoder to the standard library (it lives in the client now,
     which has no msgspec): the canonical `ts` of every entry must stay the same text."""
     from episodic_client.timestamps import format_timestamp
 
     assert format_timestamp(value) == msgspec.json.encode(value)[1:-1].decode()
+
+
+@pytest.mark.parametrize("tz", NEAR_A_DAY, ids=str)
+def test_format_timestamp_moves_no_instant_by_a_day(tz: timezone) -> None:
+    """The canonical text names (nearly) the instant it was given: an offset is cut to whole minutes (and at
+    most ±23:59), so the text may be under a minute off, never a day."""
+    from episodic_client.timestamps import format_timestamp, parse_timestamp
+
+    value = datetime(2026, 3, 1, 12, tzinfo=tz)
+    assert abs((parse_timestamp(format_timestamp(value)) - value).total_seconds()) < 60

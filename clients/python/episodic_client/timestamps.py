@@ -38,7 +38,8 @@ def format_timestamp(value: datetime) -> str:
 
     The same text msgspec's JSON encoder wrote when this lived beside the journal entry (tests/unit/
     test_journal.py checks them against each other): an offset is rounded to whole minutes, half a minute
-    down (seconds beyond it are dropped), and one that rounds to ±24:00 is written `Z`.
+    down (seconds beyond it are dropped), and one that would round to ±24:00 stays ±23:59, the largest that
+    RFC 3339 writes (writing it `Z` would move the instant by a day, not by under a minute).
     """
     if value.tzinfo is UTC:  # the common case (parse_timestamp of `...Z`): a fast path
         return value.isoformat()[:-6] + "Z"
@@ -47,7 +48,7 @@ def format_timestamp(value: datetime) -> str:
         return value.isoformat()
     text = value.replace(tzinfo=None).isoformat()
     seconds = offset.days * 86400 + offset.seconds
-    minutes = (abs(seconds) + 29) // 60 % 1440
+    minutes = min((abs(seconds) + 29) // 60, 1439)  # 23:59:31 and beyond: +23:59 (as msgspec), never Z
     if minutes == 0:
         return text + "Z"
     hours, mins = divmod(minutes, 60)
