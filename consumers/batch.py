@@ -16,6 +16,8 @@ Deterministic ones never wedge the partition:
 - entries: the batch is split in halves until the records that fail alone are found; those go to
   journal.dlq as `store_rejected` with their original bytes. Each half is admitted again before it is
   indexed, so an entry a forget covers is never indexed (nor dead-lettered), whichever half it lands in.
+- which entries a forget covers is asked of `Forgetter.admit`; the indexer decides them `tombstoned` with
+  the rest of the batch (`episodic.indexing.decisions`), so its count of what it left out is its own.
 """
 
 from __future__ import annotations
@@ -115,10 +117,10 @@ class BatchApplier:
         if not items:
             return Applied()
         try:
-            kept, left_out = await self._admit(items)
-            records = [r for r, _ in kept]
-            result = await self.retrying(self.indexer.index_batch, records, defer_dense=defer) if records else None
-            return Applied(result=result or BatchResult(), left_out=left_out, dead=_refused(result, kept))
+            forgotten = await self._admit(items)
+            records = [r for r, _ in items]
+            result = await self.retrying(self.indexer.index_batch, records, defer_dense=defer, forgotten=forgotten)
+            return Applied(result=result, left_out=result.left_out, dead=_refused(result, items))
         except Abandoned:
             raise
         except Exception as e:  # the store (or the indexer) refuses something in these records
@@ -134,19 +136,20 @@ class BatchApplier:
         done.add(await self._entries(items[mid:], defer=defer))
         return done
 
-    async def _admit(self, items: Sequence[Item]) -> tuple[list[Item], int]:
-        """The items no tombstone and no forget rule covers, and how many were left out."""
+    async def _admit(self, items: Sequence[Item]) -> frozenset[int]:
+        """The positions of the items a tombstone or a forget rule covers (the indexer decides them
+        `tombstoned`: not indexed)."""
         if self.forgetter is None:
-            return list(items), 0
+            return frozenset()
         records = [r for r, _ in items]
-        kept, out = await self.retrying(self.forgetter.admit, records, [_position(m) for _, m in items])
-        keep = {id(r) for r in kept}
-        return [it for it in items if id(it[0]) in keep], len(out)
+        _, out = await self.retrying(self.forgetter.admit, records, [_position(m) for _, m in items])
+        gone = {id(r) for r in out}
+        return frozenset(i for i, r in enumerate(records) if id(r) in gone)
 
 
-def _refused(result: BatchResult | None, items: Sequence[Item]) -> list[DlqRecord]:
+def _refused(result: BatchResult, items: Sequence[Item]) -> list[DlqRecord]:
     """Dead letters (`id_taken`) of the entries the indexer left out: their id is another agent's memory."""
-    if result is None or not result.refused:
+    if not result.refused:
         return []
     msgs = {id(rec): msg for rec, msg in items}
     dead = []

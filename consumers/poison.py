@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from aiokafka import ConsumerRecord
 
-from episodic.indexing.indexer import BatchResult
+from episodic.indexing.indexer import BatchResult, merge_into
 from schemas.events import (
     BAD_CONTROL,
     BAD_EMBEDDABLE,
@@ -39,17 +39,10 @@ class Abandoned(Exception):
 
 def merged(a: BatchResult, b: BatchResult) -> BatchResult:
     """Two halves of a split batch as one result."""
-    return BatchResult(
-        events=[*a.events, *b.events],
-        embedded=a.embedded + b.embedded,
-        written=a.written + b.written,
-        embed_seconds=a.embed_seconds + b.embed_seconds,
-        upsert_seconds=a.upsert_seconds + b.upsert_seconds,
-        embed_failed=a.embed_failed or b.embed_failed,
-        deferred=a.deferred + b.deferred,
-        chars=a.chars + b.chars,
-        refused=[*a.refused, *b.refused],
-    )
+    out = BatchResult()
+    merge_into(out, a)
+    merge_into(out, b)
+    return out
 
 
 def dead_letter(reason: str, error: BaseException | str, msg: ConsumerRecord[bytes, bytes]) -> DlqRecord:

@@ -202,6 +202,7 @@ class EmbedderRole(Role):
             alias_limit=res.settings.alias_limit,
             switch=res.switch,
             context=res.settings.context,
+            state=res.state,
         )
         self.consumer = EmbeddingConsumer(
             settings=res.settings,

@@ -1,29 +1,32 @@
 """Turn a batch of embeddable records into memories (SPEC §5, §10 "Identity and duplicates").
 
-Pure orchestration over the ports: one `embed_documents` call and one store upsert per batch.
+Pure orchestration over the ports: one `embed_documents` call and one store upsert per batch. A batch is
+read (`_read`: the records' points, the memories that absorbed their ids, the memories of their dedup keys),
+decided (`episodic.indexing.decisions.decide`: one outcome per record, a pure function), then written
+(`_plan`, `_write`, `_count`): what is written and counted follows from the decisions alone.
 
-Size: over 400 lines: one batch's decisions (identity, ownership, versions, duplicates, aliases, the write
-discipline's re-reads) are taken in one loop, in batch order, with the batch's own state; splitting the
-loop would split that state.
+Size: over 400 lines: the read, the plan, the write with its embedding and its write discipline, and the
+densify backfill that fills the vectors the write deferred; the decisions live in `decisions`.
 
 - Point ids are uuid5(workspace_id, entry id): re-delivery of the same id is idempotent and never resets
   reference_count, last_referenced_at or importance; a changed summary under the same id replaces text
-  and vectors and keeps those counters. Versions are ordered by the acceptance stamp (`accepted_at`, the
-  gate's or the HTTP journal's clock, kept through re-delivery and replay): an older version never
-  overwrites a newer one (counted `stale`; the agent's own `ts` never decides).
+  and vectors and keeps those counters. Versions of one id are ordered by the entry's `ts`, then by the
+  acceptance stamp (`accepted_at`, the gate's or the HTTP journal's clock, kept through re-delivery and
+  replay): an older version never overwrites a newer one, whenever it comes back (counted `stale`).
 - Exact duplicates (same workspace, agent, entry_type and normalised summary) keep one point: the first
   id stays `entry_id`, later ids go to `aliases` (the newest `alias_limit` of them, so that a repeated
-  heartbeat cannot grow a point and every response without bound), `occurrences` counts them all, and the
-  event says mode "duplicate" with `duplicate_of`. A re-delivered alias changes nothing while it is among
-  the kept ids (re-delivery comes soon after the first delivery; an id pushed out by `alias_limit` newer
-  duplicates would count once more).
+  heartbeat cannot grow a point and every response without bound), `occurrences` counts every one of them
+  (300 in one batch count 300), and the event says mode "duplicate" with `duplicate_of`. Every absorbed
+  id is also kept in the state store for the forget horizon (`episodic.indexing.absorbed`): a re-delivered
+  one changes nothing even after the alias list pushed it out, and a forget of the memory tombstones it.
 - An entry id belongs to the agent that first wrote it (`episodic.indexing.ownership`): another agent's entry
   under it is left out, named in `BatchResult.refused` (the consumer dead-letters it as `id_taken`).
 - No embedder, or `defer_dense`: points get only the sparse vector ("sparse-only"); `densify` adds the
   dense vectors later (the consumer's densify loop, which is also the backfill after sparse-only mode).
-- Run context and adjacency (`episodic.indexing.context`): each new memory of a run is indexed with the memories
-  before it (a second BM25 vector over the context-folded text; `context` in its payload) and linked to its
-  run neighbours by `previous` / `next` edges. Neither changes the summary nor the dense vector.
+- Run context and adjacency (`episodic.indexing.context`): each new memory of a run is indexed with the
+  agent's memories before it (a second BM25 vector over the context-folded text; `context` in its payload)
+  and linked to its run neighbours by `previous` / `next` edges. Neither changes the summary nor the dense
+  vector.
 
 """
 
@@ -38,8 +41,9 @@ from typing import TYPE_CHECKING, Any
 from episodic.domain.context_mode import ContextMode
 from episodic.domain.identity import dedup_key, point_id, summary_digest
 from episodic.domain.review import REVIEW_FIELDS
+from episodic.indexing import absorbed as absorbed_ids
 from episodic.indexing.context import RunContext
-from episodic.indexing.ownership import refusal
+from episodic.indexing.decisions import Decision, Known, Outcome, absorbed, decide, version_key
 from episodic.kernel.errors import StoreError
 from episodic.kernel.ports import (
     DENSE,
@@ -50,6 +54,7 @@ from episodic.kernel.ports import (
     MemoryPoint,
     MemoryStore,
     Relation,
+    StateStore,
     merge_relations,
 )
 from episodic.store.query import DENSIFY_FAILURES
@@ -64,6 +69,7 @@ log = logging.getLogger(__name__)
 
 WRITE_ATTEMPTS = 8  # rounds of a batch's conditional writes before it fails (and comes back)
 DEFAULT_ALIAS_LIMIT = 20  # alias ids kept per memory (the newest); `occurrences` counts them all
+FINAL = (Outcome.TAKEN, Outcome.TOMBSTONED)  # decisions a lost write does not change (the record stays out)
 
 # Kept by a new version of a memory (a changed summary under the same id), near-duplicate folds included,
 # and the write discipline's history (a conditional writer whose write was read still finds its token).
@@ -97,7 +103,8 @@ class BatchResult:
     deferred: int = 0  # points written sparse first; their dense vectors come from `densify`
     chars: int = 0  # characters of the texts that were (or would have been) embedded
     failed: int = 0  # densify: memories whose text (or vector) failed this time
-    stale: int = 0  # older versions of stored memories (by acceptance stamp): not written
+    stale: int = 0  # older versions (by ts, then acceptance stamp) of a memory: not written
+    left_out: int = 0  # entries a forget covers (decided `tombstoned`): not indexed
     quarantined: list[str] = field(default_factory=list)  # densify: "workspace/entry" that reached the limit
     refused: list[tuple[EmbeddableRecord, str]] = field(default_factory=list)  # another agent's id: (entry, error)
 
@@ -200,6 +207,7 @@ class Indexer:
         context: ContextMode | None = None,
         alias_limit: int = DEFAULT_ALIAS_LIMIT,
         switch: ModelSwitch | None = None,
+        state: StateStore | None = None,
     ) -> None:
         import time
 
@@ -207,6 +215,9 @@ class Indexer:
             raise ValueError(f"alias_limit must be >= 0, got {alias_limit}")
         self.alias_limit = alias_limit
         self.store = store
+        # where the ids each memory absorbed are kept (episodic.indexing.absorbed); None: the alias list only
+        self.state = state
+        self._pruned: str | None = None  # the UTC day absorbed ids were last pruned
         self.embedder = embedder
         # With a switch, documents are embedded by the active embedding generation's model and written to
         # its vector (episodic.embedding.generations); `embedder` is then unused.
@@ -220,6 +231,13 @@ class Indexer:
     def mode(self) -> str:
         return "vector" if self._model()[0] is not None else "sparse-only"
 
+    def _prune(self, now: datetime) -> None:
+        """Once a UTC day: the absorbed ids past the horizon go."""
+        day = now.date().isoformat()
+        if self.state is not None and self._pruned != day:
+            absorbed_ids.prune(self.state, now)
+            self._pruned = day
+
     def _model(self) -> tuple[Embedder | None, str]:
         """The document embedder and the named vector its rows go to."""
         if self.switch is None:
@@ -228,209 +246,245 @@ class Indexer:
         return embedder, gen.vector
 
     def index_batch(
-        self, records: list[EmbeddableRecord], *, defer_dense: bool = False, _attempt: int = 1
+        self,
+        records: list[EmbeddableRecord],
+        *,
+        defer_dense: bool = False,
+        forgotten: Collection[int] = (),
+        _attempt: int = 1,
     ) -> BatchResult:
-        """Index one batch. `defer_dense`: write the new points with their BM25 vectors only (searchable
-        now, event mode "sparse-only") and leave the dense vectors to `densify`, which runs when the model
-        is free: the consumer asks for it when embedding inline would keep the batch invisible too long.
+        """Index one batch: read what the store holds about its records, decide each one
+        (`episodic.indexing.decisions.decide`), then write what the decisions say. `forgotten`: the positions
+        of the records a forget covers (`Forgetter.admit`): decided `tombstoned`, counted in `left_out`.
+        `defer_dense`: write the new points with their BM25 vectors only (searchable now, event mode
+        "sparse-only") and leave the dense vectors to `densify`, which runs when the model is free: the
+        consumer asks for it when embedding inline would keep the batch invisible too long.
 
         Writes follow the store's write discipline: a point is written whole only while it is still at the
         revision this batch read (or still absent), so a reference count, an edge or an alias another writer
-        gave it meanwhile is never lost; the records whose memory changed in between are indexed again from
+        gave it meanwhile is never lost; the records whose memory changed in between are decided again from
         a fresh read (up to `WRITE_ATTEMPTS` rounds, then StoreError: the batch is not committed and comes
         back)."""
         result = BatchResult()
         if not records:
             return result
         now = self.clock()
-        indexed_at = iso(now)
-        pids = [point_id(r.workspace_id, r.id) for r in records]
-        keys = [dedup_key(r.workspace_id, r.agent_id, r.entry_type, r.summary) for r in records]
-        existing = self.store.retrieve(sorted(set(pids)))
-
-        by_ws: dict[str, list[int]] = {}
-        for i, r in enumerate(records):
-            if pids[i] not in existing:
-                by_ws.setdefault(r.workspace_id, []).append(i)
-        aliases: dict[tuple[str, str], str] = {}
-        dups: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
-        for ws, idx in by_ws.items():
-            for eid, pid in self.store.find_by_alias(ws, sorted({records[i].id for i in idx})).items():
-                aliases[(ws, eid)] = pid
-            found = self.store.find_by_dedup_keys(ws, sorted({keys[i] for i in idx}))
-            for k, hit in found.items():
-                dups[(ws, k)] = hit
-
-        # Decide, in batch order, with in-batch state.
-        pending: dict[str, tuple[EmbeddableRecord, dict[str, Any]]] = {}  # pid -> (record, payload)
-        moved: set[str] = set()  # new versions that leave their place in their run (another ts or run_id)
-        alias_updates: dict[str, dict[str, Any]] = {}  # pid -> payload fields to merge
-        events: list[IndexedEvent] = []
-
-        def event(rec: EmbeddableRecord, pid: str, mode: str, dup_of: str | None = None) -> None:
-            events.append(
-                IndexedEvent(
-                    entry_id=rec.id,
-                    workspace_id=rec.workspace_id,
-                    point_id=pid,
-                    indexed_at=now,
-                    mode=mode,  # type: ignore[arg-type]
-                    duplicate_of=dup_of,
-                )
-            )
-
-        def taken(rec: EmbeddableRecord, owner: dict[str, Any] | None) -> bool:
-            why = refusal(rec, owner)
-            result.refused += [(rec, why)] if why else []
-            return why is not None
-
-        for i, rec in enumerate(records):
-            pid, key, ws = pids[i], keys[i], rec.workspace_id
-            if taken(rec, pending[pid][1] if pid in pending else existing.get(pid)):  # another agent's id
-                continue
-            if pid in pending:  # same id twice in one batch: the newer version wins, counters kept
-                earlier, payload = pending[pid]
-                if rec.accepted_at < earlier.accepted_at:  # an older version after a newer one (a retry)
-                    result.stale += 1
-                    continue
-                pending[pid] = (
-                    rec,
-                    _keep(payload, _payload(rec, indexed_at=payload["indexed_at"], model=None, key=key)),
-                )
-                continue
-            if pid in existing:
-                old = existing[pid]
-                if old.get("summary") == rec.summary and old.get("entry_type") == rec.entry_type:
-                    event(rec, pid, "vector" if old.get("has_dense") else "sparse-only")
-                    continue
-                if older_version(rec, old):  # re-delivered or replayed: never overwrites the newer one
-                    result.stale += 1
-                    log.info(
-                        "indexer: %s/%s accepted at %s is older than the stored version (%s); not written",
-                        rec.workspace_id,
-                        rec.id,
-                        iso(rec.accepted_at),
-                        old.get("accepted_at"),
-                    )
-                    event(rec, pid, "vector" if old.get("has_dense") else "sparse-only")
-                    continue
-                new = _payload(rec, indexed_at=old.get("indexed_at") or indexed_at, model=None, key=key)
-                pending[pid] = (rec, _keep(old, new))
-                if old.get("run_id") != rec.run_id or old.get("ts") != new.get("ts"):
-                    moved.add(pid)  # it leaves its place in its run: its old neighbours are joined
-                continue
-            if (ws, rec.id) in aliases:
-                target = aliases[(ws, rec.id)]
-                owner = existing.get(target) or self.store.retrieve([target]).get(target, {})
-                if taken(rec, owner):
-                    continue
-                event(rec, target, "duplicate", owner.get("entry_id"))
-                continue
-            owner_pid: str | None = None
-            owner_payload: dict[str, Any] | None = None
-            if (ws, key) in dups:
-                owner_pid, owner_payload = dups[(ws, key)]
-                owner_payload = alias_updates.get(owner_pid) or owner_payload
-            else:
-                for p, (r, pl) in pending.items():
-                    if pl["dedup_key"] == key and r.workspace_id == ws:
-                        owner_pid, owner_payload = p, pl
-                        break
-            if owner_pid is not None and owner_payload is not None:
-                al = list(owner_payload.get("aliases") or [])
-                if rec.id not in al and rec.id != owner_payload.get("entry_id"):
-                    al.append(rec.id)
-                    al = al[-self.alias_limit :] if self.alias_limit else []  # the newest N ids only
-                    occ = int(owner_payload.get("occurrences") or 1) + 1
-                    if owner_pid in pending:
-                        owner_payload["aliases"], owner_payload["occurrences"] = al, occ
-                    else:
-                        merged = dict(owner_payload)
-                        merged["aliases"], merged["occurrences"] = al, occ
-                        alias_updates[owner_pid] = merged
-                event(rec, owner_pid, "duplicate", owner_payload.get("entry_id"))
-                continue
-            pending[pid] = (rec, _payload(rec, indexed_at=indexed_at, model=None, key=key))
-
-        # Embed (one model call) and write (one upsert).
-        points: list[MemoryPoint] = []
-        redo: BatchResult | None = None  # the records whose memory changed under the write, indexed again
-        embedder, vector = self._model()
-        if pending:
-            items = list(pending.items())
-            t0 = self.perf()
-            plan = self.runs.plan([(pid, rec, payload) for pid, (rec, payload) in items], indexed_at, moved)
-            result.context_seconds = self.perf() - t0
-            texts = [index_text(rec) for _, (rec, _) in items]
-            dense: list[Any] | None = None
-            result.chars = sum(len(t) for t in texts)
-            if embedder is not None and defer_dense:
-                result.deferred = len(texts)
-            elif embedder is not None:
-                t0 = self.perf()
-                try:
-                    dense = embedder.embed_documents(texts)
-                except Exception:
-                    log.exception("embedding failed for a batch of %d; indexing it sparse-only", len(texts))
-                    result.embed_failed = True
-                    dense = None
-                result.embed_seconds = self.perf() - t0
-                result.embedded = len(texts)
-            for j, (pid, (_rec, payload)) in enumerate(items):
-                vecs = dense[j].tolist() if dense is not None else None
-                payload[model_field(vector)] = embedder.model_id if vecs is not None and embedder else None
-                if vecs is not None:  # what the vector was made from (the invariant check reads it)
-                    payload[vector_of_field(vector)] = summary_digest(texts[j])
-                payload["has_dense"] = vecs is not None
-                sparse = self.bm25.document(texts[j])
-                context = plan.vectors.get(pid)
-                points.append(MemoryPoint(pid, sparse, payload, dense=vecs, vector=vector, context=context))
-            t0 = self.perf()
-            self.runs.apply(
-                plan, indexed_at
-            )  # the neighbours' edges first: a crash in between loses none on re-delivery
-            expect = {pid: (existing.get(pid) or {}).get(REV) for pid, _ in items}
-            lost = set(self.store.upsert_if(points, expect, writer="indexer"))
-            result.upsert_seconds = self.perf() - t0
-            result.written = len(points) - len(lost)
-            for pid, (rec, payload) in items:
-                if pid not in lost:
-                    event(rec, pid, "vector" if payload["has_dense"] else "sparse-only")
-            if lost:
-                if _attempt >= WRITE_ATTEMPTS:
-                    raise StoreError(f"indexer: {len(lost)} memories kept changing under {_attempt} writes")
-                again = [r for r in records if point_id(r.workspace_id, r.id) in lost]
-                log.info("indexer: %d memories changed since this batch read them; indexing them again", len(lost))
-                redo = self.index_batch(again, defer_dense=defer_dense, _attempt=_attempt + 1)
-        if alias_updates:
-            self._absorb(alias_updates)
-        if redo is not None:
-            _merge(result, redo)
-            events += redo.events
+        self._prune(now)
+        known, existing = self._read(records, set(forgotten))
+        decisions = decide(records, known)
+        pending, moved = self._plan(records, decisions, known, iso(now))
+        lost = self._write(result, pending, moved, existing, iso(now), defer_dense=defer_dense)
+        pairs = list(zip(records, decisions, strict=True))
+        self._count(result, [(r, d) for r, d in pairs if d.point_id not in lost or d.outcome in FINAL], pending,
+                    existing, now)  # fmt: skip
+        if lost:
+            if _attempt >= WRITE_ATTEMPTS:
+                raise StoreError(f"indexer: {len(lost)} memories kept changing under {_attempt} writes")
+            log.info("indexer: %d memories changed since this batch read them; indexing them again", len(lost))
+            again = [r for r, d in pairs if d.point_id in lost and d.outcome not in FINAL]
+            merge_into(result, self.index_batch(again, defer_dense=defer_dense, _attempt=_attempt + 1))
         # Events in input order: re-sort by the record order they were produced for.
         order = {(r.workspace_id, r.id): i for i, r in enumerate(records)}
-        events.sort(key=lambda e: order.get((e.workspace_id, e.entry_id), 0))
-        result.events = events
+        result.events.sort(key=lambda e: order.get((e.workspace_id, e.entry_id), 0))
         return result
 
-    def _absorb(self, alias_updates: dict[str, dict[str, Any]]) -> None:
-        """The batch's duplicates into their owners' `aliases` and `occurrences`, under the write discipline:
-        each owner as it is at the write (another batch or an import may have added its own ids)."""
-        added = {
-            pid: [a for a in merged["aliases"] if a != merged.get("entry_id")] for pid, merged in alias_updates.items()
-        }
+    # -- read ---------------------------------------------------------------------------------------------------
+    def _read(
+        self, records: list[EmbeddableRecord], forgotten: set[int]
+    ) -> tuple[list[Known], dict[str, dict[str, Any]]]:
+        """What the store (and the state store's absorbed ids) hold about each record: its point, the memory
+        that absorbed its id, a memory of its dedup key. Also the stored points by point id."""
+        pids = [point_id(r.workspace_id, r.id) for r in records]
+        existing = self.store.retrieve(sorted(set(pids)))
+        by_ws: dict[str, list[int]] = {}
+        for i, r in enumerate(records):
+            if i not in forgotten and pids[i] not in existing:
+                by_ws.setdefault(r.workspace_id, []).append(i)
+        held: dict[tuple[str, str], str] = {}  # (ws, entry id) -> point id of the memory that absorbed it
+        twins: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+        for ws, idx in by_ws.items():
+            ids = sorted({records[i].id for i in idx})
+            held.update({(ws, eid): pid for eid, pid in self.store.find_by_alias(ws, ids).items()})
+            if self.state is not None:
+                rest = [e for e in ids if (ws, e) not in held]
+                found = absorbed_ids.holders(self.state, ws, rest)
+                held.update({(ws, e): point_id(ws, owner) for e, owner in found.items()})
+            keys = sorted({dedup_key(ws, records[i].agent_id, records[i].entry_type, records[i].summary) for i in idx})
+            twins.update({(ws, k): hit for k, hit in self.store.find_by_dedup_keys(ws, keys).items()})
+        missing = sorted({pid for pid in held.values() if pid not in existing})
+        holders = {**existing, **(self.store.retrieve(missing) if missing else {})}
+        known = []
+        for i, r in enumerate(records):
+            holder = held.get((r.workspace_id, r.id))
+            twin = twins.get((r.workspace_id, dedup_key(r.workspace_id, r.agent_id, r.entry_type, r.summary)))
+            known.append(
+                Known(
+                    stored=existing.get(pids[i]),
+                    holder=(holder, holders[holder]) if holder in holders else None,
+                    twin=twin,
+                    forgotten=i in forgotten,
+                )
+            )
+        return known, existing
+
+    # -- plan: the payloads the decisions write -------------------------------------------------------------------
+    def _plan(
+        self, records: list[EmbeddableRecord], decisions: list[Decision], known: list[Known], indexed_at: str
+    ) -> tuple[dict[str, tuple[EmbeddableRecord, dict[str, Any]]], set[str]]:
+        """pid -> (record, payload) of the points to write (new memories, newer versions with the counters
+        they keep, and the duplicates new memories absorb), and the new versions that leave their place in
+        their run (another `ts` or `run_id`: their old neighbours are joined)."""
+        pending: dict[str, tuple[EmbeddableRecord, dict[str, Any]]] = {}
+        moved: set[str] = set()
+        for rec, d, k in zip(records, decisions, known, strict=True):
+            key = dedup_key(rec.workspace_id, rec.agent_id, rec.entry_type, rec.summary)
+            if d.outcome is Outcome.NEW:
+                pending[d.point_id] = (rec, _payload(rec, indexed_at=indexed_at, model=None, key=key))
+            elif d.outcome is Outcome.NEWER and d.after is not None:  # the batch's earlier version: counters kept
+                payload = pending[d.point_id][1]
+                new = _payload(rec, indexed_at=payload["indexed_at"], model=None, key=key)
+                pending[d.point_id] = (rec, _keep(payload, new))
+            elif d.outcome is Outcome.NEWER:
+                old = dict(k.stored or {})
+                new = _payload(rec, indexed_at=old.get("indexed_at") or indexed_at, model=None, key=key)
+                pending[d.point_id] = (rec, _keep(old, new))
+                if old.get("run_id") != rec.run_id or old.get("ts") != new.get("ts"):
+                    moved.add(d.point_id)  # it leaves its place in its run: its old neighbours are joined
+        for pid, ids in absorbed(records, decisions).items():
+            if pid in pending:
+                pending[pid][1].update(self._with_duplicates(pending[pid][1], ids) or {})
+        return pending, moved
+
+    def _with_duplicates(self, payload: dict[str, Any], ids: list[str]) -> dict[str, Any] | None:
+        """The alias fields of a memory (`payload` as read) that absorbs the duplicates `ids`: every one counted
+        in `occurrences`, the newest `alias_limit` kept in `aliases`. Ids it holds already count no more (a
+        re-delivery after a crash between this write and the next); None when nothing changes."""
+        al = [str(a) for a in payload.get("aliases") or []]
+        new = [a for a in dict.fromkeys(ids) if a not in al and a != payload.get("entry_id")]
+        if not new:
+            return None
+        kept = (al + new)[-self.alias_limit :] if self.alias_limit else []
+        return {"aliases": kept, "occurrences": int(payload.get("occurrences") or 1) + len(new)}
+
+    # -- write --------------------------------------------------------------------------------------------------
+    def _write(
+        self,
+        result: BatchResult,
+        pending: dict[str, tuple[EmbeddableRecord, dict[str, Any]]],
+        moved: set[str],
+        existing: dict[str, dict[str, Any]],
+        indexed_at: str,
+        *,
+        defer_dense: bool,
+    ) -> set[str]:
+        """Embed the points to write (one model call) and write them (one conditional upsert, the run
+        neighbours' edges first). Returns the point ids whose write was lost to another writer."""
+        if not pending:
+            return set()
+        embedder, vector = self._model()
+        items = list(pending.items())
+        t0 = self.perf()
+        plan = self.runs.plan([(pid, rec, payload) for pid, (rec, payload) in items], indexed_at, moved)
+        result.context_seconds = self.perf() - t0
+        texts = [index_text(rec) for _, (rec, _) in items]
+        dense: list[Any] | None = None
+        result.chars = sum(len(t) for t in texts)
+        if embedder is not None and defer_dense:
+            result.deferred = len(texts)
+        elif embedder is not None:
+            t0 = self.perf()
+            try:
+                dense = embedder.embed_documents(texts)
+            except Exception:
+                log.exception("embedding failed for a batch of %d; indexing it sparse-only", len(texts))
+                result.embed_failed = True
+                dense = None
+            result.embed_seconds = self.perf() - t0
+            result.embedded = len(texts)
+        points: list[MemoryPoint] = []
+        for j, (pid, (_rec, payload)) in enumerate(items):
+            vecs = dense[j].tolist() if dense is not None else None
+            payload[model_field(vector)] = embedder.model_id if vecs is not None and embedder else None
+            if vecs is not None:  # what the vector was made from (the invariant check reads it)
+                payload[vector_of_field(vector)] = summary_digest(texts[j])
+            payload["has_dense"] = vecs is not None
+            sparse = self.bm25.document(texts[j])
+            points.append(MemoryPoint(pid, sparse, payload, dense=vecs, vector=vector, context=plan.vectors.get(pid)))
+        t0 = self.perf()
+        self.runs.apply(plan, indexed_at)  # the neighbours' edges first: a crash in between loses none on re-delivery
+        expect = {pid: (existing.get(pid) or {}).get(REV) for pid, _ in items}
+        lost = set(self.store.upsert_if(points, expect, writer="indexer"))
+        result.upsert_seconds = self.perf() - t0
+        result.written = len(points) - len(lost)
+        return lost
+
+    def _count(
+        self,
+        result: BatchResult,
+        final: list[tuple[EmbeddableRecord, Decision]],
+        pending: dict[str, tuple[EmbeddableRecord, dict[str, Any]]],
+        existing: dict[str, dict[str, Any]],
+        now: datetime,
+    ) -> None:
+        """What the decisions that stand (those not lost to another writer) count and announce: the events,
+        stale versions, refusals and entries left out; then the duplicates that stored memories absorb, and
+        every absorbed id in the state store (`episodic.indexing.absorbed`)."""
+        to_stored: dict[str, list[str]] = {}  # point id of a stored memory -> the duplicates it absorbs
+        groups: dict[str, dict[str, list[str]]] = {}  # workspace -> owner entry id -> absorbed ids
+        agents: dict[str, dict[str, str]] = {}  # workspace -> owner entry id -> its agent
+        for rec, d in final:
+            o, pid = d.outcome, d.point_id
+            if o is Outcome.TOMBSTONED:
+                result.left_out += 1
+            elif o is Outcome.TAKEN:
+                result.refused.append((rec, d.error or ""))
+            elif o in (Outcome.ALIAS, Outcome.DUPLICATE):
+                self._event(result, rec, pid, "duplicate", now, d.owner)
+            elif o in (Outcome.NEW, Outcome.NEWER) and pending[pid][0] is rec:  # the last version written there
+                self._event(result, rec, pid, "vector" if pending[pid][1]["has_dense"] else "sparse-only", now)
+            elif o in (Outcome.SAME, Outcome.STALE) and d.after is None:  # the memory stays as stored
+                self._event(result, rec, pid, "vector" if existing[pid].get("has_dense") else "sparse-only", now)
+            if o is Outcome.STALE:
+                result.stale += 1
+                log.info("indexer: %s/%s is older than the version it follows (by ts, then acceptance); not written",
+                         rec.workspace_id, rec.id)  # fmt: skip
+            if o is Outcome.DUPLICATE:
+                groups.setdefault(rec.workspace_id, {}).setdefault(str(d.owner), []).append(rec.id)
+                agents.setdefault(rec.workspace_id, {})[str(d.owner)] = rec.agent_id
+                if pid not in pending:
+                    to_stored.setdefault(pid, []).append(rec.id)
+        self._absorb(to_stored)
+        if self.state is not None:
+            for ws, ids in groups.items():
+                absorbed_ids.record(self.state, ws, ids, agents[ws], now)
+
+    @staticmethod
+    def _event(
+        result: BatchResult, rec: EmbeddableRecord, pid: str, mode: str, now: datetime, dup_of: str | None = None
+    ) -> None:
+        result.events.append(
+            IndexedEvent(
+                entry_id=rec.id,
+                workspace_id=rec.workspace_id,
+                point_id=pid,
+                indexed_at=now,
+                mode=mode,  # type: ignore[arg-type]
+                duplicate_of=dup_of,
+            )
+        )
+
+    def _absorb(self, duplicates: dict[str, list[str]]) -> None:
+        """The batch's duplicates into their stored owners' `aliases` and `occurrences`, under the write
+        discipline: each owner as it is at the write (another batch or an import may have added its own ids)."""
+        if not duplicates:
+            return
 
         def change(pid: str, payload: dict[str, Any]) -> Change | None:
-            al = list(payload.get("aliases") or [])
-            new = [a for a in added[pid] if a not in al and a != payload.get("entry_id")]
-            if not new:
-                return None
-            al = (al + new)[-self.alias_limit :] if self.alias_limit else []
-            return Change({"aliases": al, "occurrences": int(payload.get("occurrences") or 1) + len(new)})
+            fields = self._with_duplicates(payload, duplicates[pid])
+            return Change(fields) if fields else None
 
-        self.store.update_memories(
-            alias_updates, change, writer="aliases", fields=("entry_id", "aliases", "occurrences")
-        )
+        fields = ("entry_id", "aliases", "occurrences")
+        self.store.update_memories(sorted(duplicates), change, writer="aliases", fields=fields)
 
     def densify(self, limit: int = 32, *, quarantine_after: int | None = None) -> BatchResult:
         """Add dense vectors to up to `limit` memories that lack them (indexed sparse-only, or with the
@@ -548,20 +602,14 @@ def _vector_of(
 
 
 def older_version(rec: EmbeddableRecord, stored: dict[str, Any]) -> bool:
-    """Whether `rec` is an older version of the stored memory: the acceptance stamps decide (the gate's, kept
-    through re-delivery and replay; never the agent's `ts`). A memory without a readable stamp is older."""
-    text = stored.get("accepted_at")
-    if not text:
-        return False
-    try:
-        then = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    return rec.accepted_at < (then if then.tzinfo else then.replace(tzinfo=UTC))
+    """Whether `rec` is an older version of the stored memory (`episodic.indexing.decisions.version_key`: the
+    entry's `ts`, then the acceptance stamp; a memory without a readable `ts` is older)."""
+    return version_key(rec) < version_key(stored)
 
 
-def _merge(into: BatchResult, other: BatchResult) -> None:
-    """Add a re-indexing round's result (the records whose memory changed under the first write)."""
+def merge_into(into: BatchResult, other: BatchResult) -> None:
+    """Add another round's result: the records whose memory changed under the first write, or the other half
+    of a batch the consumer split."""
     into.embedded += other.embedded
     into.written += other.written
     into.embed_seconds += other.embed_seconds
@@ -571,6 +619,8 @@ def _merge(into: BatchResult, other: BatchResult) -> None:
     into.deferred += other.deferred
     into.chars += other.chars
     into.stale += other.stale
+    into.left_out += other.left_out
+    into.events += other.events
     into.refused += other.refused
 
 

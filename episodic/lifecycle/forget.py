@@ -23,11 +23,13 @@ before the batch is indexed, `Forgetter.admit` on the batch's entries. What "bef
   of the forget is left out, not embedded and then removed; the consumer still applies the forget at its
   place in the stream. **Retired**: a rule goes `RULE_HORIZON` (7 days, Kafka's default retention) after
   its `requested_at`, when nothing accepted before it can still be on its way.
-- **Every id a memory absorbed**: a memory keeps only its newest aliases, but every exact duplicate it
-  absorbed shares its dedup key (workspace, agent, entry type, normalised text). Removing a memory
-  tombstones that key too (kind `forgotten_text`): an entry with that key accepted at or before the forget
-  (a re-delivered duplicate whose id the alias list had pushed out: the 30 heartbeats) stays out; the same
-  text accepted after the forget is a new memory.
+- **Every id a memory absorbed**: a memory keeps only its newest aliases, but the state store keeps every
+  id it absorbed for the horizon (`episodic.indexing.absorbed`), and removing the memory tombstones all of
+  them: the 30 heartbeats sent again after the forget stay out, all 30, whenever they come back. Every exact
+  duplicate also shares the memory's dedup key (workspace, agent, entry type, normalised text): removing a
+  memory tombstones that key too (kind `forgotten_text`), so an entry with that key accepted at or before
+  the forget stays out even when its id was absorbed longer ago than the horizon; the same text under a new
+  id accepted after the forget is a new memory.
 
 Applying removes the memories that match (a forgotten alias takes its whole memory with it: an alias is the same
 text; a near duplicate folded into another memory is its own point, so forgetting it, or its agent, takes only
@@ -50,13 +52,14 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
 
 import msgspec
 
 from episodic.domain.identity import dedup_key, point_id
+from episodic.indexing import absorbed
 from episodic.indexing.context import scrub
 from episodic.indexing.folding import unfold, unsupersede
 from episodic.kernel.ports import MemoryStore, Selection, StateStore
@@ -73,7 +76,7 @@ TEXT_TOMBSTONE = "forgotten_text"  # tombstone_key(workspace, dedup key) -> {wor
 EARLY = "forget_early"  # forget id -> {"workspace_id", "rule": rule}: queued, not applied yet (see `announce`)
 MAX_EARLY = 10_000  # early rules read per batch (each lives from its forget's queueing to its application)
 
-RULE_HORIZON = timedelta(days=7)  # a rule is retired this long after its forget (nothing older can still arrive)
+RULE_HORIZON = absorbed.HORIZON  # a rule is retired this long after its forget (nothing older can still arrive)
 
 PENDING, APPLIED, FAILED = "pending", "applied", "failed"
 PAGE = 256  # memories removed per step
@@ -105,7 +108,8 @@ def tombstone_retired(state: StateStore, payloads: Iterable[dict[str, Any]], at:
     docs: dict[str, dict[str, Any]] = {}
     for p in payloads:
         ws = str(p.get("workspace_id"))
-        roles = {str(a): "alias" for a in p.get("aliases") or []} | {str(p.get("entry_id")): "memory"}
+        roles = {e: "alias" for e in absorbed.owned_by(state, ws, [str(p.get("entry_id"))])}
+        roles |= {str(a): "alias" for a in p.get("aliases") or []} | {str(p.get("entry_id")): "memory"}
         for eid, role in roles.items():
             base = {"workspace_id": ws, "entry_id": eid, "forget_id": reason, "role": role, "at": iso(at)}
             docs[tombstone_key(ws, eid)] = base
@@ -399,7 +403,7 @@ class Forgetter:
 
     def _by_ids(self, workspace_id: str, entry_ids: list[str]) -> dict[str, dict[str, Any]]:
         """The memories that own these ids, as their entry id or as an alias."""
-        return dict(owners_of(self.store, workspace_id, entry_ids).values())
+        return dict(owners_of(self.store, workspace_id, entry_ids, self.state).values())
 
     def _add_rule(self, forget: ForgetRecord, position: Position | None) -> None:
         ws = forget.workspace_id
@@ -453,7 +457,9 @@ class Forgetter:
         """Tombstone the ids of `targets`, cut the edges that point at them, delete them (in that order, so
         that a crash half-way leaves nothing that could come back)."""
         ws = forget.workspace_id
-        roles: dict[str, str] = {}
+        # every id the memories absorbed, not only the newest that their alias lists keep (issue 45)
+        owners = [str(p.get("entry_id")) for p in targets.values()]
+        roles = {e: "alias" for e in absorbed.owned_by(self.state, ws, owners)}
         for payload in targets.values():
             for alias in payload.get("aliases") or []:
                 roles[str(alias)] = "alias"
@@ -472,13 +478,19 @@ class Forgetter:
         self.store.delete(sorted(targets))
 
 
-def owners_of(store: MemoryStore, workspace_id: str, entry_ids: Sequence[str]) -> dict[str, tuple[str, dict[str, Any]]]:
-    """For each of `entry_ids` that names a memory of the workspace, as its entry id or as an alias: that
-    memory's (point id, payload). Ids with no memory are left out."""
+def owners_of(
+    store: MemoryStore, workspace_id: str, entry_ids: Sequence[str], state: StateStore | None = None
+) -> dict[str, tuple[str, dict[str, Any]]]:
+    """For each of `entry_ids` that names a memory of the workspace, as its entry id, as an alias, or (with
+    `state`) as an id it absorbed that its alias list no longer keeps: that memory's (point id, payload).
+    Ids with no memory are left out."""
     pids = {e: point_id(workspace_id, e) for e in dict.fromkeys(entry_ids)}
     points = store.retrieve(list(pids.values()))
     out = {e: (pid, points[pid]) for e, pid in pids.items() if pid in points}
     via_alias = store.find_by_alias(workspace_id, [e for e in pids if e not in out])
+    if state is not None:
+        rest = [e for e in pids if e not in out and e not in via_alias]
+        via_alias |= {e: point_id(workspace_id, o) for e, o in absorbed.holders(state, workspace_id, rest).items()}
     aliased = store.retrieve(sorted(set(via_alias.values())))
     out.update({e: (pid, aliased[pid]) for e, pid in via_alias.items() if pid in aliased})
     return out

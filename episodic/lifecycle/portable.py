@@ -234,7 +234,7 @@ class Importer:
     ) -> None:
         """`generation`: the target's active generation (its model and pieces decide which rows are carried
         over; `embedder`, if any, must make it); None: the embedder's own (a store without generations).
-        `force`: replace a memory even when the target holds a newer version of it (by acceptance stamp)."""
+        `force`: replace a memory even when the target holds a newer version of it (by ts, then acceptance stamp)."""
         self.force = force
         self.store, self.state, self.embedder, self.bm25, self.clock = store, state, embedder, bm25, clock
         # the generation the rows are written to: the target's, else the embedder's own
@@ -298,8 +298,9 @@ class Importer:
                     context=self._context(payload, rec.summary),
                 )
             )
-        existing = self.store.retrieve([p.point_id for p in points], fields=("entry_id", REV, REVS, "accepted_at"))
-        if not self.force:  # an older version never replaces a newer one (by acceptance stamp) unless forced
+        fields = ("entry_id", REV, REVS, "ts", "accepted_at")
+        existing = self.store.retrieve([p.point_id for p in points], fields=fields)
+        if not self.force:  # an older version (by ts, then acceptance stamp) never replaces a newer one unless forced
             accepted = {point_id(rec.workspace_id, rec.id): rec for _, rec in todo}
             newer = {
                 p.point_id

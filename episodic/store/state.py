@@ -5,8 +5,8 @@ Documents live in a collection of their own beside the memories (`<collection>_s
 directory on Qdrant Edge, another collection on a server), so memory counts, scrolls and queries never
 see them. A document is one point: id uuid5(kind, key), payload = the document plus `_kind` and `_key`,
 and no vector (the layout has the memories' vectors, which the state points leave empty, so both
-engines take it as it is). `_kind`, `workspace_id` and `day` are indexed; other `where` fields are matched by
-the engine's scan, fine for the small kinds this holds.
+engines take it as it is). `_kind`, `workspace_id`, `day` and `absorbed_by` are indexed; other `where`
+fields are matched by the engine's scan, fine for the small kinds this holds.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ STATE_INDEXES: dict[str, IndexKind] = {
     "_key": "keyword",
     "workspace_id": "keyword",
     "day": "keyword",
+    "absorbed_by": "keyword",  # the memory that absorbed an id (episodic.indexing.absorbed): a forget reads them
 }
 STATE_DIM = 1  # the layout's dense size; state points carry no dense vector
 _EMPTY = SparseVec([], [])

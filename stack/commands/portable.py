@@ -107,7 +107,7 @@ def import_main(argv: list[str]) -> int:
     ap.add_argument(
         "--force",
         action="store_true",
-        help="replace a memory even when the store holds a newer version of it (by acceptance stamp); "
+        help="replace a memory even when the store holds a newer version of it (by ts, then acceptance stamp); "
         "without it an older version is left out and listed",
     )
     args = ap.parse_args(argv)

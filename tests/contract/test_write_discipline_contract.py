@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from msgspec.structs import replace as revise
 
 from episodic.domain.identity import point_id
 from episodic.indexing.context import scrub
@@ -410,28 +411,37 @@ def test_concurrent_read_modify_writes_lose_nothing(store: MemoryStore, mk: Make
     assert dsts(store, "e0") == {f"d{i}" for i in range(20)}
 
 
-# -- versions: an older one never overwrites a newer one (issue 25, "Rollback") -------------------------------
+# -- versions: an older one never overwrites a newer one (issue 25, "Rollback"; ordered by ts since issue 45) -----
 
 
-def test_an_older_version_re_delivered_after_a_newer_one_is_not_written(store: MemoryStore, bm25: Bm25Encoder) -> None:
-    """A re-delivery, a replay of `journal.embeddable` or a dead letter's replay of version 1 after version 2:
-    the acceptance stamps order them (never the agent's `ts`, here the other way round)."""
+def at(minute: int, second: int = 0) -> datetime:
+    return datetime(2026, 11, 20, 10, minute, second, tzinfo=UTC)
+
+
+def test_an_older_version_sent_again_after_a_newer_one_is_not_written(store: MemoryStore, bm25: Bm25Encoder) -> None:
+    """Issue 45's case: X at 10:00 says Tuesday, X at 10:05 says Thursday, then X at 10:00 comes again (a
+    producer retry, an outbox replay): accepted last, yet older by its own `ts`, so Thursday stays. The
+    acceptance stamp decides only between versions of one `ts`."""
     indexer = Indexer(store=store, embedder=None, bm25=bm25)
-    v1 = record("e1", "deploy is blocked", accepted_at=datetime(2026, 11, 20, 10, 0, 1, tzinfo=UTC))
-    v2 = record(
-        "e1", "deploy is unblocked", ts="2026-11-20T09:00:00Z", accepted_at=datetime(2026, 11, 20, 10, 5, tzinfo=UTC)
-    )
-    indexer.index_batch([v2])
-    res = indexer.index_batch([v1])
-    assert res.stale == 1 and res.written == 0 and payload(store, "e1")["summary"] == "deploy is unblocked"
-    # in one batch too (a gate retry put the older one after the newer one)
-    both = indexer.index_batch(
-        [record("e2", "b", accepted_at=v2.accepted_at), record("e2", "a", accepted_at=v1.accepted_at)]
-    )
-    assert both.stale == 1 and payload(store, "e2")["summary"] == "b"
-    # a newer one still replaces it
-    v3 = record("e1", "deploy is done", accepted_at=datetime(2026, 11, 20, 10, 9, tzinfo=UTC))
-    assert indexer.index_batch([v3]).written == 1 and payload(store, "e1")["summary"] == "deploy is done"
+    tuesday = record("e1", "the release train leaves on Tuesday", ts="2026-11-20T10:00:00Z", accepted_at=at(0, 1))
+    thursday = record("e1", "the release train leaves on Thursday", ts="2026-11-20T10:05:00Z", accepted_at=at(5, 1))
+    indexer.index_batch([tuesday])
+    assert indexer.index_batch([thursday]).written == 1
+    again = indexer.index_batch([revise(tuesday, accepted_at=at(9))])  # the retry, accepted anew
+    assert again.stale == 1 and again.written == 0
+    assert payload(store, "e1")["summary"] == "the release train leaves on Thursday"
+    # in one batch too, whatever the order
+    ferry = [revise(r, id="e2", summary=r.summary.replace("release train", "ferry")) for r in (thursday, tuesday)]
+    both = indexer.index_batch([ferry[0], revise(ferry[1], accepted_at=at(9))])
+    assert both.stale == 1 and payload(store, "e2")["summary"] == "the ferry leaves on Thursday"
+    # one `ts`, two texts: the later acceptance is the newer version
+    fix = record("e1", "the release train leaves on Friday", ts="2026-11-20T10:05:00Z", accepted_at=at(6))
+    assert indexer.index_batch([fix]).written == 1 and payload(store, "e1")["summary"].endswith("Friday")
+    late = record("e1", "the release train leaves on Monday", ts="2026-11-20T10:05:00Z", accepted_at=at(5, 30))
+    assert indexer.index_batch([late]).stale == 1 and payload(store, "e1")["summary"].endswith("Friday")
+    # a newer `ts` still replaces it
+    done = record("e1", "the release train left", ts="2026-11-20T10:09:00Z", accepted_at=at(9, 1))
+    assert indexer.index_batch([done]).written == 1 and payload(store, "e1")["summary"] == "the release train left"
 
 
 def test_an_import_of_an_older_version_needs_force(store: MemoryStore, state: Any, bm25: Bm25Encoder) -> None:
@@ -440,7 +450,10 @@ def test_an_import_of_an_older_version_needs_force(store: MemoryStore, state: An
     indexer = Indexer(store=store, embedder=None, bm25=bm25)
     indexer.index_batch([record("e1", "the old text", accepted_at=datetime(2026, 11, 20, 10, 0, 1, tzinfo=UTC))])
     exported = list(export_workspace(store, WS))
-    indexer.index_batch([record("e1", "the new text", accepted_at=datetime(2026, 11, 21, 10, 0, 1, tzinfo=UTC))])
+    newer = record(
+        "e1", "the new text", ts="2026-11-21T10:00:00Z", accepted_at=datetime(2026, 11, 21, 10, 0, 1, tzinfo=UTC)
+    )
+    indexer.index_batch([newer])
     report = Importer(store=store, state=state, embedder=None, bm25=bm25).run(read_export(exported))
     assert report.stale == [f"{WS}/e1"] and report.written == 0 and payload(store, "e1")["summary"] == "the new text"
     forced = Importer(store=store, state=state, embedder=None, bm25=bm25, force=True).run(read_export(exported))

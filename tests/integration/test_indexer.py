@@ -256,3 +256,27 @@ def test_duplicates_keep_the_newest_aliases_and_count_every_occurrence(store: An
     again = ix.index_batch([rec("hb-9", "heartbeat: all systems nominal")])  # a re-delivered kept alias
     assert again.events[0].mode == "duplicate" and payload_of(store, "w1", "hb-0")["occurrences"] == 10
     assert store.count("w1") == 1
+
+
+def test_every_duplicate_counts_beyond_the_alias_bound_and_none_counts_twice(store: Any) -> None:
+    """Issue 45 part 3: 300 identical heartbeats in one batch are 300 occurrences (the alias list keeps the
+    newest 20; each batch once counted at most 20). Re-delivered, in other batches, none counts again: the
+    state store knows the ids the alias list pushed out (episodic.indexing.absorbed)."""
+    from episodic.indexing import absorbed
+    from episodic.store.state import QdrantStateStore
+
+    state = QdrantStateStore.beside(store)
+    ix = Indexer(store=store, embedder=None, bm25=Bm25Encoder(), state=state)
+    beats = [rec(f"hb-{i}", "heartbeat: all workers alive") for i in range(300)]
+    res = ix.index_batch(beats)
+    assert [e.mode for e in res.events].count("duplicate") == 299 and res.written == 1
+    p = payload_of(store, "w1", "hb-0")
+    assert p["occurrences"] == 300 and p["aliases"] == [f"hb-{i}" for i in range(280, 300)]
+    assert len(absorbed.owned_by(state, "w1", ["hb-0"])) == 299
+    for s in range(0, 300, 64):  # the whole batch delivered again, in other cuts
+        again = ix.index_batch(beats[s : s + 64])
+        assert {e.mode for e in again.events} <= {"duplicate", "sparse-only"} and again.written == 0
+    assert payload_of(store, "w1", "hb-0")["occurrences"] == 300 and store.count("w1") == 1
+    # another agent's entry under an id only the state store still knows is refused, as under a kept alias
+    taken = ix.index_batch([rec("hb-3", "not a heartbeat", agent="a2")])
+    assert [r.id for r, _ in taken.refused] == ["hb-3"]
