@@ -18,9 +18,15 @@ Each context line is that memory's summary cut to its first `words` whitespace-s
 answer would bury a short reply under its own terms). Chosen on LongMemEval dev with
 `python -m eval.sweep context-modes` (eval/README.md), byte for byte the text `eval.context` measures.
 
-**Streaming order.** An entry's context is made of the memories of the same run (same workspace and
-`run_id`) that come before it by (`ts`, entry id) and are already in the store or earlier in the same
-batch, never later ones. The store is the source, so the embedded and the distributed embedders agree.
+**Whose run.** A run is one agent's: an entry's context and its run edges are made of the memories of the
+same workspace, `run_id` *and agent* (issue 45). A `run_id` is any string an agent writes, so another agent
+can write under it (by mistake, or on purpose: mallory's entry under alice's `run_id` would otherwise carry
+alice's earlier summaries and ids into mallory's own memory, and give alice's memory a `next` edge to
+mallory's); agents that share a run id keep separate chains.
+
+**Streaming order.** An entry's context is made of the memories of its run (above) that come before it by
+(`ts`, entry id) and are already in the store or earlier in the same batch, never later ones. The store is
+the source, so the embedded and the distributed embedders agree.
 Under re-delivery a memory that is already stored is not rewritten, so its context stays what it was
 first indexed with. Entries without a `run_id` have no context (their context vector is their own text).
 
@@ -103,6 +109,15 @@ def _iso(dt: datetime) -> str:
     return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One agent's part of a run: what context and run edges are made of."""
+
+    workspace_id: str
+    run_id: str
+    agent_id: str
+
+
 @dataclass(slots=True)
 class Member:
     """One memory of a run, stored or about to be written."""
@@ -177,20 +192,20 @@ class RunContext:
         written; their `context`, `context_ids` and adjacency edges are set here. `moved`: the point ids of
         new versions that left their place (another `ts` or `run_id` than the stored memory's)."""
         plan = Plan()
-        runs: dict[tuple[str, str], list[Member]] = {}
+        runs: dict[tuple[str, str, str], list[Member]] = {}  # (workspace, run, agent): one agent's part of a run
         # a new version keeps the stored memory's edges (indexer `_keep`): where it sat in its run until now
         was = {pid: (adjacent(payload, "previous"), adjacent(payload, "next")) for pid, _, payload in new}
         for order, (pid, rec, payload) in enumerate(new):
             member = Member(pid, rec.id, rec.ts_datetime, rec.summary, payload, True, order)
             if rec.run_id:
-                runs.setdefault((rec.workspace_id, rec.run_id), []).append(member)
+                runs.setdefault((rec.workspace_id, rec.run_id, rec.agent_id), []).append(member)
             else:
                 for rel in ADJACENT:  # no run (a new version may have left one): no run edges
                     set_adjacent(payload, rel, None, created_at)
                 if self.indexes_context:
                     self._index(plan, member, [])
-        for (ws, run), members in runs.items():
-            self._plan_run(plan, ws, run, members, created_at)
+        for (ws, run, agent), members in runs.items():
+            self._plan_run(plan, Run(ws, run, agent), members, created_at)
         self._detach(plan, new, was, set(moved))
         return plan
 
@@ -232,28 +247,30 @@ class RunContext:
                 plan.detach.setdefault(point_id(ws, neighbour), {})[rel] = (eid, then if then != neighbour else None)
 
     def _stored(
-        self, ws: str, run: str, limit: int, *, until: datetime | None = None, since: datetime | None = None
+        self, run: Run, limit: int, *, until: datetime | None = None, since: datetime | None = None
     ) -> list[Member]:
+        """The agent's stored memories of the run (never another agent's: see the module doc)."""
         rows = self.store.run_memories(
-            ws,
-            run,
+            run.workspace_id,
+            run.run_id,
             until=_iso(until) if until else None,
             since=_iso(since) if since else None,
             limit=limit,
             oldest_first=since is not None or until is None,
+            agent_id=run.agent_id,
         )
         return [
             Member(pid, str(p.get("entry_id", "")), _instant(p.get("ts")), str(p.get("summary", "")), p, False)
             for pid, p in rows
         ]
 
-    def _plan_run(self, plan: Plan, ws: str, run: str, members: list[Member], created_at: str) -> None:
+    def _plan_run(self, plan: Plan, run: Run, members: list[Member], created_at: str) -> None:
         mine = {m.point_id for m in members}
         by_key = sorted(members, key=lambda m: m.key)
         depth = max(1, self.mode.n)
         first = by_key[0].key
-        before = [s for s in self._stored(ws, run, depth + SLACK, until=by_key[-1].at) if s.point_id not in mine]
-        read = self._stored(ws, run, 1 + SLACK, since=by_key[0].at)
+        before = [s for s in self._stored(run, depth + SLACK, until=by_key[-1].at) if s.point_id not in mine]
+        read = self._stored(run, 1 + SLACK, since=by_key[0].at)
         after = [s for s in read if s.point_id not in mine]
         # Stored memories at the first entry's own instant that sort before it (a tie of timestamps with one-second
         # precision, broken by entry id) are earlier, not later: the batch is still in order, unless the read
@@ -261,14 +278,14 @@ class RunContext:
         in_order = all(s.key < first for s in [*before, *after]) and (not after or len(read) < 1 + SLACK)
         header: Member | None = None
         if self.mode.kind == HEADER and self.indexes_context:
-            oldest = [s for s in self._stored(ws, run, 1 + SLACK) if s.point_id not in mine]
+            oldest = [s for s in self._stored(run, 1 + SLACK) if s.point_id not in mine]
             header = min([*oldest, *members], key=lambda m: m.key)
         tail = sorted(before, key=lambda m: m.key)
         for j, m in enumerate(by_key):
             if in_order:  # the usual stream: everything stored is older than the batch's entries of the run
                 earlier, nxt = [*tail, *by_key[:j]], (by_key[j + 1] if j + 1 < len(by_key) else None)
             else:  # an entry arrived after later-stamped ones: read around it, for it alone
-                earlier, nxt = self._around(ws, run, m, members, mine, depth)
+                earlier, nxt = self._around(run, m, members, mine, depth)
             prev = earlier[-1] if earlier else None
             set_adjacent(m.payload, "previous", prev.entry_id if prev else None, created_at)
             set_adjacent(m.payload, "next", nxt.entry_id if nxt else None, created_at)
@@ -287,13 +304,13 @@ class RunContext:
             self._index(plan, m, context)
 
     def _around(
-        self, ws: str, run: str, m: Member, members: list[Member], mine: set[str], depth: int
+        self, run: Run, m: Member, members: list[Member], mine: set[str], depth: int
     ) -> tuple[list[Member], Member | None]:
         """The memories of the run before `m` (oldest first, at least the `depth` nearest ones) and the one
         just after it, from the store (read for `m` alone) and the batch."""
         near = [
-            *self._stored(ws, run, depth + SLACK, until=m.at),
-            *self._stored(ws, run, 1 + SLACK, since=m.at),
+            *self._stored(run, depth + SLACK, until=m.at),
+            *self._stored(run, 1 + SLACK, since=m.at),
         ]
         pool = {s.point_id: s for s in near if s.point_id not in mine}
         pool.update({o.point_id: o for o in members if o is not m})
@@ -404,10 +421,13 @@ def relink(store: MemoryStore, workspace_id: str, gone: set[str], removed: Itera
     if not pairs:
         return 0
     ids = {point_id(workspace_id, e): e for e in {*pairs, *pairs.values()}}
-    present = {ids[pid] for pid in store.retrieve(sorted(ids), fields=("entry_id",))}
+    agent = {
+        ids[pid]: p.get("agent_id") for pid, p in store.retrieve(sorted(ids), fields=("entry_id", "agent_id")).items()
+    }
     edges: dict[str, dict[str, str]] = {}  # point id -> {relation: entry id}
     for before, after in pairs.items():
-        if before in present and after in present:
+        # both still there, and one agent's (a chain written before runs were per agent may cross agents)
+        if before in agent and after in agent and agent[before] == agent[after]:
             edges.setdefault(point_id(workspace_id, before), {})["next"] = after
             edges.setdefault(point_id(workspace_id, after), {})["previous"] = before
     now = _iso(datetime.now(UTC))

@@ -382,9 +382,10 @@ class MemoryStore(ABC):
         until: str | None = None,
         since: str | None = None,
         oldest_first: bool = False,
+        agent_id: str | None = None,
     ) -> list[tuple[str, dict[str, Any]]]:
         """Up to `limit` memories of the run with `since` <= ts <= `until` (each optional, RFC 3339), newest
-        first, or oldest first; ties at one instant in no stated order."""
+        first, or oldest first; ties at one instant in no stated order. `agent_id`: that agent's only."""
         raise NotImplementedError(f"{type(self).__name__} cannot list a run")
 
     def find_by_context(self, workspace_id: str, entry_ids: list[str]) -> list[tuple[str, dict[str, Any]]]:

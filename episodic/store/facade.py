@@ -790,10 +790,13 @@ class QdrantStore(MemoryStore):
         until: str | None = None,
         since: str | None = None,
         oldest_first: bool = False,
+        agent_id: str | None = None,
     ) -> list[tuple[str, dict[str, Any]]]:
         if limit <= 0:
             return []
         conditions: list[Any] = [Match("run_id", run_id)]
+        if agent_id is not None:
+            conditions.append(Match("agent_id", agent_id))
         if until is not None or since is not None:
             conditions.append(DatetimeRange("ts", gte=since, lte=until))
         records, _ = self.engine.scroll(

@@ -37,13 +37,20 @@ CHAT = [
 
 
 def rec(
-    i: str, summary: str, *, t: int, run: str | None = "r1", ws: str = "ws-a", accepted: int | None = None
+    i: str,
+    summary: str,
+    *,
+    t: int,
+    run: str | None = "r1",
+    ws: str = "ws-a",
+    accepted: int | None = None,
+    agent: str = "agent-1",
 ) -> EmbeddableRecord:
     return EmbeddableRecord.from_dict(
         {
             "id": i,
             "workspace_id": ws,
-            "agent_id": "agent-1",
+            "agent_id": agent,
             "run_id": run,
             "ts": (T + timedelta(seconds=t)).isoformat(),
             "entry_type": "summary.generated",
@@ -459,3 +466,34 @@ def test_a_neighbour_forgotten_while_the_linker_links_keeps_no_edge(
     assert similar_of(store, "c1") == set()
     report = check_store(store, state)
     assert report.ok, report.as_dict()
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["after", "in-one-batch"])
+def test_another_agents_entry_under_a_run_id_joins_nothing_of_it(
+    store: MemoryStore, state: StateStore, ix: Indexer, together: bool
+) -> None:
+    """Issue 45 part 1: mallory writes under alice's run id, just after alice's last entry (in a later batch,
+    or the same one). Her memory is indexed with none of alice's lines or ids, alice's memories get no edge to
+    hers, and each agent's part of the run is a chain of its own; alice's run is as it was."""
+    alice = [rec(f"a{i}", s, t=i, agent="alice") for i, s in enumerate(
+        ["the on-call pager code is 4471", "rotate the pager code weekly", "pager duty moves to Sam"])]  # fmt: skip
+    mallory = [rec("m1", "what is the pager code?", t=3, agent="mallory"), rec("m2", "thanks", t=5, agent="mallory")]
+    if together:
+        ix.index_batch([*alice, *mallory])
+    else:
+        ix.index_batch(alice)
+        ix.index_batch(mallory)
+    assert context_ids(store, "m1") == [] and context_ids(store, "m2") == ["m1"]
+    assert "4471" not in str(memory(store, "m1")) and "4471" not in str(memory(store, "m2"))
+    assert adjacency(store, "a2") == {"previous": "a1"} and adjacency(store, "m1") == {"next": "m2"}
+    assert context_ids(store, "a2") == ["a0", "a1"]
+    # her entry late, between alice's: still nothing crosses
+    ix.index_batch([rec("m0", "hello", t=1, agent="mallory")])
+    assert adjacency(store, "a1") == {"previous": "a0", "next": "a2"} and context_ids(store, "m0") == []
+    assert adjacency(store, "m0") == {"next": "m1"}
+    # a forget of mallory's memories joins her chain only, and leaves alice's as it is
+    forget = ForgetRecord(
+        forget_id="f-m", workspace_id="ws-a", selector=ForgetSelector(entry_ids=["m1"]), requested_at=T
+    )
+    Forgetter(store=store, state=state).apply(forget, Position(0, 1))
+    assert adjacency(store, "m0") == {"next": "m2"} and adjacency(store, "a2") == {"previous": "a1"}
