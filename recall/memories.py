@@ -74,6 +74,7 @@ from episodic_client.models import (
     MemoryPage,
 )
 from recall.deps import Services, current_principal, get_services
+from recall.views import View
 from schemas.events import ForgetRecord
 
 log = logging.getLogger(__name__)
@@ -269,13 +270,18 @@ def _json(model: MemoryDetail | MemoryPage) -> Response:
     return Response(model.model_dump_json().encode(), media_type="application/json")
 
 
-def _detail_response(services: Services, principal: Principal, workspace_id: str, entry_id: str) -> Response | None:
-    """The memory's answer, once the caller may see it (a bound token: its agent's, or a lead's crew's); None
-    for a memory it may not see, answered as a missing one (issue 29: a 403 would confirm the id exists)."""
+def detail_view(services: Services, principal: Principal, workspace_id: str, entry_id: str) -> dict[str, Any] | None:
+    """The memory as the caller may see it (recall.views: a bound token its agent's, or a lead's crew's, and
+    nothing of another agent's that it names); None for a memory it may not see, answered as a missing one
+    (issue 29: a 403 would confirm the id exists). Raises Forgotten. Also the explorer's memory page."""
+    view = View(services.store, principal, workspace_id)
     found = memory_detail(services.store, services.state, workspace_id, entry_id, services.engine.clock())
-    if found is None or not may_see_stored(principal, found):
-        return None
-    return _json(MemoryDetail.model_validate(found))
+    return None if found is None or not may_see_stored(principal, found) else view.detail(found)
+
+
+def _detail_response(services: Services, principal: Principal, workspace_id: str, entry_id: str) -> Response | None:
+    found = detail_view(services, principal, workspace_id, entry_id)
+    return None if found is None else _json(MemoryDetail.model_validate(found))
 
 
 async def _detail(services: Services, principal: Principal, workspace_id: str, entry_id: str) -> Response:
@@ -292,8 +298,11 @@ async def _detail(services: Services, principal: Principal, workspace_id: str, e
     return found
 
 
-def _page_response(services: Services, selection: Selection, cursor: str | None, limit: int) -> Response:
+def _page_response(
+    services: Services, principal: Principal, selection: Selection, cursor: str | None, limit: int
+) -> Response:
     items, next_cursor = memory_page(services.store, selection, cursor, limit)
+    items = View(services.store, principal, selection.workspace_id).items(items)
     return _json(MemoryPage.model_validate({"memories": items, "next_cursor": next_cursor}))
 
 
@@ -337,7 +346,7 @@ async def memories(
             return _invalid("entry_type", f"must be 1..{MAX_ID_LEN} characters")
     selection = Selection(workspace_id, agent_id=agent_id, run_id=run_id, entry_types=types, crew_id=crew_id)
     try:
-        return await run_in_threadpool(_page_response, services, selection, cursor, limit)
+        return await run_in_threadpool(_page_response, services, principal, selection, cursor, limit)
     except BadCursor as e:
         return _invalid("cursor", str(e))
 

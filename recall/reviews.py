@@ -40,6 +40,7 @@ from episodic_client.models import (
     ReviewRequest,
 )
 from recall.deps import Services, current_principal, get_services
+from recall.views import View
 from schemas.events import ReviewedEvent, ReviewItem
 from schemas.topics import MEMORY_REVIEWED
 
@@ -69,6 +70,7 @@ def _selected(
 ) -> tuple[list[ReviewItem], list[str], list[ReviewIgnored]]:
     """The reviews of memories the caller may see, as event items (the memory's own id), and the rest."""
     found = resolve_memories(services.store, req.workspace_id, [r.entry_id for r in req.reviews])
+    view = View(services.store, principal, req.workspace_id)
     items: list[ReviewItem] = []
     owners: list[str] = []
     ignored: list[ReviewIgnored] = []
@@ -79,7 +81,9 @@ def _selected(
             continue
         owner = str(payload.get("entry_id") or r.entry_id)
         items.append(ReviewItem(entry_id=owner, rating=r.rating))
-        owners.append(owner)
+        # the memory that served is reviewed; a bound token is told only of ids it may see (recall.views: a
+        # part folded into another agent's memory is reviewed there, and answered by its own id)
+        owners.append(owner if not view.hides or view.sees(payload) else r.entry_id)
     return items, owners, ignored
 
 

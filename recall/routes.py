@@ -34,6 +34,7 @@ from episodic_client.models import (
     StatsResponse,
 )
 from recall.deps import Services, current_principal, get_services
+from recall.views import View
 from schemas.topics import MEMORY_REFERENCED
 
 log = logging.getLogger(__name__)
@@ -67,17 +68,25 @@ class Answer:
     n_hits: int
 
 
-def _answer_recall(services: Services, req: RecallRequest) -> Answer:
+def _seen(services: Services, principal: Principal, req: RecallRequest, hits: list[RecallHit]) -> list[RecallHit]:
+    """The hits as the caller may see them (recall.views: a bound token reads nothing of another agent's
+    through its own hits)."""
+    return View(services.store, principal, req.workspace_id).hits(hits)
+
+
+def _answer_recall(services: Services, principal: Principal, req: RecallRequest) -> Answer:
     result = services.engine.recall(req)
-    body = RecallResponse(mode=req.mode, degraded=result.degraded, hits=_hits(result.hits))
-    return Answer(_json(body), result, result.referenced_event(result.hits), len(result.hits))
+    hits = _seen(services, principal, req, result.hits)
+    body = RecallResponse(mode=req.mode, degraded=result.degraded, hits=_hits(hits))
+    return Answer(_json(body), result, result.referenced_event(hits), len(hits))
 
 
-def _answer_render(services: Services, req: RenderRequest) -> Answer:
+def _answer_render(services: Services, principal: Principal, req: RenderRequest) -> Answer:
     # Twice the hits asked for (at most 50), so that the k distinct ones can fill the places of repeats.
     result = services.engine.recall(req.model_copy(update={"k": min(MAX_K, 2 * req.k)}))
     s = services.settings
     hits = distinct(result.hits, req.k, FoldRule(cosine=s.fold_cosine, additions=s.fold_additions, swaps=s.fold_swaps))
+    hits = _seen(services, principal, req, hits)
     rendered = render(hits, req.budget_chars)  # up to k=50 hits of 16k characters: CPU work
     shown = [hits[i] for i in rendered.included]
     nudge = None
@@ -98,11 +107,16 @@ def _answer_render(services: Services, req: RenderRequest) -> Answer:
     return Answer(_json(body), result, result.referenced_event(shown), len(shown))
 
 
-async def _answer(services: Services, req: RecallRequest, compute: Callable[[Services, Any], Answer]) -> Response:
+async def _answer(
+    services: Services,
+    principal: Principal,
+    req: RecallRequest,
+    compute: Callable[[Services, Principal, Any], Answer],
+) -> Response:
     """Run `compute` in the thread pool (the store query, the model, rendering and the JSON encoding stay
     off the loop that also carries the gate and the consumer in `episodic up`), then observe and publish."""
     t0 = time.perf_counter()
-    answer = await run_in_threadpool(compute, services, req)
+    answer = await run_in_threadpool(compute, services, principal, req)
     m = services.metrics
     m.recall_latency.labels(mode=req.mode).observe(time.perf_counter() - t0)
     m.recall_hits.observe(answer.n_hits)
@@ -130,7 +144,7 @@ async def recall(
     authorize_recall(
         principal, workspace_id=req.workspace_id, scope=req.scope, agent_id=req.agent_id, crew_id=req.crew_id
     )
-    return await _answer(services, req, _answer_recall)
+    return await _answer(services, principal, req, _answer_recall)
 
 
 @router.post(
@@ -148,7 +162,7 @@ async def recall_render(
     authorize_recall(
         principal, workspace_id=req.workspace_id, scope=req.scope, agent_id=req.agent_id, crew_id=req.crew_id
     )
-    return await _answer(services, req, _answer_render)
+    return await _answer(services, principal, req, _answer_render)
 
 
 @router.get(

@@ -24,6 +24,7 @@ from episodic_client.models import ForgetRequest
 from recall.deps import Services
 from recall.memories import submit_forget
 from recall.ui.pages import BadInput
+from recall.views import View
 
 PREVIEW = 20
 WAIT_S = 2.0  # the answer waits this long for the forget to be applied; the status page polls after
@@ -84,8 +85,9 @@ def preview(services: Services, principal: Principal, ask: Ask) -> Preview:
     """What the forget would take now (checked as the forget itself will be)."""
     agent = _narrowed(principal, ask)
     out = Preview()
+    view = View(services.store, principal, ask.workspace_id)
     if ask.entry_ids:
-        found = owners_of(services.store, ask.workspace_id, list(ask.entry_ids))
+        found = owners_of(services.store, ask.workspace_id, list(ask.entry_ids), services.state)
         for eid in ask.entry_ids:
             if eid not in found:
                 out.unknown.append(eid)
@@ -95,10 +97,11 @@ def preview(services: Services, principal: Principal, ask: Ask) -> Preview:
                 out.unknown.append(eid)  # as the narrowed forget treats it (a refusal would confirm it; issue 29)
                 continue
             out.memories.append(item)
+        out.memories = view.items(out.memories)
         return out
     selection = Selection(ask.workspace_id, agent_id=agent, run_id=ask.run_id)
     items, cursor = memory_page(services.store, selection, None, PREVIEW)
-    out.memories, out.more = items, cursor is not None
+    out.memories, out.more = view.items(items), cursor is not None
     return out
 
 

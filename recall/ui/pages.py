@@ -18,16 +18,18 @@ from markupsafe import Markup
 from pydantic import ValidationError
 
 from episodic.domain.scoring import decay_importance, parse_time
-from episodic.kernel.auth import Principal, authorize, authorize_recall, listing_narrowed, may_see_stored
+from episodic.kernel.auth import Principal, authorize, authorize_recall, listing_narrowed
 from episodic.kernel.ports import Selection
-from episodic.lifecycle.inspect import Forgotten, memory_detail, memory_page
+from episodic.lifecycle.inspect import Forgotten, memory_page
 from episodic.maintenance.decay import DECAY_KEY, JOB_KIND
 from episodic.maintenance.health_job import window_days
 from episodic.maintenance.nudge import nudge_state
 from episodic.retrieval.explain import Explanation, explain, leg_rankings
 from episodic_client.models import MemoryDetail, RecallRequest
 from recall.deps import Services
+from recall.memories import detail_view
 from recall.ui import charts
+from recall.views import View
 
 HEALTH_DAYS = 14
 # The search page's why runs its legs here, beside the recall (bounded: two searches' legs at once)
@@ -178,7 +180,8 @@ def search(services: Services, principal: Principal, req: RecallRequest) -> Sear
         result = engine.recall(req, model=model)
     finally:
         rankings = legs.result()
-    return SearchResult(req, result.hits, result.degraded, explain(engine, req, result, model, rankings))
+    hits = View(services.store, principal, req.workspace_id).hits(result.hits)  # as the API answers (recall.views)
+    return SearchResult(req, hits, result.degraded, explain(engine, req, result, model, rankings))
 
 
 # -- one memory --------------------------------------------------------------------------------------------------
@@ -203,18 +206,17 @@ def importance_curve(detail: MemoryDetail, now: datetime) -> tuple[list[tuple[fl
 
 
 def memory(services: Services, principal: Principal, workspace_id: str, entry_id: str) -> MemoryDetail | None:
-    """The memory as `GET /v1/memory/{id}` answers it (raises Forgotten, AuthError as it does): for a bound
-    token, another agent's memory (or a forgotten one) is None, as a missing id (issue 29)."""
+    """The memory as `GET /v1/memory/{id}` answers it (`recall.memories.detail_view`; raises Forgotten,
+    AuthError as it does): for a bound token, another agent's memory (or a forgotten one) is None, as a
+    missing id (issue 29), and nothing of another agent's that it names is shown (issue 45)."""
     authorize(principal, workspace_id)
     try:
-        found = memory_detail(services.store, services.state, workspace_id, entry_id, services.engine.clock())
+        found = detail_view(services, principal, workspace_id, entry_id)
     except Forgotten:
         if principal.bound:
             return None
         raise
-    if found is None or not may_see_stored(principal, found):
-        return None
-    return MemoryDetail.model_validate(found)
+    return None if found is None else MemoryDetail.model_validate(found)
 
 
 # -- a run ---------------------------------------------------------------------------------------------------------
@@ -237,9 +239,10 @@ def run_timeline(services: Services, principal: Principal, workspace_id: str, ru
     selection = Selection(workspace_id, agent_id=agent_id, run_id=run_id, crew_id=crew_id)
     out = Timeline(workspace_id, run_id)
     cursor: str | None = None
+    view = View(services.store, principal, workspace_id)
     for _ in range(RUN_PAGES):
         items, cursor = memory_page(services.store, selection, cursor, RUN_PAGE)
-        out.items.extend(items)
+        out.items.extend(view.items(items))
         if cursor is None:
             break
     out.truncated = cursor is not None
