@@ -37,7 +37,7 @@ from tests.tmpfs import fast_tmp_dir
 
 AGENTS = ("alice", "mallory")
 CREW = "c1"
-WORKSPACES = 64  # a fresh workspace per example of a property, all named in the tokens file
+WORKSPACES = 4000  # a fresh workspace per example of a property, all named in the tokens file
 T0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
 
 
@@ -103,8 +103,11 @@ class Trust:
 
         q = {"workspace_id": ws}
         # a memory's page shows its `refs` as its agent wrote them: the ids there are that agent's own words
-        wrote = {str(p["entry_id"]): {str(x) for x in (p.get("refs") or {}).get("supports") or []}
-                 for p in _select(self.store, ws).values() if p.get("agent_id") == agent}  # fmt: skip
+        wrote: dict[str, set[str]] = {}  # an id (its own or an alias) -> the refs of the memory it names
+        for p in _select(self.store, ws).values():
+            if p.get("agent_id") == agent:
+                for i in (p["entry_id"], *(p.get("aliases") or [])):
+                    wrote[str(i)] = {str(x) for x in (p.get("refs") or {}).get("supports") or []}
         for i in ids:
             read(f"GET /v1/memory/{i}", c.get("/v1/memory", params={**q, "entry_id": i}), i, *wrote.get(i, ()))
             read(f"/ui/memory/{i}", c.get(f"/ui/memory/{i}", params=q), i, *wrote.get(i, ()))
