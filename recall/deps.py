@@ -48,6 +48,7 @@ class Services:
     jobs: Mapping[str, Job] = field(default_factory=dict)  # name -> job, for /v1/admin/run/{name}
     produce: Produce | None = None  # POST /v1/journal answers 503 without it
     health: HealthJob | None = None  # the stored health snapshots (None: no state store in this process)
+    dlq_index: Any = None  # the explorer's dead letters (episodic.lifecycle.dlq_index.DlqIndex), made on first use
 
 
 def get_services(request: Request) -> Services:

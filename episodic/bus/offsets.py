@@ -244,19 +244,22 @@ async def read_to(
     *,
     stall_s: float = 30.0,
     options: Mapping[str, Any] | None = None,
+    starts: Mapping[int, int] | None = None,
 ) -> AsyncGenerator[Any, None]:
     """Every record of `topic` before `ends` (partition -> offset, `topic_ends`), partition by partition in
-    offset order; records written after `ends` are not read. BrokerUnavailable when no record arrives for
-    `stall_s` seconds while some are still to be read."""
+    offset order, from `starts` (partition -> offset; default 0: a reader that keeps its place, such as the
+    explorer's dead-letter index, reads only what is new); records written after `ends` are not read.
+    BrokerUnavailable when no record arrives for `stall_s` seconds while some are still to be read."""
     from aiokafka import TopicPartition
 
-    todo = {TopicPartition(topic, p): end for p, end in ends.items() if end > 0}
+    first = {p: (starts or {}).get(p, 0) for p in ends}
+    todo = {TopicPartition(topic, p): end for p, end in ends.items() if end > first[p]}
     if not todo:
         return
     async with _reader(bootstrap, options) as consumer:
         consumer.assign(sorted(todo))
         for tp in todo:
-            consumer.seek(tp, 0)
+            consumer.seek(tp, first[tp.partition])
         last = time.monotonic()
         while todo:
             batch = await consumer.getmany(*todo, timeout_ms=200)

@@ -158,10 +158,13 @@ def parse_since(text: str, *, now: datetime | None = None) -> datetime:
     """`--since`: a duration back from now (`90s`, `30m`, `2h`, `7d`, `1w`) or an RFC 3339 time with an offset."""
     m = _DURATION.match(text)
     if m:
-        return (now or datetime.now(UTC)) - timedelta(**{_UNITS[m.group(2)]: float(m.group(1))})
+        try:
+            return (now or datetime.now(UTC)) - timedelta(**{_UNITS[m.group(2)]: float(m.group(1))})
+        except OverflowError:  # further back than datetime goes (year 1): a 4xx naming the field, not a 500
+            raise ValueError(f"since: {text!r} reaches back before the year 1") from None
     try:
         at = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
+    except (ValueError, OverflowError):
         raise ValueError(f"since: {text!r} is neither a duration (30m, 2h, 7d) nor an RFC 3339 time") from None
     if at.tzinfo is None:
         raise ValueError(f"since: {text!r} has no UTC offset (add Z or +HH:MM)")
@@ -300,17 +303,20 @@ async def replay(
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     options: Mapping[str, Any] | None = None,
     exact: bool = True,
+    given: Iterable[Letter] | None = None,
 ) -> ReplayReport:
     """Send the selected dead letters' original bytes back to journal.entries (see the module doc).
     Returns once the broker acknowledged every replayed record and its ledger mark. `partitions`: of the
-    ledger topic, when this creates it."""
+    ledger topic, when this creates it. `given`: the letters to select from (whole, with their ledger
+    marks: the explorer's index reads the ones it names), instead of the whole topic read here."""
     report = ReplayReport()
     producer = None if dry_run else await start_producer(bootstrap, **(options or {}))
     try:
         if producer is not None:
             await ensure_topics(bootstrap, partitions=partitions, topics=(topics.replays,), options=options)
         chunk: list[Letter] = []
-        async for letter in letters(bootstrap, topics, options=options, exact=exact):
+        source = letters(bootstrap, topics, options=options, exact=exact) if given is None else _each(given)
+        async for letter in source:
             report.read += 1
             if not selector.matches(letter):
                 continue
@@ -328,6 +334,11 @@ async def replay(
         if producer is not None:
             await producer.stop()
     return report
+
+
+async def _each(given: Iterable[Letter]) -> AsyncIterator[Letter]:
+    for letter in given:
+        yield letter
 
 
 async def _send(
