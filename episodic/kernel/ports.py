@@ -100,7 +100,7 @@ class ScopeFilter:
     narrow inside the scope."""
 
     workspace_id: str
-    scope: Scope = "own"
+    scope: Scope | Literal["workspace"] = "own"  # workspace: every memory (the explorer's, for unbound tokens)
     agent_id: str | None = None
     crew_id: str | None = None
     high_value: float = 0.6  # crew_shared: crew entries with importance_score >= this

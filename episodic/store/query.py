@@ -126,6 +126,8 @@ def who_filter(scope: ScopeFilter) -> Filter:
     agent, the crew's high-value memories only. A memory folded into another of its own agent is never seen
     by itself (`visible`); one folded into another agent's memory (`fold_across`) stays its agent's own, and
     only the crew's views see the owner in its place: an agent's own scope never shows another agent's text."""
+    if scope.scope == "workspace":  # the explorer's search for a workspace or admin token (recall/ui/pages.py)
+        return in_workspace(scope.workspace_id, visible())
     if scope.scope == "own":
         return in_workspace(scope.workspace_id, own_by(str(scope.agent_id)))
     crew_high = Filter(

@@ -39,7 +39,9 @@ class Ask:
 
     @classmethod
     def from_form(cls, form: dict[str, str]) -> Ask:
-        ids = [i.strip() for i in form.get("entry_ids", "").replace(",", "\n").splitlines() if i.strip()]
+        # one id a line, split on "\n" only: an id may hold any other character (a comma, U+2028, a form feed),
+        # so `x,<victim>` is one id, never `x` and the victim's (issue 45)
+        ids = [i.strip(" \t\r") for i in form.get("entry_ids", "").split("\n") if i.strip(" \t\r")]
         body: dict[str, Any] = {"workspace_id": form.get("workspace_id", "").strip()}
         if ids:
             body["entry_ids"] = ids

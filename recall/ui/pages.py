@@ -12,13 +12,13 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from markupsafe import Markup
 from pydantic import ValidationError
 
 from episodic.domain.scoring import decay_importance, parse_time
-from episodic.kernel.auth import Principal, authorize, authorize_recall, listing_narrowed
+from episodic.kernel.auth import AuthError, Principal, authorize, authorize_recall, listing_narrowed
 from episodic.kernel.ports import Selection
 from episodic.lifecycle.inspect import Forgotten, memory_page
 from episodic.maintenance.decay import DECAY_KEY, JOB_KIND
@@ -76,9 +76,19 @@ def _weakest(metrics: dict[str, Any]) -> str | None:
     return f"{min(scored)[1]} {min(scored)[0]:.0f}" if scored else None
 
 
+def sees_process(services: Services, principal: Principal) -> bool:
+    """Whether the home page shows the process's own state (consumer lag, dead letters by reason, the last
+    decay, Kafka, the store, the mode): never to a bound token (it is every agent's and workspace's), and
+    with `EPISODIC_METRICS_ADMIN_ONLY` to an admin only (those are the figures `/metrics` then keeps for
+    admins)."""
+    if principal.bound:
+        return False
+    return principal.admin or not services.settings.metrics_admin_only
+
+
 def overview(services: Services, principal: Principal) -> dict[str, Any]:
     """Every workspace the caller may read, the unhealthy first, with memories, health band, 14-day chart;
-    and the process: stack status, consumer lag, the last decay run."""
+    and, for whom `sees_process`, the process: stack status, consumer lag, the last decay run."""
     if principal.admin:
         counts = dict(services.store.workspaces())
         if services.health is not None:
@@ -103,12 +113,15 @@ def overview(services: Services, principal: Principal) -> dict[str, Any]:
         rows.append(row)
     order = {"red": 0, "yellow": 1, None: 2, "green": 3}
     rows.sort(key=lambda r: (order.get(r.band, 2), r.workspace_id))
+    if not sees_process(services, principal):  # the workspaces only: the process's state is not theirs
+        return {"rows": rows, "process": False, "dates": (dates[0], dates[-1]) if dates else None}
     decay = services.state.get(JOB_KIND, DECAY_KEY) if services.state is not None else None
     try:
         status = dict(services.status())
     except Exception:  # the status callable is best effort, as on /healthz
         status = {}
     return {
+        "process": True,
         "rows": rows,
         "lag": _by_label(services, "episodic_consumer_lag_records", "group"),
         "dead": {
@@ -130,16 +143,31 @@ SEARCH_FIELDS = ("workspace_id", "q", "scope", "agent_id", "crew_id", "mode", "k
                  "since", "until", "entry_types", "min_severity", "run_id", "exclude_run_id")  # fmt: skip
 
 
+class WorkspaceSearch(RecallRequest):
+    """The explorer's workspace-wide search: every memory of the workspace (folded parts shown as their
+    owner, as in the crew's views), for the open service, a workspace token and an admin, never for a bound
+    token (`recall_request` refuses it). The engine and the store take the scope `workspace` as they take the
+    others (`episodic.store.query.who_filter`); the recall API does not offer it."""
+
+    scope: Literal["workspace"] = "workspace"  # type: ignore[assignment]
+
+
 def recall_request(form: dict[str, str], principal: Principal) -> RecallRequest:
     """The recall request a search form stands for (empty fields left out; a bound token's agent, crew and
-    scope filled in when not given). BadInput names the field, as the API's 422 would."""
+    scope filled in when not given; another principal without an agent or a crew searches the whole
+    workspace). BadInput names the field, as the API's 422 would; a bound token's `workspace` scope is 403."""
     f = {k: v.strip() for k, v in form.items() if k in SEARCH_FIELDS and v is not None and v.strip()}
     if principal.bound:
+        if f.get("scope") == "workspace":
+            raise AuthError("forbidden", f"token {principal.name!r} is bound to an agent: it searches its own scope, "
+                            "not the whole workspace", field="scope")  # fmt: skip
         f.setdefault("scope", "crew_shared" if principal.role == "lead" else "own")
         if principal.agent_id is not None and f["scope"] == "own":
             f.setdefault("agent_id", principal.agent_id)
         if principal.crew_id is not None and f["scope"] == "crew_shared":
             f.setdefault("crew_id", principal.crew_id)
+    elif "scope" not in f and "agent_id" not in f and "crew_id" not in f:
+        f["scope"] = "workspace"
     body: dict[str, Any] = {k: v for k, v in f.items() if k not in ("q", "k", "walk_depth", "adjacent", "entry_types")}
     body["query"] = f.get("q", "")
     for name in ("k", "walk_depth"):
@@ -152,8 +180,11 @@ def recall_request(form: dict[str, str], principal: Principal) -> RecallRequest:
         body["adjacent"] = f["adjacent"] in ("1", "true", "on", "yes")
     if "entry_types" in f:
         body["entry_types"] = [t.strip() for t in f["entry_types"].split(",") if t.strip()]
+    model = WorkspaceSearch if body.get("scope") == "workspace" else RecallRequest
+    if model is WorkspaceSearch:
+        body = {k: v for k, v in body.items() if k not in ("agent_id", "crew_id")}
     try:
-        return RecallRequest.model_validate(body)
+        return model.model_validate(body)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "query"

@@ -1,11 +1,18 @@
 """The explorer's routes: every page under /ui, server-rendered HTML (Jinja2, autoescaped) with htmx for the
 few live parts. Pages are GETs with their whole state in the URL (shareable); what changes something
 (replay, forget) is a POST with a CSRF token that first answers a confirmation page and acts only on the
-second, confirmed POST.
+second, confirmed POST; signing in and out are POSTs with a CSRF token too (recall/ui/session.py).
 
-Errors are pages, not JSON: no token, the login form (303); a token that may not see it, 403 with the
-API's message (which names the field); a bad form value, 422 naming it; a store failure, 503 with a
-reference to the log. Blocking work (the store, the model, rendering) runs in the thread pool.
+Errors are pages, not JSON: no session, the login form (303); a token that may not see it, 403 with the
+API's message (which names the field); a bad form value or an id longer than the API takes, 422 naming it; a
+store failure, 503 with a reference to the log. Blocking work (the store, the model, rendering the page)
+runs in the thread pool; the dead letters' Kafka reads in an executor of their own (recall/ui/dead_letters.py).
+
+**Another site cannot fire a page.** A GET that a browser says comes from another site (`Sec-Fetch-Site:
+cross-site`, or `same-site`: another port of localhost is the same site) does no work: it answers a small page
+with a link to open it here (a click on it is same-origin). On the open service no cookie stands between a
+web page and 127.0.0.1, so without this any page could make a browser run searches and dead-letter reads.
+Browsers too old to send `Sec-Fetch-Site`, and other clients, are served as before.
 """
 
 from __future__ import annotations
@@ -26,9 +33,10 @@ from episodic.kernel.auth import AuthError, Principal
 from episodic.kernel.errors import BrokerUnavailable, EpisodicError
 from episodic.lifecycle.dlq import Selector, parse_letter_id, parse_since
 from episodic.lifecycle.inspect import Forgotten
+from episodic_client.models import MAX_ID_LEN
 from recall.deps import Services, get_services
 from recall.ui import charts, dead_letters, forgets, pages
-from recall.ui.session import COOKIE, COOKIE_PATH, CsrfRefused, LoginNeeded, Session
+from recall.ui.session import CsrfRefused, LoginNeeded, Session
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
@@ -71,8 +79,28 @@ def session_of(request: Request) -> Session:
 
 
 def html(template: str, status: int = 200, **ctx: Any) -> HTMLResponse:
+    """A small page rendered here (errors, forms); the pages that show data use `rendered`."""
     body = env.get_template(template).render(**ctx)
     return HTMLResponse(body, status_code=status, headers=security_headers())
+
+
+async def rendered(template: str, status: int = 200, **ctx: Any) -> HTMLResponse:
+    """A page rendered in the thread pool (a listing of hundreds of rows, a letter's bytes: CPU work that
+    must not hold the event loop the gate and the consumer share in `episodic up`)."""
+    body = await run_in_threadpool(env.get_template(template).render, **ctx)
+    return HTMLResponse(body, status_code=status, headers=security_headers())
+
+
+def bounded(name: str, value: str, limit: int = MAX_ID_LEN) -> str:
+    """`value` of the form or path, when it is no longer than the API takes (else BadInput naming it)."""
+    if len(value) > limit:
+        raise pages.BadInput(f"{name}: at most {limit} characters")
+    return value
+
+
+def from_elsewhere(request: Request) -> bool:
+    """A GET the browser says another site (or another port of this host) made: answered without work."""
+    return request.method == "GET" and request.headers.get("sec-fetch-site") in ("cross-site", "same-site")
 
 
 def security_headers() -> dict[str, str]:
@@ -86,12 +114,23 @@ Build = Callable[[Principal, Services, dict[str, Any]], Awaitable[Response]]
 async def page(request: Request, build: Build) -> Response:
     """Run `build` for the caller, turning the refusals and failures into pages."""
     session = session_of(request)
+    response = await _page(request, build, session)
+    session.ensure_browser(request, response)
+    return response
+
+
+async def _page(request: Request, build: Build, session: Session) -> Response:
     services = get_services(request)
     ctx: dict[str, Any] = {"request": request, "open": session.open, "csrf": session.csrf(request)}
+    if from_elsewhere(request):
+        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return html("elsewhere.html", 403, target=here, **ctx)
     try:
         principal = session.principal(request)
         ctx["who"] = principal
         return await build(principal, services, ctx)
+    except dead_letters.Busy as e:
+        return html("error.html", 503, title="Busy", message=str(e), **ctx)
     except LoginNeeded as e:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return RedirectResponse(url("login", next=target, why=e.reason), status_code=303)
@@ -117,48 +156,6 @@ async def page(request: Request, build: Build) -> Response:
                     message=f"memory store unavailable (ref {ref}: see the service log)", **ctx)  # fmt: skip
 
 
-# -- sign in ------------------------------------------------------------------------------------------------------
-
-
-@router.get("/login")
-async def login_form(request: Request, next: str = "/ui", why: str = "") -> Response:
-    session = session_of(request)
-    if session.open:
-        return RedirectResponse("/ui", status_code=303)
-    return html("login.html", 200, next=_safe_next(next), why=why, open=False, who=None)
-
-
-def _safe_next(target: str) -> str:
-    """Only a path of this explorer (never another site, never `//host`)."""
-    return target if target.startswith("/ui") and not target.startswith("//") else "/ui"
-
-
-@router.post("/login")
-async def login(request: Request) -> Response:
-    session = session_of(request)
-    form = await request.form()
-    token, target = str(form.get("token", "")), _safe_next(str(form.get("next", "/ui")))
-    if request.headers.get("sec-fetch-site") == "cross-site":
-        return html("login.html", 403, next=target, why="refused: sent from another site", open=False, who=None)
-    try:
-        principal = session.login(token)
-    except AuthError as e:
-        get_services(request).metrics.auth_failures.labels(reason=e.reason).inc()
-        return html("login.html", 401, next=target, why=e.message, open=False, who=None)
-    log.info("explorer: %s signed in", principal.name)
-    resp = RedirectResponse(target, status_code=303)
-    resp.set_cookie(COOKIE, token.strip(), path=COOKIE_PATH, httponly=True, samesite="strict",
-                    secure=request.url.scheme == "https")  # fmt: skip
-    return resp
-
-
-@router.post("/logout")
-async def logout(request: Request) -> Response:
-    resp = RedirectResponse(url("login"), status_code=303)
-    resp.delete_cookie(COOKIE, path=COOKIE_PATH)
-    return resp
-
-
 # -- pages --------------------------------------------------------------------------------------------------------
 
 
@@ -166,7 +163,7 @@ async def logout(request: Request) -> Response:
 async def home(request: Request) -> Response:
     async def build(principal: Principal, services: Services, ctx: dict[str, Any]) -> Response:
         view = await run_in_threadpool(pages.overview, services, principal)
-        return html("home.html", **ctx, **view)
+        return await rendered("home.html", **ctx, **view)
 
     return await page(request, build)
 
@@ -177,6 +174,8 @@ async def search(request: Request) -> Response:
 
     async def build(principal: Principal, services: Services, ctx: dict[str, Any]) -> Response:
         ctx.update(form=form, error=None)
+        for name in ("agent_id", "crew_id", "run_id", "exclude_run_id"):
+            bounded(name, form.get(name) or "")
         if not form.get("workspace_id") or not form.get("q"):
             ctx["error"] = None if not form else "workspace_id and q: give both to search"
             return html("search.html", 200 if not form else 422, result=None, **ctx)
@@ -200,6 +199,8 @@ async def memory(request: Request, entry_id: str, workspace_id: str = "") -> Res
     async def build(principal: Principal, services: Services, ctx: dict[str, Any]) -> Response:
         if not workspace_id:
             raise pages.BadInput("workspace_id: required (the memory's workspace)")
+        bounded("workspace_id", workspace_id)
+        bounded("entry_id", entry_id)
 
         def render() -> tuple[int, str]:
             found = pages.memory(services, principal, workspace_id, entry_id)
@@ -226,8 +227,10 @@ async def run(request: Request, run_id: str, workspace_id: str = "") -> Response
     async def build(principal: Principal, services: Services, ctx: dict[str, Any]) -> Response:
         if not workspace_id:
             raise pages.BadInput("workspace_id: required (the run's workspace)")
+        bounded("workspace_id", workspace_id)
+        bounded("run_id", run_id)
         timeline = await run_in_threadpool(pages.run_timeline, services, principal, workspace_id, run_id)
-        return html("run.html", **ctx, t=timeline)
+        return await rendered("run.html", **ctx, t=timeline)
 
     return await page(request, build)
 
@@ -240,6 +243,9 @@ async def dlq(
     request: Request, reason: str = "", workspace_id: str = "", since: str = "", entry_id: str = ""
 ) -> Response:
     async def build(principal: Principal, services: Services, ctx: dict[str, Any]) -> Response:
+        for name, value in (("reason", reason), ("workspace_id", workspace_id), ("entry_id", entry_id)):
+            bounded(name, value)
+        bounded("since", since, 64)
         selector = Selector(
             reasons=frozenset({reason}) if reason else frozenset(),
             since=parse_since(since) if since else None,
@@ -248,7 +254,7 @@ async def dlq(
         )
         found = await dead_letters.listing(services, principal, selector)
         filters = {"reason": reason, "workspace_id": workspace_id, "since": since, "entry_id": entry_id}
-        return html("dlq.html", **ctx, listing=found, filters=filters)
+        return await rendered("dlq.html", **ctx, listing=found, filters=filters)
 
     return await page(request, build)
 
@@ -256,15 +262,15 @@ async def dlq(
 @router.get("/dlq/{letter_id}")
 async def dlq_letter(request: Request, letter_id: str) -> Response:
     async def build(principal: Principal, services: Services, ctx: dict[str, Any]) -> Response:
-        partition, offset = parse_letter_id(letter_id)
+        partition, offset = parse_letter_id(bounded("id", letter_id, 48))
         letter = await dead_letters.one(services, principal, partition, offset)
         if letter is None:
             return html("error.html", 404, title="No such dead letter", message=f"id: no dead letter {letter_id}",
                         **ctx)  # fmt: skip
-        kind, shown = dead_letters.shown_bytes(letter)
+        kind, shown = await run_in_threadpool(dead_letters.shown_bytes, letter)
         fragment = request.headers.get("hx-request") == "true"
-        return html("dlq_bytes.html" if fragment else "dlq_letter.html", **ctx, letter=letter, v=letter.view(),
-                    kind=kind, shown=shown)  # fmt: skip
+        return await rendered("dlq_bytes.html" if fragment else "dlq_letter.html", **ctx, letter=letter,
+                              v=letter.view(), kind=kind, shown=shown)  # fmt: skip
 
     return await page(request, build)
 
@@ -278,13 +284,18 @@ async def dlq_replay(request: Request) -> Response:
         raw = [str(v) for v in form.getlist("id")]
         if not raw:
             raise pages.BadInput("id: choose at least one dead letter to replay")
-        ids = frozenset(parse_letter_id(i) for i in raw)
+        if len(raw) > dead_letters.MAX_SHOWN:
+            raise pages.BadInput(f"id: at most {dead_letters.MAX_SHOWN} dead letters in one replay")
+        ids = frozenset(parse_letter_id(bounded("id", i, 48)) for i in raw)
         force = form.get("force") == "1"
+        dead_letters.require_reader(principal)
+        if force:
+            dead_letters.require_force(principal)
         if form.get("confirm") != "yes":
             found = await dead_letters.listing(services, principal, Selector(ids=ids))
-            return html("dlq_confirm.html", **ctx, letters=found.letters, force=force)
+            return await rendered("dlq_confirm.html", **ctx, letters=found.letters, force=force)
         report = await dead_letters.replay_ids(services, principal, ids, force=force)
-        return html("dlq_done.html", **ctx, report=report)
+        return await rendered("dlq_done.html", **ctx, report=report)
 
     return await page(request, build)
 
@@ -311,7 +322,7 @@ async def forget(request: Request) -> Response:
         ask = forgets.Ask.from_form(form)
         if form.get("confirm") != "yes":
             preview = await run_in_threadpool(forgets.preview, services, principal, ask)
-            return html("forget_confirm.html", **ctx, ask=ask, preview=preview)
+            return await rendered("forget_confirm.html", **ctx, ask=ask, preview=preview)
         status, doc = await forgets.submit(services, principal, ask)
         if doc is None or "forget_id" not in doc:
             message = (doc or {}).get("error", "the forget was not accepted")
@@ -327,11 +338,13 @@ async def forget_status(request: Request, forget_id: str, workspace_id: str = ""
     async def build(principal: Principal, services: Services, ctx: dict[str, Any]) -> Response:
         if not workspace_id:
             raise pages.BadInput("workspace_id: required (the forget's workspace)")
+        bounded("workspace_id", workspace_id)
+        bounded("forget_id", forget_id)
         doc = await run_in_threadpool(forgets.status, services, principal, workspace_id, forget_id)
         if doc is None:
             return html("error.html", 404, title="No such forget",
                         message=f"forget_id: no forget {forget_id!r} in workspace {workspace_id!r}", **ctx)  # fmt: skip
         fragment = request.headers.get("hx-request") == "true"
-        return html("forget_status.html" if fragment else "forget_done.html", **ctx, doc=doc)
+        return await rendered("forget_status.html" if fragment else "forget_done.html", **ctx, doc=doc)
 
     return await page(request, build)

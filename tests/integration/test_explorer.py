@@ -50,11 +50,18 @@ def csrf_of(html: str) -> str:
     return m.group(1)
 
 
+def login(c: TestClient, token: str, next: str = "/ui") -> Any:
+    """The login form as a browser sends it: read first (its CSRF token and the browser's cookie), then posted."""
+    form = c.get("/ui/login")
+    return c.post("/ui/login", data={"token": token, "next": next, "csrf": csrf_of(form.text)}, follow_redirects=False)
+
+
 def signed_in(env: dict[str, Any], token: str) -> TestClient:
     c: TestClient = env["app"](env["tokens"])
-    r = c.post("/ui/login", data={"token": token, "next": "/ui"}, follow_redirects=False)
-    assert r.status_code == 303 and "httponly" in r.headers["set-cookie"].lower(), r.text
-    assert "samesite=strict" in r.headers["set-cookie"].lower() and "path=/ui" in r.headers["set-cookie"].lower()
+    r = login(c, token)
+    cookie = r.headers["set-cookie"].lower()
+    assert r.status_code == 303 and "httponly" in cookie and "max-age=43200" in cookie, r.text
+    assert "samesite=strict" in cookie and "path=/ui" in cookie and token.lower() not in cookie  # an id, not the token
     return c
 
 
@@ -111,7 +118,7 @@ def test_search_walk_marks_where_a_hit_came_from(shared: dict[str, Any]) -> None
     [
         ({"workspace_id": "ws-a", "q": OOM, "agent_id": "a1", "k": "abc"}, "k"),
         ({"workspace_id": "ws-a", "q": OOM, "agent_id": "a1", "k": "99"}, "k"),
-        ({"workspace_id": "ws-a", "q": OOM}, "agent_id"),
+        ({"workspace_id": "ws-a", "q": OOM, "scope": "own"}, "agent_id"),
         ({"workspace_id": "ws-a", "q": OOM, "agent_id": "a1", "since": "yesterday"}, "since"),
         ({"workspace_id": "ws-a", "q": OOM, "agent_id": "a1", "mode": "magic"}, "mode"),
         ({"workspace_id": "x" * 129, "q": OOM, "agent_id": "a1"}, "workspace_id"),
@@ -206,20 +213,31 @@ def test_with_tokens_a_browser_signs_in_and_the_cookie_is_checked_like_the_heade
     c = env["app"](env["tokens"])
     r = c.get("/ui/search?workspace_id=ws-a", follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"].startswith("/ui/login?next=%2Fui%2Fsearch")
-    bad = c.post("/ui/login", data={"token": "not-a-token-of-this-service", "next": "/ui"}, follow_redirects=False)
-    assert bad.status_code == 401 and "invalid bearer token" in text(bad.text) and "set-cookie" not in bad.headers
-    evil = c.post("/ui/login", data={"token": TOK_ADMIN, "next": "//evil.example/"}, follow_redirects=False)
+    bad = login(c, "not-a-token-of-this-service")
+    assert (
+        bad.status_code == 401
+        and "invalid bearer token" in text(bad.text)
+        and "episodic_ui_session" not in str(bad.headers.get("set-cookie"))
+    )
+    forged = c.post("/ui/login", data={"token": TOK_ADMIN, "next": "/ui"}, follow_redirects=False)
+    assert forged.status_code == 403 and "refused" in text(forged.text)  # login CSRF: no token of this browser
+    evil = login(c, TOK_ADMIN, next="//evil.example/")
     assert evil.headers["location"] == "/ui"  # never sent off-site after signing in
     a = signed_in(env, TOK_A)
     page = text(a.get("/ui").text)
     assert "ws-a" in page and "ws-b" not in page  # a workspace token sees its workspaces only
     assert a.get("/ui/memory/old-oom", params={"workspace_id": "ws-b"}).status_code == 403
-    revoked = c.get(
-        "/ui", headers={"Cookie": "episodic_ui_token=a-token-that-was-revoked-0000"}, follow_redirects=False
-    )
-    assert revoked.status_code == 303 and "no+longer+valid" in revoked.headers["location"]
-    out = a.post("/ui/logout", follow_redirects=False)
-    assert out.status_code == 303 and "episodic_ui_token=" in out.headers["set-cookie"]
+    raw = env["app"](env["tokens"]).get("/ui", headers={"Cookie": f"episodic_ui_session={TOK_A}"},
+                                        follow_redirects=False)  # fmt: skip
+    assert raw.status_code == 303 and "session+has+ended" in raw.headers["location"]  # a token is no session
+    session = a.cookies["episodic_ui_session"]
+    refused = a.post("/ui/logout", follow_redirects=False)
+    assert refused.status_code == 403 and a.get("/ui").status_code == 200  # sign-out wants its CSRF token too
+    out = a.post("/ui/logout", data={"csrf": csrf_of(a.get("/ui").text)}, follow_redirects=False)
+    assert out.status_code == 303 and "episodic_ui_session=" in out.headers["set-cookie"]
+    again = env["app"](env["tokens"]).get("/ui", headers={"Cookie": f"episodic_ui_session={session}"},
+                                          follow_redirects=False)  # fmt: skip
+    assert again.status_code == 303 and "session+has+ended" in again.headers["location"]  # revoked on the server
     header = env["app"](env["tokens"]).get("/ui", headers={"Authorization": f"Bearer {TOK_A}"})
     assert header.status_code == 200  # scripts may send the header instead
 

@@ -138,7 +138,8 @@ def _env(tmp_path: Path, embedder: Any) -> Iterator[dict[str, Any]]:
                 status=lambda: {"kafka": "ok", "kafka_bootstrap": "127.0.0.1:1"},
                 metrics=metrics,
                 **kw,
-            )
+            ),
+            base_url="http://127.0.0.1:8080",  # as the stack serves it (the explorer's cookies: recall/ui/session.py)
         )
 
     try:
