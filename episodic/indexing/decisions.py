@@ -40,6 +40,7 @@ from enum import StrEnum
 from typing import Any
 
 from episodic.domain.identity import dedup_key, point_id
+from episodic.domain.times import parse_time
 from episodic.indexing.ownership import refusal
 from schemas.events import EmbeddableRecord
 
@@ -83,23 +84,12 @@ class Decision:
     error: str | None = None
 
 
-def _instant(value: Any) -> datetime:
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    try:
-        dt = datetime.fromisoformat(str(value).replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        return _NEVER
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
-
-
 def version_key(version: EmbeddableRecord | Mapping[str, Any]) -> tuple[datetime, datetime]:
     """How versions of one id are ordered: the entry's `ts`, then its acceptance stamp (a stored memory
     without a readable one is older than any record)."""
     if isinstance(version, EmbeddableRecord):
         return version.ts_datetime, version.accepted_at
-    ts, accepted = version.get("ts"), version.get("accepted_at")
-    return (_instant(ts) if ts else _NEVER), (_instant(accepted) if accepted else _NEVER)
+    return parse_time(version.get("ts")) or _NEVER, parse_time(version.get("accepted_at")) or _NEVER
 
 
 def _same(rec: EmbeddableRecord, other: EmbeddableRecord | Mapping[str, Any]) -> bool:
