@@ -11,7 +11,8 @@ only when it names a memory the token may see whole (`may_see_memory`: its agent
 crew's), and an id of no memory is dropped the same way, so the two read alike:
 
 - relations: an edge whose two ends the token may see;
-- context lines, `supersedes`, `superseded_by`, `folded_into`: those of memories it may see;
+- context lines, `supersedes`, `superseded_by`, `folded_into`, the memory a part was `unfolded` from: those of
+  memories it may see;
 - a fold's parts and agents: the token's own (its crew's for a lead), and `occurrences` counts only them
   (an agent's entry folded into another agent's memory stays that agent's own, `fold_scope`: its own scope
   reads its own text; only the other agent's owner lists it, and this hides it there).
@@ -102,6 +103,7 @@ class View:
             return d
         names = {str(r["src"]) for r in d["relations"]} | {str(r["dst"]) for r in d["relations"]}
         names |= {str(c["entry_id"]) for c in d.get("context") or []}
+        names |= {str(u["from"]) for u in d.get("unfolded") or []}
         ok = self.visible(names)
         folds = self._fold_fields(d, list(d.get("agents") or []), int(d["occurrences"]))
         keep = {str(e["entry_id"]) for e in folds["parts"]}
@@ -110,6 +112,7 @@ class View:
             "relations": [r for r in d["relations"] if str(r["src"]) in ok and str(r["dst"]) in ok],
             "context": None if d.get("context") is None else [c for c in d["context"] if c["entry_id"] in ok],
             "folded": [f for f in d.get("folded") or [] if f["entry_id"] in keep],
+            "unfolded": [u for u in d.get("unfolded") or [] if str(u["from"]) in ok],
             "agents": folds["agents"],
             "occurrences": folds["occurrences"],
         }
