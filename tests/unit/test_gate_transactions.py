@@ -122,4 +122,6 @@ def test_exactly_once_is_never_on_with_tansu_and_sets_how_the_gates_readers_read
     assert on.exactly_once and on.isolation_level == "read_committed"
     tansu = Settings(broker="tansu", gate_exactly_once=True)
     assert not tansu.exactly_once and tansu.isolation_level == "read_uncommitted"
-    assert Settings().isolation_level == "read_uncommitted"  # off by default
+    assert Settings(kafka_bootstrap="kafka-1:9092").exactly_once  # on by default (docs/pipeline.md)
+    off = Settings(kafka_bootstrap="kafka-1:9092", gate_exactly_once=False)
+    assert not off.exactly_once and off.isolation_level == "read_uncommitted"

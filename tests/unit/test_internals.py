@@ -140,7 +140,7 @@ async def test_every_app_reads_committed_records_only_under_exactly_once() -> No
     for settings, exactly_once, level in (
         (on, True, "read_committed"),
         (on, False, "read_committed"),
-        (Settings(kafka_bootstrap="kafka-1:9092"), False, "read_uncommitted"),
+        (Settings(kafka_bootstrap="kafka-1:9092", gate_exactly_once=False), False, "read_uncommitted"),
         (Settings(broker="tansu", gate_exactly_once=True), False, "read_uncommitted"),
     ):
         app = create_app(settings, app_id="isolation-probe", exactly_once=exactly_once)
