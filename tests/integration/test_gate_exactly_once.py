@@ -1,8 +1,9 @@
 """The gate under exactly-once (EPISODIC_GATE_EXACTLY_ONCE, streams/gate.py `Transactions`), against Kafka: a
 kill -9 of the gate process mid-stream, a new gate process in its place, and a read_committed reader of
 journal.embeddable sees every entry exactly once (at-least-once writes the batches in flight at the kill
-twice: the ones whose output was acknowledged but whose offsets were not yet committed); the drain on stop;
-an aborted transaction. The at-least-once path's own tests: tests/integration/test_gate.py."""
+twice: the ones whose output was acknowledged but whose offsets were not yet committed); an aborted
+transaction. The drain on stop, in both modes, and the at-least-once path's own tests:
+tests/integration/test_gate.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,10 +26,12 @@ from episodic.kernel.settings import Settings
 from infra.broker import free_port
 from streams.gate import GateOptions, GateTopics
 from streams.runner import GateRunner
+from tests.integration.test_gate import gate_command, one_partition_topics, produce_values, read_all
 
 N = 4000  # entries, produced at RATE while the gates run
 RATE = 1000
 KILL_AFTER = 1000  # committed outputs seen before the first gate is killed
+COMMITTED = "read_committed"
 
 
 def entry(i: int) -> tuple[bytes, bytes]:
@@ -49,13 +51,8 @@ def entry(i: int) -> tuple[bytes, bytes]:
 
 
 def gate(topics: GateTopics, env: dict[str, str], app_id: str, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable, "-m", "stack.cli", "gate",
-        "--entries-topic", topics.entries, "--embeddable-topic", topics.embeddable,
-        "--dlq-topic", topics.dlq, "--app-id", app_id, "--log-level", "INFO",
-    ]  # fmt: skip
     env = {**env, "EPISODIC_HTTP_PORT": str(free_port())}  # its /metrics and /healthz
-    return subprocess.Popen(cmd, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    return subprocess.Popen(gate_command(topics, app_id), env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
 
 async def test_each_entry_is_written_once_across_a_kill_of_the_gate(broker: str, uid: str, tmp_path: Path) -> None:
@@ -141,98 +138,8 @@ async def test_each_entry_is_written_once_across_a_kill_of_the_gate(broker: str,
                 p.wait(10)
 
 
-async def read(
-    bootstrap: str, topic: str, *, want: int, isolation: str, timeout: float = 30.0, settle: float = 1.0
-) -> list[Any]:
-    """The records of `topic` (until `want` arrived, then `settle` more seconds, to catch extras)."""
-    c = AIOKafkaConsumer(
-        topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest", isolation_level=isolation
-    )
-    await c.start()
-    out: list[Any] = []
-    try:
-        deadline = time.monotonic() + timeout
-        settle_until: float | None = None
-        while time.monotonic() < deadline:
-            if len(out) >= want:
-                settle_until = settle_until or time.monotonic() + settle
-                if time.monotonic() >= settle_until:
-                    break
-            for recs in (await c.getmany(timeout_ms=200)).values():
-                out.extend(recs)
-        return out
-    finally:
-        await c.stop()
-
-
 def eos_settings(bootstrap: str, tmp_path: Path) -> Settings:
     return Settings(kafka_bootstrap=bootstrap, topic_partitions=1, data_dir=tmp_path, gate_exactly_once=True)
-
-
-async def one_partition(bootstrap: str, uid: str, values: list[bytes], key: bytes | None = None) -> GateTopics:
-    topics = GateTopics(entries=f"entries.{uid}", embeddable=f"embeddable.{uid}", dlq=f"dlq.{uid}")
-    await ensure_topics(bootstrap, partitions=1, topics=topics.all())
-    producer = make_producer(bootstrap)
-    await producer.start()
-    try:
-        await asyncio.gather(*[await producer.send(topics.entries, v, key=key) for v in values])
-    finally:
-        await producer.stop()
-    return topics
-
-
-async def committed(bootstrap: str, group: str, topic: str) -> int | None:
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-    await c.start()
-    try:
-        return await c.committed(TopicPartition(topic, 0))
-    finally:
-        await c.stop()
-
-
-async def test_stop_commits_the_transactions_in_flight_and_the_next_gate_starts_after_them(
-    broker: str, uid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Drain under exactly-once: on stop the batches waiting for their transaction are committed with their
-    offsets before the gate leaves, so the next gate of the group starts exactly after them: every record is
-    dead-lettered once for a read_committed reader, none twice, none skipped."""
-    n = 3000
-    topics = await one_partition(broker, uid, [b"not json %d" % i for i in range(n)])
-    group = f"gate-{uid}"
-    real_commit = gate_mod.Transactions.commit
-    started = 0
-
-    async def slow_commit(self: Any, batches: Any, records: Any) -> bool:
-        nonlocal started
-        started += 1
-        await asyncio.sleep(0.3)  # the broker is slow: batches wait for their transaction at the stop
-        return await real_commit(self, batches, records)
-
-    monkeypatch.setattr(gate_mod.Transactions, "commit", slow_commit)
-    options = GateOptions(batch_size=100, transaction_batches=2)  # a few batches per transaction: many of them
-    runner = GateRunner(eos_settings(broker, tmp_path), topics=topics, app_id=group, options=options)
-    await runner.start(wait_assigned=30)
-    try:
-        deadline = time.monotonic() + 30
-        while started < 3 and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        assert started >= 3
-    finally:
-        assert await runner.stop(drain_timeout=15) is True
-    first = await committed(broker, group, topics.entries)
-    assert first is not None and 0 < first < n
-    dlq = await read(broker, topics.dlq, want=first, isolation="read_committed")
-    assert sorted(json.loads(r.value)["source"]["offset"] for r in dlq) == list(range(first))
-
-    monkeypatch.setattr(gate_mod.Transactions, "commit", real_commit)
-    runner = GateRunner(eos_settings(broker, tmp_path), topics=topics, app_id=group, options=options)
-    await runner.start(wait_assigned=30)
-    try:
-        dlq = await read(broker, topics.dlq, want=n, isolation="read_committed", timeout=60, settle=1.5)
-    finally:
-        await runner.stop()
-    offsets = [json.loads(r.value)["source"]["offset"] for r in dlq]
-    assert sorted(offsets) == list(range(n)), f"{len(offsets)} dead letters for {n} records"
 
 
 async def test_an_aborted_transaction_is_invisible_and_its_batch_written_again_in_order(
@@ -243,7 +150,8 @@ async def test_an_aborted_transaction_is_invisible_and_its_batch_written_again_i
     read_committed reader of journal.embeddable sees every entry once, in journal order; a read_uncommitted
     one also sees the aborted copies (so the fault did write them)."""
     n = 200
-    topics = await one_partition(broker, uid, [entry(i)[1] for i in range(n)], key=b"ws-0")
+    topics = await one_partition_topics(broker, uid)
+    await produce_values(broker, topics.entries, [entry(i)[1] for i in range(n)], key=b"ws-0")
     real_publish = gate_mod.publish_batches
     calls: list[int] = []
 
@@ -261,8 +169,8 @@ async def test_an_aborted_transaction_is_invisible_and_its_batch_written_again_i
     )
     await runner.start(wait_assigned=30)
     try:
-        got = await read(broker, topics.embeddable, want=n, isolation="read_committed")
-        everything = await read(broker, topics.embeddable, want=n + calls[0], isolation="read_uncommitted")
+        got = await read_all(broker, [topics.embeddable], want=n, timeout=30, isolation_level=COMMITTED)
+        everything = await read_all(broker, [topics.embeddable], want=n + calls[0], timeout=30)
     finally:
         await runner.stop()
     assert len(calls) >= 2 and calls[0] > 0
