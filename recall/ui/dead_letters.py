@@ -58,7 +58,8 @@ async def listing(services: Services, principal: Principal, selector: Selector) 
     found: list[Letter] = []
     reasons: set[str] = set()
     exact = not services.settings.broker_is_tansu
-    async for letter in letters(bootstrap(services), options=kafka_options(services.settings), exact=exact):
+    options, isolation = kafka_options(services.settings), services.settings.isolation_level
+    async for letter in letters(bootstrap(services), options=options, exact=exact, isolation_level=isolation):
         if not visible(principal, letter):
             continue
         if letter.record is not None:
@@ -104,9 +105,16 @@ async def replay_ids(
     options = kafka_options(services.settings)
     partitions = services.settings.topic_partitions
     exact = not services.settings.broker_is_tansu
+    isolation = services.settings.isolation_level
     if principal.admin:
         return await replay(
-            bootstrap(services), Selector(ids=ids), force=force, partitions=partitions, options=options, exact=exact
+            bootstrap(services),
+            Selector(ids=ids),
+            force=force,
+            partitions=partitions,
+            options=options,
+            exact=exact,
+            isolation_level=isolation,
         )
     total = ReplayReport()
     for ws in sorted(principal.workspaces):
@@ -117,6 +125,7 @@ async def replay_ids(
             partitions=partitions,
             options=options,
             exact=exact,
+            isolation_level=isolation,
         )
         total.replayed += got.replayed
         total.skipped.update(got.skipped)
