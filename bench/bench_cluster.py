@@ -61,10 +61,15 @@ async def _admin(bootstrap: str) -> Any:
     return admin
 
 
-async def partitions_state(bootstrap: str, topics: tuple[str, ...]) -> list[dict[str, Any]]:
+async def partitions_state(bootstrap: str, topics: tuple[str, ...], *, named: bool = False) -> list[Any]:
+    """Every partition of `topics` as the metadata says now (its `leader`, `isr`, ...); `named`: (topic,
+    partition) pairs."""
     admin = await _admin(bootstrap)
     try:
-        return [p for t in await admin.describe_topics(list(topics)) for p in t["partitions"]]
+        described = await admin.describe_topics(list(topics))
+        if named:
+            return [(t["topic"], p) for t in described for p in t["partitions"]]
+        return [p for t in described for p in t["partitions"]]
     finally:
         await admin.close()
 

@@ -163,7 +163,7 @@ class EmbeddingConsumer:
             session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=max(500, s.session_timeout_ms // 10),
             fetch_max_wait_ms=s.fetch_wait_ms,
-            isolation_level="read_uncommitted",
+            isolation_level=s.isolation_level,  # read_committed under the gate's exactly-once
             **kafka_options(s),
         )
         self._consumer = consumer

@@ -33,6 +33,7 @@ class EpisodicApp(faust.App):
     fetch_max_wait_ms: int | None = None  # how long its consumer lets the broker hold an empty fetch
     idempotent: bool = True  # its producer asks for idempotence (streams.transport.IdempotentProducer)
     fetch_min_bytes: int = 1  # what the broker waits for, up to fetch_max_wait_ms (GATHER_MIN_BYTES: the whole wait)
+    isolation_level: str = "read_uncommitted"  # read_committed under the gate's exactly-once (Settings.isolation_level)
 
     def _new_transport(self) -> TransportT:
         return BatchTransport(self.conf.broker_consumer, self)
@@ -57,7 +58,12 @@ def broker_credentials(settings: Settings) -> CredentialsT | None:
 
 
 def create_app(
-    settings: Settings, *, app_id: str | None = None, max_poll_records: int = 2000, gather: bool = False
+    settings: Settings,
+    *,
+    app_id: str | None = None,
+    max_poll_records: int = 2000,
+    gather: bool = False,
+    exactly_once: bool = False,
 ) -> faust.App:
     """A Faust app for `settings.bootstrap`, raw bytes in and out, no web server, no tables.
 
@@ -68,7 +74,11 @@ def create_app(
     - with `gather` (agents that may lag) and `settings.agent_gather_ms`, each fetch is held for that long
       (a fetch minimum the wait's records do not reach): one batch per wait;
     - no leader topic and no tables: the gate keeps no state (and the Tansu fallback misreports end offsets,
-      so changelog recovery would be wrong on it).
+      so changelog recovery would be wrong on it);
+    - with `exactly_once` (the gate under `Settings.exactly_once`), Faust's exactly-once guarantee: its
+      transaction manager keeps one transactional producer per assigned partition and its consumer reads
+      committed records only (streams/gate.py, `Transactions`); every app reads committed records only under
+      `Settings.exactly_once` (the agents that read the gate's output).
     """
     app_id = app_id or f"{settings.consumer_group_prefix}-{GATE_APP_SUFFIX}"
     session_s = settings.session_timeout_ms / 1000.0
@@ -98,7 +108,13 @@ def create_app(
         producer_linger_ms=5,
         producer_max_batch_size=PRODUCE_BATCH_BYTES,  # one produce batch per output partition per input batch
         producer_max_request_size=1024 * 1024,
+        processing_guarantee="exactly_once" if exactly_once else "at_least_once",
     )
+    if exactly_once:
+        # Faust turns its transactions on only in a worker (`App.in_transaction`), read when the consumer is
+        # made: the runner starts the app in its own loop, not through faust.Worker.
+        app.in_worker = True
+    app.isolation_level = settings.isolation_level
     app.fetch_max_wait_ms = settings.fetch_wait_ms  # Faust has no setting for it (streams/transport.py)
     app.idempotent = not settings.broker_is_tansu
     if gather and settings.agent_gather_ms:

@@ -16,6 +16,10 @@ A thin pipe around `episodic.indexing.gating.route`. Throughput comes from three
 - the stream is `noack()`: the batch is marked delivered and its event acked only after the broker
   acknowledged all of the batch's output (batches are acked in order), so its offsets are committed only
   then (at-least-once: a crash or a stop mid-batch leaves the batch uncommitted, and it is read again).
+
+Under `EPISODIC_GATE_EXACTLY_ONCE` (`Transactions`, `GroupCommit`) a batch's output and its offsets are
+committed together in a Kafka transaction instead, so that a read_committed reader of the output sees each
+record once across crashes, kills and rebalances (docs/pipeline.md, "Exactly-once for the gate").
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 
 import faust
 from aiokafka.partitioner import DefaultPartitioner
+from faust.transport.consumer import TopicPartitionGroup, TransactionManager
 from faust.types import StreamT
 
 from episodic.domain.policy import DECISIONS
@@ -39,7 +44,7 @@ from episodic.indexing.gating import METRIC_TYPE_LABELS, DeadLetter, Forward, re
 from episodic.kernel.metrics import Metrics
 from schemas import topics as T
 from schemas.events import DlqRecord, InvalidRecord, ReplayHistory
-from streams.internals import producer_of
+from streams.internals import in_transaction, note_committed, producer_of, transaction_producer
 from streams.transport import BatchConsumer, RecordBatch
 
 log = logging.getLogger(__name__)
@@ -61,6 +66,7 @@ class GateTopics:
 
 
 DEFAULT_BATCH_SIZE = 2000  # records per fetched batch at most (the consumer's max_poll_records)
+DEFAULT_TRANSACTION_BATCHES = 32  # see GroupCommit; 16, 32 and 64 measured alike (docs/benchmarks.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +76,8 @@ class GateOptions:
     batch_size: int = DEFAULT_BATCH_SIZE
     max_retry_backoff_s: float = 5.0
     in_flight_batches: int = 2  # batches whose output may be in flight while the next one is routed
+    # under exactly-once: batches routed and waiting for their partition's transaction (GroupCommit), at most
+    transaction_batches: int = DEFAULT_TRANSACTION_BATCHES
 
 
 def init_gate_metrics(metrics: Metrics) -> None:
@@ -124,40 +132,45 @@ def batch_publisher(producer: Callable[[], Any]) -> PublishFn:
     partitioner = DefaultPartitioner()
 
     async def publish(records: Sequence[Send]) -> list[Awaitable[Any] | None]:
-        p = producer()
-        partitions: dict[str, tuple[list[int], list[int]]] = {}
-        for topic in {rec[0] for rec in records}:
-            every = sorted(await p.partitions_for(topic))  # waits for metadata when needed
-            available = sorted(p.client.cluster.available_partitions_for_topic(topic) or every)
-            partitions[topic] = (every, available)
-        groups: dict[tuple[str, int], list[int]] = {}
-        for i, (topic, key, _, _) in enumerate(records):
-            every, available = partitions[topic]
-            part = partitioner(key, every, available)
-            groups.setdefault((topic, part), []).append(i)
-        futures: list[Awaitable[Any] | None] = [None] * len(records)
-        for (topic, part), idx in groups.items():
-            builder = p.create_batch()
-            members: list[int] = []
-            for i in idx:
-                _, key, value, headers = records[i]
-                if builder.append(key=key, value=value, timestamp=None, headers=_listed(headers)) is None:
-                    if members:  # full: send it and start the next one
-                        fut = await p.send_batch(builder, topic, partition=part)
-                        for j in members:
-                            futures[j] = fut
-                        builder, members = p.create_batch(), []
-                    if builder.append(key=key, value=value, timestamp=None, headers=_listed(headers)) is None:
-                        log.warning("gate: a record for %s does not fit a produce batch", topic)
-                        continue  # stays None: counted as failed
-                members.append(i)
-            if members:
-                fut = await p.send_batch(builder, topic, partition=part)
-                for j in members:
-                    futures[j] = fut
-        return futures
+        return await publish_batches(producer(), records, partitioner)
 
     return publish
+
+
+async def publish_batches(p: Any, records: Sequence[Send], partitioner: Any) -> list[Awaitable[Any] | None]:
+    """Queue `records` on the aiokafka producer `p` as one record batch per output partition (`batch_publisher`);
+    one future per record, None where a record does not fit a produce batch."""
+    partitions: dict[str, tuple[list[int], list[int]]] = {}
+    for topic in {rec[0] for rec in records}:
+        every = sorted(await p.partitions_for(topic))  # waits for metadata when needed
+        available = sorted(p.client.cluster.available_partitions_for_topic(topic) or every)
+        partitions[topic] = (every, available)
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, (topic, key, _, _) in enumerate(records):
+        every, available = partitions[topic]
+        part = partitioner(key, every, available)
+        groups.setdefault((topic, part), []).append(i)
+    futures: list[Awaitable[Any] | None] = [None] * len(records)
+    for (topic, part), idx in groups.items():
+        builder = p.create_batch()
+        members: list[int] = []
+        for i in idx:
+            _, key, value, headers = records[i]
+            if builder.append(key=key, value=value, timestamp=None, headers=_listed(headers)) is None:
+                if members:  # full: send it and start the next one
+                    fut = await p.send_batch(builder, topic, partition=part)
+                    for j in members:
+                        futures[j] = fut
+                    builder, members = p.create_batch(), []
+                if builder.append(key=key, value=value, timestamp=None, headers=_listed(headers)) is None:
+                    log.warning("gate: a record for %s does not fit a produce batch", topic)
+                    continue  # stays None: counted as failed
+            members.append(i)
+        if members:
+            fut = await p.send_batch(builder, topic, partition=part)
+            for j in members:
+                futures[j] = fut
+    return futures
 
 
 async def deliver(
@@ -210,6 +223,167 @@ async def deliver(
         await asyncio.sleep(backoff)
 
 
+class Transactions:
+    """The gate under Faust's exactly-once guarantee (`Settings.exactly_once`): a batch's output and its
+    offsets are committed in one Kafka transaction, by the transactional producer that Faust keeps for the
+    batch's input partition. A read_committed reader of journal.embeddable or journal.dlq sees a batch's output
+    once, when its offsets are committed with it, or never (an aborted transaction: the batch is written
+    again in the next one, or read again by the partition's next owner).
+
+    Faust keeps what it does well (faust/transport/consumer.py, `TransactionManager`): one transactional
+    producer per assigned partition (transactional id `<app id>-<topic group>-<partition>`), started on
+    assignment and stopped on revocation, whose start fences the producer of a worker that lost the partition
+    (its open transaction is aborted); and a consumer that reads committed records only. Two parts of Faust's
+    own exactly-once path do not fit the gate, so the gate commits its transactions itself:
+    - Faust's send picks the transaction by the *output* record's partition (`TransactionManager.send`):
+      right for a table's changelog, co-partitioned with its input, but a batch of one input partition goes
+      to every partition its keys hash to (without a key, to any), so its output would be committed with
+      other partitions' offsets, and a worker that holds some partitions has no producer for the others
+      (ProducerSendError);
+    - Faust's commit loop reads the acked offsets before it takes the transaction's lock, so a transaction
+      could commit output whose offsets it does not carry (a duplicate after a crash).
+    Under the producer's lock the gate writes the output (`publish_batches`), adds the next offset
+    (`send_offsets_to_transaction`) and commits. The batches are then acked undelivered, so that Faust's own
+    commit never carries their offsets.
+    """
+
+    def __init__(self, app: faust.App) -> None:
+        self.app = app
+        self.partitioner = DefaultPartitioner()
+
+    def transactional_id(self, tp: Any) -> str | None:
+        """Faust's transactional id for an input partition (None before the assignment knows the topic)."""
+        try:
+            group = self.app.assignor.group_for_topic(tp.topic)
+        except KeyError:
+            return None
+        tpg = TopicPartitionGroup(tp.topic, tp.partition, group)
+        return TransactionManager.transactional_id_format.format(tpg=tpg, group_id=self.app.conf.id)
+
+    def owns(self, batch: RecordBatch) -> bool:
+        """Whether this worker may still commit the batch: fetched in this consumer generation, and its
+        partition still assigned here (after a rebalance its owner reads it again from the committed offset)."""
+        try:
+            assigned = batch.tp in self.app.consumer.assignment()
+        except Exception:  # the consumer is stopping
+            return False
+        return assigned and batch.message.generation_id == self.app.consumer_generation_id
+
+    async def commit(self, batches: Sequence[RecordBatch], records: Sequence[Send]) -> bool:
+        """One transaction: `records` (the output of `batches`, consecutive batches of one partition) and the
+        offset after the last batch. False when it was not committed (aborted, or no producer for the
+        partition yet): nothing of it is visible to a read_committed reader."""
+        last = batches[-1]
+        tid = self.transactional_id(last.tp)
+        lock, producer = transaction_producer(self.app, tid) if tid is not None else (None, None)
+        if lock is None or producer is None:
+            return False
+        offsets = {last.tp: last.last_offset + 1}
+        async with lock:
+            try:
+                if not in_transaction(producer):
+                    await producer.begin_transaction()
+                futures = await publish_batches(producer, records, self.partitioner) if records else []
+                # the offsets travel while the records do; the commit waits for both, and only for records
+                # the broker acknowledged (aiokafka would commit past a failed produce batch)
+                waits = [producer.send_offsets_to_transaction(offsets, self.app.conf.id)]
+                waits += {id(f): f for f in futures if f is not None}.values()
+                results = await asyncio.gather(*waits, return_exceptions=True)
+                failed = [r for r in results if isinstance(r, BaseException)]
+                if failed or None in futures:
+                    raise failed[0] if failed else RuntimeError("a record does not fit a produce batch")
+                await producer.commit_transaction()
+            except asyncio.CancelledError:  # stopped mid-transaction: abort it rather than leave it open
+                await _abort(producer, last)
+                raise
+            except Exception as e:
+                log.warning("gate: the transaction up to %r failed (%r): aborted, written again", last, e)
+                await _abort(producer, last)
+                return False
+        note_committed(self.app, offsets)
+        return True
+
+
+ABORT_TIMEOUT_S = 5.0
+
+
+async def _abort(producer: Any, batch: RecordBatch) -> None:
+    try:
+        await asyncio.wait_for(asyncio.shield(producer.abort_transaction()), ABORT_TIMEOUT_S)
+    except Exception as e:  # fenced, stopped or not in a transaction: the broker aborts it (fencing, timeout)
+        log.debug("gate: cannot abort the transaction up to %r: %r", batch, e)
+
+
+Waiting = tuple[RecordBatch, list[Send], "asyncio.Future[bool]"]
+
+
+class GroupCommit:
+    """Under exactly-once, the batches of each input partition waiting for their transaction: one committer
+    task per partition commits everything that waits in one transaction, then the next group. A transaction
+    costs the broker a fixed amount (a commit marker on every partition it wrote, the transaction log, the
+    offsets) and holds back read_committed readers until it commits, so a transaction per fetched batch was
+    slow under load (measured: `python -m bench.bench_eos`, docs/benchmarks.md), while one per
+    partition per commit round grows with the load: one batch each when the journal is quiet, several when
+    it is busy. Partitions commit independently (their own producers); per-key order holds, since a key's
+    entries are all on one input partition, committed in order."""
+
+    def __init__(self, transactions: Transactions, *, metrics: Metrics, max_backoff_s: float) -> None:
+        self.transactions = transactions
+        self.metrics = metrics
+        self.max_backoff_s = max_backoff_s
+        self.waiting: dict[Any, list[Waiting]] = {}
+        self.committers: dict[Any, asyncio.Task[None]] = {}
+
+    def submit(self, batch: RecordBatch, sends: list[Send]) -> asyncio.Future[bool]:
+        """Queue a routed batch; the future says True once it is committed, False if it was given up (its
+        partition went to another worker, or came back in a new generation: read again from the committed
+        offset)."""
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.waiting.setdefault(batch.tp, []).append((batch, sends, done))
+        if batch.tp not in self.committers:
+            self.committers[batch.tp] = asyncio.ensure_future(self._commit(batch.tp))
+        return done
+
+    async def _commit(self, tp: Any) -> None:
+        group: list[Waiting] = []
+        try:
+            while self.waiting.get(tp):
+                group = self.waiting.pop(tp)
+                # generations only grow: batches fetched before a rebalance come first, and are given up
+                stale = [w for w in group if not self.transactions.owns(w[0])]
+                for _, _, done in stale:
+                    done.set_result(False)
+                fresh = group[len(stale) :]
+                if fresh:
+                    ok = await self._deliver(fresh)
+                    for _, _, done in fresh:
+                        done.set_result(ok)
+                group = []
+        finally:
+            del self.committers[tp]
+            for _, _, done in group + self.waiting.pop(tp, []):  # cancelled: nothing committed
+                if not done.done():
+                    done.cancel()
+
+    async def _deliver(self, group: list[Waiting]) -> bool:
+        """Commit the group, retrying until committed; False when it is no longer this worker's."""
+        batches = [w[0] for w in group]
+        records = [rec for w in group for rec in w[1]]
+        attempt = 0
+        while self.transactions.owns(batches[-1]):
+            if await self.transactions.commit(batches, records):
+                return True
+            attempt += 1
+            self.metrics.consumer_errors.labels(stage="publish").inc(max(1, len(records)))
+            await asyncio.sleep(min(self.max_backoff_s, 0.05 * 2**attempt))
+        log.info("gate: %r is no longer this worker's: not committed here, read again by its owner", batches[-1])
+        return False
+
+    def cancel(self) -> None:
+        for task in list(self.committers.values()):
+            task.cancel()
+
+
 def process(
     records: Sequence[Any], *, topics: GateTopics, now: datetime
 ) -> tuple[list[Send], Counter[tuple[str, str]], Counter[str]]:
@@ -248,7 +422,7 @@ def _with_history(value: bytes, replay: ReplayHistory) -> bytes:
         return value
 
 
-InFlight = tuple["asyncio.Task[None] | None", RecordBatch, Any, Counter[tuple[str, str]], Counter[str]]
+InFlight = tuple["asyncio.Future[Any] | None", RecordBatch, Any, Counter[tuple[str, str]], Counter[str]]
 
 
 class GateDrain:
@@ -305,7 +479,9 @@ def install_gate(
     source = app.topic(topics.entries, key_serializer="raw", value_serializer="raw")
 
     publish = batch_publisher(lambda: producer_of(app))
-    window = max(1, options.in_flight_batches)
+    # Faust's exactly-once (streams.app.create_app(exactly_once=True)): the batches in transactions
+    transactions = Transactions(app) if app.in_transaction else None
+    window = max(1, options.in_flight_batches if transactions is None else options.transaction_batches)
     state = drain if drain is not None else GateDrain()
 
     async def gate(stream: StreamT) -> None:
@@ -315,19 +491,29 @@ def install_gate(
         # delivered; the queue's bound is the back-pressure (and what a drain waits for).
         in_flight: asyncio.Queue[InFlight] = asyncio.Queue(maxsize=window)
         state.in_flight = in_flight
-        tasks: set[asyncio.Task[None]] = set()
-        previous: asyncio.Task[None] | None = None  # the last batch's delivery: the next one publishes after it
+        tasks: set[asyncio.Task[Any]] = set()
+        previous: asyncio.Task[Any] | None = None  # the last batch's delivery: the next one publishes after it
+        grouped = (
+            GroupCommit(transactions, metrics=metrics, max_backoff_s=options.max_retry_backoff_s)
+            if transactions is not None
+            else None
+        )
 
         async def acker() -> None:
             while True:
                 task, batch, event, consumed, dead = await in_flight.get()
                 try:
+                    done = True
                     if task is not None:
-                        await task
-                        tasks.discard(task)
-                    batch.mark_delivered()
+                        done = (await task) is not False  # False: given up under exactly-once (not ours now)
+                        tasks.discard(task)  # type: ignore[arg-type]
+                    if transactions is None:
+                        batch.mark_delivered()  # its offsets are Faust's to commit
+                    # else committed with its output (or given up): acked undelivered, Faust never commits it
                     if event is not None:
                         await manual.ack(event)
+                    if not done:
+                        continue
                     for (label, decision), n in consumed.items():
                         metrics.entries_consumed.labels(entry_type=label, decision=decision).inc(n)
                     for reason, n in dead.items():
@@ -353,19 +539,16 @@ def install_gate(
                 if cores is not None and batch.records:
                     cores.gate_behind(time.time() - batch.records[0].timestamp / 1000.0)
                 sends, consumed, dead = process(batch.records, topics=topics, now=datetime.now(UTC))
-                task = None
-                if sends:
-                    task = asyncio.ensure_future(
-                        deliver(
-                            publish,
-                            sends,
-                            metrics=metrics,
-                            max_backoff_s=options.max_retry_backoff_s,
-                            after=previous if previous is not None and not previous.done() else None,
-                        )
+                task: asyncio.Future[Any] | None = None
+                if grouped is not None:  # a batch with no output still commits its offsets
+                    task = grouped.submit(batch, sends)
+                elif sends:
+                    after = previous if previous is not None and not previous.done() else None
+                    previous = asyncio.ensure_future(
+                        deliver(publish, sends, metrics=metrics, max_backoff_s=options.max_retry_backoff_s, after=after)
                     )
-                    tasks.add(task)
-                    previous = task
+                    task = previous
+                    tasks.add(previous)
                 await in_flight.put((task, batch, event, consumed, dead))
         finally:
             # stopped (or failed) with output in flight: those batches stay unacked and are read again
@@ -373,5 +556,7 @@ def install_gate(
             acking.cancel()
             for t in tasks:
                 t.cancel()
+            if grouped is not None:
+                grouped.cancel()
 
     return app.agent(source, name="episodic.gate")(gate)

@@ -15,6 +15,7 @@ falling back to Faust's per-record path or breaking at-least-once delivery.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 # Hooks of faust.transport.drivers.aiokafka.Consumer (and its base) that BatchConsumer overrides: if one is
@@ -48,6 +49,21 @@ FAUST_PRODUCER_ENSURE = "_ensure_producer"
 # Fetcher).
 AIOKAFKA_CONSUMER_FETCH_WAIT = "_fetch_max_wait_ms"
 AIOKAFKA_CONSUMER_FETCH_MIN = "_fetch_min_bytes"
+# aiokafka: the consumer's isolation level (Faust hard-codes read_uncommitted outside exactly-once; the agents
+# that read the gate's output read committed records only under Settings.exactly_once). Read by start().
+AIOKAFKA_CONSUMER_ISOLATION = "_isolation_level"
+READ_COMMITTED = "read_committed"
+
+# Faust's exactly-once (streams/gate.py, `Transactions`): the producer wrapper's transactional producers, one
+# per assigned partition (started by Faust's TransactionManager on assignment, stopped on revocation), and
+# their locks; aiokafka's transaction state of a producer (no public accessor); the Faust consumer's thread
+# (its record of when each partition last committed, which Faust's stall detector reads).
+FAUST_PRODUCER_TRANSACTION_PRODUCERS = "_transaction_producers"
+FAUST_PRODUCER_TRANSACTION_LOCKS = "_trn_locks"
+AIOKAFKA_PRODUCER_TXN_MANAGER = "_txn_manager"
+FAUST_CONSUMER_THREAD = "_thread"
+FAUST_CONSUMER_COMMITTED_OFFSET = "_committed_offset"  # one of FAUST_CONSUMER_STATE
+
 # mode (Faust's service library): a Service's stop event, the drain loop's exit condition for Faust's
 # Fetcher service (as in Faust's own `_drain_messages`).
 MODE_SERVICE_STOPPED = "_stopped"
@@ -67,6 +83,44 @@ def set_fetch_max_wait(consumer: Any, ms: int, min_bytes: int = 1) -> None:
     """Set an aiokafka consumer's fetch wait and fetch minimum before it starts."""
     setattr(consumer, AIOKAFKA_CONSUMER_FETCH_WAIT, ms)
     setattr(consumer, AIOKAFKA_CONSUMER_FETCH_MIN, min_bytes)
+
+
+def set_isolation_level(consumer: Any, level: str) -> None:
+    """Set an aiokafka consumer's isolation level before it starts."""
+    setattr(consumer, AIOKAFKA_CONSUMER_ISOLATION, level)
+
+
+def transaction_producer(app: Any, transactional_id: str) -> tuple[Any, Any]:
+    """(lock, aiokafka producer) of one of Faust's transactional producers; (None, None) while there is none
+    (not yet started on assignment, or stopped on revocation)."""
+    producer = app.producer
+    lock = getattr(producer, FAUST_PRODUCER_TRANSACTION_LOCKS).get(transactional_id)
+    txn = getattr(producer, FAUST_PRODUCER_TRANSACTION_PRODUCERS).get(transactional_id)
+    return (lock, txn) if lock is not None and txn is not None else (None, None)
+
+
+def own_transaction_producers(producer: Any) -> None:
+    """Give a Faust producer dicts of its own for its transactional producers and their locks (Faust's are
+    class attributes: one producer's stop would stop and forget every app's)."""
+    setattr(producer, FAUST_PRODUCER_TRANSACTION_PRODUCERS, {})
+    setattr(producer, FAUST_PRODUCER_TRANSACTION_LOCKS, {})
+
+
+def in_transaction(producer: Any) -> bool:
+    """Whether an aiokafka transactional producer has a transaction open (begun, not committing)."""
+    return bool(getattr(producer, AIOKAFKA_PRODUCER_TXN_MANAGER).is_in_transaction())
+
+
+def note_committed(app: Any, offsets: dict[Any, int]) -> None:
+    """Tell Faust's consumer that `offsets` were committed (in a transaction of the gate's), as its own
+    commit does: its committed offsets, the monitor, and the stall detector's last commit times."""
+    consumer = app.consumer
+    getattr(consumer, FAUST_CONSUMER_COMMITTED_OFFSET).update(offsets)
+    app.monitor.on_tp_commit(offsets)
+    thread = getattr(consumer, FAUST_CONSUMER_THREAD, None)
+    if thread is not None:
+        now = time.monotonic()
+        thread.tp_last_committed_at.update({tp: now for tp in offsets})
 
 
 def fetcher_stopped(fetcher: Any) -> bool:

@@ -75,7 +75,14 @@ class GateRunner(AppHolder):
                 topics=self.topics.all(),
                 options=kafka_options(self.settings),
             )
-        app = create_app(self.settings, app_id=self.app_id, max_poll_records=self.options.batch_size)
+        if self.settings.gate_exactly_once and not self.settings.exactly_once:
+            log.warning("gate: EPISODIC_GATE_EXACTLY_ONCE is ignored on Tansu, which has no transactions")
+        app = create_app(
+            self.settings,
+            app_id=self.app_id,
+            max_poll_records=self.options.batch_size,
+            exactly_once=self.settings.exactly_once,
+        )
         Path(app.conf.datadir).mkdir(parents=True, exist_ok=True)
         self._drain = GateDrain()
         install_gate(
@@ -85,12 +92,13 @@ class GateRunner(AppHolder):
         await app.start()
         self._probe_lag(self.settings, self.metrics, str(app.conf.id), self.input_topics)
         log.info(
-            "gate: %s -> %s | %s (group %s, bootstrap %s)",
+            "gate: %s -> %s | %s (group %s, bootstrap %s, %s)",
             self.topics.entries,
             self.topics.embeddable,
             self.topics.dlq,
             app.conf.id,
             self.settings.bootstrap,
+            "exactly-once" if self.settings.exactly_once else "at-least-once",
         )
         if wait_assigned is not None:
             await self.wait_assigned(wait_assigned)

@@ -43,7 +43,14 @@ from faust.types.tuples import ConsumerMessage, ack_lock
 
 from episodic.bus.kafka import stop_quietly
 from episodic.kernel.settings import KAFKA_FETCH_WAIT_MS
-from streams.internals import channels_of, fetcher_stopped, set_fetch_max_wait
+from streams.internals import (
+    READ_COMMITTED,
+    channels_of,
+    fetcher_stopped,
+    own_transaction_producers,
+    set_fetch_max_wait,
+    set_isolation_level,
+)
 
 
 class BatchMessage(ConsumerMessage):
@@ -102,6 +109,8 @@ class ShortFetchConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         wait = getattr(transport.app, "fetch_max_wait_ms", None) or FETCH_MAX_WAIT_MS
         minimum = getattr(transport.app, "fetch_min_bytes", 1)
         set_fetch_max_wait(consumer, wait, minimum)  # read by AIOKafkaConsumer.start() for its Fetcher
+        if getattr(transport.app, "isolation_level", None) == READ_COMMITTED:  # Faust's own under exactly-once
+            set_isolation_level(consumer, READ_COMMITTED)
         return consumer
 
     async def on_thread_stop(self) -> None:
@@ -264,7 +273,15 @@ class IdempotentProducer(faust_aiokafka.Producer):
     """Faust's producer, idempotent (KIP-98) outside transactions too: a retried produce batch is written once,
     in order, so a broker's lost acknowledgement cannot put an entry twice on journal.embeddable. Faust asks
     for it only under exactly-once processing. Off where the app says the broker lacks it (the Tansu
-    fallback: `EpisodicApp.idempotent`, from Settings.broker_is_tansu)."""
+    fallback: `EpisodicApp.idempotent`, from Settings.broker_is_tansu).
+
+    Each producer keeps its own transactional producers: Faust keeps them in class-level dicts, shared by every
+    app's producer in the process, so stopping any app (a health agent restarted by its watchdog, say) would
+    stop and forget the gate's under exactly-once (streams/gate.py `Transactions`)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        own_transaction_producers(self)
 
     def _settings_extra(self) -> Mapping[str, Any]:
         extra = dict(super()._settings_extra())

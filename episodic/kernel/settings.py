@@ -89,6 +89,13 @@ class Settings(BaseSettings, ClientSettings):
     topic_partitions: int = Field(default=4, ge=1, le=256)
     topic_replication: int = Field(default=1, ge=1)
     consumer_group_prefix: str = "episodic"
+    gate_exactly_once: bool = Field(
+        default=True,
+        description="the gate under Faust's exactly-once guarantee: each partition's batches, their output and "
+        "their offsets in one Kafka transaction, and the consumers of the gate's output (journal.embeddable, "
+        "journal.dlq) read committed records only (docs/pipeline.md, 'Exactly-once for the gate': throughput "
+        "within noise of at-least-once, measured); never on Tansu, which has no transactions",
+    )
     session_timeout_ms: int = Field(default=10_000, ge=1000)
     lag_interval_s: float = Field(
         default=5.0, gt=0, le=3600, description="consumer lag is measured this often, stuck or not (SPEC §10)"
@@ -507,6 +514,18 @@ class Settings(BaseSettings, ClientSettings):
         """The broker is Tansu (EPISODIC_BROKER=tansu, or the stack fell back to it: `stack.engine`): no
         idempotent producers, end offsets from fetch high watermarks (its ListOffsets misreports them)."""
         return self.broker == "tansu"
+
+    @property
+    def exactly_once(self) -> bool:
+        """The gate writes in transactions and its output's readers read committed records only:
+        `gate_exactly_once`, never on Tansu (no transactions)."""
+        return self.gate_exactly_once and not self.broker_is_tansu
+
+    @property
+    def isolation_level(self) -> str:
+        """How the consumers of the gate's output read: committed records only under `exactly_once` (an aborted
+        transaction's records are never seen), else everything written."""
+        return "read_committed" if self.exactly_once else "read_uncommitted"
 
     @property
     def bootstrap(self) -> str:

@@ -270,11 +270,15 @@ async def letters(
     *,
     options: Mapping[str, Any] | None = None,
     exact: bool = True,
+    isolation_level: str = "read_uncommitted",
 ) -> AsyncIterator[Letter]:
-    """Every record of the dead-letter topic up to the end it had when this started, with its ledger mark."""
+    """Every record of the dead-letter topic up to the end it had when this started, with its ledger mark.
+    `isolation_level`: read_committed under the gate's exactly-once (Settings.isolation_level), so that the dead
+    letters of a transaction the gate aborted (and wrote again) are not listed twice."""
     marks = await read_ledger(bootstrap, topics.replays, options=options, exact=exact)
-    ends = await topic_ends(bootstrap, topics.dlq, options=options, exact=exact)
-    async for rec in read_to(bootstrap, topics.dlq, ends, options=options):
+    reader = {**(options or {}), "isolation_level": isolation_level}
+    ends = await topic_ends(bootstrap, topics.dlq, options=reader, exact=exact)
+    async for rec in read_to(bootstrap, topics.dlq, ends, options=reader):
         letter = letter_of(rec.partition, rec.offset, rec.timestamp, rec.key, rec.value)
         mark = marks.get((rec.partition, rec.offset))
         yield letter if mark is None else dataclasses.replace(letter, mark=mark)
@@ -304,6 +308,7 @@ async def replay(
     options: Mapping[str, Any] | None = None,
     exact: bool = True,
     given: Iterable[Letter] | None = None,
+    isolation_level: str = "read_uncommitted",
 ) -> ReplayReport:
     """Send the selected dead letters' original bytes back to journal.entries (see the module doc).
     Returns once the broker acknowledged every replayed record and its ledger mark. `partitions`: of the
@@ -315,7 +320,8 @@ async def replay(
         if producer is not None:
             await ensure_topics(bootstrap, partitions=partitions, topics=(topics.replays,), options=options)
         chunk: list[Letter] = []
-        source = letters(bootstrap, topics, options=options, exact=exact) if given is None else _each(given)
+        found = letters(bootstrap, topics, options=options, exact=exact, isolation_level=isolation_level)
+        source = found if given is None else _each(given)
         async for letter in source:
             report.read += 1
             if not selector.matches(letter):

@@ -57,8 +57,10 @@ def index_of(services: Services) -> DlqIndex:
     """The service's one index (made on first use: the stack's broker may start after the app)."""
     found: DlqIndex | None = getattr(services, "dlq_index", None)
     if found is None:
-        found = DlqIndex(lambda: bootstrap(services), options=kafka_options(services.settings),
-                         exact=not services.settings.broker_is_tansu)  # fmt: skip
+        # read committed records only under the gate's exactly-once: an aborted transaction's letters, written
+        # again, would be listed twice
+        options = {**kafka_options(services.settings), "isolation_level": services.settings.isolation_level}
+        found = DlqIndex(lambda: bootstrap(services), options=options, exact=not services.settings.broker_is_tansu)
         services.dlq_index = found
     return found
 
@@ -161,7 +163,8 @@ def _replay(services: Services, principal: Principal, ids: frozenset[tuple[int, 
     given = [x for x in index.fetch(ids).values() if visible(principal, x)]
     report = asyncio.run(
         replay(bootstrap(services), Selector(ids=ids), force=force, partitions=services.settings.topic_partitions,
-               options=kafka_options(services.settings), exact=index.exact, given=given)
+               options=kafka_options(services.settings), exact=index.exact, given=given,
+               isolation_level=services.settings.isolation_level)
     )  # fmt: skip
     index.invalidate()  # their ledger marks are new
     return report

@@ -80,7 +80,7 @@ def ls_main(argv: list[str]) -> int:
     async def collect() -> list[Letter]:
         options = kafka_options(settings)
         exact = not settings.broker_is_tansu
-        found = letters(args.bootstrap, options=options, exact=exact)
+        found = letters(args.bootstrap, options=options, exact=exact, isolation_level=settings.isolation_level)
         return [letter async for letter in found if selector.matches(letter)]
 
     try:
@@ -124,6 +124,7 @@ def replay_main(argv: list[str]) -> int:
                 partitions=settings.topic_partitions,
                 options=kafka_options(settings),
                 exact=not settings.broker_is_tansu,
+                isolation_level=settings.isolation_level,
             )
         )
     except BrokerUnavailable as e:

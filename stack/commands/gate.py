@@ -20,7 +20,7 @@ from episodic.kernel.metrics import Metrics
 from episodic.kernel.settings import Settings, get_settings
 from schemas import topics as T
 from stack.ops_http import Health, OpsServer
-from streams.gate import DEFAULT_BATCH_SIZE, GateOptions, GateTopics
+from streams.gate import DEFAULT_BATCH_SIZE, DEFAULT_TRANSACTION_BATCHES, GateOptions, GateTopics
 from streams.runner import GateRunner
 
 BROKER_DEAD_AFTER_S = 30.0
@@ -50,6 +50,13 @@ def _parser() -> argparse.ArgumentParser:
         type=_positive,
         default=DEFAULT_BATCH_SIZE,
         help=f"records per fetched batch at most (the consumer's max_poll_records; default {DEFAULT_BATCH_SIZE})",
+    )
+    p.add_argument(
+        "--transaction-batches",
+        type=_positive,
+        default=DEFAULT_TRANSACTION_BATCHES,
+        help="under EPISODIC_GATE_EXACTLY_ONCE, fetched batches waiting for their partition's transaction at most "
+        f"(default {DEFAULT_TRANSACTION_BATCHES})",
     )
     p.add_argument("--log-level", default="INFO")
     return p
@@ -116,7 +123,7 @@ def serve_metrics(metrics: Metrics, settings: Settings, health: Health) -> OpsSe
 def gate_config(args: argparse.Namespace) -> tuple[GateTopics, GateOptions]:
     """The gate's topics and options from the command line."""
     topics = GateTopics(entries=args.entries_topic, embeddable=args.embeddable_topic, dlq=args.dlq_topic)
-    return topics, GateOptions(batch_size=args.batch_size)
+    return topics, GateOptions(batch_size=args.batch_size, transaction_batches=args.transaction_batches)
 
 
 def main(argv: list[str]) -> int:

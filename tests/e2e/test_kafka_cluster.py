@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 
+from bench.bench_cluster import committed, end_offsets, partitions_state, read_ids
 from episodic.domain.identity import point_id
 from episodic.kernel.settings import Settings
 from infra.broker import KafkaBroker, free_port
@@ -56,58 +55,7 @@ def cluster(tmp_path: Path) -> Iterator[KafkaBroker]:
 
 async def leaders(bootstrap: str) -> dict[tuple[str, int], int]:
     """(topic, partition) -> the node leading it now (-1: none), from a fresh metadata request."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
-    await admin.start()
-    try:
-        out: dict[tuple[str, int], int] = {}
-        for t in await admin.describe_topics(list(TOPICS)):
-            for p in t["partitions"]:
-                out[(t["topic"], p["partition"])] = p["leader"]
-        return out
-    finally:
-        await admin.close()
-
-
-async def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
-    await admin.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        found = await admin.list_consumer_group_offsets(group, partitions=tps)
-        return {tp.partition: m.offset for tp, m in found.items()}
-    finally:
-        await admin.close()
-
-
-async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, request_timeout_ms=5000)
-    await c.start()
-    try:
-        ends = await c.end_offsets([TopicPartition(topic, p) for p in range(PARTITIONS)])
-        return {tp.partition: int(end) for tp, end in ends.items()}
-    finally:
-        await c.stop()
-
-
-async def duplicates(bootstrap: str, topic: str, key: str) -> tuple[int, int]:
-    """(records, records whose id came before) on `topic`, read whole."""
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest")
-    await c.start()
-    ids: Counter[str] = Counter()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        c.assign(tps)
-        ends = await c.end_offsets(tps)
-        todo = {tp for tp, end in ends.items() if end > 0}
-        while todo:
-            for recs in (await c.getmany(timeout_ms=500)).values():
-                for r in recs:
-                    if r.value and r.value.startswith(b"{"):
-                        ids[json.loads(r.value).get(key)] += 1
-            todo = {tp for tp in todo if await c.position(tp) < ends[tp]}
-    finally:
-        await c.stop()
-    return sum(ids.values()), sum(n - 1 for n in ids.values())
+    return {(t, p["partition"]): p["leader"] for t, p in await partitions_state(bootstrap, TOPICS, named=True)}
 
 
 async def test_a_broker_and_an_embedder_killed_under_load_lose_nothing_and_double_nothing(
@@ -147,11 +95,11 @@ async def test_a_broker_and_an_embedder_killed_under_load_lose_nothing_and_doubl
     await asyncio.sleep(3)
     t_embedder = time.monotonic()
     embedders[0].kill9()
-    at_kill = await committed(bs, "episodic-embedder", "journal.embeddable")  # the dead member commits no more
+    at_kill = await committed(bs, "episodic-embedder", "journal.embeddable", PARTITIONS)  # the dead commit no more
 
     async def every_partition_moved() -> bool:  # every partition that got records since the kill
-        now = await committed(bs, "episodic-embedder", "journal.embeddable")
-        ends = await end_offsets(bs, "journal.embeddable")
+        now = await committed(bs, "episodic-embedder", "journal.embeddable", PARTITIONS)
+        ends = await end_offsets(bs, "journal.embeddable", PARTITIONS)
         return all(
             now.get(p, -1) > at_kill.get(p, -1) for p in range(PARTITIONS) if ends[p] > max(0, at_kill.get(p, -1))
         )
@@ -164,10 +112,12 @@ async def test_a_broker_and_an_embedder_killed_under_load_lose_nothing_and_doubl
     events = await read_topic(bs, "memory.indexed", expect=sent, timeout=240)
     indexed = {json.loads(r.value)["entry_id"] for r in events}
     assert ids <= indexed, (len(ids - indexed), log.read_text()[-3000:])
-    entries, entry_dups = await duplicates(bs, "journal.entries", "id")
-    forwarded, forward_dups = await duplicates(bs, "journal.embeddable", "id")
-    assert entries == sent and entry_dups == 0  # the producer's retries through the leader change: written once
-    assert forward_dups == 0 and forwarded == sent  # the gates' too (no gate was killed)
+    entries = await read_ids(bs, "journal.entries", "id", PARTITIONS)
+    forwarded = await read_ids(bs, "journal.embeddable", "id", PARTITIONS)
+    entry_dups = sum(n - 1 for n in entries.values())
+    forward_dups = sum(n - 1 for n in forwarded.values())
+    assert sum(entries.values()) == sent and entry_dups == 0  # the producer's retries through the leader change
+    assert forward_dups == 0 and sum(forwarded.values()) == sent  # the gates' too (no gate was killed)
     for p in [*gates, embedders[1]]:
         assert p.stop() == 0, log.read_text()[-3000:]
 

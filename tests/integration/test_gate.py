@@ -74,7 +74,13 @@ def garbage(i: int) -> tuple[bytes | None, str]:
 
 
 async def read_all(
-    bootstrap: str, topics: list[str], *, want: int, timeout: float, settle: float = 1.0
+    bootstrap: str,
+    topics: list[str],
+    *,
+    want: int,
+    timeout: float,
+    settle: float = 1.0,
+    isolation_level: str = "read_uncommitted",
 ) -> list[ConsumerRecord[bytes, bytes]]:
     """Read the topics until `want` records arrived (then `settle` more seconds, to catch extras)."""
     c = AIOKafkaConsumer(
@@ -84,6 +90,7 @@ async def read_all(
         auto_offset_reset="earliest",
         max_partition_fetch_bytes=8 * 1024 * 1024,
         fetch_max_bytes=16 * 1024 * 1024,
+        isolation_level=isolation_level,
     )
     await c.start()
     out: list[ConsumerRecord[bytes, bytes]] = []
@@ -103,8 +110,16 @@ async def read_all(
         await c.stop()
 
 
-def settings_for(bootstrap: str, tmp_path: Path, partitions: int = 2) -> Settings:
-    return Settings(kafka_bootstrap=bootstrap, topic_partitions=partitions, data_dir=tmp_path)
+def settings_for(bootstrap: str, tmp_path: Path, partitions: int = 2, *, exactly_once: bool = True) -> Settings:
+    return Settings(
+        kafka_bootstrap=bootstrap, topic_partitions=partitions, data_dir=tmp_path, gate_exactly_once=exactly_once
+    )
+
+
+def at_least_once(bootstrap: str, tmp_path: Path, partitions: int = 2) -> Settings:
+    """The gate with EPISODIC_GATE_EXACTLY_ONCE=false: its at-least-once path (`deliver`, `batch_publisher`),
+    which the tests below fault at its seams (the same under exactly-once: test_gate_exactly_once.py)."""
+    return settings_for(bootstrap, tmp_path, partitions, exactly_once=False)
 
 
 async def test_mixed_journal_exact_outputs(broker: str, uid: str, tmp_path: Path) -> None:
@@ -207,6 +222,15 @@ async def test_mixed_journal_exact_outputs(broker: str, uid: str, tmp_path: Path
     assert not runner.running
 
 
+def gate_command(topics: GateTopics, app_id: str) -> list[str]:
+    """`episodic gate` on `topics`, as a process (`python -m stack.cli gate`)."""
+    return [
+        sys.executable, "-m", "stack.cli", "gate",
+        "--entries-topic", topics.entries, "--embeddable-topic", topics.embeddable,
+        "--dlq-topic", topics.dlq, "--app-id", app_id, "--log-level", "INFO",
+    ]  # fmt: skip
+
+
 async def test_two_gate_processes_share_the_journal(broker: str, uid: str, tmp_path: Path) -> None:
     """Scale-out: two `episodic gate` processes in one consumer group; nothing lost; SIGTERM stops both."""
     topics = GateTopics(entries=f"entries.{uid}", embeddable=f"embeddable.{uid}", dlq=f"dlq.{uid}")
@@ -217,11 +241,7 @@ async def test_two_gate_processes_share_the_journal(broker: str, uid: str, tmp_p
         EPISODIC_DATA_DIR=str(tmp_path),
         EPISODIC_TOPIC_PARTITIONS="4",
     )
-    cmd = [
-        sys.executable, "-m", "stack.cli", "gate",
-        "--entries-topic", topics.entries, "--embeddable-topic", topics.embeddable,
-        "--dlq-topic", topics.dlq, "--app-id", f"gate-{uid}", "--log-level", "INFO",
-    ]  # fmt: skip
+    cmd = gate_command(topics, f"gate-{uid}")
     procs = [
         subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)
     ]
@@ -299,7 +319,7 @@ async def test_offsets_committed_only_after_delivery_and_stop_mid_batch_rereads(
         await asyncio.Event().wait()  # the broker never acknowledges: stays mid-batch until cancelled
 
     monkeypatch.setattr(gate_mod, "deliver", stuck_deliver)
-    settings = settings_for(broker, tmp_path, 1).model_copy(update={"lag_interval_s": 0.3})
+    settings = at_least_once(broker, tmp_path, 1).model_copy(update={"lag_interval_s": 0.3})
     runner = GateRunner(settings, topics=topics, app_id=group, create_topics=False)
     await runner.start(wait_assigned=30)
     try:
@@ -318,7 +338,7 @@ async def test_offsets_committed_only_after_delivery_and_stop_mid_batch_rereads(
     assert await committed_offsets(broker, group, topics.entries, 1) == {0: None}  # the stop did not commit it
 
     monkeypatch.setattr(gate_mod, "deliver", real_deliver)
-    runner = GateRunner(settings_for(broker, tmp_path, 1), topics=topics, app_id=group, create_topics=False)
+    runner = GateRunner(at_least_once(broker, tmp_path, 1), topics=topics, app_id=group, create_topics=False)
     await runner.start(wait_assigned=30)
     try:
         got = await read_all(broker, [topics.embeddable], want=50, timeout=30, settle=0.5)
@@ -358,12 +378,14 @@ async def test_two_gates_in_one_group_split_the_partitions(broker: str, uid: str
             await r.stop()
 
 
+@pytest.mark.parametrize("exactly_once", [False, True], ids=["at-least-once", "exactly-once"])
 async def test_stop_delivers_and_commits_the_batches_in_flight(
-    broker: str, uid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    broker: str, uid: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exactly_once: bool
 ) -> None:
     """Drain: on stop the gate routes no new batch, but the batches whose output is in flight are delivered
-    and their offsets committed before it leaves. So the next gate of the group starts exactly after them:
-    every record is dead-lettered once, none twice, none skipped."""
+    and their offsets committed before it leaves (under exactly-once: the batches waiting for their
+    transaction are committed with it). So the next gate of the group starts exactly after them: every record
+    is dead-lettered once (for a read_committed reader, under exactly-once), none twice, none skipped."""
     import streams.gate as gate_mod
 
     n = 3000
@@ -371,18 +393,23 @@ async def test_stop_delivers_and_commits_the_batches_in_flight(
     group = f"gate-{uid}"
     await produce_values(broker, topics.entries, [b"not json %d" % i for i in range(n)])
 
-    real_deliver = gate_mod.deliver
+    # the seam the broker's acknowledgements go through: deliver, or a partition's transaction
+    owner, name = (gate_mod.Transactions, "commit") if exactly_once else (gate_mod, "deliver")
+    real = getattr(owner, name)
     started = 0
 
-    async def slow_deliver(*args: Any, **kwargs: Any) -> None:
+    async def slow(*args: Any, **kwargs: Any) -> Any:
         nonlocal started
         started += 1
         await asyncio.sleep(0.3)  # the broker is slow to acknowledge: batches are in flight at the stop
-        await real_deliver(*args, **kwargs)
+        return await real(*args, **kwargs)
 
-    monkeypatch.setattr(gate_mod, "deliver", slow_deliver)
-    options = GateOptions(batch_size=100)
-    runner = GateRunner(settings_for(broker, tmp_path, 1), topics=topics, app_id=group, options=options)
+    monkeypatch.setattr(owner, name, slow)
+    # under exactly-once, a few batches per transaction: many transactions
+    options = GateOptions(batch_size=100, transaction_batches=2)
+    settings = settings_for(broker, tmp_path, 1, exactly_once=exactly_once)
+    isolation = "read_committed" if exactly_once else "read_uncommitted"
+    runner = GateRunner(settings, topics=topics, app_id=group, options=options)
     await runner.start(wait_assigned=30)
     try:
         deadline = time.monotonic() + 30
@@ -393,15 +420,15 @@ async def test_stop_delivers_and_commits_the_batches_in_flight(
         assert await runner.stop(drain_timeout=15) is True
     first = (await committed_offsets(broker, group, topics.entries, 1))[0]
     assert first is not None and 0 < first < n
-    dlq = await read_all(broker, [topics.dlq], want=first, timeout=30, settle=1.0)
+    dlq = await read_all(broker, [topics.dlq], want=first, timeout=30, settle=1.0, isolation_level=isolation)
     offsets = [json.loads(r.value)["source"]["offset"] for r in dlq if r.value]
     assert sorted(offsets) == list(range(first))  # all delivered before the stop are committed, and only they
 
-    monkeypatch.setattr(gate_mod, "deliver", real_deliver)
-    runner = GateRunner(settings_for(broker, tmp_path, 1), topics=topics, app_id=group, options=options)
+    monkeypatch.setattr(owner, name, real)
+    runner = GateRunner(settings, topics=topics, app_id=group, options=options)
     await runner.start(wait_assigned=30)
     try:
-        dlq = await read_all(broker, [topics.dlq], want=n, timeout=60, settle=1.5)
+        dlq = await read_all(broker, [topics.dlq], want=n, timeout=60, settle=1.5, isolation_level=isolation)
     finally:
         await runner.stop()
     offsets = [json.loads(r.value)["source"]["offset"] for r in dlq if r.value]
@@ -441,7 +468,7 @@ async def test_a_batch_resent_after_a_failure_stays_ahead_of_the_next_batch(
 
     monkeypatch.setattr(gate_mod, "batch_publisher", failing_once)
     options = GateOptions(batch_size=batch)
-    runner = GateRunner(settings_for(broker, tmp_path, 1), topics=topics, app_id=f"gate-{uid}", options=options)
+    runner = GateRunner(at_least_once(broker, tmp_path, 1), topics=topics, app_id=f"gate-{uid}", options=options)
     await runner.start(wait_assigned=30)
     try:
         got = await read_all(broker, [topics.embeddable], want=n, timeout=30, settle=1.0)

@@ -377,7 +377,8 @@ def test_the_cli_exports_to_a_file_and_imports_it_into_another_data_dir(
 
 def test_a_round_trip_carries_near_duplicate_folds(pair: Any, embedder: Any) -> None:
     """A memory folded from two agents' entries (episodic.indexing.folding) comes back folded: the owner's
-    parts and agents, the absorbed entry's mark, scope own for both agents, GET of the absorbed id."""
+    parts and agents, the absorbed entry's mark and fold scope, scope own for both agents (each its own
+    entry), GET of the absorbed id (itself: its agent's own text)."""
     from episodic.maintenance.linker import Linker
     from schemas.events import IndexedEvent
 
@@ -401,9 +402,12 @@ def test_a_round_trip_carries_near_duplicate_folds(pair: Any, embedder: Any) -> 
     assert owner["occurrences"] == 2
     assert target.retrieve([point_id(WS, "f2")])[point_id(WS, "f2")]["folded_into"] == "f1"
     engine = RecallEngine(store=target, embedder=embedder, bm25=Bm25Encoder(), clock=lambda: NOW)
-    for agent in ("planner", "tester"):
+    # folded across agents (issue 47): each agent's own scope finds its own entry, in its own words
+    assert target.retrieve([point_id(WS, "f2")])[point_id(WS, "f2")]["fold_scope"] == "crew"
+    for agent, mine, other in (("planner", "f1", "f2"), ("tester", "f2", "f1")):
         hits = engine.recall(RecallRequest(workspace_id=WS, agent_id=agent, query="checkout OOM load test", k=3)).hits
-        assert [h.entry_id for h in hits][:1] == ["f1"] and "f2" not in {h.entry_id for h in hits}
-        assert hits[0].folded == ["f2"] and hits[0].agents == ["planner", "tester"]
+        assert [h.entry_id for h in hits][:1] == [mine] and other not in {h.entry_id for h in hits}
+    planner = engine.recall(RecallRequest(workspace_id=WS, agent_id="planner", query="checkout OOM load test", k=3))
+    assert planner.hits[0].folded == ["f2"] and planner.hits[0].agents == ["planner", "tester"]
     detail = memory_detail(target, target_state, WS, "f2")
-    assert detail is not None and (detail["entry_id"], detail["requested_id"]) == ("f1", "f2")
+    assert detail is not None and (detail["entry_id"], detail["requested_id"]) == ("f2", "f2")  # answers itself

@@ -104,6 +104,51 @@ async def test_the_aiokafka_names_exist_and_are_read_where_we_expect() -> None:
     assert f"self.{I.MODE_SERVICE_STOPPED} = " in inspect.getsource(mode.Service.__init__)
 
 
+async def test_the_names_the_gates_exactly_once_relies_on_exist() -> None:
+    """Faust's transactional producers and their locks (streams/gate.py `Transactions` commits in them), its
+    transactional ids (the commit path uses the same format), aiokafka's transaction state and isolation level."""
+    from aiokafka import AIOKafkaProducer
+    from faust.transport.consumer import TransactionManager
+
+    assert isinstance(getattr(faust_aiokafka.Producer, I.FAUST_PRODUCER_TRANSACTION_PRODUCERS), dict)
+    assert isinstance(getattr(faust_aiokafka.Producer, I.FAUST_PRODUCER_TRANSACTION_LOCKS), dict)
+    assert TransactionManager.transactional_id_format == "{group_id}-{tpg.group}-{tpg.partition}"
+    assert 'f"{group_id}-{group}-{tp.partition}"' in inspect.getsource(TransactionManager.commit)
+    producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", transactional_id="probe")
+    assert I.in_transaction(producer) is False
+    assert f"self.{I.AIOKAFKA_PRODUCER_TXN_MANAGER}" in inspect.getsource(AIOKafkaProducer.send_batch)
+    consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1")
+    assert getattr(consumer, I.AIOKAFKA_CONSUMER_ISOLATION) == "read_uncommitted"
+    assert f"self.{I.AIOKAFKA_CONSUMER_ISOLATION}" in inspect.getsource(AIOKafkaConsumer.start)
+    app = create_app(Settings(), app_id="txn-probe", exactly_once=True)
+    assert app.in_transaction  # Faust's own switch, read when the consumer is made
+    assert I.transaction_producer(app, "txn-probe-0-0") == (None, None)  # none before an assignment
+    # each app's producer keeps its own (Faust's dicts are class attributes, shared by every app's producer)
+    other = create_app(Settings(), app_id="txn-probe-2")
+    for name in (I.FAUST_PRODUCER_TRANSACTION_PRODUCERS, I.FAUST_PRODUCER_TRANSACTION_LOCKS):
+        assert getattr(app.producer, name) is not getattr(other.producer, name)
+        assert getattr(app.producer, name) is not getattr(faust_aiokafka.Producer, name)
+    thread = getattr(app.consumer, I.FAUST_CONSUMER_THREAD)
+    assert isinstance(thread.tp_last_committed_at, dict)
+    assert isinstance(getattr(app.consumer, I.FAUST_CONSUMER_COMMITTED_OFFSET), dict)
+
+
+async def test_every_app_reads_committed_records_only_under_exactly_once() -> None:
+    """The gate's app reads committed records (Faust's own, under exactly-once) and so do the agents that read
+    the gate's output (the health agent on journal.embeddable); without it, Faust's read_uncommitted."""
+    on = Settings(kafka_bootstrap="kafka-1:9092", gate_exactly_once=True)
+    for settings, exactly_once, level in (
+        (on, True, "read_committed"),
+        (on, False, "read_committed"),
+        (Settings(kafka_bootstrap="kafka-1:9092", gate_exactly_once=False), False, "read_uncommitted"),
+        (Settings(broker="tansu", gate_exactly_once=True), False, "read_uncommitted"),
+    ):
+        app = create_app(settings, app_id="isolation-probe", exactly_once=exactly_once)
+        assert app.in_transaction is exactly_once
+        consumer = app.consumer._new_consumer_thread()._create_worker_consumer(app.transport)
+        assert getattr(consumer, I.AIOKAFKA_CONSUMER_ISOLATION) == level
+
+
 def test_no_other_private_name_of_faust_or_aiokafka_is_used() -> None:
     listed = {
         *I.FAUST_CONSUMER_OVERRIDES,
