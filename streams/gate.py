@@ -20,6 +20,10 @@ A thin pipe around `episodic.indexing.gating.route`. Throughput comes from three
 Under `EPISODIC_GATE_EXACTLY_ONCE` (`Transactions`, `GroupCommit`) a batch's output and its offsets are
 committed together in a Kafka transaction instead, so that a read_committed reader of the output sees each
 record once across crashes, kills and rebalances (docs/pipeline.md, "Exactly-once for the gate").
+
+Size: over 400 lines: one batch path in its two delivery modes (`deliver` for at-least-once, `Transactions` and
+`GroupCommit` for exactly-once) that share the publisher, the drain and the metrics; split, the seams a fault
+test patches (`publish_batches`, `deliver`, `Transactions.commit`) would live in two modules.
 """
 
 from __future__ import annotations
