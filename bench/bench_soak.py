@@ -21,8 +21,9 @@ the producer stops and the check waits for the tail: lost entries are the embedd
 the count produced): both must be 0. RSS "does not grow without bound" when the last minute's is within
 10 % of the middle minute's (a plateau after warm-up; the model, the ONNX session and the store's
 segments settle in the first minutes); runs shorter than 6 minutes report it without a verdict. The
-embedded broker's RSS is shown apart: Tansu's memory storage keeps every record (no retention, see
-docs/configuration.md), so it grows with the traffic by design.
+embedded broker (Apache Kafka, or the Tansu fallback) is shown apart: its RSS, its CPU and its log on disk;
+the soak's topics get a short retention (`--retention-minutes`, 5 by default) so that Kafka's deletes bite
+within the run and the log on disk has a plateau (Tansu keeps every record: it grows with the traffic).
 
     python -m bench.bench_soak                 # 10 minutes
     python -m bench.bench_soak --minutes 3     # a shorter run

@@ -128,7 +128,7 @@ class KafkaBroker:
         refuse_remote(host, allow_remote)
         if nodes < 1:
             raise ValueError("nodes must be at least 1")
-        self.root = data_dir
+        self.root = Path(data_dir).absolute()  # the JVM runs in a node's directory: a relative path would miss
         self.host = host
         self.port = port
         self.heap_mb = heap_mb
@@ -143,7 +143,7 @@ class KafkaBroker:
         self.nodes = [
             _Node(
                 i,
-                data_dir if single else data_dir / f"node-{i}",
+                self.root if single else self.root / f"node-{i}",
                 host,
                 port if i == 1 else free_port(host),
                 log_file if single or log_file is None else log_file.with_name(f"{log_file.stem}-{i}{log_file.suffix}"),

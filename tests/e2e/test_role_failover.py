@@ -1,7 +1,7 @@
 """Distributed roles: two `episodic run gate` (or `run embedder`) processes share the partitions; after a
 kill -9 of one the other takes its partitions over, and every entry comes out at least once.
 
-The broker runs in the test process (the embedded Tansu broker, memory storage); the roles run as
+The broker is the suite's embedded Apache Kafka (the `broker` fixture); the roles run as
 `python -m stack.cli run ROLE` subprocesses against it, each with its own /metrics and /healthz port. A
 producer feeds the journal at a steady rate while one process is killed, so entries land on the killed
 process's partitions before, during and after the rebalance. What is counted is the output topic, by id:

@@ -152,3 +152,18 @@ def test_a_broker_started_from_a_thread_that_ends_stays_up(tmp_path: Path) -> No
         assert b.alive() and port_open("127.0.0.1", b.port)
     finally:
         b.stop()
+
+
+def test_a_relative_data_directory_is_the_one_under_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`EPISODIC_DATA_DIR=.episodic` (the default is relative too): the JVM runs in its node's directory, so the
+    launcher hands it absolute paths (a relative one failed: NoSuchFileException for server.properties)."""
+    monkeypatch.chdir(tmp_path)
+    b = KafkaBroker(data_dir=Path("rel"), port=free_port())
+    b.start()
+    try:
+        asyncio.run(_produce(b.bootstrap, 3))
+        assert (tmp_path / "rel" / "data" / "meta.properties").exists()
+    finally:
+        b.stop()
