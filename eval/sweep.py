@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from eval.data import load
+from eval.data import SETS, load, set_names
 from eval.embcache import RESULTS
 from eval.methods import Method
 from eval.metrics import Score, score
@@ -51,7 +51,17 @@ from eval.views import Q, Views
 
 ASST = "single-session-assistant"
 KU = "knowledge-update"  # the category supersession is for (eval/README.md, "Supersession")
-COLUMNS = ("s/dev", "s/holdout", "oracle/dev", "oracle/holdout", "asst", "ku/dev", "ku/holdout")
+COLUMNS = (
+    "s/dev",
+    "s/holdout",
+    "oracle/dev",
+    "oracle/holdout",
+    "locomo/dev",
+    "locomo/holdout",
+    "asst",
+    "ku/dev",
+    "ku/holdout",
+)
 
 
 def evaluate(views: Views, methods: Mapping[str, Method]) -> dict[str, dict[str, Score]]:
@@ -77,7 +87,7 @@ def evaluate(views: Views, methods: Mapping[str, Method]) -> dict[str, dict[str,
 
 
 def dev_mean(r: Mapping[str, Score], part: str = "dev") -> float:
-    got = [r[f"{v}/{part}"] for v in ("s", "oracle") if f"{v}/{part}" in r]
+    got = [r[f"{v}/{part}"] for v in SETS if f"{v}/{part}" in r]
     cells = [x for s in got for x in (s.recall5, s.recall10)]
     return float(np.mean(cells)) if cells else 0.0
 
@@ -104,7 +114,7 @@ def type_table(res: dict[str, dict[str, Score]], title: str, views: Views) -> st
     methods = list(res)
     cells = res[methods[0]]
     rows: list[str] = []
-    for s in ("s", "oracle"):
+    for s in SETS:
         whole = [f"{s}/{p}" for p in ("dev", "holdout") if f"{s}/{p}" in cells]
         types = sorted({v.split("/")[2] for v in cells if v.startswith(f"{s}/") and v.count("/") == 2})
         rows += whole + [f"{s}/{p}/{t}" for t in types for p in ("dev", "holdout") if f"{s}/{p}/{t}" in cells]
@@ -141,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     exps: dict[str, Callable[[argparse.Namespace], tuple[Views, dict[str, Method], str]]] = X.EXPERIMENTS
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("experiment", choices=sorted(exps))
-    ap.add_argument("--set", default="both", choices=["oracle", "s", "both"])
+    ap.add_argument(
+        "--set", default="both", help="oracle, s, locomo, both (oracle and s) or all, or a comma-separated list"
+    )
     ap.add_argument("--s-limit", type=int, default=None, help="first N s haystacks (types interleaved)")
     ap.add_argument("--oracle-limit", type=int, default=None, help="pool only the first N oracle questions")
     ap.add_argument("--oracle-type", default=None, help="pool only the oracle questions of this type")
@@ -161,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # the experiments' counts, on stderr
     t0 = time.monotonic()
     a.sets = {
-        n: load(n, limit=a.s_limit if n == "s" else a.oracle_limit, only=None if n == "s" else a.oracle_type)
-        for n in (("oracle", "s") if a.set == "both" else (a.set,))
+        n: load(n, limit=a.s_limit, only=None) if n != "oracle" else load(n, limit=a.oracle_limit, only=a.oracle_type)
+        for n in set_names(a.set)
     }
     views, methods, title = exps[a.experiment](a)
     t1 = time.monotonic()

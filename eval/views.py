@@ -19,7 +19,7 @@ import numpy as np
 from eval import fusion as F
 from eval.bm25 import Bm25Index, Bm25Spec
 from eval.context import ContextSpec
-from eval.data import Corpus, holdout, load
+from eval.data import Corpus, holdout_of, load
 from eval.embcache import EmbeddingCache
 from eval.memories import Memories
 from eval.prf import Rm3, expand, weigh_query
@@ -169,7 +169,7 @@ def build(sets: Mapping[str, list[Corpus] | None], rows: Mapping[str, Row]) -> V
     skipped: dict[str, int] = {}
     for name, corpora in sets.items():
         corpora = corpora if corpora is not None else load(name)
-        hold = holdout(q.id for c in corpora for q in c.scored_questions)
+        hold = holdout_of(corpora)
         out[f"{name}/dev"], out[f"{name}/holdout"] = [], []
         for c in corpora:
             mem = _MEM.setdefault(c.name, Memories.build(c))
