@@ -31,7 +31,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 DATA_DIR = Path(
@@ -46,6 +46,15 @@ LOCOMO_HOLDOUT = 2  # conversations of the five held out (the two lowest hashes 
 SETS = ("oracle", "s", "locomo")
 
 
+def haystack_time(date: str) -> datetime:
+    """'2023/05/20 (Sat) 00:59' (a session's or a question's date) as a UTC instant; 2023-01-01 when unreadable."""
+    try:
+        d = datetime.strptime(date.split(" (")[0] + " " + date.split(") ")[-1], "%Y/%m/%d %H:%M")
+    except (ValueError, IndexError):
+        d = datetime(2023, 1, 1)
+    return d.replace(tzinfo=UTC)
+
+
 @dataclass(frozen=True, slots=True)
 class Turn:
     id: str  # "{session_id}:{index}"
@@ -58,6 +67,16 @@ class Turn:
 
     def text(self, role_prefix: bool = True) -> str:
         return f"{self.role}: {self.content}" if role_prefix else self.content
+
+    @property
+    def at(self) -> datetime:
+        """The entry's time: its session's date plus one second per turn before it (a session keeps its order)."""
+        return haystack_time(self.date) + timedelta(seconds=self.index)
+
+    @property
+    def ts(self) -> str:
+        """`at` in RFC 3339, as the journal entry carries it."""
+        return self.at.isoformat().replace("+00:00", "Z")
 
 
 @dataclass(slots=True)

@@ -39,7 +39,6 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,10 @@ MODES = ("dense", "sparse", "hybrid")
 CLIENTS = 4  # concurrent recall clients (the protocol's)
 # columns served by a restart of the same store with other settings: name -> environment
 RESTARTS: dict[str, dict[str, str]] = {
+    # issue 46: the default before the time legs, and the run-level re-rank (an option, off by default)
+    "main-default (no time legs)": {"EPISODIC_RRF_TIME_WEIGHT": "0"},
+    "run-level 0.5 depth 3 (option)": {"EPISODIC_RRF_RUN_WEIGHT": "0.5", "EPISODIC_RRF_RUN_DEPTH": "3"},
+    "run-level-0.25 depth 1 (option)": {"EPISODIC_RRF_RUN_WEIGHT": "0.25", "EPISODIC_RRF_RUN_DEPTH": "1"},
     "rrf60 (seed)": {"EPISODIC_FUSION": "rrf_equal"},
     # the default before the lexical confidence: every BM25-based leg at its full weight for any query
     "no lexical confidence (previous default)": {"EPISODIC_RRF_LEXICAL_FULL": "0"},
@@ -85,15 +88,6 @@ RESTARTS: dict[str, dict[str, str]] = {
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _ts(date: str, index: int) -> str:
-    """'2023/05/20 (Sat) 00:59' -> RFC 3339, one second per turn so a session keeps its order."""
-    try:
-        d = datetime.strptime(date.split(" (")[0] + " " + date.split(") ")[-1], "%Y/%m/%d %H:%M").replace(tzinfo=UTC)
-    except (ValueError, IndexError):
-        d = datetime(2023, 1, 1, tzinfo=UTC)
-    return (d + timedelta(seconds=index)).isoformat().replace("+00:00", "Z")
-
-
 def entries(c: Corpus) -> Iterator[dict[str, Any]]:
     for t in c.turns:
         yield {
@@ -102,7 +96,7 @@ def entries(c: Corpus) -> Iterator[dict[str, Any]]:
             "crew_id": None,
             "agent_id": c.agent_id,
             "run_id": t.session_id,
-            "ts": _ts(t.date, t.index),
+            "ts": t.ts,
             "entry_type": "summary.generated",
             "severity": "info",
             "summary": t.text()[:MAX_SUMMARY],

@@ -46,7 +46,9 @@ import numpy as np
 from eval.data import SETS, load, set_names
 from eval.embcache import RESULTS
 from eval.methods import Method
-from eval.metrics import Score, score
+from eval.metrics import Score, evidence_recall, score
+from eval.noise import differences, verdict
+from eval.noise import table as noise_table
 from eval.views import Q, Views
 
 ASST = "single-session-assistant"
@@ -84,6 +86,43 @@ def evaluate(views: Views, methods: Mapping[str, Method]) -> dict[str, dict[str,
         return score(([q.mem.aliases[i] for i in m(q)[0][:10]], q.evidence) for q in qs)
 
     return {name: {vn: run(m, qs) for vn, qs in v.items() if qs} for name, m in methods.items()}
+
+
+def recalls(views: Views, m: Method) -> dict[str, tuple[float, float]]:
+    """Question id -> (R@5, R@10) of one method over every question of the views."""
+    cover = getattr(m, "cover", None)
+    out: dict[str, tuple[float, float]] = {}
+    for qs in views.views.values():
+        for q in qs:
+            ranked = [cover(q.mem, i) if cover is not None else q.mem.aliases[i] for i in m(q)[0][:10]]
+            out[q.id] = (evidence_recall(ranked, q.evidence, 5), evidence_recall(ranked, q.evidence, 10))
+    return out
+
+
+def verdicts(views: Views, methods: Mapping[str, Method], against: str, part: str = "dev") -> str:
+    """The choice protocol (eval.noise) for every method against `against`: per set's `part`, whole and by
+    question type or category, the paired bootstrap of ΔR@5/ΔR@10; one line per method, then each table."""
+    cells: dict[str, list[str]] = {}
+    for name, qs in views.views.items():
+        if name.endswith("/" + part):
+            cells[name] = [q.id for q in qs]
+            for t in sorted({q.type for q in qs}):
+                cells[f"{name}/{t}"] = [q.id for q in qs if q.type == t]
+    base = recalls(views, methods[against])
+    lines = [f"## The choice protocol against {against!r} ({part})", ""]
+    tables = []
+    for name, m in methods.items():
+        if name == against:
+            continue
+        diffs = differences(base, recalls(views, m), cells)
+        v = verdict(diffs)
+        lines.append(
+            f"- {name}: "
+            + ("holds" if v.holds else "LOSES in " + ", ".join(v.losses))
+            + (f"; gains in {', '.join(v.gains)}" if v.gains else "")
+        )
+        tables.append(noise_table(diffs, name))
+    return "\n".join(lines) + "\n\n" + "\n\n".join(tables)
 
 
 def dev_mean(r: Mapping[str, Score], part: str = "dev") -> float:
@@ -168,6 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pool", default=None, help="piece-prior experiment: raw top N re-ranked, e.g. 100,200,400")
     ap.add_argument("--windows", action="store_true", help="piece-prior experiment: also over the 256/32 windows")
     ap.add_argument("--sort", action="store_true", help="rows by dev mean, best first")
+    ap.add_argument(
+        "--against", default=None, help="the choice protocol (eval.noise): every method against this one, by type"
+    )
+    ap.add_argument("--by-type", action="store_true", help="conversations: the long table, every type apart")
+    ap.add_argument("--part", default="dev", choices=["dev", "holdout"], help="--against: the part judged")
     ap.add_argument("--tag", default="", help="suffix of the result files")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # the experiments' counts, on stderr
@@ -180,6 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     t1 = time.monotonic()
     res = evaluate(views, methods)
     text = type_table(res, title, views) if views.by_type else table(res, title, views, a.sort)
+    if a.against:
+        if a.against not in methods:
+            raise SystemExit(f"--against {a.against!r}: no such method ({', '.join(methods)})")
+        text += "\n\n" + verdicts(views, methods, a.against, a.part)
     text += f"\n\n(rows built in {t1 - t0:.0f}s, {len(methods)} methods scored in {time.monotonic() - t1:.0f}s)"
     print(text)
     save(a.experiment + a.tag, text, res)
