@@ -58,6 +58,7 @@ CLIENTS = 4  # concurrent recall clients (the protocol's)
 RESTARTS: dict[str, dict[str, str]] = {
     # issue 46: the default before the time legs, and the run-level re-rank (an option, off by default)
     "main-default (no time legs)": {"EPISODIC_RRF_TIME_WEIGHT": "0"},
+    "shipped-again (the default once more: A-B-A, for latency drift)": {},
     "run-level 0.5 depth 3 (option)": {"EPISODIC_RRF_RUN_WEIGHT": "0.5", "EPISODIC_RRF_RUN_DEPTH": "3"},
     "run-level-0.25 depth 1 (option)": {"EPISODIC_RRF_RUN_WEIGHT": "0.25", "EPISODIC_RRF_RUN_DEPTH": "1"},
     "rrf60 (seed)": {"EPISODIC_FUSION": "rrf_equal"},

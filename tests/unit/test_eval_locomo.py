@@ -114,3 +114,24 @@ def test_the_verdict_names_every_cell_that_loses() -> None:
     v = verdict(diffs)
     assert v.losses == ("a",) and not v.holds
     assert verdict(differences(base, base, {"a": ids})).holds
+
+
+def test_the_mirrors_time_legs_read_relative_times_as_told() -> None:
+    """eval.methods.question_spans: "now" reads relative times from a clock after the sets (as the pipeline's
+    service does), "asked" from the question's date where the set gives one, "off" keeps absolute times only."""
+    from eval.methods import question_spans
+    from eval.views import Q
+
+    def q(text: str, asked: str = "") -> Q:
+        return Q({}, None, frozenset(), "", text=text, asked=asked)  # type: ignore[arg-type]  # no rows read
+
+    def days(spans: tuple) -> list[str]:
+        return [f"{s.start:%Y-%m-%d}/{s.end:%Y-%m-%d}" for s in spans]
+
+    asked = "2023/05/30 (Tue) 23:40"
+    assert days(question_spans(q("what did I buy last month?", asked), "asked")) == ["2023-04-01/2023-05-01"]
+    assert days(question_spans(q("what did I buy last month?", asked), "now")) == ["2025-12-01/2026-01-01"]
+    assert days(question_spans(q("what did I buy last month?"), "asked")) == ["2025-12-01/2026-01-01"]  # no date
+    assert question_spans(q("what did I buy last month?", asked), "off") == ()
+    both = q("what did I buy in May 2023, and last month?", asked)
+    assert days(question_spans(both, "off")) == ["2023-05-01/2023-06-01"]
