@@ -81,8 +81,8 @@ fmt: $(STAMP) ## format the code
 bench: $(STAMP) ## benchmarks (each prints its figure next to a same-run baseline)
 	$(BIN)/python -m bench.run_all
 
-eval: $(STAMP) ## retrieval quality on LongMemEval (../shared/datasets/longmemeval)
-	$(BIN)/python -m eval.longmemeval
+eval: $(STAMP) ## retrieval quality on both dev sets (LongMemEval, LoCoMo: ../shared/datasets), by category
+	$(BIN)/python -m eval.pipeline
 
 eval-fold: $(STAMP) ## the fold rule's precision and recall on eval/data/fold_pairs.jsonl
 	$(BIN)/python -m eval.fold_rule

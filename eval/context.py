@@ -31,10 +31,11 @@ class ContextSpec:
     date: bool = False  # the session's date line first
     words: int | None = None  # each previous entry cut to its first `words` words (None: whole)
     header: bool = False  # the run's first entry (cut to `words`) instead of / before the previous ones
+    next: int = 0  # later entries of the same session folded in after the entry (not streaming: a measure)
 
     @property
     def off(self) -> bool:
-        return self.prev == 0 and not self.date and not self.header
+        return self.prev == 0 and not self.date and not self.header and self.next == 0
 
     def label(self) -> str:
         if self.off:
@@ -46,6 +47,8 @@ class ContextSpec:
             parts.append("header" + (f"/{self.words}w" if self.words and not self.prev else ""))
         if self.prev:
             parts.append(f"prev{self.prev}" + (f"/{self.words}w" if self.words else ""))
+        if self.next:
+            parts.append(f"next{self.next}" + (f"/{self.words}w" if self.words else ""))
         return "+".join(parts)
 
 
@@ -56,10 +59,10 @@ def parse_ctx(text: str) -> ContextSpec:
         name, _, value = part.partition("=")
         if name == "date":
             kw[name] = value in ("1", "true")
-        elif name in ("prev", "words"):
+        elif name in ("prev", "words", "next"):
             kw[name] = int(value) if value not in ("", "none") else None
         else:
-            raise ValueError(f"unknown context option {name!r} (prev, words, date)")
+            raise ValueError(f"unknown context option {name!r} (prev, next, words, date)")
     return ContextSpec(**kw)  # type: ignore[arg-type]
 
 
@@ -79,9 +82,9 @@ def _cut(text: str, words: int | None) -> str:
     return text if len(parts) <= words else " ".join(parts[:words])
 
 
-def render(turn: Turn, before: Sequence[Turn], spec: ContextSpec, own: bool = True) -> str:
-    """The indexed text of `turn`; `before` = the earlier turns of its session, oldest first.
-    own=False: the context lines alone (a separate field)."""
+def render(turn: Turn, before: Sequence[Turn], spec: ContextSpec, own: bool = True, after: Sequence[Turn] = ()) -> str:
+    """The indexed text of `turn`; `before` = the earlier turns of its session, oldest first; `after` = the
+    later ones (``spec.next``). own=False: the context lines alone (a separate field)."""
     if spec.off:
         return turn.text() if own else ""
     lines = []
@@ -95,6 +98,7 @@ def render(turn: Turn, before: Sequence[Turn], spec: ContextSpec, own: bool = Tr
     lines.extend(_cut(t.text(), spec.words) for t in earlier)
     if own:
         lines.append(turn.text())
+    lines.extend(_cut(t.text(), spec.words) for t in list(after)[: spec.next])
     return "\n".join(lines)
 
 
@@ -102,9 +106,14 @@ def rendered(turns: Sequence[Turn], spec: ContextSpec, own: bool = True) -> list
     """render() for every turn of a corpus, in order (sessions are contiguous and in turn order)."""
     out: list[str] = []
     session: list[Turn] = []
-    for t in turns:
+    for i, t in enumerate(turns):
         if not session or session[-1].session_id != t.session_id:
             session = []
-        out.append(render(t, session, spec, own))
+        after: list[Turn] = []
+        for later in turns[i + 1 : i + 1 + spec.next]:
+            if later.session_id != t.session_id:
+                break
+            after.append(later)
+        out.append(render(t, session, spec, own, after))
         session.append(t)
     return out

@@ -111,12 +111,12 @@ class EmbeddingCache:
 
 def main() -> None:
     from eval.context import ContextSpec, parse_ctx
-    from eval.data import load
+    from eval.data import load, set_names
     from eval.memories import Memories
     from eval.sentences import pieces as split_pieces
 
     ap = argparse.ArgumentParser(description="fill the embedding cache for the eval sets")
-    ap.add_argument("--set", default="both", choices=["oracle", "s", "both"])
+    ap.add_argument("--set", default="both", help="oracle, s, locomo, both (oracle and s), all, or a list")
     ap.add_argument("--model", default="minilm", help="'minilm' (bundled) or a sentence-transformers directory")
     ap.add_argument("--ctx", action="append", default=None, help="context spec(s), e.g. prev=1,words=64,date=1")
     ap.add_argument("--s-limit", type=int, default=None, help="first N s haystacks (stratified by type)")
@@ -135,14 +135,15 @@ def main() -> None:
     specs = [parse_ctx(c) for c in a.ctx] if a.ctx else [ContextSpec()]
     window = cache.chunker()
     splits = a.split.split(",") if a.split else [""]
-    for name in ["oracle", "s"] if a.set == "both" else [a.set]:
-        corpora = load(
-            name, limit=a.s_limit if name == "s" else a.oracle_limit, only=None if name == "s" else a.oracle_type
-        )
+    for name in set_names(a.set):
+        if name == "oracle":
+            corpora = load(name, limit=a.oracle_limit, only=a.oracle_type)
+        else:
+            corpora = load(name, limit=a.s_limit)
         cache.fill([q.question for c in corpora for q in c.questions], kind="query")
         for spec, split in ((sp, sl) for sp in specs for sl in splits):
-            # s: one haystack at a time, types interleaved, so a partial fill is a fair sample
-            for group in [[c] for c in corpora] if name == "s" else [corpora]:
+            # s, locomo: one corpus at a time (s: types interleaved), so a partial fill is a fair sample
+            for group in [[c] for c in corpora] if name != "oracle" else [corpora]:
                 texts = [t for c in group for t in Memories.build(c).texts(spec)]
                 pieces = [
                     p for t in dict.fromkeys(texts) for p in (split_pieces(t, split, window) if split else window(t))

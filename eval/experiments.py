@@ -14,7 +14,7 @@ from dataclasses import replace
 from episodic.kernel.settings import FUSION_BY_CHUNK_MODE, Settings
 from eval.bm25 import Bm25Spec
 from eval.context import ContextSpec, parse_ctx
-from eval.methods import Method, adjacent, dbsf, default_hybrid, formula, lexical, rrf, single
+from eval.methods import Method, adjacent, dbsf, default_hybrid, formula, lexical, rrf, single, tree
 from eval.prf import Rm3
 from eval.views import Dense, Sparse, Views, build
 
@@ -503,6 +503,87 @@ def folding_by_type(a: argparse.Namespace) -> Result:
     return views, ms, "Folding, supersession and MMR by question type (the shipped tree; R@5/R@10)"
 
 
+# Issue 46's levers (eval/README.md, "Conversations"): what the context leg indexes, the dense leg's weight, the
+# time legs, the run-level re-rank; each against the shipped tree on every set, by type.
+CONVERSATION_CONTEXTS = {
+    "prev2/16w (shipped)": ContextSpec(prev=2, words=16),
+    "prev2/16w+date": ContextSpec(prev=2, words=16, date=True),
+    "prev2/32w": ContextSpec(prev=2, words=32),
+    "prev2/32w+date": ContextSpec(prev=2, words=32, date=True),
+    "prev1+date": ContextSpec(prev=1, date=True),
+    "prev3/32w+date": ContextSpec(prev=3, words=32, date=True),
+    "prev1+next1+date (not streaming)": ContextSpec(prev=1, next=1, date=True),
+}
+
+
+def conversations(a: argparse.Namespace) -> Result:
+    """The levers of issue 46 (``--set all``): the context leg's text (``CONVERSATION_CONTEXTS``; the shipped
+    context and the dense leg otherwise), the dense weight, the time legs and the run-level re-rank
+    (``eval.methods.tree``), alone and together, against the shipped tree. ``--against "shipped"`` runs the
+    choice protocol over them."""
+    rows: dict = {"S": Sparse(), "DP": Dense(split="p32", penalty=PIECE_PENALTY, candidates=200)}
+    names = {label: f"SC{i}" for i, label in enumerate(CONVERSATION_CONTEXTS)}
+    rows.update({names[label]: Sparse(ctx=c) for label, c in CONVERSATION_CONTEXTS.items()})
+    views = build(a.sets, rows)
+    views.by_type = getattr(a, "by_type", False)
+
+    def legs(c: str) -> list:
+        return [("DP", 100), (c, "DP", 100), ("S", 100), (c, 100)]
+
+    shipped_c = names["prev2/16w (shipped)"]
+    ms: dict[str, Method] = {"shipped": shipped(c=shipped_c)}
+    for label, c in names.items():
+        ms[f"context {label}"] = tree(legs(c), 3, [2.5, 0.5, 1, 1], LEXICAL_FULL, LEXICAL_FLOOR)
+    for wd in (1.0, 1.5):
+        ms[f"dense weight {wd}"] = tree(legs(shipped_c), 3, [wd, 0.5, 1, 1], LEXICAL_FULL, LEXICAL_FLOOR)
+    for tw in (0.5, 1.0):
+        ms[f"time legs {tw}"] = tree(legs(shipped_c), 3, [2.5, 0.5, 1, 1], LEXICAL_FULL, LEXICAL_FLOOR, time=tw)
+    for run in (0.25, 0.5, 1.0):
+        for depth in (1, 3):
+            ms[f"run-level {run} (depth {depth})"] = tree(
+                legs(shipped_c), 3, [2.5, 0.5, 1, 1], LEXICAL_FULL, LEXICAL_FLOOR, run=run, depth=depth
+            )
+    for label in ("prev2/16w+date", "prev2/32w+date", "prev1+date"):
+        for wd in (1.0, 2.5):
+            for run in (0.25, 0.5):
+                ms[f"together: {label}, dense {wd}, time 1, run {run}"] = tree(
+                    legs(names[label]), 3, [wd, 0.5, 1, 1], LEXICAL_FULL, LEXICAL_FLOOR, time=1.0, run=run
+                )
+    c = names["prev2/32w+date"]
+    ms["score fusion: DBSF [DP, S, C = prev2/32w+date]"] = dbsf([("DP", 100), ("S", 100), (c, 100)])
+    return views, ms, "Conversations: the context leg's text, dense weight, time legs, run-level (issue 46)"
+
+
+def time_legs(a: argparse.Namespace) -> Result:
+    """The time legs (``eval.methods.tree``) by how a relative time ("10 days ago", "last month") is read:
+    from a clock after every set (what the pipeline harness gives: they match nothing), from the question's
+    date (LongMemEval gives one: what a deployment asked then sees), or not at all (absolute times only)."""
+    rows: dict = {"S": Sparse(), "DP": Dense(split="p32", penalty=PIECE_PENALTY, candidates=200)}
+    rows["SC"] = Sparse(ctx=ContextSpec(prev=2, words=16))
+    views = build(a.sets, rows)
+    views.by_type = getattr(a, "by_type", False)
+    legs: list = [("DP", 100), ("SC", "DP", 100), ("S", 100), ("SC", 100)]
+    ms: dict[str, Method] = {"shipped": shipped()}
+    for relative in ("now", "asked", "off"):
+        for tw in (1.0, 0.5):
+            ms[f"time legs {tw}, relative {relative}"] = tree(
+                legs, 3, [2.5, 0.5, 1, 1], LEXICAL_FULL, LEXICAL_FLOOR, time=tw, relative=relative
+            )
+    for run in (0.5, 1.0):
+        ms[f"time legs 1.0 asked + run-level {run} if timed"] = tree(
+            legs,
+            3,
+            [2.5, 0.5, 1, 1],
+            LEXICAL_FULL,
+            LEXICAL_FLOOR,
+            time=1.0,
+            relative="asked",
+            run=run,
+            run_if_timed=True,
+        )
+    return views, ms, "Time legs: relative times from a later clock, from the question's date, or not read"
+
+
 EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "legs": legs,
     "bm25-options": bm25_options,
@@ -521,4 +602,6 @@ EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "lexical": lexical_confidence,
     "folding": folding,
     "folding-by-type": folding_by_type,
+    "conversations": conversations,
+    "time-legs": time_legs,
 }

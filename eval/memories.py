@@ -24,6 +24,7 @@ class Memories:
     prev: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # -1: none
     next: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     run: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # run (session) number
+    at: np.ndarray = field(default_factory=lambda: np.zeros(0))  # the memory's time (its first turn's), epoch s
 
     @classmethod
     def build(cls, corpus: Corpus) -> Memories:
@@ -46,6 +47,7 @@ class Memories:
         turns = corpus.turns
         runs: dict[str, int] = {}
         m.run = np.array([runs.setdefault(turns[i].session_id, len(runs)) for i in m.first], dtype=np.int64)
+        m.at = np.array([turns[i].at.timestamp() for i in m.first])
         for j, i in enumerate(m.first):
             if i > 0 and turns[i - 1].session_id == turns[i].session_id:
                 m.prev[j] = of_turn[i - 1]

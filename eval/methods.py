@@ -13,6 +13,7 @@ A method returns the ranked memory indices with their fused scores (best first, 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -74,6 +75,83 @@ def lexical(
         return rrf(legs, k, w)(q)
 
     return run
+
+
+# The time legs' reference instant for relative times ("last week"): after every set's sessions, as the recall
+# service's clock is in the pipeline harness (which sends no question date), so relative times match nothing.
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+LATER = datetime(2031, 7, 1, tzinfo=UTC)  # a second instant: a span both give is absolute ("in May 2023")
+
+
+def question_spans(q: Q, relative: str) -> tuple:
+    """The spans the question names for the time legs. `relative`: "now" (relative times from `NOW`, as the
+    pipeline resolves them), "asked" (from the question's date where the set gives one, as a deployment asked
+    then would), "off" (absolute spans only)."""
+    from episodic.domain.timespan import spans
+
+    if relative == "off":
+        later = spans(q.text, LATER)
+        return tuple(s for s in spans(q.text, NOW) if s in later)
+    if relative == "asked" and q.asked:
+        from eval.data import haystack_time
+
+        return spans(q.text, haystack_time(q.asked))
+    return spans(q.text, NOW)
+
+
+def tree(
+    legs: Sequence[Leg],
+    k: float,
+    weights: Sequence[float],
+    full: float = 0.0,
+    floor: float = 0.25,
+    *,
+    probe: str = "S",
+    time: float = 0.0,
+    relative: str = "now",
+    run_if_timed: bool = False,
+    run: float = 0.0,
+    depth: int = 3,
+    pool: int = 100,
+) -> Method:
+    """The store's hybrid as it ranks (``episodic.store.query.hybrid_prefetch``, ``QdrantStore.query_hybrid``):
+    weighted RRF over `legs` with the lexical confidence (`full` > 0, ``lexical``); the time legs (`time` > 0
+    and the question names a time, ``episodic.domain.timespan``: each leg that searches on its own once more
+    over the memories of those times, at `time` x its weight); the run-level re-rank of the fused top `pool`
+    (`run` > 0, ``episodic.domain.runs``; `run_if_timed`: only for a question that names a time)."""
+    from episodic.domain.runs import run_level
+    from episodic.store.query import lexical_factor
+
+    def run_(q: Q) -> Ranked:
+        f = lexical_factor(float(q.rows[probe].max()), len(q.rows[probe]), full, floor) if full > 0 else 1.0
+        w = [wt * f if spec[0].startswith("S") else wt for spec, wt in zip(legs, weights, strict=True)]
+        ranked = [leg(q, s)[0] for s in legs]
+        found = question_spans(q, relative) if time > 0 else ()
+        if found:
+            at = q.mem.at
+            inside = np.zeros(len(at), dtype=bool)
+            for s in found:
+                inside |= (at >= s.start.timestamp()) & (at < s.end.timestamp())
+            for spec, wt in list(zip(legs, w, strict=True)):
+                if len(spec) == 2 and wt > 0:
+                    ranked.append(q.within(spec[0], spec[1], inside))
+                    w.append(wt * time)
+        by_run = run > 0 and (bool(found) or not run_if_timed)
+        fused = _ranked(F.rrf(ranked, k, w), pool if by_run else DEPTH)
+        if not by_run:
+            return fused
+        idx, sc = fused
+        again = run_level(
+            [
+                (str(i), float(s), int(r))
+                for i, s, r in zip(idx.tolist(), sc.tolist(), q.mem.run[idx].tolist(), strict=True)
+            ],
+            run,
+            depth,
+        )[:DEPTH]
+        return np.array([int(i) for i, _ in again], dtype=np.int64), np.array([s for _, s in again])
+
+    return run_
 
 
 def dbsf(legs: Sequence[Leg], weights: Sequence[float] | None = None) -> Method:

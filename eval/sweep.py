@@ -43,15 +43,27 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from eval.data import load
+from eval.data import SETS, load, set_names
 from eval.embcache import RESULTS
 from eval.methods import Method
-from eval.metrics import Score, score
+from eval.metrics import Score, evidence_recall, score
+from eval.noise import differences, verdict
+from eval.noise import table as noise_table
 from eval.views import Q, Views
 
 ASST = "single-session-assistant"
 KU = "knowledge-update"  # the category supersession is for (eval/README.md, "Supersession")
-COLUMNS = ("s/dev", "s/holdout", "oracle/dev", "oracle/holdout", "asst", "ku/dev", "ku/holdout")
+COLUMNS = (
+    "s/dev",
+    "s/holdout",
+    "oracle/dev",
+    "oracle/holdout",
+    "locomo/dev",
+    "locomo/holdout",
+    "asst",
+    "ku/dev",
+    "ku/holdout",
+)
 
 
 def evaluate(views: Views, methods: Mapping[str, Method]) -> dict[str, dict[str, Score]]:
@@ -76,8 +88,45 @@ def evaluate(views: Views, methods: Mapping[str, Method]) -> dict[str, dict[str,
     return {name: {vn: run(m, qs) for vn, qs in v.items() if qs} for name, m in methods.items()}
 
 
+def recalls(views: Views, m: Method) -> dict[str, tuple[float, float]]:
+    """Question id -> (R@5, R@10) of one method over every question of the views."""
+    cover = getattr(m, "cover", None)
+    out: dict[str, tuple[float, float]] = {}
+    for qs in views.views.values():
+        for q in qs:
+            ranked = [cover(q.mem, i) if cover is not None else q.mem.aliases[i] for i in m(q)[0][:10]]
+            out[q.id] = (evidence_recall(ranked, q.evidence, 5), evidence_recall(ranked, q.evidence, 10))
+    return out
+
+
+def verdicts(views: Views, methods: Mapping[str, Method], against: str, part: str = "dev") -> str:
+    """The choice protocol (eval.noise) for every method against `against`: per set's `part`, whole and by
+    question type or category, the paired bootstrap of ΔR@5/ΔR@10; one line per method, then each table."""
+    cells: dict[str, list[str]] = {}
+    for name, qs in views.views.items():
+        if name.endswith("/" + part):
+            cells[name] = [q.id for q in qs]
+            for t in sorted({q.type for q in qs}):
+                cells[f"{name}/{t}"] = [q.id for q in qs if q.type == t]
+    base = recalls(views, methods[against])
+    lines = [f"## The choice protocol against {against!r} ({part})", ""]
+    tables = []
+    for name, m in methods.items():
+        if name == against:
+            continue
+        diffs = differences(base, recalls(views, m), cells)
+        v = verdict(diffs)
+        lines.append(
+            f"- {name}: "
+            + ("holds" if v.holds else "LOSES in " + ", ".join(v.losses))
+            + (f"; gains in {', '.join(v.gains)}" if v.gains else "")
+        )
+        tables.append(noise_table(diffs, name))
+    return "\n".join(lines) + "\n\n" + "\n\n".join(tables)
+
+
 def dev_mean(r: Mapping[str, Score], part: str = "dev") -> float:
-    got = [r[f"{v}/{part}"] for v in ("s", "oracle") if f"{v}/{part}" in r]
+    got = [r[f"{v}/{part}"] for v in SETS if f"{v}/{part}" in r]
     cells = [x for s in got for x in (s.recall5, s.recall10)]
     return float(np.mean(cells)) if cells else 0.0
 
@@ -104,7 +153,7 @@ def type_table(res: dict[str, dict[str, Score]], title: str, views: Views) -> st
     methods = list(res)
     cells = res[methods[0]]
     rows: list[str] = []
-    for s in ("s", "oracle"):
+    for s in SETS:
         whole = [f"{s}/{p}" for p in ("dev", "holdout") if f"{s}/{p}" in cells]
         types = sorted({v.split("/")[2] for v in cells if v.startswith(f"{s}/") and v.count("/") == 2})
         rows += whole + [f"{s}/{p}/{t}" for t in types for p in ("dev", "holdout") if f"{s}/{p}/{t}" in cells]
@@ -141,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     exps: dict[str, Callable[[argparse.Namespace], tuple[Views, dict[str, Method], str]]] = X.EXPERIMENTS
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("experiment", choices=sorted(exps))
-    ap.add_argument("--set", default="both", choices=["oracle", "s", "both"])
+    ap.add_argument(
+        "--set", default="both", help="oracle, s, locomo, both (oracle and s) or all, or a comma-separated list"
+    )
     ap.add_argument("--s-limit", type=int, default=None, help="first N s haystacks (types interleaved)")
     ap.add_argument("--oracle-limit", type=int, default=None, help="pool only the first N oracle questions")
     ap.add_argument("--oracle-type", default=None, help="pool only the oracle questions of this type")
@@ -156,18 +207,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pool", default=None, help="piece-prior experiment: raw top N re-ranked, e.g. 100,200,400")
     ap.add_argument("--windows", action="store_true", help="piece-prior experiment: also over the 256/32 windows")
     ap.add_argument("--sort", action="store_true", help="rows by dev mean, best first")
+    ap.add_argument(
+        "--against", default=None, help="the choice protocol (eval.noise): every method against this one, by type"
+    )
+    ap.add_argument("--by-type", action="store_true", help="conversations: the long table, every type apart")
+    ap.add_argument("--part", default="dev", choices=["dev", "holdout"], help="--against: the part judged")
     ap.add_argument("--tag", default="", help="suffix of the result files")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # the experiments' counts, on stderr
     t0 = time.monotonic()
     a.sets = {
-        n: load(n, limit=a.s_limit if n == "s" else a.oracle_limit, only=None if n == "s" else a.oracle_type)
-        for n in (("oracle", "s") if a.set == "both" else (a.set,))
+        n: load(n, limit=a.s_limit, only=None) if n != "oracle" else load(n, limit=a.oracle_limit, only=a.oracle_type)
+        for n in set_names(a.set)
     }
     views, methods, title = exps[a.experiment](a)
     t1 = time.monotonic()
     res = evaluate(views, methods)
     text = type_table(res, title, views) if views.by_type else table(res, title, views, a.sort)
+    if a.against:
+        if a.against not in methods:
+            raise SystemExit(f"--against {a.against!r}: no such method ({', '.join(methods)})")
+        text += "\n\n" + verdicts(views, methods, a.against, a.part)
     text += f"\n\n(rows built in {t1 - t0:.0f}s, {len(methods)} methods scored in {time.monotonic() - t1:.0f}s)"
     print(text)
     save(a.experiment + a.tag, text, res)

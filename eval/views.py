@@ -19,7 +19,7 @@ import numpy as np
 from eval import fusion as F
 from eval.bm25 import Bm25Index, Bm25Spec
 from eval.context import ContextSpec
-from eval.data import Corpus, holdout, load
+from eval.data import Corpus, holdout_of, load
 from eval.embcache import EmbeddingCache
 from eval.memories import Memories
 from eval.prf import Rm3, expand, weigh_query
@@ -63,6 +63,9 @@ class Q:
     evidence: frozenset[str]
     type: str
     _legs: dict = field(default_factory=dict)
+    text: str = ""  # the question (the time legs read the times it names)
+    id: str = ""
+    asked: str = ""  # when it was asked (LongMemEval's question date; LoCoMo: ""), Turn.date's form
 
     def top(self, row: str, n: int) -> np.ndarray:
         """A prefetch: the row's best n, best first; a sparse row returns matched memories only."""
@@ -72,6 +75,13 @@ class Q:
             idx = F.top(r, n)
             self._legs[key] = idx[r[idx] > 0] if row.startswith("S") else idx
         return self._legs[key]
+
+    def within(self, row: str, n: int, inside: np.ndarray) -> np.ndarray:
+        """A prefetch over a filter: the row's best n of the memories where `inside` holds, best first (a
+        sparse row: matched ones only)."""
+        r = self.rows[row]
+        idx = np.flatnonzero(inside & np.isfinite(r) & ((r > 0) if row.startswith("S") else True))
+        return idx[np.lexsort((idx, -r[idx]))][:n]
 
     def over(self, row: str, inner: str, m: int) -> np.ndarray:
         """A nested prefetch: `inner`'s top m re-scored by `row` (zero sparse scores dropped)."""
@@ -169,7 +179,7 @@ def build(sets: Mapping[str, list[Corpus] | None], rows: Mapping[str, Row]) -> V
     skipped: dict[str, int] = {}
     for name, corpora in sets.items():
         corpora = corpora if corpora is not None else load(name)
-        hold = holdout(q.id for c in corpora for q in c.scored_questions)
+        hold = holdout_of(corpora)
         out[f"{name}/dev"], out[f"{name}/holdout"] = [], []
         for c in corpora:
             mem = _MEM.setdefault(c.name, Memories.build(c))
@@ -188,5 +198,15 @@ def build(sets: Mapping[str, list[Corpus] | None], rows: Mapping[str, Row]) -> V
                 continue
             for qi, q in enumerate(qs):
                 part = "holdout" if q.id in hold else "dev"
-                out[f"{name}/{part}"].append(Q({rn: m[qi] for rn, m in mats.items()}, mem, q.evidence, q.type))
+                out[f"{name}/{part}"].append(
+                    Q(
+                        {rn: m[qi] for rn, m in mats.items()},
+                        mem,
+                        q.evidence,
+                        q.type,
+                        text=q.question,
+                        id=q.id,
+                        asked=q.date,
+                    )
+                )
     return Views(out, skipped)

@@ -165,6 +165,14 @@ class Fusion:
     within [`lexical_floor`, 1]. Rank fusion gives a leg's first place its full weight whatever its score,
     so a query whose words match only common ones ("any tips?", "suggest") let BM25's arbitrary order
     outvote the dense leg; a query with a distinctive match keeps its full lexical weight.
+
+    Time legs (`time_weight` > 0 and the request's `when`, the spans of time its query names: "in July 2023",
+    `episodic.domain.timespan`): every leg of its own (dense, BM25, context) once more over the memories whose
+    `ts` falls in one of the spans, at `time_weight` x its weight, so those memories gain rank without the
+    others being filtered out.
+
+    Run-level evidence (`run_weight` > 0, `episodic.domain.runs`): the fused top `run_pool` are re-ranked by
+    their own score and their run's (the sum of its `run_depth` best fused scores among them), at `run_weight`.
     """
 
     method: Literal["rrf", "dbsf"] = "rrf"
@@ -180,6 +188,11 @@ class Fusion:
     piece_penalty: float = 0.0
     lexical_full: float = 0.0
     lexical_floor: float = 0.25
+    time_weight: float = 0.0
+    when: tuple[tuple[str, str], ...] = ()  # per request: [start, end) spans, RFC 3339 UTC
+    run_weight: float = 0.0
+    run_pool: int = 100
+    run_depth: int = 3
 
 
 @dataclass(slots=True)

@@ -302,6 +302,18 @@ class Settings(BaseSettings, ClientSettings):
     rrf_lexical_floor: float = Field(
         default=0.25, ge=0.0, le=1.0, description="the least share of their weight the BM25-based legs keep"
     )
+    # Time in the query (docs/quality.md, "Conversations"): a query naming a time ("in July 2023", "on 7 July,
+    # 2023", "last May") brings the hybrid's own legs once more over the memories of that time, at this share of
+    # their weight; 0: off. Chosen through the pipeline on both dev sets (LoCoMo gains, LongMemEval holds).
+    rrf_time_weight: float = Field(
+        default=1.0, ge=0.0, description="the time legs' share of the legs' weights when a query names a time; 0: off"
+    )
+    # Run-level evidence (docs/quality.md, "Conversations"): the fused top `rrf_run_pool` re-ranked by their own
+    # score and their run's (its `rrf_run_depth` best scores summed), the run's share weighted this; 0: off. Off by
+    # default: it gains on LoCoMo (one session holds the answer) and loses on LongMemEval's multi-session questions.
+    rrf_run_weight: float = Field(default=0.0, ge=0.0, description="the run's score beside each memory's; 0: off")
+    rrf_run_pool: int = Field(default=100, ge=1, le=1000, description="fused candidates re-ranked by their run")
+    rrf_run_depth: int = Field(default=3, ge=1, le=100, description="a run's best candidates summed as its score")
     # Episode adjacency at recall: a direct hit's previous/next memory in its run, scored below it, in k.
     recall_adjacent: bool = Field(default=False, description="default of the recall request's `adjacent`")
     adjacent_weight: float = Field(

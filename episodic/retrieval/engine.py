@@ -43,7 +43,7 @@ import logging
 import math
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,7 @@ from episodic.domain.chunking import mode_of
 from episodic.domain.scoring import parse_time
 from episodic.domain.supersession import SUPERSEDED_BY, SUPERSEDES
 from episodic.domain.surprise import key_moment, surprise_of
+from episodic.domain.timespan import spans
 from episodic.indexing.context import shown_context
 from episodic.indexing.folding import AGENTS, folded_ids
 from episodic.kernel.errors import EpisodicError, StoreError
@@ -104,6 +105,10 @@ def fusion_from_settings(settings: Settings) -> Fusion:
         piece_penalty=settings.rrf_piece_penalty,
         lexical_full=settings.lexical_full,
         lexical_floor=settings.rrf_lexical_floor,
+        time_weight=settings.rrf_time_weight,
+        run_weight=settings.rrf_run_weight,
+        run_pool=settings.rrf_run_pool,
+        run_depth=settings.rrf_run_depth,
     )
 
 
@@ -113,6 +118,21 @@ def fusions_by_mode(settings: Settings) -> dict[str, Fusion]:
     if None not in (settings.rrf_dense_weight, settings.rrf_head, settings.rrf_lexical_full):
         return {}
     return {m: fusion_from_settings(settings.model_copy(update={"chunk_mode": m})) for m in FUSION_BY_CHUNK_MODE}
+
+
+def timed(fusion: Fusion, query: str, now: datetime) -> Fusion:
+    """`fusion` with the spans of time `query` names (`episodic.domain.timespan`; relative ones from `now`) as its
+    `when`, for the time legs; unchanged when they are off or the query names no time."""
+    if fusion.time_weight <= 0:
+        return fusion
+    found = spans(query, now)
+    if not found:
+        return fusion
+    return replace(fusion, when=tuple((_rfc3339(s.start), _rfc3339(s.end)) for s in found))
+
+
+def _rfc3339(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def recall_filter(req: RecallRequest) -> RecallFilter:
@@ -400,7 +420,8 @@ class RecallEngine:
             if req.mode == "hybrid" and qvec is not None:
                 # With no searchable term (only stop words) the BM25 legs are left out and the hybrid's dense
                 # leg alone ranks, the piece prior included: the same order as that leg in any other query.
-                return self.store.query_hybrid(qvec.tolist(), sparse, scope, req.k, fusion or self.fusion, **named)
+                fused = timed(fusion or self.fusion, req.query, self.clock())
+                return self.store.query_hybrid(qvec.tolist(), sparse, scope, req.k, fused, **named)
             if not sparse.indices:  # no searchable term (e.g. only stop words): nothing matches
                 return []
             return self.store.query_sparse(sparse, scope, req.k, with_dense=with_dense)

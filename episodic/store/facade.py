@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from episodic.domain.identity import point_id
+from episodic.domain.runs import run_level
 from episodic.kernel.errors import StoreError
 from episodic.kernel.ports import (
     CONTEXT,
@@ -1047,7 +1048,22 @@ class QdrantStore(MemoryStore):
         prefetch = self._leg_limit(limit, fusion.prefetch_limit)
         fusion = lexically_scaled(fusion, self._lexical_share(sparse, scope, flt, fusion))
         legs = hybrid_prefetch(vector, sparse, scope, flt, prefetch, fusion, name, context=self.has_context)
-        return self._run(Query(legs, flt, limit, with_dense, using=name), name)
+        if fusion.run_weight <= 0 or fusion.run_pool <= limit:
+            return self._run(Query(legs, flt, limit, with_dense, using=name), name)
+        return self._by_run(
+            Query(legs, flt, fusion.run_pool, fields=("run_id",), using=name), limit, fusion, with_dense
+        )
+
+    def _by_run(self, pool: Query, limit: int, fusion: Fusion, with_dense: bool) -> list[StoredHit]:
+        """Run-level evidence (`episodic.domain.runs`): the fused candidates of `pool` (their run ids only)
+        re-ranked by their run's score beside their own, then the best `limit` read whole (with their dense
+        rows when asked) and returned with the re-ranked score."""
+        records = self.engine.query(pool)
+        candidates = [(str(r.id), float(r.score), (r.payload or {}).get("run_id") or None) for r in records]
+        ranked = run_level(candidates, fusion.run_weight, fusion.run_depth)[:limit]
+        vector = pool.using or self.vector
+        found = {str(r.id): r for r in self.engine.retrieve([pid for pid, _ in ranked], with_dense, using=vector)}
+        return [_hit(found[pid], score, with_dense, vector) for pid, score in ranked if pid in found]
 
     def explain_legs(
         self,

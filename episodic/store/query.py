@@ -385,18 +385,34 @@ def hybrid_prefetch(
             weights.append(weight)
 
     add(dense, fusion.dense_weight)
+    searching: list[Prefetch] = [dense]  # the legs that search on their own (not re-scoring, not the top N)
     if sparse.indices:  # an empty sparse query contributes nothing; leave those legs out rather than ask the engine
         add(lexical, fusion.sparse_weight)
+        searching.append(lexical)
         if fusion.both_weight > 0:
             both = CONTEXT if use_context and fusion.both_by_context else SPARSE
             add(SparseLeg(sparse, flt, limit, lexical.idf, inner=dense, using=both), fusion.both_weight)
         if fusion.head > 0 and fusion.head_weight > 0:
             add(SparseLeg(sparse, flt, min(fusion.head, limit), lexical.idf), fusion.head_weight)
         if use_context:
-            add(SparseLeg(sparse, flt, limit, lexical.idf, using=CONTEXT), fusion.context_weight)
+            context_leg = SparseLeg(sparse, flt, limit, lexical.idf, using=CONTEXT)
+            add(context_leg, fusion.context_weight)
+            searching.append(context_leg)
     if not legs:  # every weight 0: the dense leg alone still ranks
         legs, weights = [dense], [1.0]
+    own = [(leg, w) for leg, w in zip(legs, weights, strict=True) if any(leg is x for x in searching)]
+    if fusion.when and fusion.time_weight > 0:  # the time legs: each leg that searches on its own, over then
+        then = in_spans(flt, fusion.when)
+        for leg, weight in own:
+            legs.append(replace(leg, filter=then))
+            weights.append(weight * fusion.time_weight)
     return Fused(tuple(legs), fusion.method, fusion.k, tuple(weights), flt, limit * len(legs))
+
+
+def in_spans(flt: Filter, when: tuple[tuple[str, str], ...]) -> Filter:
+    """`flt` narrowed to the memories whose `ts` falls in one of the [start, end) spans `when`."""
+    spans = tuple(DatetimeRange("ts", gte=start, lt=end) for start, end in when)
+    return Filter(must=(*flt.must, Filter(should=spans)), should=flt.should, must_not=flt.must_not)
 
 
 def rare_term_idf(points: int) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -407,6 +408,55 @@ def test_hybrid_default_fusion_ranks_the_lexical_matches_first(
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     # no query term: the sparse-based legs drop out and the dense leg ranks alone
     assert ids(store.query_hybrid(e(0), SparseVec([], []), OWN, 3, fusion)) == ["near-nolex", "near-lex", "filler-0"]
+
+
+def _runs(store: MemoryStore, mk: MakePoint) -> None:
+    """Dense and BM25 ("ferry") both rank `lone` (run r1) first; run r2 holds three weaker matches, run r3 one."""
+    store.upsert(
+        [
+            mk("lone", "the ferry ferry to the island", e(0), run_id="r1"),
+            mk("r2-a", "the ferry was late", mix((0, 0.9), (1, math.sqrt(0.19))), run_id="r2"),
+            mk("r2-b", "ferry tickets bought at the pier", mix((0, 0.85), (2, math.sqrt(1 - 0.85**2))), run_id="r2"),
+            mk("r2-c", "we took the ferry back", mix((0, 0.8), (3, 0.6)), run_id="r2"),
+            mk("r3", "a ferry timetable", mix((0, 0.7), (4, math.sqrt(0.51))), run_id="r3"),
+        ]
+    )
+
+
+def test_hybrid_run_level_lifts_a_run_of_matches_past_a_lone_one(
+    store: MemoryStore, mk: MakePoint, bm25: Bm25Encoder
+) -> None:
+    _runs(store, mk)
+    q = bm25.query("ferry")
+    plain = Fusion(k=3, dense_weight=1.0)
+    assert ids(store.query_hybrid(e(0), q, OWN, 5, plain))[0] == "lone"
+    by_run = replace(plain, run_weight=1.0, run_pool=5)
+    hits = store.query_hybrid(e(0), q, OWN, 3, by_run, with_dense=True)
+    assert ids(hits)[0] == "r2-a" and len(hits) == 3  # the run of three weaker matches leads; k kept
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert hits[0].payload["summary"] == "the ferry was late"  # read whole, with the rows asked for
+    assert hits[0].dense is not None and len(hits[0].dense) == 1
+    # a pool no bigger than k: no re-ranking (nothing to lift from below)
+    assert ids(store.query_hybrid(e(0), q, OWN, 5, replace(by_run, run_pool=5)))[0] == "lone"
+
+
+def test_hybrid_time_legs_favour_the_memories_of_the_named_time(
+    store: MemoryStore, mk: MakePoint, bm25: Bm25Encoder
+) -> None:
+    store.upsert(
+        [
+            mk("may", "we painted a sunset together", mix((0, 0.9), (1, math.sqrt(0.19))), ts="2023-05-08T13:56:00Z"),
+            mk("july", "we painted a sunset", e(0), ts="2023-07-12T10:00:00Z"),
+            mk("other", "lunch menu", e(5), ts="2023-05-09T10:00:00Z"),
+        ]
+    )
+    q = bm25.query("painted sunset")
+    plain = Fusion(k=3, dense_weight=1.0)
+    assert ids(store.query_hybrid(e(0), q, OWN, 3, plain))[0] == "july"
+    in_may = replace(plain, time_weight=1.0, when=(("2023-05-01T00:00:00Z", "2023-06-01T00:00:00Z"),))
+    got = ids(store.query_hybrid(e(0), q, OWN, 3, in_may))
+    assert got[0] == "may" and set(got) == {"may", "july", "other"}  # favoured, nothing filtered out
+    assert ids(store.query_hybrid(e(0), q, OWN, 3, replace(in_may, time_weight=0.0)))[0] == "july"
 
 
 def test_sparse_only_points_are_in_sparse_and_hybrid_not_dense(

@@ -45,6 +45,7 @@ class FakeStore(MemoryStore):
         self.leak = False
         self.quarantined = 0
         self.calls: list[tuple[str, ScopeFilter, int]] = []
+        self.fusions: list[Any] = []  # the hybrid queries' fusions
 
     def _q(self, kind: str, scope: ScopeFilter, limit: int) -> list[StoredHit]:
         self.calls.append((kind, scope, limit))
@@ -153,6 +154,7 @@ class FakeStore(MemoryStore):
     def query_hybrid(self, vector: Any, sparse: Any, scope: ScopeFilter, limit: int, fusion: Any, *,
                      with_dense: bool = False) -> Any:  # fmt: skip
         assert fusion.prefetch_limit >= 100
+        self.fusions.append(fusion)
         return self._q("hybrid", scope, limit)
 
     def flush(self) -> None: ...
@@ -177,12 +179,14 @@ def bm25() -> Bm25Encoder:
 
 
 class Env:
-    def __init__(self, bm25: Bm25Encoder, *, tokens: Path | None = None, embedder: Any = None) -> None:
+    def __init__(
+        self, bm25: Bm25Encoder, *, tokens: Path | None = None, embedder: Any = None, settings: Settings | None = None
+    ) -> None:
         self.store = FakeStore()
         self.metrics = Metrics()
         self.published: list[tuple[str, str | None, dict[str, Any]]] = []
         self.app = create_app(
-            settings=Settings(tokens_file=tokens),
+            settings=(settings or Settings()).model_copy(update={"tokens_file": tokens}),
             store=self.store,
             embedder=embedder,
             bm25=bm25,
@@ -270,6 +274,21 @@ def test_sparse_only_answers_dense_and_hybrid_degraded(bm25: Bm25Encoder, mode: 
     assert env.metric("episodic_recall_degraded_total") == 1
     assert env.published[0][2]["hits"][0]["cosine"] is None
     assert env.client.get("/healthz").json()["episodic"] == "sparse-only"
+
+
+def test_a_hybrid_query_naming_a_time_brings_its_time_legs_by_default(env: Env) -> None:
+    """Issue 46: the time a question names ("in May 2023") reaches the store as the spans its time legs search
+    (docs/quality.md, "Conversations"); a question naming none, or the time legs set off, adds none. The
+    run-level re-rank is an option, off by default."""
+    env.client.post("/v1/recall", json={**OK, "query": "what did we deploy in May 2023?", "mode": "hybrid"})
+    fusion = env.store.fusions[-1]
+    assert (fusion.time_weight, fusion.run_weight) == (1.0, 0.0)
+    assert fusion.when == (("2023-05-01T00:00:00Z", "2023-06-01T00:00:00Z"),)
+    env.client.post("/v1/recall", json={**OK, "query": "what did we deploy?", "mode": "hybrid"})
+    assert env.store.fusions[-1].when == ()
+    off = Env(Bm25Encoder(), embedder=FakeEmbedder(), settings=Settings(rrf_time_weight=0))
+    off.client.post("/v1/recall", json={**OK, "query": "what did we deploy in May 2023?", "mode": "hybrid"})
+    assert off.store.fusions[-1].when == ()
 
 
 def test_crew_shared_may_omit_agent(env: Env) -> None:

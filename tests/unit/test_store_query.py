@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -146,6 +147,32 @@ def test_the_context_leg_and_the_both_leg_by_context_fall_back_without_the_vecto
     assert [getattr(leg, "using", "dense") for leg in old.legs] == ["dense", TURN, TURN, TURN]  # the four legs
     off = hybrid_prefetch([1.0], SPARSE, OWN, scope_filter(OWN), 100, Fusion(context_weight=0.0), context=True)
     assert [getattr(leg, "using", "dense") for leg in off.legs] == ["dense", TURN]
+
+
+def test_a_named_time_adds_each_searching_leg_again_over_that_time() -> None:
+    from episodic.kernel.ports import CONTEXT
+
+    may = (("2023-05-01T00:00:00Z", "2023-06-01T00:00:00Z"), ("2024-05-01T00:00:00Z", "2024-06-01T00:00:00Z"))
+    fusion = Fusion(k=3, both_weight=0.5, head=5, head_weight=0.75, context_weight=1.0, both_by_context=True)
+    timed = hybrid_prefetch(
+        [1.0], SPARSE, OWN, flt := scope_filter(OWN), 100, replace(fusion, time_weight=0.5, when=may), context=True
+    )
+    plain = hybrid_prefetch([1.0], SPARSE, OWN, flt, 100, fusion, context=True)
+    assert timed.legs[:5] == plain.legs and timed.weights[:5] == plain.weights
+    # the dense, BM25 and context legs once more (not the re-scored leg, not the top 5), at half their weight
+    extra = timed.legs[5:]
+    assert [(type(leg).__name__, getattr(leg, "using", "dense"), leg.limit) for leg in extra] == [
+        ("DenseLeg", "dense", 100), ("SparseLeg", "bm25", 100), ("SparseLeg", CONTEXT, 100),
+    ]  # fmt: skip
+    assert timed.weights[5:] == (0.5, 0.5, 0.5) and timed.limit == 800
+    spans = Filter(should=tuple(DatetimeRange("ts", gte=a, lt=b) for a, b in may))
+    for leg in extra:
+        assert isinstance(leg, DenseLeg | SparseLeg)
+        assert leg.filter == Filter(must=(*flt.must, spans), should=flt.should, must_not=flt.must_not)
+    assert all(isinstance(leg, SparseLeg) and leg.idf == in_workspace("ws-a") for leg in extra[1:])  # IDF unchanged
+    assert off_graph(extra[0].filter)  # the dense time leg searches with ACORN (ts has no graphs)
+    # no time named, or the weight 0: no time legs
+    assert hybrid_prefetch([1.0], SPARSE, OWN, flt, 100, replace(fusion, when=may), context=True) == plain
 
 
 def test_the_five_legs_run_their_dense_legs_on_the_named_generation() -> None:
