@@ -39,8 +39,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from episodic.domain.context_mode import ContextMode
+from episodic.domain.folding import FOLD_ACROSS
 from episodic.domain.identity import dedup_key, point_id, summary_digest
 from episodic.domain.review import REVIEW_FIELDS
+from episodic.domain.surprise import SURPRISE
 from episodic.indexing import absorbed as absorbed_ids
 from episodic.indexing.context import RunContext
 from episodic.indexing.decisions import Decision, Known, Outcome, absorbed, decide, version_key
@@ -76,6 +78,9 @@ FINAL = (Outcome.TAKEN, Outcome.TOMBSTONED)  # decisions a lost write does not c
 COUNTER_FIELDS: tuple[str, ...] = ("reference_count", "last_referenced_at", "importance_score", "aliases")
 COUNTER_FIELDS += ("occurrences", "indexed_at", "folded", "agents", "folded_into", REVS)  # folded: until re-linked
 COUNTER_FIELDS += REVIEW_FIELDS  # the review state (issue 26): a new version keeps how it served
+# What the linker wrote of a text (its similar edges are in `relations`, kept above): a version of the same text
+# keeps them, one with another text is linked again (episodic.maintenance.linker, "Once").
+LINKED_FIELDS: tuple[str, ...] = ("linked_at", SURPRISE, FOLD_ACROSS)
 
 
 def _now() -> datetime:
@@ -180,8 +185,11 @@ memory_payload = _payload  # the payload of a new memory (also what `episodic im
 
 
 def _keep(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """A new version of a memory keeps the old one's counters and edges (and adds its own edges)."""
-    for f in COUNTER_FIELDS:
+    """A new version of a memory keeps the old one's counters and edges (and adds its own edges); one of the
+    same text (a re-delivery accepted again, later: the same version by the agent's clock, or the same text at a
+    newer `ts`) also keeps what the linker decided of that text, so it is not linked again."""
+    same_text = old.get("summary") == new.get("summary") and old.get("entry_type") == new.get("entry_type")
+    for f in COUNTER_FIELDS + (LINKED_FIELDS if same_text else ()):
         if f in old:
             new[f] = old[f]
     own = [

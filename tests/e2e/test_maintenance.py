@@ -87,8 +87,9 @@ async def test_similar_edges_through_the_pipeline_walk_redelivery_and_restart(
         }
         assert edges(stack, "ws-a", every) == want  # new -> old, weight = cosine; none for lunch or the alias
         # the same memories carry their run's edges (the indexer's), written while the linker was linking
-        # them: neither writer dropped the other's, and run neighbours still got their similar edge
-        chain = [("oom-1", "lunch"), ("oom-2", "oom-1"), ("oom-3", "oom-2")]
+        # them: neither writer dropped the other's, and run neighbours still got their similar edge. A run's
+        # edges are one agent's (issue 45): oom-3 is a2's, so it has none to a1's oom-2 of the same run id
+        chain = [("oom-1", "lunch"), ("oom-2", "oom-1")]
         run_edges = {(a, b, "previous", 1.0) for a, b in chain} | {(b, a, "next", 1.0) for a, b in chain}
         assert edges(stack, "ws-a", every, run=True) == run_edges
         assert edges(stack, "ws-b", ["oom-b", "oom-1"]) == set()  # never across workspaces

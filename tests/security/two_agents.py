@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -178,12 +179,19 @@ def trust_env(base: Path, embedder: Any) -> Iterator[Trust]:
             store.close()
 
 
-def leaks(reads: list[Read], ids: set[str], texts: set[str]) -> list[str]:
-    """Each read that names one of `ids` (beyond what it asked for) or holds one of `texts`."""
+# an entry's own `refs` as the API (JSON) and the explorer's memory page (a <pre> of JSON) show them
+_REFS = re.compile(r'"refs":\{[^{}]*\}|<h3>refs</h3><pre class="bytes">.*?</pre>', re.S)
+
+
+def leaks(reads: list[Read], ids: set[str], texts: set[str], written: AbstractSet[str] = frozenset()) -> list[str]:
+    """Each read that names one of `ids` (beyond what it asked for) or holds one of `texts`. `written`: ids the
+    reader itself wrote in its entries' refs (a rule's `supports`); the refs are shown as written, whether the
+    id is a memory or not, so they tell nothing, and those ids count only outside the refs."""
     found = []
     for r in reads:
+        bare = _REFS.sub("", r.body)
         for i in sorted(ids - r.asked):
-            if re.search(rf"(?<![\w-]){re.escape(i)}(?![\w-])", r.body):
+            if re.search(rf"(?<![\w-]){re.escape(i)}(?![\w-])", bare if i in written else r.body):
                 found.append(f"{r.where}: id {i!r}")
         for t in sorted(texts):
             if t in r.body and not any(t in a for a in r.asked):
