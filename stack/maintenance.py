@@ -68,6 +68,7 @@ def review_applier(
         horizon_days=settings.reference_ledger_days,
         ranking=settings.review_ranking,
         clock=clock,
+        surprise_boost=settings.surprise_boost,
     )
 
 
@@ -99,4 +100,5 @@ def decay_job(
         prune=prune,
         metrics=metrics,
         reviews=settings.review_ranking,
+        surprise_boost=settings.surprise_boost,
     )

@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from fsrs import Card, Rating, Scheduler, State
 
-from episodic.domain.surprise import stability_boost, surprise_of
+from episodic.domain.surprise import BOOST, stability_boost, surprise_of
 from episodic.domain.times import parse_time
 
 RATINGS: tuple[str, ...] = ("again", "hard", "good", "easy")
@@ -156,12 +156,12 @@ def review(state: ReviewState, rating: str, at: datetime) -> ReviewState:
     )
 
 
-def initial_state(at: datetime, surprise: float | None = None) -> ReviewState:
+def initial_state(at: datetime, surprise: float | None = None, boost: float = BOOST) -> ReviewState:
     """The FSRS state a memory starts with when it is indexed (seed 003 initialises every episode's state at
     creation): as after one `good` review then, without counting as a review, its stability boosted by
-    (1 + 0.5 x surprise) (seed 003; `episodic.domain.surprise`)."""
+    (1 + boost x surprise), boost 0.5 by default (seed 003; `episodic.domain.surprise`)."""
     st = review(ReviewState(), "good", at)
-    stability = None if st.stability is None else st.stability * stability_boost(surprise)
+    stability = None if st.stability is None else st.stability * stability_boost(surprise, boost)
     return ReviewState(stability=stability, difficulty=st.difficulty, last_reviewed_at=at, review_count=1)
 
 
@@ -174,9 +174,12 @@ def retrievability(state: ReviewState, now: datetime) -> float | None:
     return float((1.0 + _FACTOR * days / state.stability) ** _DECAY)
 
 
-def reinforcement(payload: Mapping[str, Any], now: datetime, *, mode: str, refs: int) -> float:
+def reinforcement(
+    payload: Mapping[str, Any], now: datetime, *, mode: str, refs: int, surprise_boost: float = BOOST
+) -> float:
     """The reinforcement term of importance (SPEC §8's `1 + log2(refs + 1)/8` for `off` and for memories
-    never reviewed; see the module doc for `reinforce` and `fsrs`)."""
+    never reviewed; see the module doc for `reinforce` and `fsrs`; `surprise_boost`: EPISODIC_SURPRISE_BOOST,
+    the surprise's weight on a never-reviewed memory's initial stability)."""
     boost = 1.0 + math.log2(max(0, refs) + 1) / 8.0
     if mode == "off":
         return boost
@@ -184,7 +187,8 @@ def reinforcement(payload: Mapping[str, Any], now: datetime, *, mode: str, refs:
     if not state.reviewed:
         if mode == "fsrs":  # every memory is on its forgetting curve, from its first (creation) state
             indexed = parse_time(payload.get("indexed_at"))
-            r = retrievability(initial_state(indexed, surprise_of(payload)), now) if indexed is not None else None
+            start = initial_state(indexed, surprise_of(payload), surprise_boost) if indexed is not None else None
+            r = retrievability(start, now) if start is not None else None
             return boost * (1.0 if r is None else r)
         return boost
     term = 1.0 + math.log2(state.used + 1) / 8.0

@@ -22,6 +22,7 @@ from typing import Any
 
 from episodic.domain.policy import PRIORITY_FLOORS, apply_priority_floor
 from episodic.domain.review import REVIEW_FIELDS, reinforcement
+from episodic.domain.surprise import BOOST
 from episodic.domain.times import parse_time  # (re-exported: recall and the jobs parse times from here)
 
 RECENCY_DAYS = 180.0
@@ -84,15 +85,16 @@ def _priority(payload: Mapping[str, Any]) -> str | None:
     return p if isinstance(p, str) and p in PRIORITY_FLOORS else None
 
 
-def importance_of(payload: Mapping[str, Any], now: datetime, *, reviews: str = "off") -> float:
+def importance_of(payload: Mapping[str, Any], now: datetime, *, reviews: str = "off", boost: float = BOOST) -> float:
     """DecayAndReinforce for one stored memory (its payload), at `now`. `reviews` (EPISODIC_REVIEW_RANKING):
     with `reinforce` or `fsrs`, a memory agents reviewed is reinforced by its reviews instead of its
-    retrievals (episodic.domain.review.reinforcement); `off` is SPEC §8's formula exactly."""
+    retrievals (episodic.domain.review.reinforcement); `off` is SPEC §8's formula exactly. `boost`
+    (EPISODIC_SURPRISE_BOOST) is the surprise's weight on the initial FSRS stability (`fsrs` only)."""
     base = min(1.0, max(0.0, _number(payload.get("base_importance"), DEFAULT_BASE)))
     days = days_since(parse_time(payload.get("indexed_at")), now)
     if reviews == "off":
         return decay_importance(base, days=days, refs=_refs(payload), priority=_priority(payload))
-    term = reinforcement(payload, now, mode=reviews, refs=_refs(payload))
+    term = reinforcement(payload, now, mode=reviews, refs=_refs(payload), surprise_boost=boost)
     return apply_priority_floor(min(1.0, max(0.0, base * recency_factor(days) * term)), _priority(payload))
 
 

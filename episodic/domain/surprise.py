@@ -12,6 +12,9 @@ shared with an old memory does not make a new one expected.
   render, the MCP tools and the explorer mark it.
 - **Stability**: the FSRS state a memory starts with (`episodic.domain.review.initial_state`) has its
   stability boosted by (1 + 0.5 x surprise), seed 003's formula: a surprising memory fades more slowly.
+  The 0.5 is EPISODIC_SURPRISE_BOOST (0: no boost). It moves ranking only where retrievability does, with
+  EPISODIC_REVIEW_RANKING=fsrs, and only for memories never reviewed (a review starts the state anew);
+  what it changes there is measured in docs/quality.md "Key moments".
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ def key_moment(value: float | None) -> bool:
     return value is not None and value >= KEY_MOMENT
 
 
-def stability_boost(value: float | None) -> float:
-    """The factor on a memory's initial FSRS stability (1.0 without a surprise)."""
-    return 1.0 + BOOST * (value or 0.0)
+def stability_boost(value: float | None, boost: float = BOOST) -> float:
+    """The factor on a memory's initial FSRS stability, 1 + boost x surprise (1.0 without a surprise, or with
+    a boost of 0: EPISODIC_SURPRISE_BOOST)."""
+    return 1.0 + boost * (value or 0.0)

@@ -401,6 +401,14 @@ class Settings(BaseSettings, ClientSettings):
         "reviews that say it served instead of by its retrievals) or fsrs (that, times its FSRS retrievability "
         "now); episodic.domain.review, eval/README.md for the measurement",
     )
+    surprise_boost: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=10.0,
+        description="seed 003's key moments: a memory's initial FSRS stability is multiplied by 1 + this x its "
+        "surprise (0: no boost). It moves ranking only with review_ranking fsrs, for memories never reviewed; "
+        "docs/quality.md 'Key moments' for the measurement",
+    )
     retention_enabled: bool = Field(default=False, description="archive and remove memories long at the floor")
     retention_floor_days: int = Field(
         default=30, ge=0, le=36_500, description="days at the importance floor before a memory is archived"

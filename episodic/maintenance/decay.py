@@ -37,6 +37,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from episodic.domain.scoring import DECAY_FIELDS, importance_of, parse_time, retention_eligible
+from episodic.domain.surprise import BOOST
 from episodic.indexing.context import cut_out
 from episodic.indexing.folding import unfold, unsupersede
 from episodic.kernel.errors import EpisodicError
@@ -102,14 +103,16 @@ class DecayReport:
         return asdict(self)
 
 
-def rescore(store: MemoryStore, pids: list[str], at: datetime, *, reviews: str, writer: str) -> WriteReport:
+def rescore(
+    store: MemoryStore, pids: list[str], at: datetime, *, reviews: str, writer: str, boost: float = BOOST
+) -> WriteReport:
     """Each memory's importance at `at`, computed from the memory as it is at the write (a reference counted
     since the caller read it counts), written where it moved by `CHANGED` or more: the decay's write, and a
     review's. Held (`update_memories`): the computation reads only the payload, so Edge reads and writes
     each memory in one hold, with no conflicts."""
 
     def change(_pid: str, payload: dict[str, Any]) -> Change | None:
-        value = importance_of(payload, at, reviews=reviews)
+        value = importance_of(payload, at, reviews=reviews, boost=boost)
         old = payload.get("importance_score")
         if isinstance(old, int | float) and abs(float(old) - value) < CHANGED:
             return None
@@ -172,6 +175,7 @@ class DecayJob:
         wall: Callable[[], float] = time.time,
         metrics: Metrics | None = None,
         reviews: str = "off",
+        surprise_boost: float = BOOST,
     ) -> None:
         if retention is not None and archive is None:
             raise ValueError("retention needs an archive sink (memory.archived)")
@@ -189,6 +193,7 @@ class DecayJob:
         self.wall = wall
         self.metrics = metrics
         self.reviews = reviews  # EPISODIC_REVIEW_RANKING: whether reviews reinforce (episodic.domain.review)
+        self.surprise_boost = surprise_boost  # EPISODIC_SURPRISE_BOOST (episodic.domain.surprise)
         self._scanned = DECAY_FIELDS if retention is not None else ("entry_id",)
         self._stop = threading.Event()
 
@@ -352,7 +357,7 @@ class DecayJob:
             self._expire(expired, report)
         gone = set(expired)
         kept = [pid for pid, _ in page if pid not in gone]
-        done = rescore(self.store, kept, ref, reviews=self.reviews, writer="decay")
+        done = rescore(self.store, kept, ref, reviews=self.reviews, writer="decay", boost=self.surprise_boost)
         report.updated += len(done.applied)
         report.unchanged += done.unchanged
 

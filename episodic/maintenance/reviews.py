@@ -31,6 +31,7 @@ from typing import Any
 
 from episodic.domain.identity import point_id
 from episodic.domain.review import RATINGS, REVIEW_FIELDS, ReviewState, review, state_of
+from episodic.domain.surprise import BOOST
 from episodic.indexing.folding import FOLDED_INTO
 from episodic.kernel.ports import MemoryStore, StateStore
 from episodic.maintenance.decay import rescore
@@ -66,9 +67,11 @@ class ReviewApplier(Ledgered[ReviewedEvent, ReviewResult]):
         horizon_days: int = 7,
         ranking: str = "off",
         clock: Callable[[], datetime] = _now,
+        surprise_boost: float = BOOST,
     ) -> None:
         super().__init__(store=store, state=state, horizon_days=horizon_days, clock=clock)
         self.ranking = ranking
+        self.surprise_boost = surprise_boost  # EPISODIC_SURPRISE_BOOST (episodic.domain.surprise)
 
     def _result(self) -> ReviewResult:
         return ReviewResult()
@@ -150,4 +153,9 @@ class ReviewApplier(Ledgered[ReviewedEvent, ReviewResult]):
         """Recompute the importance of reviewed memories now, when reviews drive ranking."""
         if self.ranking == "off":
             return 0
-        return len(rescore(self.store, sorted(pids), self.clock(), reviews=self.ranking, writer="reviews").applied)
+        now = self.clock()
+        return len(
+            rescore(
+                self.store, sorted(pids), now, reviews=self.ranking, writer="reviews", boost=self.surprise_boost
+            ).applied
+        )

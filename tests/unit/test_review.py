@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as hs
 
 from episodic.domain.review import RATINGS, ReviewState, retrievability, review, state_of
 from episodic.domain.scoring import decay_importance, importance_of
@@ -128,3 +130,34 @@ def test_fsrs_puts_a_memory_never_reviewed_on_its_initial_curve() -> None:
     )
     # without indexed_at there is no curve to be on
     assert importance_of({"base_importance": 0.7}, T0, reviews="fsrs") == 0.7
+
+
+@given(
+    surprise=hs.floats(min_value=0.0, max_value=1.0),
+    days=hs.floats(min_value=0.0, max_value=400.0),
+    boost=hs.floats(min_value=0.0, max_value=10.0),
+)
+def test_the_surprise_boost_moves_only_fsrs_and_zero_turns_it_off(surprise: float, days: float, boost: float) -> None:
+    """EPISODIC_SURPRISE_BOOST (issue 47): a memory never reviewed with a surprise ranks in `fsrs` as one
+    without when the boost is 0, never lower with a boost, and `off` / `reinforce` ignore it."""
+    plain = {"base_importance": 0.7, "indexed_at": "2026-05-01T09:00:00Z", "reference_count": 2}
+    marked = {**plain, "surprise": surprise}
+    now = T0 + timedelta(days=days)
+    flat = importance_of(plain, now, reviews="fsrs")
+    assert importance_of(marked, now, reviews="fsrs", boost=0.0) == flat
+    assert importance_of(marked, now, reviews="fsrs", boost=boost) >= flat
+    for mode in ("off", "reinforce"):
+        assert importance_of(marked, now, reviews=mode, boost=boost) == importance_of(plain, now, reviews=mode)
+
+
+def test_the_surprise_boost_is_a_setting_with_seed_003s_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    from episodic.kernel.settings import Settings
+
+    assert Settings().surprise_boost == 0.5
+    monkeypatch.setenv("EPISODIC_SURPRISE_BOOST", "0")
+    assert Settings().surprise_boost == 0.0
+    monkeypatch.setenv("EPISODIC_SURPRISE_BOOST", "-1")
+    with pytest.raises(ValidationError, match="surprise_boost"):
+        Settings()
