@@ -1,7 +1,8 @@
 """Reviews from use, simulated on LongMemEval (issue 26): do agents' reviews rank better than mere retrievals?
 
-    python -m eval.reviews [--set oracle|s|both] [--leg sparse|hybrid] [--k 5] [--after 1,30] [--span 7]
-    (--leg hybrid: the shipped fusion tree; needs the dense cache: python -m eval.embcache --split p32 ...)
+    python -m eval.reviews [--set oracle|s|locomo|both|all] [--leg sparse|hybrid] [--k 5] [--after 1,30] [--span 7]
+    python -m eval.reviews --surprise --set all --leg hybrid     # the surprise boost on against off (issue 47)
+    (--leg hybrid, --surprise: need the dense cache: python -m eval.embcache --set all --split p32)
 
 LongMemEval has no reviews, so this builds them. The questions of each part (dev, holdout: ``eval.data.holdout``)
 are split in two halves by a stable hash: the **asked** half and the **new** half. Over ``--span`` days,
@@ -30,6 +31,15 @@ when many agents ask overlapping questions over months.
 
 Choose on dev, report holdout: each part runs on its own (its asked half reviewed, its two halves measured),
 starting from no reviews.
+
+``--surprise`` (issue 47, seed 003's key moments) measures the surprise boost: every memory gets its surprise
+as the linker computes it (``surprises``: 1 - its best cosine to the memories indexed before it in its
+workspace, one agent per corpus here), and ``fsrs`` runs twice in the same process, with
+``EPISODIC_SURPRISE_BOOST`` at its default (0.5) and at 0, over the same questions; per column, the paired
+bootstrap of ``eval.noise`` (the choice protocol) says, by part and by question type or category, whether
+the boost loses or gains beyond the noise. The boost moves nothing in the other modes (it is a term of the
+initial FSRS state, which only ``fsrs`` ranks by). Here every memory is indexed at the same instant, so the
+boost is all that tells two never-reviewed memories' retrievability apart.
 """
 
 from __future__ import annotations
@@ -46,11 +56,17 @@ import numpy as np
 
 from episodic.domain.review import ReviewState, review
 from episodic.domain.scoring import importance_of
-from eval.data import load
+from episodic.domain.surprise import BOOST, KEY_MOMENT, SURPRISE, surprise
+from episodic.maintenance.linker import mean_vector
+from eval import noise
+from eval.context import ContextSpec
+from eval.data import load, set_names
 from eval.embcache import RESULTS
+from eval.memories import Memories
 from eval.methods import DEPTH, Method, single
-from eval.metrics import Score, score, table
-from eval.views import Dense, Q, Sparse, build
+from eval.metrics import Score, evidence_recall, score, table
+from eval.sentences import pieces as split_pieces
+from eval.views import Dense, Q, Sparse, build, cache
 
 MODES = ("none", "off", "reinforce", "fsrs")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -67,6 +83,8 @@ class Workspace:
     """One corpus's memories as the importance agent would keep them, in one mode."""
 
     mode: str
+    boost: float = BOOST  # EPISODIC_SURPRISE_BOOST
+    surprise: np.ndarray | None = None  # each memory's surprise (`surprises`); None: no memory has one
     refs: dict[int, int] = field(default_factory=dict)
     states: dict[int, ReviewState] = field(default_factory=dict)
 
@@ -81,10 +99,12 @@ class Workspace:
                 "indexed_at": "2026-01-01T00:00:00Z",
                 "reference_count": self.refs.get(i, 0),
             }
+            if self.surprise is not None:
+                payload[SURPRISE] = float(self.surprise[i])
             st = self.states.get(i)
             if st is not None:
                 payload.update(st.fields())
-            out[n] = importance_of(payload, now, reviews=self.mode)
+            out[n] = importance_of(payload, now, reviews=self.mode, boost=self.boost)
         return out
 
     def rank(self, q: Q, method: Method, now: datetime) -> np.ndarray:
@@ -105,41 +125,159 @@ def hits(q: Q, ranked: np.ndarray) -> list[list[str]]:
     return [q.mem.aliases[i] for i in ranked.tolist()]
 
 
+def surprises(mem: Memories, split: str = "p32") -> np.ndarray:
+    """Each memory's surprise as the linker writes it (`surprises_of`), from the dense leg's pieces
+    (``split``) read from the embedding cache (KeyError when they are not cached)."""
+    c = cache("minilm")
+    chunk = c.chunker()
+    rows = [c.matrix(split_pieces(t, split, chunk) if split else chunk(t)) for t in mem.texts(ContextSpec())]
+    return surprises_of(rows, mem.at)
+
+
+def surprises_of(rows: Sequence[np.ndarray], at: np.ndarray, block: int = 128) -> np.ndarray:
+    """Each memory's surprise as the linker writes it (episodic.maintenance.linker, `_surprise`): its nearest
+    memory with an earlier time (`at`, the `ts`), by the store's multivector max-sim (the sum over its unit
+    piece vectors, `rows[i]`, of each one's best cosine to the other's pieces), that score lowered to the
+    two memories' mean-vector cosine when either has more than one piece; 1 - that, 1.0 when nothing came
+    before. `block` memories a step (about 1,000 pieces against every piece: a few hundred MB)."""
+    n = len(rows)
+    counts = np.array([len(r) for r in rows])
+    pieces = np.concatenate(rows).astype(np.float32)
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    means = np.stack([mean_vector(r) for r in rows])
+    out = np.ones(n)
+    for a in range(0, n, block):
+        b = min(n, a + block)
+        lo, hi = starts[a], starts[b - 1] + counts[b - 1]
+        piece_best = np.maximum.reduceat(pieces[lo:hi] @ pieces.T, starts, axis=1)  # piece x memory
+        score_ = np.add.reduceat(piece_best, starts[a:b] - lo, axis=0)  # memory x memory: max-sim summed
+        score_[at[a:b, None] <= at[None, :]] = -np.inf  # only what was held before (so never itself)
+        for r, i in enumerate(range(a, b)):
+            j = int(np.argmax(score_[r]))
+            if not np.isfinite(score_[r, j]):
+                continue  # nothing before it
+            best = float(score_[r, j])
+            if counts[i] > 1 or counts[j] > 1:
+                best = min(best, float(means[i] @ means[j]))
+            out[i] = surprise(best)
+    return out
+
+
+@dataclass
+class Run:
+    """One simulation's rankings: per column, each question with the hits it got."""
+
+    columns: dict[str, list[tuple[Q, list[list[str]]]]]
+
+    def scores(self) -> dict[str, Score]:
+        return {c: score((h, q.evidence) for q, h in rows) for c, rows in self.columns.items()}
+
+    def recalls(self, column: str) -> dict[str, tuple[float, float]]:
+        """question key -> (R@5, R@10) in one column (eval.noise's pairing)."""
+        return {
+            key(q): (evidence_recall(h, q.evidence, 5), evidence_recall(h, q.evidence, 10))
+            for q, h in self.columns[column]
+        }
+
+
+def key(q: Q) -> str:
+    return f"{q.mem.corpus.name}/{q.id}"
+
+
 def simulate(
-    qs: list[Q], method: Method, mode: str, *, k: int, span_days: float, after_days: Sequence[float]
-) -> dict[str, Score]:
-    """Review the asked half over `span_days`, then measure both halves `after` days later."""
+    qs: list[Q],
+    method: Method,
+    mode: str,
+    *,
+    k: int,
+    span_days: float,
+    after_days: Sequence[float],
+    boost: float = BOOST,
+    surprise_of: Mapping[str, np.ndarray] | None = None,
+) -> Run:
+    """Review the asked half over `span_days`, then measure both halves `after` days later. `surprise_of`:
+    corpus name -> its memories' surprise (`surprises`), weighed by `boost`."""
     keyed = sorted(qs, key=lambda q: hashlib.sha1(repr(sorted(q.evidence)).encode()).hexdigest())
     first = [q for q in keyed if asked(repr(sorted(q.evidence)))]
     rest = [q for q in keyed if not asked(repr(sorted(q.evidence)))]
-    ws = Workspace(mode)
+    spaces: dict[str, Workspace] = {}
+
+    def ws(q: Q) -> Workspace:  # one workspace per corpus (s, LoCoMo: one per haystack or conversation)
+        name = q.mem.corpus.name
+        if name not in spaces:
+            spaces[name] = Workspace(mode, boost, None if surprise_of is None else surprise_of[name])
+        return spaces[name]
+
     step = timedelta(days=span_days) / max(1, len(first))
     at = T0
     for q in first:
-        ranked = ws.rank(q, method, at)[:k]
-        ws.served(ranked.tolist(), q, at)
+        ranked = ws(q).rank(q, method, at)[:k]
+        ws(q).served(ranked.tolist(), q, at)
         at += step
-    out: dict[str, Score] = {}
+    out: dict[str, list[tuple[Q, list[list[str]]]]] = {}
     for after in after_days:
         now = at + timedelta(days=after)
-        out[f"repeat+{after:g}d"] = score((hits(q, ws.rank(q, method, now)), q.evidence) for q in first)
-        out[f"new+{after:g}d"] = score((hits(q, ws.rank(q, method, now)), q.evidence) for q in rest)
+        out[f"repeat+{after:g}d"] = [(q, hits(q, ws(q).rank(q, method, now))) for q in first]
+        out[f"new+{after:g}d"] = [(q, hits(q, ws(q).rank(q, method, now))) for q in rest]
+    return Run(out)
+
+
+def cells(view: str, qs: Sequence[Q]) -> dict[str, list[str]]:
+    """'<set>/<part>' and '<set>/<part>/<type>' -> question keys (eval.compare's cells)."""
+    out: dict[str, list[str]] = {view: [key(q) for q in qs]}
+    for q in sorted(qs, key=lambda q: q.type):
+        out.setdefault(f"{view}/{q.type}", []).append(key(q))
     return out
+
+
+def surprise_report(views: Mapping[str, list[Q]], method: Method, *, k: int, span: float, after: list[float]) -> str:
+    """fsrs with the surprise boost (BOOST) against fsrs without it (0), in one run: the scores of both and
+    the paired differences, by part and type (eval.noise)."""
+    lines: list[str] = []
+    of: dict[str, np.ndarray] = {}
+    for qs in views.values():
+        for q in qs:
+            if q.mem.corpus.name not in of:
+                of[q.mem.corpus.name] = surprises(q.mem)
+    for view, qs in views.items():
+        if not qs:
+            continue
+        names = {q.mem.corpus.name for q in qs}
+        values = np.concatenate([of[n] for n in sorted(names)])
+        lines.append(
+            f"\n{view}: {len(values)} memories, surprise median {np.median(values):.3f}, "
+            f"key moments (>= {KEY_MOMENT}) {np.mean(values >= KEY_MOMENT):.1%}"
+        )
+        # interleaved: both arms over the same questions, one after the other, in this process
+        off = simulate(qs, method, "fsrs", k=k, span_days=span, after_days=after, boost=0.0, surprise_of=of)
+        on = simulate(qs, method, "fsrs", k=k, span_days=span, after_days=after, boost=BOOST, surprise_of=of)
+        for column in on.columns:
+            lines.append("")
+            both = [("fsrs boost 0", off.scores()[column]), (f"fsrs boost {BOOST:g}", on.scores()[column])]
+            lines.append(table(both, f"{view} {column}"))
+            # the cells of the questions of this column (repeat: the asked half, new: the other)
+            asked_qs = [q for q, _ in on.columns[column]]
+            diffs = noise.differences(off.recalls(column), on.recalls(column), cells(view, asked_qs))
+            lines.append(noise.table(diffs, f"{view} {column}: boost {BOOST:g} − boost 0"))
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eval.reviews", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--set", default="oracle", choices=("oracle", "s", "both"))
+    ap.add_argument("--set", default="oracle", help="oracle, s, locomo, both (oracle and s), all, or a list")
     ap.add_argument("--leg", default="sparse", choices=("sparse", "hybrid"))
     ap.add_argument("--k", type=int, default=5, help="hits each asked question returns (and gets reviewed)")
     ap.add_argument("--span", type=float, default=7.0, help="days over which the asked questions are asked")
     ap.add_argument("--after", default="1,30", help="days after the last review when both halves are measured")
     ap.add_argument("--oracle-limit", type=int, default=None)
     ap.add_argument("--s-limit", type=int, default=None)
+    ap.add_argument(
+        "--surprise", action="store_true", help="fsrs with the surprise boost against without it, paired (issue 47)"
+    )
     args = ap.parse_args(argv)
     after = [float(x) for x in args.after.split(",")]
-    names = ("oracle", "s") if args.set == "both" else (args.set,)
-    limits = {"oracle": args.oracle_limit, "s": args.s_limit}
+    names = set_names(args.set)
+    limits = {"oracle": args.oracle_limit, "s": args.s_limit, "locomo": None}
     rows: Mapping[str, Any] = {"S": Sparse()}
     method = single("S")
     if args.leg == "hybrid":  # the shipped tree (eval.experiments.shipped: the product's hybrid fusion)
@@ -155,10 +293,13 @@ def main(argv: list[str] | None = None) -> int:
         f"eval.reviews: leg {args.leg}, k {args.k}, asked over {args.span:g} days, measured {args.after} days "
         f"after; depth {DEPTH}"
     ]
-    for view, qs in views.views.items():
+    if args.surprise:
+        lines.append(surprise_report(views.views, method, k=args.k, span=args.span, after=after))
+    for view, qs in [] if args.surprise else views.views.items():
         if not qs:
             continue
-        per_mode = {m: simulate(qs, method, m, k=args.k, span_days=args.span, after_days=after) for m in MODES}
+        runs = {m: simulate(qs, method, m, k=args.k, span_days=args.span, after_days=after) for m in MODES}
+        per_mode = {m: r.scores() for m, r in runs.items()}
         for column in per_mode["none"]:
             title = f"{view} {column} ({'the asked half again' if column.startswith('repeat') else 'the other half'})"
             lines.append("")
@@ -166,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(lines)
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"reviews-{args.leg}-{args.set}.txt").write_text(text + "\n")
+    name = f"reviews-{'surprise-' if args.surprise else ''}{args.leg}-{args.set}.txt"
+    (RESULTS / name).write_text(text + "\n")
     return 0
 
 
