@@ -57,7 +57,6 @@ import numpy as np
 from episodic.domain.review import ReviewState, review
 from episodic.domain.scoring import importance_of
 from episodic.domain.surprise import BOOST, KEY_MOMENT, SURPRISE, surprise
-from episodic.maintenance.linker import mean_vector
 from eval import noise
 from eval.context import ContextSpec
 from eval.data import load, set_names
@@ -144,7 +143,8 @@ def surprises_of(rows: Sequence[np.ndarray], at: np.ndarray, block: int = 128) -
     counts = np.array([len(r) for r in rows])
     pieces = np.concatenate(rows).astype(np.float32)
     starts = np.r_[0, np.cumsum(counts)[:-1]]
-    means = np.stack([mean_vector(r) for r in rows])
+    means = np.stack([r.mean(axis=0) for r in rows])  # the linker's mean_vector: the normalised mean
+    means /= np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)
     out = np.ones(n)
     for a in range(0, n, block):
         b = min(n, a + block)
