@@ -2,6 +2,7 @@
 
     python -m eval.fold_rule                   # `make eval-fold`: today's rule, the shipped rule, the variants
     python -m eval.fold_rule --build-pairs     # eval/data/fold_groups.jsonl -> eval/data/fold_pairs.jsonl
+    python -m eval.fold_rule --rarity          # the rarity experiment (issue 47 item 1; not in the product)
 
 The pairs (eval/data/fold_pairs.jsonl, how they were made: eval/data/README.md) are true paraphrases
 (`fold: true`) and near misses (`fold: false`: one entity, number, date, negation, actor or outcome
@@ -21,13 +22,14 @@ import argparse
 import hashlib
 import json
 import os
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from episodic.domain.folding import FoldRule, content_tokens, fact_tokens, jaccard, near_duplicate
+from episodic.domain.folding import FoldRule, content_tokens, fact_tokens, jaccard, near_duplicate, reading
 
 DATA = Path(__file__).resolve().parent / "data"
 GROUPS = DATA / "fold_groups.jsonl"
@@ -195,9 +197,60 @@ def report(pairs: list[dict], cos: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def common_words(share: float, df: Counter[str], documents: int) -> Rule:
+    """The shipped rule, except that the content words it finds different on both sides fold when every one
+    of them is common: in at least `share` of the workspace's documents (`df`, stems by document). The idea
+    (issue 47): a rewording swaps everyday words ("due" / "deadline", "goal" / "hope"), a near miss swaps a
+    rare one (a service, an item). An outcome word one text states alone still refuses."""
+    rule = FoldRule()
+
+    def fold(cosine: float, a: str, b: str) -> bool:
+        v = near_duplicate(cosine, a, b, rule)
+        if v.fold or not v.reason.startswith("different words: "):
+            return v.fold
+        words = [w for side in v.reason.split(": ", 1)[1].split(" / ") for w in side.split(", ")]
+        if any(w.endswith(("+", "-")) for w in words):
+            return False
+        return all(df.get(w, 0) >= share * documents for w in words)
+
+    return fold
+
+
+def rarity(pairs: list[dict], cos: dict[str, float]) -> str:
+    """The rarity experiment: document frequencies from the dev sets' turns (LongMemEval oracle and LoCoMo's
+    dev conversations, a stand-in for a workspace's statistics); shares chosen a priori (1 %, 0.5 %), the
+    choice on dev, the holdout read once for the chosen share."""
+    from eval.data import holdout_of, load
+
+    df: Counter[str] = Counter()
+    documents = 0
+    for name in ("oracle", "locomo"):
+        for c in load(name):
+            held = holdout_of([c]) if name == "locomo" else frozenset()
+            if held and all(q.id in held for q in c.scored_questions):
+                continue  # a held-out conversation
+            for t in c.turns:
+                documents += 1
+                df.update(reading(t.content).content)
+    dev = [p for p in pairs if p["split"] == "dev"]
+    lines = [f"rarity: {documents} documents; cells precision / recall (near misses folded)"]
+    results = {}
+    for share in (0.01, 0.005):
+        s = score(common_words(share, df, documents), dev, cos)
+        results[share] = s
+        lines.append(f"  dev, words in >= {share:.1%} of documents: {s.cell()}")
+    ok = [sh for sh, s in results.items() if s.precision >= 0.99]
+    if ok:
+        chosen = max(ok, key=lambda sh: results[sh].recall)
+        once = score(common_words(chosen, df, documents), [p for p in pairs if p["split"] == "holdout"], cos)
+        lines.append(f"  holdout, the share chosen on dev ({chosen:.1%}): {once.cell()}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build-pairs", action="store_true", help="write eval/data/fold_pairs.jsonl from the groups")
+    ap.add_argument("--rarity", action="store_true", help="the common-words experiment (dev, then holdout once)")
     a = ap.parse_args()
     if a.build_pairs:
         pairs = build_pairs()
@@ -207,7 +260,7 @@ def main() -> None:
     pairs = load_pairs()
     vecs = vectors(sorted({t for p in pairs for t in (p["a"], p["b"])}))
     cos = {p["id"]: near_cosine(vecs[p["a"]], vecs[p["b"]]) for p in pairs}
-    print(report(pairs, cos))
+    print(rarity(pairs, cos) if a.rarity else report(pairs, cos))
 
 
 if __name__ == "__main__":
