@@ -34,9 +34,11 @@ candidate list and are all turned down, the linker searches once more, four time
   memory in the same kind of batch; 0.7 or more is a key moment.
 - **Batched, and after bulk embedding.** The neighbour searches of a whole batch of events go to the store
   as one batch (`MemoryStore.similar_to_many`: Qdrant plans them as one pass over its segments), and with
-  the process's core budget a batch first waits while bulk embedding runs (`CoreBudget.wait_bulk`, bounded):
-  a burst's vectors come first, its edges a little later. The choices are still made one memory at a time,
-  in order, against the edges chosen before them (one edge per pair).
+  the process's core budget a batch first waits while bulk embedding runs or a recall is in flight
+  (`CoreBudget.wait_quiet`, bounded): a burst's vectors come first, its edges a little later. A fetched batch
+  is linked in chunks of `CHUNK` memories (`link_all`), each waiting so, so that a backlog (the whole
+  backfill's, once its vectors are in) never holds the process for seconds beside the recalls. The choices
+  are still made one memory at a time, in order, against the edges chosen before them (one edge per pair).
 
 `supports` edges stay with the indexer: they need no vector, so the indexer writes them with the point
 itself, atomically, the moment the rule is searchable, also in sparse-only mode where this linker never
@@ -57,6 +59,7 @@ ran meanwhile; they read top to bottom here.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -96,6 +99,9 @@ CANDIDATE_FACTOR = 3  # ask the store for top_k x this, to fill top_k after pass
 # alone links any two that share a stock sentence ("I hope this helps!", "Here are a few options:"), which
 # on the LongMemEval oracle haystacks was most of the edges under a mean cosine of 0.35, and few above.
 MIN_MEAN_COSINE = 0.35
+# memories linked per wait for quiet cores: a chunk's searches and decisions take tens of milliseconds on a
+# loaded machine, so a recall that comes in meanwhile waits at most for one chunk, not for a whole batch
+CHUNK = 32
 MORE_FACTOR = 4  # when that rule turned down a whole list of candidates above the threshold, one search this wider
 
 
@@ -183,6 +189,18 @@ class Linker:
         self.supersede_rule = supersede_rule or SupersedeRule()
         self.state = state  # the tombstones: without it, only a neighbour already deleted counts as gone
 
+    def link_all(self, events: Sequence[IndexedEvent]) -> LinkResult:
+        """`link` over chunks of at most `CHUNK` vector events, in order (the events of a batch that need no
+        linking go with the first chunk); the results added up."""
+        vectors = [i for i, ev in enumerate(events) if ev.mode == "vector"]
+        cuts = [0, *(vectors[j] for j in range(CHUNK, len(vectors), CHUNK)), len(events)]
+        total = LinkResult()
+        for a, b in itertools.pairwise(cuts):
+            part = self.link(events[a:b])
+            for name, n in asdict(part).items():
+                setattr(total, name, getattr(total, name) + n)
+        return total
+
     def link(self, events: Sequence[IndexedEvent]) -> LinkResult:
         """Link the memories of a batch of memory.indexed events; one store write for the batch."""
         result = LinkResult(events=len(events))
@@ -197,7 +215,7 @@ class Linker:
         if not todo:
             return result
         if self.cores is not None:
-            self.cores.wait_bulk()
+            self.cores.wait_quiet()
         points = self.store.fetch(list(todo), with_dense=True)
         now = iso(self.clock())
         ready: dict[str, StoredHit] = {}
