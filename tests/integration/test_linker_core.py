@@ -268,3 +268,21 @@ def test_a_backlog_is_linked_in_chunks_each_after_a_wait_for_quiet_cores(store: 
     assert (result.events, result.ignored, result.linked) == (2 * n, n, n)
     stored = store.retrieve([point_id("ws-a", f"new{i}") for i in range(n)], fields=("linked_at",))
     assert len(stored) == n and all(p.get("linked_at") for p in stored.values())
+
+
+def test_under_a_load_that_never_pauses_a_batch_waits_its_budget_and_is_all_linked(store: MemoryStore) -> None:
+    from episodic.embedding.cores import CoreBudget
+    from episodic.maintenance.linker import BATCH_WAIT_S, CHUNK
+
+    asked: list[float] = []
+
+    class Busy(CoreBudget):  # a recall always in flight: every wait runs to the bound it is given
+        def wait_quiet(self, max_s: float = 30.0, *, sleep=None) -> float:  # type: ignore[no-untyped-def,override]
+            asked.append(max_s)
+            return max_s
+
+    n = CHUNK * 12
+    store.upsert([point(f"m{i}", [at_cos(0.5 + 0.04 * (i % 10), 1 + i % 6)]) for i in range(n)])
+    result = Linker(store=store, cores=Busy(cores=2)).link_all([vector_event(f"m{i}") for i in range(n)])
+    assert result.linked == n
+    assert sum(asked) == BATCH_WAIT_S and len(asked) < 12  # the later chunks are linked without a wait
