@@ -37,6 +37,7 @@ BENCHES: dict[str, str] = {
     "integrity": "bench.bench_integrity",
     "index_build": "bench.bench_index_build",
     "index_stall": "bench.bench_index_stall",
+    "recall_tail": "bench.bench_recall_tail",  # needs ../shared/datasets/locomo-dev (or EPISODIC_LOCOMO_DIR)
 }
 # Other benchmarks in the repo (owned elsewhere) that follow the same --quick convention; run if present.
 OPTIONAL: dict[str, str] = {"gate": "bench.bench_gate"}
@@ -45,6 +46,7 @@ TIMEOUT_S = {
     "burst": 2400,
     "freshness": 1200,
     "recall": 5400,
+    "recall_tail": 3600,
     "gate": 1800,
     "decay": 1800,
     "integrity": 1800,

@@ -120,10 +120,14 @@ def _free_port() -> int:
 
 
 class Stack:
-    """`episodic up` in a child process on free ports, with its own data directory."""
+    """`episodic up` in a child process on free ports, with its own data directory; `root`: the source tree it
+    runs (another checkout of the project, e.g. a `git worktree` of main for a same-run baseline)."""
 
-    def __init__(self, data_dir: Path, env: dict[str, str] | None = None, log: Path | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, env: dict[str, str] | None = None, log: Path | None = None, root: Path = ROOT
+    ) -> None:
         self.data_dir = data_dir
+        self.root = root
         self.broker_port = _free_port()
         self.http_port = _free_port()
         self.extra = env or {}
@@ -151,11 +155,13 @@ class Stack:
             "EPISODIC_HTTP_HOST": "127.0.0.1",
             **self.extra,
         }
+        if self.root != ROOT:  # its own packages first (the venv's editable install points at this tree)
+            env["PYTHONPATH"] = os.pathsep.join([str(self.root), *filter(None, [os.environ.get("PYTHONPATH")])])
         env.pop("EPISODIC_KAFKA_BOOTSTRAP", None)
         env.pop("EPISODIC_QDRANT_URL", None)
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "stack.cli", "up"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT
+            [sys.executable, "-m", "stack.cli", "up"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=self.root
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -238,6 +244,7 @@ class Answer:
     evidence: frozenset[str]
     ranked: tuple[tuple[str, ...], ...]  # per hit, the turns it stands for
     seconds: float  # POST /v1/recall as the client saw it
+    started: float = 0.0  # when it was sent (time.monotonic), for a timeline of the run
 
     def recall(self, k: int) -> float:
         return evidence_recall(self.ranked, self.evidence, k)
@@ -293,7 +300,7 @@ def ask(url: str, sets: Mapping[str, list[Corpus]], mode: str, *, k: int = 10, c
             client = local.client = httpx.Client(base_url=url, timeout=120)
             with lock:
                 opened.append(client)
-        t0 = time.perf_counter()
+        sent, t0 = time.monotonic(), time.perf_counter()
         r = client.post("/v1/recall", json=body(c, q, mode, k))
         took = time.perf_counter() - t0
         r.raise_for_status()
@@ -301,7 +308,7 @@ def ask(url: str, sets: Mapping[str, list[Corpus]], mode: str, *, k: int = 10, c
         if data.get("degraded") and mode != "sparse":
             raise RuntimeError(f"{mode} answered degraded (sparse-only): the model is not loaded")
         ranked = tuple(tuple(covered(h)) for h in data["hits"])
-        return Answer(q.id, name, q.type, part, q.evidence, ranked, took)
+        return Answer(q.id, name, q.type, part, q.evidence, ranked, took, sent)
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, clients)) as pool:

@@ -25,7 +25,7 @@ def decode(raw: bytes | None) -> IndexedEvent:
 
 def handler(linker: Linker, metrics: Metrics) -> Any:
     def handle(items: list[Decoded[IndexedEvent]]) -> None:
-        result = linker.link([ev for _, ev in items])
+        result = linker.link_all([ev for _, ev in items])
         for outcome in AGENT_OUTCOMES[NAME]:
             metrics.agent_events.labels(agent=NAME, outcome=outcome).inc(getattr(result, outcome))
         metrics.similar_edges.inc(result.edges)

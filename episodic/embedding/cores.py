@@ -13,9 +13,12 @@ short forward pass before the embedder's threads shrink.
 
 Background work yields the other way: while bulk embedding runs (a pass of at least `BULK_PASS_TOKENS` word
 pieces within the last `BULK_HOLD_S`: a backlog, not the trickle of steady ingestion; or the densify loop
-said its last round was full, `backlog(True)`, which also covers the gaps between its rounds), the linker waits
-(`wait_bulk`, at most `YIELD_MAX_S` a batch) before its neighbour queries, so a burst's vectors come first
-and its edges a little later. Measured with `bench.bench_burst` (docs/benchmarks.md).
+said its last round was full, `backlog(True)`, which also covers the gaps between its rounds) or a recall is in
+flight (`foreground()`), the linker waits (`wait_quiet`, at most `YIELD_MAX_S` a chunk of its batch) before
+its neighbour queries, so a burst's vectors come first, its edges a little later, and a recall never shares
+the process with the linker's catch-up. Measured with `bench.bench_burst` and `bench.bench_recall_tail`
+(docs/benchmarks.md): right after a backfill the linker links the whole backlog at once (it waited for the
+vectors), and recalls asked meanwhile had a p99 2-3 times that of the same recalls once it was done.
 
 "Idle" is judged inside this process only; on a machine whose cores are busy with other work, every
 core's threads wait on preempted peers and run slower than one. So the budget also measures: each pass
@@ -146,12 +149,20 @@ class CoreBudget:
             now = self.clock()
             return now < self._backlog_until or now < self._bulk_until
 
-    def wait_bulk(self, max_s: float = YIELD_MAX_S, *, sleep: Callable[[float], None] = time.sleep) -> float:
-        """Block (a worker thread, never the event loop) while bulk embedding runs, at most `max_s`; the
-        seconds waited by `clock`. For background work that may lag (similar edges) but must not slow a
-        burst's vectors down."""
+    def busy(self) -> bool:
+        """Whether background work should wait: bulk embedding runs or a recall is in flight."""
+        with self._lock:
+            if self._foreground > 0:
+                return True
+        return self.bulk_running()
+
+    def wait_quiet(self, max_s: float = YIELD_MAX_S, *, sleep: Callable[[float], None] = time.sleep) -> float:
+        """Block (a worker thread, never the event loop) while bulk embedding runs or a recall is in flight,
+        at most `max_s`; the seconds waited by `clock`. For background work that may lag (similar edges) but
+        must not slow a burst's vectors or a recall down; bounded, so that under a recall load that never
+        pauses it still moves, a chunk per `max_s`."""
         start = self.clock()
-        while self.bulk_running() and self.clock() - start < max_s:
+        while self.busy() and self.clock() - start < max_s:
             sleep(YIELD_POLL_S)
         return self.clock() - start
 

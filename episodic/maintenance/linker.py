@@ -34,9 +34,11 @@ candidate list and are all turned down, the linker searches once more, four time
   memory in the same kind of batch; 0.7 or more is a key moment.
 - **Batched, and after bulk embedding.** The neighbour searches of a whole batch of events go to the store
   as one batch (`MemoryStore.similar_to_many`: Qdrant plans them as one pass over its segments), and with
-  the process's core budget a batch first waits while bulk embedding runs (`CoreBudget.wait_bulk`, bounded):
-  a burst's vectors come first, its edges a little later. The choices are still made one memory at a time,
-  in order, against the edges chosen before them (one edge per pair).
+  the process's core budget a batch first waits while bulk embedding runs or a recall is in flight
+  (`CoreBudget.wait_quiet`, bounded): a burst's vectors come first, its edges a little later. A fetched batch
+  is linked in chunks of `CHUNK` memories (`link_all`), each waiting so, so that a backlog (the whole
+  backfill's, once its vectors are in) never holds the process for seconds beside the recalls. The choices
+  are still made one memory at a time, in order, against the edges chosen before them (one edge per pair).
 
 `supports` edges stay with the indexer: they need no vector, so the indexer writes them with the point
 itself, atomically, the moment the rule is searchable, also in sparse-only mode where this linker never
@@ -57,6 +59,7 @@ ran meanwhile; they read top to bottom here.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -70,7 +73,7 @@ from episodic.domain.identity import point_id
 from episodic.domain.scoring import parse_time
 from episodic.domain.supersession import SUPERSEDED_BY, SUPERSEDES, SupersedeRule, is_update
 from episodic.domain.surprise import SURPRISE, key_moment, surprise
-from episodic.embedding.cores import CoreBudget
+from episodic.embedding.cores import YIELD_MAX_S, CoreBudget
 from episodic.indexing.context import ADJACENT as RUN_EDGES
 from episodic.indexing.folding import fold, unfold, unfolded_from
 from episodic.kernel.errors import StoreError
@@ -96,6 +99,10 @@ CANDIDATE_FACTOR = 3  # ask the store for top_k x this, to fill top_k after pass
 # alone links any two that share a stock sentence ("I hope this helps!", "Here are a few options:"), which
 # on the LongMemEval oracle haystacks was most of the edges under a mean cosine of 0.35, and few above.
 MIN_MEAN_COSINE = 0.35
+# memories linked per wait for quiet cores: a chunk's searches and decisions take tens of milliseconds on a
+# loaded machine, so a recall that comes in meanwhile waits at most for one chunk, not for a whole batch
+CHUNK = 32
+BATCH_WAIT_S = 240.0  # under aiokafka's default max_poll_interval_ms (300 s)
 MORE_FACTOR = 4  # when that rule turned down a whole list of candidates above the threshold, one search this wider
 
 
@@ -183,8 +190,30 @@ class Linker:
         self.supersede_rule = supersede_rule or SupersedeRule()
         self.state = state  # the tombstones: without it, only a neighbour already deleted counts as gone
 
+    def link_all(self, events: Sequence[IndexedEvent]) -> LinkResult:
+        """`link` over chunks of at most `CHUNK` vector events, in order (the events of a batch that need no
+        linking go with the first chunk), each after a wait for quiet cores (`link`'s), the waits of one
+        batch at most `BATCH_WAIT_S` together (a batch held longer would stall its consumer's partition for
+        longer than Kafka's poll interval); the results added up."""
+        vectors = [i for i, ev in enumerate(events) if ev.mode == "vector"]
+        cuts = [0, *(vectors[j] for j in range(CHUNK, len(vectors), CHUNK)), len(events)]
+        total = LinkResult()
+        left = BATCH_WAIT_S
+        for a, b in itertools.pairwise(cuts):
+            if self.cores is not None and left > 0 and any(ev.mode == "vector" for ev in events[a:b]):
+                left -= self.cores.wait_quiet(min(YIELD_MAX_S, left))
+            for name, n in asdict(self._link(events[a:b])).items():
+                setattr(total, name, getattr(total, name) + n)
+        return total
+
     def link(self, events: Sequence[IndexedEvent]) -> LinkResult:
-        """Link the memories of a batch of memory.indexed events; one store write for the batch."""
+        """Link the memories of a batch of memory.indexed events; one store write for the batch, after a wait
+        for quiet cores (`CoreBudget.wait_quiet`) where there is something to link."""
+        if self.cores is not None and any(ev.mode == "vector" for ev in events):
+            self.cores.wait_quiet()
+        return self._link(events)
+
+    def _link(self, events: Sequence[IndexedEvent]) -> LinkResult:
         result = LinkResult(events=len(events))
         todo: dict[str, IndexedEvent] = {}
         for ev in events:
@@ -196,8 +225,6 @@ class Linker:
                 todo[ev.point_id] = ev
         if not todo:
             return result
-        if self.cores is not None:
-            self.cores.wait_bulk()
         points = self.store.fetch(list(todo), with_dense=True)
         now = iso(self.clock())
         ready: dict[str, StoredHit] = {}

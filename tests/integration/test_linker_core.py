@@ -225,13 +225,13 @@ def test_one_search_the_store_refuses_fails_that_memory_alone(
     assert similar(store, "bad") == {}
 
 
-def test_with_the_core_budget_a_batch_waits_for_bulk_embedding_before_searching(store: MemoryStore) -> None:
+def test_with_the_core_budget_a_batch_waits_for_quiet_cores_before_searching(store: MemoryStore) -> None:
     from episodic.embedding.cores import CoreBudget
 
     calls: list[str] = []
 
     class Budget(CoreBudget):
-        def wait_bulk(self, max_s: float = 30.0, *, sleep=None) -> float:  # type: ignore[no-untyped-def,override]
+        def wait_quiet(self, max_s: float = 30.0, *, sleep=None) -> float:  # type: ignore[no-untyped-def,override]
             calls.append("wait")
             return 0.0
 
@@ -245,3 +245,44 @@ def test_with_the_core_budget_a_batch_waits_for_bulk_embedding_before_searching(
     store.fetch = fetch_logged  # type: ignore[method-assign]
     assert Linker(store=store, cores=Budget(cores=2)).link([vector_event("new")]).linked == 1
     assert calls[:2] == ["wait", "fetch"]
+
+
+def test_a_backlog_is_linked_in_chunks_each_after_a_wait_for_quiet_cores(store: MemoryStore) -> None:
+    """A fetched batch of a whole backfill is linked CHUNK memories at a time, each chunk waiting for the
+    recalls in flight; every memory of it linked."""
+    from episodic.embedding.cores import CoreBudget
+    from episodic.maintenance.linker import CHUNK
+
+    waits: list[int] = []
+
+    class Budget(CoreBudget):
+        def wait_quiet(self, max_s: float = 30.0, *, sleep=None) -> float:  # type: ignore[no-untyped-def,override]
+            waits.append(len(waits))
+            return 0.0
+
+    n = CHUNK + 5
+    store.upsert([point("old", [at_cos(0.9)]), *(point(f"new{i}", [at_cos(0.95, 1 + i % 6)]) for i in range(n))])
+    events = [vector_event(f"new{i}", mode=m) for i in range(n) for m in ("sparse-only", "vector")]
+    result = Linker(store=store, cores=Budget(cores=2)).link_all(events)
+    assert len(waits) == 2  # one per chunk of vector events
+    assert (result.events, result.ignored, result.linked) == (2 * n, n, n)
+    stored = store.retrieve([point_id("ws-a", f"new{i}") for i in range(n)], fields=("linked_at",))
+    assert len(stored) == n and all(p.get("linked_at") for p in stored.values())
+
+
+def test_under_a_load_that_never_pauses_a_batch_waits_its_budget_and_is_all_linked(store: MemoryStore) -> None:
+    from episodic.embedding.cores import CoreBudget
+    from episodic.maintenance.linker import BATCH_WAIT_S, CHUNK
+
+    asked: list[float] = []
+
+    class Busy(CoreBudget):  # a recall always in flight: every wait runs to the bound it is given
+        def wait_quiet(self, max_s: float = 30.0, *, sleep=None) -> float:  # type: ignore[no-untyped-def,override]
+            asked.append(max_s)
+            return max_s
+
+    n = CHUNK * 12
+    store.upsert([point(f"m{i}", [at_cos(0.5 + 0.04 * (i % 10), 1 + i % 6)]) for i in range(n)])
+    result = Linker(store=store, cores=Busy(cores=2)).link_all([vector_event(f"m{i}") for i in range(n)])
+    assert result.linked == n
+    assert sum(asked) == BATCH_WAIT_S and len(asked) < 12  # the later chunks are linked without a wait

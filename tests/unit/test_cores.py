@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from episodic.embedding.cores import BULK_TOKENS, GATE_BEHIND_S, HOLD_S, CoreBudget
 from episodic.embedding.onnx_encoder import passes
@@ -14,6 +15,18 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
+
+
+def sleeping_budget() -> tuple[CoreBudget, Callable[[float], None], list[float]]:
+    """A budget on a clock that only a sleep moves, that sleep, and the sleeps it was asked for."""
+    clock = Clock()
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        clock.t += s
+
+    return CoreBudget(cores=2, clock=clock), sleep, slept
 
 
 def test_every_core_while_nothing_claims_one() -> None:
@@ -179,22 +192,15 @@ def test_observations_without_time_or_tokens_are_ignored() -> None:
 def test_full_passes_mean_bulk_embedding_and_background_work_waits_for_it_bounded() -> None:
     from episodic.embedding.cores import BULK_HOLD_S, BULK_PASS_TOKENS
 
-    clock = Clock()
-    b = CoreBudget(cores=2, clock=clock)
-    slept: list[float] = []
-
-    def sleep(s: float) -> None:
-        slept.append(s)
-        clock.t += s
-
+    b, sleep, slept = sleeping_budget()
     b.observe(2, BULK_PASS_TOKENS - 1, 0.1)  # steady ingestion's small pass: no backlog
-    assert not b.bulk_running() and b.wait_bulk(sleep=sleep) == 0 and not slept
+    assert not b.bulk_running() and b.wait_quiet(sleep=sleep) == 0 and not slept
     b.observe(2, BULK_PASS_TOKENS, 0.1)  # a full pass: a backlog is being embedded
     assert b.bulk_running()
-    waited = b.wait_bulk(sleep=sleep)
+    waited = b.wait_quiet(sleep=sleep)
     assert BULK_HOLD_S <= waited < BULK_HOLD_S + 0.1 and not b.bulk_running()
     b.observe(2, BULK_TOKENS, 0.1)
-    assert b.wait_bulk(0.2, sleep=sleep) < 0.3  # bounded: edges may lag, not stall
+    assert b.wait_quiet(0.2, sleep=sleep) < 0.3  # bounded: edges may lag, not stall
 
 
 def test_a_reported_backlog_counts_as_bulk_embedding_until_it_is_gone() -> None:
@@ -259,3 +265,22 @@ def test_a_full_densify_round_reports_a_backlog_and_a_short_one_clears_it() -> N
     assert b.bulk_running()  # a full round: more wait for their vectors
     asyncio.run(d.once())
     assert not b.bulk_running()
+
+
+def test_background_work_waits_while_a_recall_is_in_flight_and_goes_on_after_it() -> None:
+    b, sleep, slept = sleeping_budget()
+    assert not b.busy() and b.wait_quiet(sleep=sleep) == 0 and not slept
+    with b.foreground():
+        assert b.busy()
+        waited = b.wait_quiet(1.0, sleep=sleep)
+        assert 1.0 <= waited < 1.1  # bounded: under a recall load that never pauses the linker still moves
+    assert not b.busy() and b.wait_quiet(sleep=sleep) == 0
+
+
+def test_the_wait_ends_when_the_last_recall_in_flight_is_answered() -> None:
+    b = CoreBudget(cores=2)
+    claim = b.foreground()
+    claim.__enter__()
+    threading.Timer(0.2, claim.__exit__, (None, None, None)).start()
+    waited = b.wait_quiet(10.0)
+    assert 0.15 <= waited < 5.0 and not b.busy()
