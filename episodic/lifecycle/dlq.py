@@ -320,8 +320,11 @@ async def replay(
         if producer is not None:
             await ensure_topics(bootstrap, partitions=partitions, topics=(topics.replays,), options=options)
         chunk: list[Letter] = []
-        found = letters(bootstrap, topics, options=options, exact=exact, isolation_level=isolation_level)
-        source = found if given is None else _each(given)
+        source = (
+            letters(bootstrap, topics, options=options, exact=exact, isolation_level=isolation_level)
+            if given is None
+            else _each(given)
+        )
         async for letter in source:
             report.read += 1
             if not selector.matches(letter):

@@ -200,9 +200,9 @@ class Linker:
         total = LinkResult()
         left = BATCH_WAIT_S
         for a, b in itertools.pairwise(cuts):
-            if self.cores is not None and left > 0 and any(ev.mode == "vector" for ev in events[a:b]):
+            if self.cores is not None and left > 0 and vectors:  # every chunk holds a vector event then
                 left -= self.cores.wait_quiet(min(YIELD_MAX_S, left))
-            for name, n in asdict(self._link(events[a:b])).items():
+            for name, n in self._link(events[a:b]).as_dict().items():
                 setattr(total, name, getattr(total, name) + n)
         return total
 

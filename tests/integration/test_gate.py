@@ -231,16 +231,25 @@ def gate_command(topics: GateTopics, app_id: str) -> list[str]:
     ]  # fmt: skip
 
 
-async def test_two_gate_processes_share_the_journal(broker: str, uid: str, tmp_path: Path) -> None:
-    """Scale-out: two `episodic gate` processes in one consumer group; nothing lost; SIGTERM stops both."""
+async def gate_process_setup(
+    broker: str, uid: str, tmp_path: Path, partitions: int, **extra: str
+) -> tuple[GateTopics, dict[str, str]]:
+    """The test's topics (`partitions` each) and the environment of an `episodic gate` process on them."""
     topics = GateTopics(entries=f"entries.{uid}", embeddable=f"embeddable.{uid}", dlq=f"dlq.{uid}")
-    await ensure_topics(broker, partitions=4, topics=topics.all())
+    await ensure_topics(broker, partitions=partitions, topics=topics.all())
     env = dict(
         os.environ,
         EPISODIC_KAFKA_BOOTSTRAP=broker,
         EPISODIC_DATA_DIR=str(tmp_path),
-        EPISODIC_TOPIC_PARTITIONS="4",
+        EPISODIC_TOPIC_PARTITIONS=str(partitions),
+        **extra,
     )
+    return topics, env
+
+
+async def test_two_gate_processes_share_the_journal(broker: str, uid: str, tmp_path: Path) -> None:
+    """Scale-out: two `episodic gate` processes in one consumer group; nothing lost; SIGTERM stops both."""
+    topics, env = await gate_process_setup(broker, uid, tmp_path, 4)
     cmd = gate_command(topics, f"gate-{uid}")
     procs = [
         subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)

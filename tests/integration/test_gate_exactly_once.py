@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import time
@@ -21,12 +20,18 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 import streams.gate as gate_mod
-from episodic.bus.kafka import ensure_topics, make_producer
+from episodic.bus.kafka import make_producer
 from episodic.kernel.settings import Settings
 from infra.broker import free_port
 from streams.gate import GateOptions, GateTopics
 from streams.runner import GateRunner
-from tests.integration.test_gate import gate_command, one_partition_topics, produce_values, read_all
+from tests.integration.test_gate import (
+    gate_command,
+    gate_process_setup,
+    one_partition_topics,
+    produce_values,
+    read_all,
+)
 
 N = 4000  # entries, produced at RATE while the gates run
 RATE = 1000
@@ -56,16 +61,11 @@ def gate(topics: GateTopics, env: dict[str, str], app_id: str, log: Path) -> sub
 
 
 async def test_each_entry_is_written_once_across_a_kill_of_the_gate(broker: str, uid: str, tmp_path: Path) -> None:
-    topics = GateTopics(entries=f"entries.{uid}", embeddable=f"embeddable.{uid}", dlq=f"dlq.{uid}")
-    await ensure_topics(broker, partitions=2, topics=topics.all())
-    env = dict(
-        os.environ,
-        EPISODIC_KAFKA_BOOTSTRAP=broker,
-        EPISODIC_DATA_DIR=str(tmp_path),
-        EPISODIC_TOPIC_PARTITIONS="2",
+    topics, env = await gate_process_setup(
+        broker, uid, tmp_path, 2,
         EPISODIC_GATE_EXACTLY_ONCE="true",
         EPISODIC_SESSION_TIMEOUT_MS="6000",  # the broker's minimum: the killed gate's partitions move sooner
-    )
+    )  # fmt: skip
     log = tmp_path / "gates.log"
     seen: Counter[str] = Counter()
     reader = AIOKafkaConsumer(
