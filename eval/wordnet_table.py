@@ -114,10 +114,14 @@ def table(root: Path) -> Table:
         if lemma.isalpha():  # one-word lemmas: the rule compares words ("turn_on", "warm-up" are split there)
             add(stem(lemma), synsets)
             tagged[stem(lemma)][pos] += count
+    forms: set[str] = set()  # irregular forms of verbs and adjectives ("taught", "ran", "better") say how
     for form, base, pos in exceptions(root):
         if form.isalpha() and (base, pos) in found:
             add(stem(form), found[(base, pos)][0])
+            if pos != "n" and stem(form) not in tagged:
+                forms.add(stem(form))
     t.verbish = {k for k, by in tagged.items() if 0 < sum(by.values()) * VERBISH <= by["v"] + by["a"] + by["r"]}
+    t.verbish |= forms
     t.antonyms = {(stem(a), stem(b)) for a, b in antonyms if a.isalpha() and b.isalpha() and stem(a) != stem(b)}
     t.antonyms |= {(b, a) for a, b in t.antonyms}
     return t

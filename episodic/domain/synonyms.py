@@ -17,7 +17,7 @@ WordNet 3.0 Copyright 2006 by Princeton University. All rights reserved. Its lic
 from __future__ import annotations
 
 import gzip
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
@@ -30,6 +30,19 @@ class Lexicon:
     wide: dict[str, frozenset[int]]  # stem -> what its verb and adjective senses widen to (hypernyms, similar)
     verbish: frozenset[str]
     antonyms: frozenset[tuple[str, str]]
+    against: dict[str, frozenset[str]] = field(default_factory=dict)  # stem -> its antonyms (from `antonyms`)
+
+    def __post_init__(self) -> None:
+        if self.antonyms and not self.against:
+            by: dict[str, set[str]] = {}
+            for a, b in self.antonyms:
+                by.setdefault(a, set()).add(b)
+            object.__setattr__(self, "against", {k: frozenset(v) for k, v in by.items()})
+
+    def contrary(self, a: str, b: str) -> bool:
+        """Whether stem `b` says the opposite of stem `a`: WordNet's antonym of it, or a word related to one
+        ("flunked" to "passed": "fail" is the antonym of "pass", "flunk" a way to fail)."""
+        return any(o == b or self.related(o, b) for o in self.against.get(a, ()))
 
     def related(self, a: str, b: str) -> bool:
         """Whether stems `a` and `b` say the same thing in other words: a shared sense, or one's sense is
