@@ -89,6 +89,7 @@ class Minute:
     cpu_stack: float = 0.0  # % of one core over the minute
     cpu_broker: float = 0.0
     disk_broker: float = 0.0  # MiB of the embedded Kafka's log directory at the end of the minute
+    disk_topics: dict[str, float] = field(default_factory=dict)  # ... by topic (its partitions summed)
     seconds: float = 60.0
 
 
@@ -291,13 +292,22 @@ async def run(args: argparse.Namespace) -> list[Row]:
     return [*report(soak, lost_ix, lost_gate, tail_s), Row("soak", "write conflicts, all writers", total, "")]
 
 
-def du_mib(path: Path) -> float:
-    total = 0
+def du_topics(path: Path) -> dict[str, float]:
+    """MiB allocated under the log directory by topic (a partition's folder is `<topic>-<n>`; files at the
+    top under "(broker)"): what grows when the log does."""
+    out: dict[str, float] = {}
     for f in path.rglob("*"):
         with contextlib.suppress(OSError):
             if f.is_file():
-                total += f.stat().st_blocks * 512  # allocated, not apparent: Kafka preallocates its indexes
-    return total / 2**20
+                rel = f.relative_to(path).parts
+                topic = rel[0].rsplit("-", 1)[0] if len(rel) > 1 else "(broker)"
+                # allocated, not apparent: Kafka preallocates its indexes
+                out[topic] = out.get(topic, 0.0) + f.stat().st_blocks * 512 / 2**20
+    return out
+
+
+def du_mib(path: Path) -> float:
+    return sum(du_topics(path).values())
 
 
 async def sample_processes(pid: int, soak: Soak, clock: Any, t0: float, kafka_log: Path) -> None:
@@ -314,7 +324,8 @@ async def sample_processes(pid: int, soak: Soak, clock: Any, t0: float, kafka_lo
         minute.rss_broker = sum(rss_mib(c) for c in brokers)
         now, spent = time.monotonic(), (cpu_seconds(pid), sum(cpu_seconds(c) for c in brokers))
         minute.cpu_stack, minute.cpu_broker = (100 * (b - a) / (now - since) for a, b in zip(used, spent, strict=True))
-        minute.disk_broker = await asyncio.to_thread(du_mib, kafka_log)
+        minute.disk_topics = await asyncio.to_thread(du_topics, kafka_log)
+        minute.disk_broker = sum(minute.disk_topics.values())
         used, since = spent, now
 
 
@@ -359,6 +370,11 @@ def report(soak: Soak, lost_ix: int, lost_gate: int, tail_s: float) -> list[Row]
         )
     last, mid = soak.minutes[-1], soak.minutes[len(soak.minutes) // 2]
     growth = (last.rss_stack - mid.rss_stack) / mid.rss_stack if mid.rss_stack else float("nan")
+    if last.disk_topics:  # which topic the broker's log is, at the first, middle and last minute
+        print("\nbroker log by topic, MiB (minute 1 / middle / last):")
+        for topic in sorted(last.disk_topics, key=lambda t: -last.disk_topics[t])[:8]:
+            sizes = (m.disk_topics.get(topic, 0.0) for m in (first, mid, last))
+            print(f"  {topic:<40} " + " / ".join(f"{v:7.2f}" for v in sizes))
     print(
         f"\nproduced {soak.produced_total} entries ({len(soak.produced_at)} embeddable), send errors "
         f"{soak.send_errors}; tail waited {tail_s:.0f}s; lost: {lost_ix} embeddable never indexed, "
