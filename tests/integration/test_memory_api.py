@@ -480,7 +480,7 @@ def test_a_bound_token_sees_and_forgets_only_its_agents_memories(env: dict[str, 
     assert c.get("/v1/memories", params={**ws, "crew_id": "c9"}, headers=lead).json()["error"].startswith("crew_id:")
 
     # forget: never a workspace or another agent (nothing is sent)
-    refusals = [
+    refusals: list[tuple[Any, str, dict[str, Any], str]] = [
         (c.post, "/v1/memory/forget", {"json": {**ws, "all": True}, "headers": a1}, "all"),
         (c.post, "/v1/memory/forget", {"json": {**ws, "agent_id": "a2"}, "headers": a1}, "agent_id"),
     ]  # fmt: skip
