@@ -239,6 +239,7 @@ class Reading:
     negations: int
     polar: tuple[tuple[str, int], ...]
     joins: tuple[tuple[str, str, str], ...] = ()
+    spelled: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (initials, the stems of the words they begin)
     things: frozenset[str] = frozenset()  # content stems written as nouns are ("deployer", "security")
 
 
@@ -339,6 +340,7 @@ def reading(text: str) -> Reading:
         negations=negations,
         polar=tuple(sorted(polar)),
         joins=tuple(sorted(joins)),
+        spelled=_spelled(text),
         things=frozenset(things),
     )
 
@@ -378,6 +380,25 @@ def _clock(hour: str, afternoon: bool) -> str:
     return f"{h}:{m.group(2) or '00'}"
 
 
+def _spelled(text: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """For each run of two to five words, their initials and the content stems among them ("pull request":
+    "pr"; "out of memory": "oom"), so that an acronym in one text pairs with the words it stands for in the
+    other (`_paired`)."""
+    found = [w for w in _WORD.findall(text.casefold()) if w.isalpha()]
+    out = set()
+    for n in range(2, 6):
+        for i in range(len(found) - n + 1):
+            run = found[i : i + n]
+            stems = tuple(_stem(w) for w in run if w not in _STOP and w not in _LIGHT)
+            if stems:
+                out.add(("".join(w[0] for w in run), stems))
+    return tuple(sorted(out))
+
+
+def _acronym(stem: str) -> str:
+    return stem[:-1] if stem.endswith("s") and len(stem) > 2 else stem  # "PRs" is "PR" more than once
+
+
 def _sign(sign: int) -> str:
     return "+" if sign > 0 else "-"
 
@@ -412,6 +433,12 @@ def _paired(a: Reading, b: Reading, only_a: set[str], only_b: set[str], rule: Fo
                 mine.discard(joined)
                 theirs.difference_update((first, second))
                 paired.append(f"{joined} = {first} {second}")
+        for initials, stems in other.spelled:  # "PR" / "pull request", "OOM" / "out of memory"
+            acronym = next((x for x in sorted(mine) if 2 <= len(x) <= 5 and _acronym(x) == initials), None)
+            if acronym is not None and theirs & set(stems):
+                mine.discard(acronym)
+                theirs.difference_update(stems)
+                paired.append(f"{acronym} = {' '.join(stems)}")
     swaps = rule.swaps
 
     def swappable(x: str, y: str) -> bool:

@@ -212,6 +212,7 @@ def test_the_word_table_ships_and_reads() -> None:
         ("Over the summer the treehouse was built by my father.",
          "Over the summer the treehouse was built by my father-in-law."),
         ("Zara: My boss praised the presentation I gave.", "Zara: My boss criticized the presentation I gave."),
+        ("The reviewer agent flagged the merge request.", "The reviewer agent flagged the PR."),
     ],
 )  # fmt: skip
 def test_near_misses_found_by_the_blind_sets_do_not_fold(new: str, old: str) -> None:
@@ -231,6 +232,9 @@ def test_near_misses_found_by_the_blind_sets_do_not_fold(new: str, old: str) -> 
         ("Incident: 37 customer webhooks were dropped during the failover.",
          "Incident: thirty-seven customer webhooks were dropped during the failover."),
         ("user: My new bike cost $1,200.", "user: My new bike cost 1,200 dollars."),
+        ("The reviewer agent flagged the pull request that disables CSRF checks.",
+         "The reviewer agent flagged a PR that disables CSRF checks."),
+        ("Checkout was OOM-killed in the load test.", "Checkout was killed in the load test: out of memory."),
         ("Priya: My son scored the winning goal in his game yesterday!",
          "Priya: Yesterday my son scored the game-winning goal in his game!"),
     ],

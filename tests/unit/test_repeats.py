@@ -12,8 +12,11 @@ from hypothesis import strategies as st
 from episodic.domain.folding import FoldRule
 from episodic.domain.review import initial_state
 from episodic.domain.surprise import key_moment, stability_boost, surprise, surprise_of
+from episodic.domain.synonyms import lexicon
 from episodic.retrieval.render import render
 from episodic.retrieval.repeats import distinct
+
+lexicon()  # the fold rule's word table, read once here rather than inside a hypothesis example's deadline
 
 RULE = FoldRule()
 
