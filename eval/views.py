@@ -65,7 +65,7 @@ class Q:
     _legs: dict = field(default_factory=dict)
     text: str = ""  # the question (the time legs read the times it names)
     id: str = ""
-    asked: str = ""  # when it was asked (LongMemEval's question date; LoCoMo: ""), Turn.date's form
+    asked: str = ""  # when it was asked (LongMemEval's question date; LoCoMo: its last session's), Turn.date's form
 
     def top(self, row: str, n: int) -> np.ndarray:
         """A prefetch: the row's best n, best first; a sparse row returns matched memories only."""

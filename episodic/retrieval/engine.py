@@ -71,6 +71,7 @@ from episodic.kernel.settings import FUSION_BY_CHUNK_MODE, Settings
 from episodic.retrieval import expand as expand
 from episodic.store.sparse import Bm25Encoder
 from episodic_client.models import RecallRequest
+from episodic_client.timestamps import parse_timestamp
 
 if TYPE_CHECKING:
     from episodic.embedding.generations import ModelSwitch
@@ -129,6 +130,12 @@ def timed(fusion: Fusion, query: str, now: datetime) -> Fusion:
     if not found:
         return fusion
     return replace(fusion, when=tuple((_rfc3339(s.start), _rfc3339(s.end)) for s in found))
+
+
+def asked_at(req: RecallRequest, clock: Callable[[], datetime]) -> datetime:
+    """When `req` is asked: its `as_of` (validated RFC 3339 with an offset), else the clock's now; the instant
+    the query's relative times ("two weeks ago") are read from."""
+    return parse_timestamp(req.as_of) if req.as_of is not None else clock()
 
 
 def _rfc3339(at: datetime) -> str:
@@ -420,7 +427,7 @@ class RecallEngine:
             if req.mode == "hybrid" and qvec is not None:
                 # With no searchable term (only stop words) the BM25 legs are left out and the hybrid's dense
                 # leg alone ranks, the piece prior included: the same order as that leg in any other query.
-                fused = timed(fusion or self.fusion, req.query, self.clock())
+                fused = timed(fusion or self.fusion, req.query, asked_at(req, self.clock))
                 return self.store.query_hybrid(qvec.tolist(), sparse, scope, req.k, fused, **named)
             if not sparse.indices:  # no searchable term (e.g. only stop words): nothing matches
                 return []

@@ -9,7 +9,7 @@ import pytest
 
 from eval.data import holdout_of, locomo_corpus, locomo_date, locomo_evidence
 from eval.noise import differences, paired, verdict
-from eval.pipeline import Answer, cells, covered, entries, report
+from eval.pipeline import Answer, body, cells, covered, entries, report
 
 
 def conversation(cid: str) -> dict:
@@ -65,6 +65,18 @@ def test_one_entry_per_turn_one_run_per_session_by_the_protocol() -> None:
     qs = c.scored_questions
     assert [q.type for q in qs] == ["1", "4"]
     assert qs[1].evidence == {"locomo-7-D1:2", "locomo-7-D2:1", "locomo-7-D1:1"}
+
+
+def test_every_question_is_asked_at_its_date_unless_the_mode_says_now() -> None:
+    """Issue 46: LoCoMo gives no question date; its questions come after the last session (3 June, though the
+    file lists it first), which the harness sends as the recall's `as_of`; "+now" leaves it to the clock."""
+    c = locomo_corpus(conversation("7"))
+    q = c.scored_questions[0]
+    assert q.date == "2023/06/03 (Sat) 09:05"
+    assert body(c, q, "hybrid", 10)["as_of"] == "2023-06-03T09:05:00Z"
+    assert "as_of" not in body(c, q, "hybrid+now", 10)
+    both = body(c, q, "hybrid+adjacent+now", 10)
+    assert both["adjacent"] is True and both["mode"] == "hybrid" and "as_of" not in both
 
 
 def test_the_holdout_is_whole_conversations() -> None:

@@ -291,6 +291,23 @@ def test_a_hybrid_query_naming_a_time_brings_its_time_legs_by_default(env: Env) 
     assert off.store.fusions[-1].when == ()
 
 
+def test_as_of_is_when_the_query_s_relative_times_are_read_from(env: Env) -> None:
+    """Issue 46: a question asked on 20 June 2023 ("two weeks ago", "last May") reaches the time legs as the spans
+    of that date, whatever the service's clock says; without `as_of` they are read from the clock. It filters
+    nothing (the scope's filters stay empty), and an absolute time is the same either way."""
+    asked = {**OK, "mode": "hybrid", "as_of": "2023-06-20T14:00:00+02:00"}
+    env.client.post("/v1/recall", json={**asked, "query": "what did we deploy two weeks ago?"})
+    assert env.store.fusions[-1].when == (("2023-05-30T12:00:00Z", "2023-06-13T12:00:00Z"),)
+    assert env.store.calls[-1][1].filters.empty
+    env.client.post("/v1/recall/render", json={**asked, "query": "what did we deploy last May?"})
+    assert env.store.fusions[-1].when == (("2023-05-01T00:00:00Z", "2023-06-01T00:00:00Z"),)
+    env.client.post("/v1/recall", json={**OK, "mode": "hybrid", "query": "what did we deploy last May?"})
+    (clock,) = env.store.fusions[-1].when  # the service's clock: a May after 2023's
+    assert clock[0].endswith("-05-01T00:00:00Z") and clock[0] > "2024"
+    env.client.post("/v1/recall", json={**asked, "query": "what did we deploy in July 2021?"})
+    assert env.store.fusions[-1].when == (("2021-07-01T00:00:00Z", "2021-08-01T00:00:00Z"),)
+
+
 def test_crew_shared_may_omit_agent(env: Env) -> None:
     r = env.client.post("/v1/recall", json={"workspace_id": "ws-a", "crew_id": "crew", "scope": "crew_shared",
                                             "query": "q"})  # fmt: skip
@@ -340,6 +357,11 @@ BAD: list[tuple[Any, str]] = [
     ({**OK, "entry_types": ["t"] * 51}, "entry_types"),
     ({**OK, "min_severity": "fatal"}, "min_severity"),
     ({**OK, "exclude_run_id": ""}, "exclude_run_id"),
+    # when the question is asked (issue 46)
+    ({**OK, "as_of": "two weeks ago"}, "as_of"),
+    ({**OK, "as_of": "2023-06-20T12:00:00"}, "as_of"),  # no offset
+    ({**OK, "as_of": 1687262400}, "as_of"),
+    ({**OK, "as_of": "2023-02-30T12:00:00Z"}, "as_of"),
 ]
 
 
