@@ -60,6 +60,8 @@ RESTARTS: dict[str, dict[str, str]] = {
     "main-default (no time legs)": {"EPISODIC_RRF_TIME_WEIGHT": "0"},
     "shipped-again (the default once more: A-B-A, for latency drift)": {},
     "run-level 0.5 depth 3 (option)": {"EPISODIC_RRF_RUN_WEIGHT": "0.5", "EPISODIC_RRF_RUN_DEPTH": "3"},
+    # the dense query as it was before the common words were left out of it
+    "whole dense query (before)": {"EPISODIC_DENSE_QUERY_COMMON": "0"},
     "run-level-0.25 depth 1 (option)": {"EPISODIC_RRF_RUN_WEIGHT": "0.25", "EPISODIC_RRF_RUN_DEPTH": "1"},
     "rrf60 (seed)": {"EPISODIC_FUSION": "rrf_equal"},
     # the default before the lexical confidence: every BM25-based leg at its full weight for any query

@@ -69,6 +69,7 @@ from episodic.kernel.ports import (
 )
 from episodic.kernel.settings import FUSION_BY_CHUNK_MODE, Settings
 from episodic.retrieval import expand as expand
+from episodic.retrieval.common import CommonTerms
 from episodic.store.sparse import Bm25Encoder
 from episodic_client.models import RecallRequest
 from episodic_client.timestamps import parse_timestamp
@@ -281,6 +282,7 @@ class RecallEngine:
         adjacent_weight: float = 0.5,
         fusion_by_mode: Mapping[str, Fusion] | None = None,
         newer_first: bool = True,
+        dense_query_common: float = 0.0,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -297,6 +299,9 @@ class RecallEngine:
         self.adjacent = adjacent
         self.adjacent_weight = adjacent_weight
         self.newer_first = newer_first  # a superseded hit gets its newer memory right above it
+        # the hybrid's dense query leaves out the words more than this share of the workspace's memories hold
+        self.dense_query_common = dense_query_common
+        self.common = CommonTerms(store, bm25)
 
     @classmethod
     def from_settings(
@@ -319,6 +324,7 @@ class RecallEngine:
             adjacent_weight=settings.adjacent_weight,
             newer_first=settings.supersede_enabled,
             fusion_by_mode=fusions_by_mode(settings),
+            dense_query_common=settings.dense_query_common,
         )
 
     @property
@@ -339,8 +345,16 @@ class RecallEngine:
         """The query embedder, its vector name, the fusion and the query vector (None in sparse mode, or with
         no embedder, or when embedding failed) that `recall` uses for `req`, read once."""
         embedder, using, fusion = self._query_model()
-        qvec = self._embed_query(req.query, embedder) if req.mode != "sparse" else None
+        qvec = self._embed_query(self.dense_query(req), embedder) if req.mode != "sparse" else None
         return embedder, using, fusion, qvec
+
+    def dense_query(self, req: RecallRequest) -> str:
+        """The text the query vector is made of: in hybrid mode the query without the words most of the
+        workspace's memories hold (`episodic.retrieval.common`; the BM25 legs read the whole query), else the
+        query."""
+        if req.mode != "hybrid" or self.dense_query_common <= 0:
+            return req.query
+        return self.common.dense_query(req.query, req.workspace_id, self.dense_query_common)
 
     def scope_filter(self, req: RecallRequest) -> ScopeFilter:
         return ScopeFilter(

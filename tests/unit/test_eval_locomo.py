@@ -147,3 +147,24 @@ def test_the_mirrors_time_legs_read_relative_times_as_told() -> None:
     assert question_spans(q("what did I buy last month?", asked), "off") == ()
     both = q("what did I buy in May 2023, and last month?", asked)
     assert days(question_spans(both, "off")) == ["2023-05-01/2023-06-01"]
+
+
+def test_the_adaptive_re_ranks_of_the_mirror_do_what_they_say() -> None:
+    """eval.runlevel's issue-46 variants over a made-up conversation: a gate of 0 leaves the fused order, the
+    kept head stays first, a neighbour lifts the turn beside it, and the share reads one run's mass."""
+    from eval import runlevel as R
+    from eval.memories import Memories
+    from eval.views import Q
+
+    rec = conversation("7")
+    rec["session_1"] = [{"speaker": "Ann", "dia_id": f"D1:{i}", "text": f"turn {i}"} for i in range(1, 5)]
+    mem = Memories.build(locomo_corpus(rec))  # memories 0-3: session 1 in order, 4: session 2
+    q = Q({}, mem, frozenset(), "")
+    idx, sc = np.array([4, 0, 2, 3, 1]), np.array([1.0, 0.9, 0.5, 0.4, 0.3])
+    same, _ = R.gated(1.0, lambda *_: 0.0)(q, idx, sc)
+    assert same.tolist() == idx.tolist()
+    lifted, _ = R.gated(1.0, lambda *_: 1.0)(q, idx, sc)
+    assert lifted.tolist()[0] == 0  # session 1's three best outweigh session 2's one
+    assert R.head_kept(1.0, 1)(q, idx, sc)[0].tolist()[0] == 4
+    assert R.neighbours(1.0)(q, idx, sc)[0].tolist().index(1) < 4  # next to 0 and 2, both candidates
+    assert R.share(q, idx, sc, top=5) == pytest.approx(2.1 / 3.1)
