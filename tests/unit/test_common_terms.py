@@ -93,23 +93,37 @@ class PagedStore:
         return [(f"p{i}", {"summary": s}) for i, s in enumerate(self.summaries[:limit])], None
 
 
-def test_the_engine_samples_a_workspace_once_until_its_shares_are_stale() -> None:
+def test_the_engine_samples_a_workspace_once_and_a_stale_sample_again_in_the_background() -> None:
     now = [0.0]
     store = PagedStore(CHAT)
-    common = CommonTerms(store, ENC, sample=3, ttl_s=300.0, clock=lambda: now[0])  # type: ignore[arg-type]
+    jobs: list[Any] = []
+    common = CommonTerms(store, ENC, sample=3, ttl_s=300.0, clock=lambda: now[0], background=jobs.append)  # type: ignore[arg-type]
     assert common.dense_query("Did Melanie run?", "ws", 0.5) == "Did run?"  # the 3 newest all name her
     assert common.dense_query("Melanie's shoes?", "ws", 0.5) == "shoes?"
     assert common.dense_query("Melanie's pottery?", "ws", 0.5) == "Melanie's pottery?"  # in 2 of 3 too: all common
-    assert store.pages == [("ws", 3)]
+    assert store.pages == [("ws", 3)] and jobs == []  # the first recall waited for the sample; the others reuse it
     now[0] = 301.0
+    store.summaries = ["Bo: pottery again.", "Ann: hi.", "Bo: the lease."]  # the workspace moved on
+    assert common.dense_query("Did Melanie run?", "ws", 0.5) == "Did run?"  # the stale shares, not waited for
     common.dense_query("Did Melanie run?", "ws", 0.5)
+    assert len(jobs) == 1 and store.pages == [("ws", 3)]  # one refresh started, none read in the recall
+    jobs.pop()()
+    assert store.pages == [("ws", 3), ("ws", 3)]
+    assert common.dense_query("Did Melanie run?", "ws", 0.5) == "Did Melanie run?"  # rare now: kept
     common.dense_query("Did Melanie run?", "other", 0.5)
-    assert store.pages == [("ws", 3), ("ws", 3), ("other", 3)]
+    assert store.pages[-1] == ("other", 3)
     assert common.dense_query("Did Melanie run?", "ws", 0.0) == "Did Melanie run?"  # off: no sample read
     assert len(store.pages) == 3
 
 
-def test_a_failing_sample_leaves_the_query_whole(caplog: pytest.LogCaptureFixture) -> None:
-    common = CommonTerms(PagedStore(CHAT, fail=True), ENC)  # type: ignore[arg-type]
+def test_a_failing_sample_leaves_the_query_whole_or_the_older_sample(caplog: pytest.LogCaptureFixture) -> None:
+    store = PagedStore(CHAT, fail=True)
+    now = [0.0]
+    common = CommonTerms(store, ENC, clock=lambda: now[0], background=lambda job: job())  # type: ignore[arg-type]
     assert common.dense_query("Did Melanie run?", "ws", 0.5) == "Did Melanie run?"
     assert "sample failed" in caplog.text
+    store.fail = False
+    assert common.dense_query("Did Melanie run?", "ws", 0.5) == "Did run?"
+    store.fail, now[0] = True, 1000.0
+    assert common.dense_query("Did Melanie run?", "ws", 0.5) == "Did run?"  # the refresh failed: the older stays
+    assert common.dense_query("Did Melanie run?", "ws", 0.5) == "Did run?"
