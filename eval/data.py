@@ -256,6 +256,9 @@ def locomo_corpus(rec: dict) -> Corpus:
                 Turn(f"{c.name}-{t['dia_id']}", f"{conv}-session_{n}", j, str(t["speaker"]), text, date, False)
             )
     ids = {t.id for t in c.turns}
+    # LoCoMo gives no question date: its questions are asked after the last session, so that session's date is
+    # when they are asked (what the harness sends as the recall's `as_of`, relative times read from it).
+    asked = max((t.date for t in c.turns), key=haystack_time, default="")
     for i, qa in enumerate(rec.get("qa", [])):
         evidence = frozenset(e for d in locomo_evidence(qa.get("evidence") or []) if (e := f"{c.name}-{d}") in ids)
         c.questions.append(
@@ -264,7 +267,7 @@ def locomo_corpus(rec: dict) -> Corpus:
                 type=str(qa.get("category", "")),
                 question=str(qa["question"]),
                 answer=str(qa.get("answer", qa.get("adversarial_answer", ""))),
-                date="",
+                date=asked,
                 evidence=evidence,
                 answer_sessions=frozenset(),
             )

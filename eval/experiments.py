@@ -584,6 +584,72 @@ def time_legs(a: argparse.Namespace) -> Result:
     return views, ms, "Time legs: relative times from a later clock, from the question's date, or not read"
 
 
+def adaptive(a: argparse.Namespace) -> Result:
+    """Issue 46's adaptive levers against the shipped tree asked at the question's date (``as_of``: relative
+    times from LongMemEval's question date and LoCoMo's last session's): the run-level re-rank gated per
+    question by how concentrated the fused list is in one run (``eval.runlevel.share``, ``margin``) or by the
+    dense and BM25 legs agreeing on the run (``agree``); the fused head kept and run-level below it; a turn
+    lifted by its run neighbours only; the dense leg over each piece's vector mixed with the previous memory's
+    (``Dense.mix``, no re-embedding). ``--against "as of (shipped)"``."""
+    from eval import runlevel as R
+
+    dp = Dense(split="p32", penalty=PIECE_PENALTY, candidates=200)
+    rows: dict = {"S": Sparse(), "DP": dp, "SC": Sparse(ctx=RECOMMENDED_CONTEXT)}
+    rows.update({f"DM{m}": replace(dp, mix=m) for m in (0.25, 0.5)})
+    views = build(a.sets, rows)
+    views.by_type = getattr(a, "by_type", False)
+    weights = [2.5, 0.5, 1, 1]
+
+    def legs(d: str = "DP") -> list:
+        return [(d, 100), ("SC", d, 100), ("S", 100), ("SC", 100)]
+
+    def asked(d: str = "DP", run: float = 0.0, post: R.Post | None = None) -> Method:
+        return tree(legs(d), 3, weights, LEXICAL_FULL, LEXICAL_FLOOR, time=1.0, relative="asked", run=run, post=post)
+
+    ms: dict[str, Method] = {
+        "as of (shipped)": asked(),
+        "time legs, clock (main)": tree(legs(), 3, weights, LEXICAL_FULL, LEXICAL_FLOOR, time=1.0),
+        "run-level 0.5 (option)": asked(run=0.5),
+    }
+    gates = {"share of the top 10": R.share, "run margin": R.margin, "legs agree": R.agree}
+    for label, gate in gates.items():
+        for w in (0.5, 1.0):
+            ms[f"run-level {w} x {label}"] = asked(post=R.gated(w, gate))
+    for w in (0.5, 1.0):
+        for keep in (3, 5):
+            ms[f"run-level {w} below the fused top {keep}"] = asked(post=R.head_kept(w, keep))
+    for w in (0.25, 0.5):
+        ms[f"neighbour lift {w}"] = asked(post=R.neighbours(w))
+    for m in (0.25, 0.5):
+        ms[f"dense leg mixed with the previous turn {m}"] = asked(d=f"DM{m}")
+    return views, ms, "Adaptive levers: gated run-level, neighbour lift, the dense leg with its neighbour (issue 46)"
+
+
+def common_words(a: argparse.Namespace) -> Result:
+    """The hybrid's dense leg embedding the query without the words more than a share of the workspace's
+    memories hold (``episodic.domain.common_terms``; ``EPISODIC_DENSE_QUERY_COMMON``), by that share, alone
+    and with the run-level option, against the shipped tree asked at the question's date.
+    ``--against "as of (shipped)"``."""
+    dp = Dense(split="p32", penalty=PIECE_PENALTY, candidates=200)
+    shares = (0.1, 0.2, 0.3, 0.5)
+    rows: dict = {"S": Sparse(), "DP": dp, "SC": Sparse(ctx=RECOMMENDED_CONTEXT)}
+    rows.update({f"DQ{c}": replace(dp, common=c) for c in shares})
+    views = build(a.sets, rows)
+    views.by_type = getattr(a, "by_type", False)
+
+    def asked(d: str = "DP", run: float = 0.0) -> Method:
+        legs = [(d, 100), ("SC", d, 100), ("S", 100), ("SC", 100)]
+        return tree(legs, 3, [2.5, 0.5, 1, 1], LEXICAL_FULL, LEXICAL_FLOOR, time=1.0, relative="asked", run=run)
+
+    ms: dict[str, Method] = {"as of (shipped)": asked()}
+    for c in shares:
+        ms[f"dense query without words in > {c:.0%} of the memories"] = asked(f"DQ{c}")
+    for c in (0.2,):
+        for run in (0.25, 0.5):
+            ms[f"dense query without words in > {c:.0%}, run-level {run}"] = asked(f"DQ{c}", run=run)
+    return views, ms, "Common words: the dense query without the words most of the workspace's memories hold (issue 46)"
+
+
 EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "legs": legs,
     "bm25-options": bm25_options,
@@ -604,4 +670,6 @@ EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "folding-by-type": folding_by_type,
     "conversations": conversations,
     "time-legs": time_legs,
+    "adaptive": adaptive,
+    "common-words": common_words,
 }

@@ -113,12 +113,14 @@ def tree(
     run: float = 0.0,
     depth: int = 3,
     pool: int = 100,
+    post: Callable[[Q, np.ndarray, np.ndarray], Ranked] | None = None,
 ) -> Method:
     """The store's hybrid as it ranks (``episodic.store.query.hybrid_prefetch``, ``QdrantStore.query_hybrid``):
     weighted RRF over `legs` with the lexical confidence (`full` > 0, ``lexical``); the time legs (`time` > 0
     and the question names a time, ``episodic.domain.timespan``: each leg that searches on its own once more
     over the memories of those times, at `time` x its weight); the run-level re-rank of the fused top `pool`
-    (`run` > 0, ``episodic.domain.runs``; `run_if_timed`: only for a question that names a time)."""
+    (`run` > 0, ``episodic.domain.runs``; `run_if_timed`: only for a question that names a time); `post`: another
+    re-rank of the fused top `pool` instead (the question, its indices and scores -> the re-ranked ones)."""
     from episodic.domain.runs import run_level
     from episodic.store.query import lexical_factor
 
@@ -137,7 +139,10 @@ def tree(
                     ranked.append(q.within(spec[0], spec[1], inside))
                     w.append(wt * time)
         by_run = run > 0 and (bool(found) or not run_if_timed)
-        fused = _ranked(F.rrf(ranked, k, w), pool if by_run else DEPTH)
+        fused = _ranked(F.rrf(ranked, k, w), pool if by_run or post else DEPTH)
+        if post is not None:
+            idx, sc = post(q, *fused)
+            return idx[:DEPTH], sc[:DEPTH]
         if not by_run:
             return fused
         idx, sc = fused

@@ -46,7 +46,7 @@ import httpx
 import numpy as np
 
 from episodic.domain.identity import normalise_summary
-from eval.data import SETS, Corpus, Question, holdout_of, load, set_names
+from eval.data import SETS, Corpus, Question, haystack_time, holdout_of, load, set_names
 from eval.embcache import RESULTS
 from eval.metrics import evidence_recall
 from eval.noise import interval
@@ -60,6 +60,8 @@ RESTARTS: dict[str, dict[str, str]] = {
     "main-default (no time legs)": {"EPISODIC_RRF_TIME_WEIGHT": "0"},
     "shipped-again (the default once more: A-B-A, for latency drift)": {},
     "run-level 0.5 depth 3 (option)": {"EPISODIC_RRF_RUN_WEIGHT": "0.5", "EPISODIC_RRF_RUN_DEPTH": "3"},
+    # the dense query as it was before the common words were left out of it
+    "whole dense query (before)": {"EPISODIC_DENSE_QUERY_COMMON": "0"},
     "run-level-0.25 depth 1 (option)": {"EPISODIC_RRF_RUN_WEIGHT": "0.25", "EPISODIC_RRF_RUN_DEPTH": "1"},
     "rrf60 (seed)": {"EPISODIC_FUSION": "rrf_equal"},
     # the default before the lexical confidence: every BM25-based leg at its full weight for any query
@@ -264,17 +266,23 @@ class Answer:
 
 
 def body(c: Corpus, q: Question, mode: str, k: int) -> dict[str, Any]:
-    """The recall request of one question; a mode "hybrid+adjacent" is hybrid with `adjacent: true`."""
+    """The recall request of one question, asked at its date (`as_of`: LongMemEval's question date, LoCoMo's
+    last session's), so relative times ("two weeks ago") are read as the asker meant them. Suffixes of the
+    mode: "+adjacent" sends `adjacent: true`, "+now" no `as_of` (relative times read from the service's clock,
+    the harness before `as_of`): "hybrid+now"."""
+    base, *flags = mode.split("+")
     out: dict[str, Any] = {
         "workspace_id": c.workspace,
         "agent_id": c.agent_id,
         "scope": "own",
         "query": q.question,
         "k": k,
-        "mode": mode.split("+")[0],
+        "mode": base,
     }
-    if mode.endswith("+adjacent"):
+    if "adjacent" in flags:
         out["adjacent"] = True
+    if q.date and "now" not in flags:
+        out["as_of"] = haystack_time(q.date).isoformat().replace("+00:00", "Z")
     return out
 
 

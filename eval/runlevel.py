@@ -20,6 +20,7 @@ payload, then a few hundred float operations in Python.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
 
@@ -89,3 +90,96 @@ def run_level(
         return idx[o], final[o]
 
     return run
+
+
+# Issue 46's adaptive variants (`eval.sweep adaptive`): the store's run-level re-rank (``episodic.domain.runs``)
+# applied per question only as strongly as a gate read from the fused list says, and a turn lifted by its run
+# neighbours alone. Each is a ``post`` of ``eval.methods.tree``: (question, fused top N indices, scores) -> re-ranked.
+Post = Callable[[Q, np.ndarray, np.ndarray], Ranked]
+
+
+def _candidates(q: Q, idx: np.ndarray, sc: np.ndarray) -> list[tuple[str, float, int]]:
+    return [
+        (str(i), float(s), int(r)) for i, s, r in zip(idx.tolist(), sc.tolist(), q.mem.run[idx].tolist(), strict=True)
+    ]
+
+
+def _as_ranked(pairs: list[tuple[str, float]]) -> Ranked:
+    return np.array([int(i) for i, _ in pairs], dtype=np.int64), np.array([s for _, s in pairs])
+
+
+def share(q: Q, idx: np.ndarray, sc: np.ndarray, top: int = 10) -> float:
+    """The fused score mass of the top `top` held by the run holding most of it (1: one run holds them all)."""
+    mass: dict[int, float] = defaultdict(float)
+    for s, r in zip(sc[:top].tolist(), q.mem.run[idx[:top]].tolist(), strict=True):
+        mass[r] += s
+    total = sum(mass.values())
+    return max(mass.values()) / total if total > 0 else 0.0
+
+
+def margin(q: Q, idx: np.ndarray, sc: np.ndarray, depth: int = 3) -> float:
+    """1 − the second run's score / the best run's (run scores as the store's: the sum of its `depth` best)."""
+    from episodic.domain.runs import run_scores as store_run_scores
+
+    cands = _candidates(q, idx, sc)
+    best = {r: v for (_, _, r), v in zip(cands, store_run_scores(cands, depth), strict=True)}
+    top = sorted(best.values(), reverse=True)
+    return 1.0 - (top[1] / top[0] if len(top) > 1 and top[0] > 0 else 0.0)
+
+
+def agree(q: Q, idx: np.ndarray, sc: np.ndarray, top: int = 5, dense: str = "DP", bm25: str = "S") -> float:
+    """1 when the dense and the BM25 leg alone put the same run first (the run most of their top `top` is
+    from), else 0: two independent legs agreeing on the session."""
+
+    def first(ix: np.ndarray) -> int | None:
+        if not len(ix):
+            return None
+        runs = q.mem.run[ix]
+        values, counts = np.unique(runs, return_counts=True)
+        return int(values[np.argmax(counts)]) if counts.max() > 1 else int(runs[0])
+
+    a, b = first(q.top(dense, top)), first(q.top(bm25, top))
+    return 1.0 if a is not None and a == b else 0.0
+
+
+def gated(weight: float, gate: Callable[[Q, np.ndarray, np.ndarray], float], depth: int = 3) -> Post:
+    """The run-level re-rank at `weight` × the gate's value for this question (0: the fused order)."""
+    from episodic.domain.runs import run_level as store_run_level
+
+    def post(q: Q, idx: np.ndarray, sc: np.ndarray) -> Ranked:
+        w = weight * gate(q, idx, sc)
+        return _as_ranked(store_run_level(_candidates(q, idx, sc), w, depth)) if w > 0 else (idx, sc)
+
+    return post
+
+
+def head_kept(weight: float, keep: int, depth: int = 3) -> Post:
+    """The fused top `keep` stay where they are; the run-level re-rank (over all candidates) orders the rest
+    below them."""
+    from episodic.domain.runs import run_level as store_run_level
+
+    def post(q: Q, idx: np.ndarray, sc: np.ndarray) -> Ranked:
+        again = _as_ranked(store_run_level(_candidates(q, idx, sc), weight, depth))[0]
+        head = set(idx[:keep].tolist())
+        out = np.concatenate([idx[:keep], again[[i not in head for i in again.tolist()]]]).astype(np.int64)
+        return out, np.arange(len(out), 0, -1, dtype=np.float64)
+
+    return post
+
+
+def neighbours(weight: float, agg: str = "max") -> Post:
+    """A turn lifted by its run neighbours' fused scores (the previous and next memory, where they are
+    candidates): own/best + weight × max (or sum) of theirs/best; locality without the whole run."""
+
+    def post(q: Q, idx: np.ndarray, sc: np.ndarray) -> Ranked:
+        unit = _unit(sc)
+        at = {i: p for p, i in enumerate(idx.tolist())}
+        lift = np.zeros(len(idx))
+        for p, i in enumerate(idx.tolist()):
+            got = [unit[at[int(n)]] for n in (q.mem.prev[i], q.mem.next[i]) if n >= 0 and int(n) in at]
+            lift[p] = (max(got) if agg == "max" else sum(got)) if got else 0.0
+        final = unit + weight * lift
+        o = np.lexsort((np.arange(len(idx)), -final))
+        return idx[o], final[o]
+
+    return post

@@ -39,6 +39,7 @@ class Dense:
     lead: ContextSpec | None = None  # the context lines (own=False) put before the first piece
     penalty: float = 0.0  # > 0: max-sim - penalty * ln(pieces), the hybrid's dense leg (EPISODIC_RRF_PIECE_PENALTY)
     candidates: int = 0  # > 0 with a penalty: only the raw max-sim top N are re-ranked (the store's inner prefetch)
+    common: float = 0.0  # > 0: the query without the words more than this share of the memories hold (the store's)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class Q:
     _legs: dict = field(default_factory=dict)
     text: str = ""  # the question (the time legs read the times it names)
     id: str = ""
-    asked: str = ""  # when it was asked (LongMemEval's question date; LoCoMo: ""), Turn.date's form
+    asked: str = ""  # when it was asked (LongMemEval's question date; LoCoMo: its last session's), Turn.date's form
 
     def top(self, row: str, n: int) -> np.ndarray:
         """A prefetch: the row's best n, best first; a sparse row returns matched memories only."""
@@ -104,9 +105,24 @@ def cache(model: str) -> EmbeddingCache:
     return _CACHES[model]
 
 
+def informative_queries(mem: Memories, queries: list[str], above: float) -> list[str]:
+    """The queries as the recall engine embeds them for the hybrid's dense leg (`episodic.domain.common_terms`):
+    without the words held by more than `above` of the memories (here all of them, the engine a sample)."""
+    from episodic.domain.common_terms import TermShares, informative
+    from episodic.store.sparse import Bm25Encoder
+
+    enc = Bm25Encoder()
+    shares = TermShares.of(enc.document(t).indices for t in mem.texts(ContextSpec()))
+    return [informative(q, lambda w: enc.query(w).indices, shares, above) for q in queries]
+
+
 def dense_rows(mem: Memories, queries: list[str], row: Dense) -> np.ndarray | None:
     """Cosine, queries x memories; None when a chunk is not in the model's embedding cache."""
     c = cache(row.model)
+    if row.common > 0:  # new query texts: embedded here (a query is short; the documents' vectors are cached)
+        queries = informative_queries(mem, queries, row.common)
+        if missing := c.missing(queries, "query"):
+            c.fill(missing, "query")
     chunk = c.chunker()
     pieces: list[str] = []
     owner: list[int] = []

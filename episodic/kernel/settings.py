@@ -305,6 +305,17 @@ class Settings(BaseSettings, ClientSettings):
     # Time in the query (docs/quality.md, "Conversations"): a query naming a time ("in July 2023", "on 7 July,
     # 2023", "last May") brings the hybrid's own legs once more over the memories of that time, at this share of
     # their weight; 0: off. Chosen through the pipeline on both dev sets (LoCoMo gains, LongMemEval holds).
+    # The hybrid's dense query without the words more than this share of the workspace's memories hold (a sample
+    # of its newest: episodic.retrieval.common): the speakers' names in a conversation. BM25 keeps the whole query.
+    # 0.5: where BM25's classic (Robertson-Spärck Jones) IDF turns negative. 0: off. Chosen in the mirror and
+    # through the pipeline on both dev sets (docs/quality.md, "Conversations").
+    dense_query_common: float = Field(
+        default=0.5,
+        ge=0.0,
+        lt=1.0,
+        description="leave out of the hybrid's dense query the words held by more than this share of the "
+        "workspace's memories; 0: off",
+    )
     rrf_time_weight: float = Field(
         default=1.0, ge=0.0, description="the time legs' share of the legs' weights when a query names a time; 0: off"
     )

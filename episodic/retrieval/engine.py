@@ -69,8 +69,10 @@ from episodic.kernel.ports import (
 )
 from episodic.kernel.settings import FUSION_BY_CHUNK_MODE, Settings
 from episodic.retrieval import expand as expand
+from episodic.retrieval.common import CommonTerms
 from episodic.store.sparse import Bm25Encoder
 from episodic_client.models import RecallRequest
+from episodic_client.timestamps import parse_timestamp
 
 if TYPE_CHECKING:
     from episodic.embedding.generations import ModelSwitch
@@ -129,6 +131,12 @@ def timed(fusion: Fusion, query: str, now: datetime) -> Fusion:
     if not found:
         return fusion
     return replace(fusion, when=tuple((_rfc3339(s.start), _rfc3339(s.end)) for s in found))
+
+
+def asked_at(req: RecallRequest, clock: Callable[[], datetime]) -> datetime:
+    """When `req` is asked: its `as_of` (validated RFC 3339 with an offset), else the clock's now; the instant
+    the query's relative times ("two weeks ago") are read from."""
+    return parse_timestamp(req.as_of) if req.as_of is not None else clock()
 
 
 def _rfc3339(at: datetime) -> str:
@@ -274,6 +282,7 @@ class RecallEngine:
         adjacent_weight: float = 0.5,
         fusion_by_mode: Mapping[str, Fusion] | None = None,
         newer_first: bool = True,
+        dense_query_common: float = 0.0,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -290,6 +299,9 @@ class RecallEngine:
         self.adjacent = adjacent
         self.adjacent_weight = adjacent_weight
         self.newer_first = newer_first  # a superseded hit gets its newer memory right above it
+        # the hybrid's dense query leaves out the words more than this share of the workspace's memories hold
+        self.dense_query_common = dense_query_common
+        self.common = CommonTerms(store, bm25)
 
     @classmethod
     def from_settings(
@@ -312,6 +324,7 @@ class RecallEngine:
             adjacent_weight=settings.adjacent_weight,
             newer_first=settings.supersede_enabled,
             fusion_by_mode=fusions_by_mode(settings),
+            dense_query_common=settings.dense_query_common,
         )
 
     @property
@@ -332,8 +345,16 @@ class RecallEngine:
         """The query embedder, its vector name, the fusion and the query vector (None in sparse mode, or with
         no embedder, or when embedding failed) that `recall` uses for `req`, read once."""
         embedder, using, fusion = self._query_model()
-        qvec = self._embed_query(req.query, embedder) if req.mode != "sparse" else None
+        qvec = self._embed_query(self.dense_query(req), embedder) if req.mode != "sparse" else None
         return embedder, using, fusion, qvec
+
+    def dense_query(self, req: RecallRequest) -> str:
+        """The text the query vector is made of: in hybrid mode the query without the words most of the
+        workspace's memories hold (the asking agent's, when it names one: `episodic.retrieval.common`; the BM25
+        legs read the whole query), else the query."""
+        if req.mode != "hybrid" or self.dense_query_common <= 0:
+            return req.query
+        return self.common.dense_query(req.query, req.workspace_id, self.dense_query_common, req.agent_id, req.crew_id)
 
     def scope_filter(self, req: RecallRequest) -> ScopeFilter:
         return ScopeFilter(
@@ -420,7 +441,7 @@ class RecallEngine:
             if req.mode == "hybrid" and qvec is not None:
                 # With no searchable term (only stop words) the BM25 legs are left out and the hybrid's dense
                 # leg alone ranks, the piece prior included: the same order as that leg in any other query.
-                fused = timed(fusion or self.fusion, req.query, self.clock())
+                fused = timed(fusion or self.fusion, req.query, asked_at(req, self.clock))
                 return self.store.query_hybrid(qvec.tolist(), sparse, scope, req.k, fused, **named)
             if not sparse.indices:  # no searchable term (e.g. only stop words): nothing matches
                 return []

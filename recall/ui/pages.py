@@ -140,7 +140,7 @@ def overview(services: Services, principal: Principal) -> dict[str, Any]:
 # -- search ----------------------------------------------------------------------------------------------------
 
 SEARCH_FIELDS = ("workspace_id", "q", "scope", "agent_id", "crew_id", "mode", "k", "walk_depth", "adjacent",
-                 "since", "until", "entry_types", "min_severity", "run_id", "exclude_run_id")  # fmt: skip
+                 "since", "until", "entry_types", "min_severity", "run_id", "exclude_run_id", "as_of")  # fmt: skip
 
 
 class WorkspaceSearch(RecallRequest):

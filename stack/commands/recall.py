@@ -1,7 +1,8 @@
 """`episodic recall "query" --workspace W --agent A [...]`: query a running recall service.
 
 The recall filters (SPEC §11) are flags: --since / --until (RFC 3339), --type (repeatable),
---min-severity, --run, --exclude-run.
+--min-severity, --run, --exclude-run; --as-of (RFC 3339) is when the question is asked, the instant its relative
+times ("two weeks ago") are read from.
 
 Prints a readable table by default, the raw JSON response with --json, the rendered block with --render.
 URL: --url, else EPISODIC_URL (or EPISODIC_RECALL_URL), else http://<EPISODIC_HTTP_HOST>:<EPISODIC_HTTP_PORT>.
@@ -44,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--min-severity", choices=("debug", "info", "warn", "error"))
     ap.add_argument("--run", help="only this run (recall; with --render: the run of a pending nudge)")
     ap.add_argument("--exclude-run", help="leave this run out")
+    ap.add_argument("--as-of", help="read the query's relative times from this instant (RFC 3339), not now")
     ap.add_argument("--json", action="store_true", help="print the JSON response")
     ap.add_argument("--render", action="store_true", help="print the <recalled-memory> block instead")
     ap.add_argument("--max-chars", type=int, help="render budget in characters")
@@ -114,7 +116,7 @@ def build_body(args: argparse.Namespace) -> dict[str, Any]:
     if args.render and args.max_chars:
         body["max_chars"] = args.max_chars
     filters = {"since": args.since, "until": args.until, "entry_types": args.types, "min_severity": args.min_severity,
-               "run_id": args.run, "exclude_run_id": args.exclude_run}  # fmt: skip
+               "run_id": args.run, "exclude_run_id": args.exclude_run, "as_of": args.as_of}  # fmt: skip
     body.update({k: v for k, v in filters.items() if v})
     return body
 

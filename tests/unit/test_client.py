@@ -429,3 +429,8 @@ def test_recall_command_sends_the_filters(capsys: pytest.CaptureFixture[str]) ->
     bad = [*ARGS, "--since", "2026-11-02T00:00:00Z", "--until", "2026-11-01T00:00:00Z"]
     assert recall_main(bad, transport=httpx.MockTransport(svc)) == 2 and len(svc.seen) == 1
     assert "until: must be after since" in capsys.readouterr().err
+    # when the question is asked (issue 46): sent as given, refused before any request when it is no time
+    assert recall_main([*ARGS, "--as-of", "2023-06-20T12:00:00+02:00"], transport=httpx.MockTransport(svc)) == 0
+    assert svc.body(1)["as_of"] == "2023-06-20T10:00:00Z"
+    assert recall_main([*ARGS, "--as-of", "last week"], transport=httpx.MockTransport(svc)) == 2 and len(svc.seen) == 2
+    assert "as_of:" in capsys.readouterr().err

@@ -9,7 +9,7 @@ import pytest
 
 from eval.data import holdout_of, locomo_corpus, locomo_date, locomo_evidence
 from eval.noise import differences, paired, verdict
-from eval.pipeline import Answer, cells, covered, entries, report
+from eval.pipeline import Answer, body, cells, covered, entries, report
 
 
 def conversation(cid: str) -> dict:
@@ -65,6 +65,18 @@ def test_one_entry_per_turn_one_run_per_session_by_the_protocol() -> None:
     qs = c.scored_questions
     assert [q.type for q in qs] == ["1", "4"]
     assert qs[1].evidence == {"locomo-7-D1:2", "locomo-7-D2:1", "locomo-7-D1:1"}
+
+
+def test_every_question_is_asked_at_its_date_unless_the_mode_says_now() -> None:
+    """Issue 46: LoCoMo gives no question date; its questions come after the last session (3 June, though the
+    file lists it first), which the harness sends as the recall's `as_of`; "+now" leaves it to the clock."""
+    c = locomo_corpus(conversation("7"))
+    q = c.scored_questions[0]
+    assert q.date == "2023/06/03 (Sat) 09:05"
+    assert body(c, q, "hybrid", 10)["as_of"] == "2023-06-03T09:05:00Z"
+    assert "as_of" not in body(c, q, "hybrid+now", 10)
+    both = body(c, q, "hybrid+adjacent+now", 10)
+    assert both["adjacent"] is True and both["mode"] == "hybrid" and "as_of" not in both
 
 
 def test_the_holdout_is_whole_conversations() -> None:
@@ -135,3 +147,24 @@ def test_the_mirrors_time_legs_read_relative_times_as_told() -> None:
     assert question_spans(q("what did I buy last month?", asked), "off") == ()
     both = q("what did I buy in May 2023, and last month?", asked)
     assert days(question_spans(both, "off")) == ["2023-05-01/2023-06-01"]
+
+
+def test_the_adaptive_re_ranks_of_the_mirror_do_what_they_say() -> None:
+    """eval.runlevel's issue-46 variants over a made-up conversation: a gate of 0 leaves the fused order, the
+    kept head stays first, a neighbour lifts the turn beside it, and the share reads one run's mass."""
+    from eval import runlevel as R
+    from eval.memories import Memories
+    from eval.views import Q
+
+    rec = conversation("7")
+    rec["session_1"] = [{"speaker": "Ann", "dia_id": f"D1:{i}", "text": f"turn {i}"} for i in range(1, 5)]
+    mem = Memories.build(locomo_corpus(rec))  # memories 0-3: session 1 in order, 4: session 2
+    q = Q({}, mem, frozenset(), "")
+    idx, sc = np.array([4, 0, 2, 3, 1]), np.array([1.0, 0.9, 0.5, 0.4, 0.3])
+    same, _ = R.gated(1.0, lambda *_: 0.0)(q, idx, sc)
+    assert same.tolist() == idx.tolist()
+    lifted, _ = R.gated(1.0, lambda *_: 1.0)(q, idx, sc)
+    assert lifted.tolist()[0] == 0  # session 1's three best outweigh session 2's one
+    assert R.head_kept(1.0, 1)(q, idx, sc)[0].tolist()[0] == 4
+    assert R.neighbours(1.0)(q, idx, sc)[0].tolist().index(1) < 4  # next to 0 and 2, both candidates
+    assert R.share(q, idx, sc, top=5) == pytest.approx(2.1 / 3.1)

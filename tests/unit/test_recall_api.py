@@ -46,6 +46,7 @@ class FakeStore(MemoryStore):
         self.quarantined = 0
         self.calls: list[tuple[str, ScopeFilter, int]] = []
         self.fusions: list[Any] = []  # the hybrid queries' fusions
+        self.listed: list[tuple[str, dict[str, Any]]] = []  # what `page` lists (the common words' sample)
 
     def _q(self, kind: str, scope: ScopeFilter, limit: int) -> list[StoredHit]:
         self.calls.append((kind, scope, limit))
@@ -96,7 +97,7 @@ class FakeStore(MemoryStore):
         return iter(())
 
     def page(self, selection: Any, after: Any, limit: int) -> Any:
-        return [], None
+        return self.listed[:limit], None
 
     def linked_to(self, workspace_id: Any, entry_ids: Any) -> list[Any]:
         return []
@@ -291,6 +292,46 @@ def test_a_hybrid_query_naming_a_time_brings_its_time_legs_by_default(env: Env) 
     assert off.store.fusions[-1].when == ()
 
 
+def test_as_of_is_when_the_query_s_relative_times_are_read_from(env: Env) -> None:
+    """Issue 46: a question asked on 20 June 2023 ("two weeks ago", "last May") reaches the time legs as the spans
+    of that date, whatever the service's clock says; without `as_of` they are read from the clock. It filters
+    nothing (the scope's filters stay empty), and an absolute time is the same either way."""
+    asked = {**OK, "mode": "hybrid", "as_of": "2023-06-20T14:00:00+02:00"}
+    env.client.post("/v1/recall", json={**asked, "query": "what did we deploy two weeks ago?"})
+    assert env.store.fusions[-1].when == (("2023-05-30T12:00:00Z", "2023-06-13T12:00:00Z"),)
+    assert env.store.calls[-1][1].filters.empty
+    env.client.post("/v1/recall/render", json={**asked, "query": "what did we deploy last May?"})
+    assert env.store.fusions[-1].when == (("2023-05-01T00:00:00Z", "2023-06-01T00:00:00Z"),)
+    env.client.post("/v1/recall", json={**OK, "mode": "hybrid", "query": "what did we deploy last May?"})
+    (clock,) = env.store.fusions[-1].when  # the service's clock: a May after 2023's
+    assert clock[0].endswith("-05-01T00:00:00Z") and clock[0] > "2024"
+    env.client.post("/v1/recall", json={**asked, "query": "what did we deploy in July 2021?"})
+    assert env.store.fusions[-1].when == (("2021-07-01T00:00:00Z", "2021-08-01T00:00:00Z"),)
+
+
+def test_the_hybrid_s_dense_query_leaves_out_the_words_most_memories_hold(bm25: Bm25Encoder) -> None:
+    """Issue 46: in a workspace where most memories name Melanie, the hybrid embeds its query without the name
+    (the BM25 legs keep it); dense mode, and the setting at 0, embed the whole query."""
+
+    class Recording(FakeEmbedder):
+        def __init__(self) -> None:
+            self.queries: list[str] = []
+
+        def embed_query(self, text: str) -> np.ndarray:
+            self.queries.append(text)
+            return super().embed_query(text)
+
+    chat = ["Melanie: I run to de-stress.", "Caroline: Nice, Melanie!", "Melanie: pottery too.", "Caroline: cool."]
+    for common, want in ((None, "What does do to de-stress?"), (0.0, "What does Melanie do to de-stress?")):
+        emb = Recording()
+        env = Env(bm25, embedder=emb, settings=Settings() if common is None else Settings(dense_query_common=common))
+        env.store.listed = [(f"p{i}", {"summary": t}) for i, t in enumerate(chat)]
+        query = {**OK, "query": "What does Melanie do to de-stress?"}
+        assert env.client.post("/v1/recall", json={**query, "mode": "hybrid"}).status_code == 200
+        assert env.client.post("/v1/recall", json={**query, "mode": "dense"}).status_code == 200
+        assert emb.queries == [want, "What does Melanie do to de-stress?"]
+
+
 def test_crew_shared_may_omit_agent(env: Env) -> None:
     r = env.client.post("/v1/recall", json={"workspace_id": "ws-a", "crew_id": "crew", "scope": "crew_shared",
                                             "query": "q"})  # fmt: skip
@@ -340,6 +381,11 @@ BAD: list[tuple[Any, str]] = [
     ({**OK, "entry_types": ["t"] * 51}, "entry_types"),
     ({**OK, "min_severity": "fatal"}, "min_severity"),
     ({**OK, "exclude_run_id": ""}, "exclude_run_id"),
+    # when the question is asked (issue 46)
+    ({**OK, "as_of": "two weeks ago"}, "as_of"),
+    ({**OK, "as_of": "2023-06-20T12:00:00"}, "as_of"),  # no offset
+    ({**OK, "as_of": 1687262400}, "as_of"),
+    ({**OK, "as_of": "2023-02-30T12:00:00Z"}, "as_of"),
 ]
 
 

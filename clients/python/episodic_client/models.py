@@ -25,6 +25,8 @@ Validation rules (every violation is a 422 that names the field, never a 5xx):
   on render `run_id` keeps its SPEC §7 meaning, the agent's current run for a pending nudge, and does not
   filter), `exclude_run_id` (not that run; memories without a run are kept). `crew_id` in scope `own`
   narrows to the agent's memories of that crew.
+- `as_of` (RFC 3339 with an offset, like `since`): the instant the query's relative times ("two weeks ago", "last
+  May") are read from, for the time legs (`EPISODIC_RRF_TIME_WEIGHT`); default the service's clock. Not a filter.
 - Reviews (`POST /v1/memory/review`): `reviews`, 1..`MAX_REVIEWS` of `{entry_id, rating}`, `rating` one of
   again, hard, good, easy (`reviews.2.rating` names the third review's).
 """
@@ -100,11 +102,16 @@ class RecallRequest(BaseModel):
     exclude_run_id: IdStr | None = Field(
         default=None, description="leave this run out (the run an agent is in); memories without a run stay"
     )
+    as_of: StrictStr | None = Field(
+        default=None,
+        description="when the question is asked (RFC 3339): relative times in the query ('two weeks ago', "
+        "'last May') are read from it rather than from the service's clock; it filters nothing",
+    )
 
     # `run_id` filters the recall (False on render, where it names the run of a pending nudge)
     RUN_ID_FILTERS: ClassVar[bool] = True
 
-    @field_validator("since", "until")
+    @field_validator("since", "until", "as_of")
     @classmethod
     def _rfc3339(cls, v: str | None, info: ValidationInfo) -> str | None:
         if v is None:
