@@ -14,7 +14,9 @@ the load average meanwhile (the machine is shared: compare the trees of one run,
 `--timeline`, each round's 10-second windows of the asking: the recalls sent in each (p50 / p99 / max), the
 stack's CPU, and what the linker, the importance agent and densify did meanwhile (their counters on
 /metrics), which is how the tail was found: the linker's catch-up of the whole backfill (it waits while bulk
-embedding runs) in the first minute. Target: p99 under 150 ms on 2 cores.
+embedding runs) in the first minute; then the garbage collector's full passes over the started heap (now
+frozen out of them, `stack.heap`) and the store holding the GIL for every call (docs/benchmarks.md). Target:
+p99 under 150 ms on 2 cores.
 
     python -m bench.bench_recall_tail                       # this tree against `main`, 2 rounds, 2 copies
     python -m bench.bench_recall_tail --baseline a3fcffb --rounds 3

@@ -34,6 +34,7 @@ from episodic.kernel.metrics import Metrics
 from episodic.kernel.settings import Settings
 from episodic.kernel.transport_security import kafka_options
 from episodic_client.settings import is_loopback
+from stack import heap
 from stack.publisher import Publisher
 
 if TYPE_CHECKING:
@@ -300,6 +301,9 @@ class HttpRole(Role):
             raise EpisodicError(f"recall service did not start on {s.http_host}:{s.http_port}")
         sockets = [sock for srv in (self.server.servers or []) for sock in srv.sockets]
         self.http_port = sockets[0].getsockname()[1] if sockets else s.http_port
+        # The recall service starts last (stack.runtime): what the process holds now lives as long as it, and
+        # the collector's full passes over it would stall every recall in flight (stack.heap).
+        heap.settle()
 
     async def _serve(self) -> None:
         try:

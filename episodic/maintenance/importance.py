@@ -45,6 +45,9 @@ LEDGER_KIND = "referenced"
 JOB_KIND = "job"
 PRUNE_KEY = "referenced-ledger"
 DELETE_CHUNK = 1000
+# the fields a batch reads of its memories: only those it writes (a memory's whole payload, its text, context
+# and relations, would cost the process a conversion per hit under the interpreter lock, beside the recalls)
+COUNTED = ("reference_count", "last_referenced_at")
 
 
 class _Event(Protocol):
@@ -211,7 +214,7 @@ class ReferenceCounter(Ledgered[ReferencedEvent, ReferenceResult]):
                 entry = per_point.setdefault(pid, [0, None])
                 entry[0] += 1
                 entry[1] = _later(entry[1], iso(ev.at))
-        current = self.store.retrieve(sorted(per_point))
+        current = self.store.retrieve(sorted(per_point), fields=COUNTED)
         targets: dict[str, list[Any]] = {}
         for pid, (n, last) in per_point.items():
             payload = current.get(pid)
@@ -244,7 +247,7 @@ class ReferenceCounter(Ledgered[ReferencedEvent, ReferenceResult]):
         for doc in pending.values():
             for pid, t in (doc.get("targets") or {}).items():
                 targets[pid] = t
-        current = self.store.retrieve(sorted(targets))
+        current = self.store.retrieve(sorted(targets), fields=COUNTED)
         fix = {
             pid: {"reference_count": after, "last_referenced_at": last}
             for pid, (before, after, last) in targets.items()

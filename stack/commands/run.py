@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from episodic.kernel.settings import Settings
+from stack import heap
 from stack.roles import ROLES, HttpRole
 from stack.runtime import run_stack, setup_logging
 
@@ -107,6 +108,7 @@ def run_role(role: str, args: argparse.Namespace, prog: str = "") -> int:
             role,
             settings.data_dir,
         )
+    heap.freeze_when_started()  # this process is the stack's own (stack.heap)
     return asyncio.run(run_stack(settings, (role,), insecure=args.insecure))
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from episodic.kernel.settings import Settings
+from stack import heap
 from stack.roles import ALL_ROLES, LinkerRole
 from stack.runtime import run_stack, setup_logging
 
@@ -51,4 +52,5 @@ def main(argv: list[str]) -> int:
     args = parse("episodic up", argv)
     setup_logging(args.log_level)
     settings = settings_from(args)
+    heap.freeze_when_started()  # this process is the stack's own (stack.heap)
     return asyncio.run(run_stack(settings, up_roles(settings), insecure=args.insecure))

@@ -107,6 +107,8 @@ async def test_kill_9_mid_batch_then_restart_indexes_each_entry_once(fresh_broke
         text = httpx.get(f"http://127.0.0.1:{port2}/metrics", timeout=5).text
         proc2.send_signal(signal.SIGTERM)
         assert proc2.wait(60) == 0, log.read_text()[-3000:]
+        # `episodic up` froze its started heap out of the collector's full passes (stack.heap), each time
+        assert log.read_text().count("objects frozen out of the collector's full passes") == 2
     finally:
         if proc2.poll() is None:
             proc2.kill()

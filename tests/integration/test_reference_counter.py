@@ -61,6 +61,33 @@ def test_each_hit_counts_once_per_event_and_a_redelivery_counts_nothing(stores: 
     assert after["summary"] == "memory m1" and after["importance_score"] == 0.7
 
 
+def test_a_batch_reads_only_the_two_fields_it_writes(stores: tuple[MemoryStore, StateStore]) -> None:
+    """The counter reads a memory's reference_count and last_referenced_at, not its whole payload (the text,
+    the context, the relations: a conversion per hit under the interpreter lock, beside the recalls; issue 46
+    item 5), and a memory written without either field (an older version's) still counts from 0."""
+    store, state = stores
+    bare = memory("m3")
+    bare.payload.pop("reference_count", None)
+    bare.payload.pop("last_referenced_at", None)
+    store.upsert([bare])
+    asked: list[Any] = []
+    read = store.retrieve
+
+    def retrieve(point_ids: list[str], **kw: Any) -> dict[str, dict[str, Any]]:
+        asked.append(kw.get("fields"))
+        return read(point_ids, **kw)
+
+    store.retrieve = retrieve  # type: ignore[method-assign]
+    clock = Clock()
+    counter = ReferenceCounter(store=store, state=state, clock=clock)
+    r = counter.apply([event("e1", "m1", "m3", clock=clock)])
+    assert (r.hits, r.missing) == (2, 0)
+    assert asked and all(f is not None and set(f) == {"reference_count", "last_referenced_at"} for f in asked)
+    del store.retrieve  # the real one again
+    assert counts(store, "m1", "m3") == [(1, iso(clock())), (1, iso(clock()))]
+    assert store.retrieve([point_id("ws-a", "m3")])[point_id("ws-a", "m3")]["summary"] == "memory m3"
+
+
 def test_an_event_without_an_id_is_keyed_by_its_bytes(stores: tuple[MemoryStore, StateStore]) -> None:
     store, state = stores
     clock = Clock()
