@@ -23,6 +23,9 @@ its sets written blind to this rule):
   thing or a person swapped for another of its kind is what an entity or actor near miss is: "niece" /
   "nephew", "checkout" / "payments"); and one text may add up to `additions` (2) words.
 
+Size: one rule read as a whole (what a text states, `reading`, and how two readings compare); its word lists
+sit beside the code that reads them, so a reader checks a list against its use in one place.
+
 `compatible` says which memories may fold at all: same workspace, same crew, same entry type and priority
 (a fold must not change who may see a memory in `crew_shared`, nor its base importance or priority floor).
 """
