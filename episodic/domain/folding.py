@@ -203,6 +203,13 @@ _LIGHT = _words(
     "all any some what which who how when where why if too much many more most own same such only other "
     "am just also so then per roughly approximately around"
 )
+
+
+def _polar(word: str, stem: str) -> tuple[str, int] | None:
+    """The outcome axis and sign a word says, by its form or its stem ("closes" as "closed")."""
+    return _POLAR.get(word) or _POLAR_STEMS.get(stem)
+
+
 _LIGHT_STEMS = frozenset(_STEMMER.stemWords(sorted(_LIGHT)))  # "thinking" is as light as "think"
 _SENTENCE_END = frozenset('.!?:;"(\n')
 _APOSTROPHE = re.compile(r"[’‘]")
@@ -307,8 +314,7 @@ def reading(text: str) -> Reading:
             continue
         axis = (
             _PHRASAL.get((modifier, word))
-            or _POLAR.get(word)
-            or _POLAR_STEMS.get(_stem(word))
+            or _polar(word, _stem(word))
             or (_SWITCHED.get(word) if modifier in _SWITCHING else None)
         )
         if axis is not None:  # its sign is what it says: "raised" and "higher" say the same, "fell" the opposite
@@ -323,7 +329,7 @@ def reading(text: str) -> Reading:
             stem = _stem(part)
             if stem in _LIGHT_STEMS:
                 continue
-            if part != word and (part_axis := _POLAR.get(part) or _POLAR_STEMS.get(stem)) is not None:
+            if part != word and (part_axis := _polar(part, stem)) is not None:
                 polar.add(part_axis)  # "game-winning" wins as "winning" does
                 continue
             if part != word and (part in _NUMBER_WORDS or part in _TIME):  # "a two-week trial": 2, week
@@ -388,13 +394,13 @@ def _spelled(text: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     "pr"; "out of memory": "oom"), so that an acronym in one text pairs with the words it stands for in the
     other (`_paired`)."""
     found = [w for w in _WORD.findall(text.casefold()) if w.isalpha()]
+    stems = [None if w in _STOP or w in _LIGHT else _stem(w) for w in found]  # each word stemmed once
     out = set()
     for n in range(2, 6):
         for i in range(len(found) - n + 1):
-            run = found[i : i + n]
-            stems = tuple(_stem(w) for w in run if w not in _STOP and w not in _LIGHT)
-            if stems:
-                out.add(("".join(w[0] for w in run), stems))
+            run = tuple(s for s in stems[i : i + n] if s is not None)
+            if run:
+                out.add(("".join(w[0] for w in found[i : i + n]), run))
     return tuple(sorted(out))
 
 
