@@ -80,8 +80,14 @@ async def poll(check: Callable[[], Any], *, timeout: float = 60.0, interval: flo
     raise AssertionError(f"timed out after {timeout}s waiting for {what or check}: last={last!r}")
 
 
-async def read_topic(bootstrap: str, topic: str, *, expect: int, timeout: float = 60.0) -> list[Any]:
-    """Read `expect` records from the start of `topic` (a fresh group), or fail at the deadline."""
+async def read_topic(
+    bootstrap: str, topic: str, *, expect: int, timeout: float = 60.0, distinct: str | None = None
+) -> list[Any]:
+    """Read `expect` records from the start of `topic` (a fresh group), or stop at the deadline.
+
+    `distinct` names a JSON field: then `expect` counts the records with distinct values of it, so that a
+    topic with re-deliveries (a killed member's batch written again by the survivor) is read until every id
+    has come, not until as many records as ids have (the re-delivered ones would end the read early)."""
     c = AIOKafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
@@ -95,10 +101,13 @@ async def read_topic(bootstrap: str, topic: str, *, expect: int, timeout: float 
     out: list[Any] = []
     try:
         deadline = time.monotonic() + timeout
-        while len(out) < expect and time.monotonic() < deadline:
+        seen: set[Any] = set()
+        while (len(seen) if distinct else len(out)) < expect and time.monotonic() < deadline:
             got = await c.getmany(timeout_ms=300)
             for recs in got.values():
                 out.extend(recs)
+                if distinct:
+                    seen.update(json.loads(r.value)[distinct] for r in recs)
         # a short grace read: more than expected is a failure the caller should see
         got = await c.getmany(timeout_ms=300)
         for recs in got.values():

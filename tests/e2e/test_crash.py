@@ -103,7 +103,7 @@ async def test_kill_9_mid_batch_then_restart_indexes_each_entry_once(fresh_broke
     proc2 = start_stack(fresh_broker, tmp_path / "data", port2, log)
     try:
         await poll(lambda: indexed(port2, "crash-ws") == n, timeout=180, what=f"all {n} entries indexed after restart")
-        events = await read_topic(fresh_broker, "memory.indexed", expect=n, timeout=60)
+        events = await read_topic(fresh_broker, "memory.indexed", expect=n, timeout=60, distinct="entry_id")
         text = httpx.get(f"http://127.0.0.1:{port2}/metrics", timeout=5).text
         proc2.send_signal(signal.SIGTERM)
         assert proc2.wait(60) == 0, log.read_text()[-3000:]

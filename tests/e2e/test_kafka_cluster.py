@@ -109,7 +109,7 @@ async def test_a_broker_and_an_embedder_killed_under_load_lose_nothing_and_doubl
 
     sent = await feeder.stop()
     ids = {f"fo{i:06d}" for i in range(sent)}
-    events = await read_topic(bs, "memory.indexed", expect=sent, timeout=240)
+    events = await read_topic(bs, "memory.indexed", expect=sent, timeout=240, distinct="entry_id")
     indexed = {json.loads(r.value)["entry_id"] for r in events}
     assert ids <= indexed, (len(ids - indexed), log.read_text()[-3000:])
     entries = await read_ids(bs, "journal.entries", "id", PARTITIONS)

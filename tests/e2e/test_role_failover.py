@@ -189,7 +189,7 @@ async def test_two_gates_split_the_partitions_and_one_takes_over_after_kill_9(
     at_kill, _ = await both_working_then_kill_one(a, b, feeder, "episodic_gate_entries_total")
     sent = await feeder.stop()
     assert sent > at_kill
-    out = await read_topic(fresh_broker, "journal.embeddable", expect=sent, timeout=120)
+    out = await read_topic(fresh_broker, "journal.embeddable", expect=sent, timeout=120, distinct="id")
     per_id = Counter(json.loads(r.value)["id"] for r in out)
     missing = {f"fo{i:06d}" for i in range(sent)} - set(per_id)
     assert not missing, (len(missing), sorted(missing)[:10], log.read_text()[-3000:])
@@ -210,7 +210,7 @@ async def test_two_embedders_split_the_partitions_and_one_takes_over_after_kill_
     at_kill, _ = await both_working_then_kill_one(a, b, feeder, "episodic_indexed_total")
     sent = await feeder.stop()
     ids = {f"fo{i:06d}" for i in range(sent)}
-    events = await read_topic(fresh_broker, "memory.indexed", expect=sent, timeout=180)
+    events = await read_topic(fresh_broker, "memory.indexed", expect=sent, timeout=180, distinct="entry_id")
     per_id = Counter(json.loads(r.value)["entry_id"] for r in events)
     assert ids <= set(per_id), (len(ids - set(per_id)), log.read_text()[-3000:])
     assert b.stop() == 0 and gate.stop() == 0, log.read_text()[-3000:]
