@@ -48,7 +48,15 @@ from episodic.indexing.gating import METRIC_TYPE_LABELS, DeadLetter, Forward, re
 from episodic.kernel.metrics import Metrics
 from schemas import topics as T
 from schemas.events import DlqRecord, InvalidRecord, ReplayHistory
-from streams.internals import in_transaction, note_committed, producer_of, transaction_producer
+from streams.internals import (
+    in_transaction,
+    note_committed,
+    producer_death,
+    producer_of,
+    renew_transaction_producer,
+    transaction_failed_fatally,
+    transaction_producer,
+)
 from streams.transport import BatchConsumer, RecordBatch
 
 log = logging.getLogger(__name__)
@@ -254,6 +262,7 @@ class Transactions:
     def __init__(self, app: faust.App) -> None:
         self.app = app
         self.partitioner = DefaultPartitioner()
+        self.renewed: dict[str, int] = {}  # transactional id -> the consumer generation it was last renewed in
 
     def transactional_id(self, tp: Any) -> str | None:
         """Faust's transactional id for an input partition (None before the assignment knows the topic)."""
@@ -279,12 +288,16 @@ class Transactions:
         partition yet): nothing of it is visible to a read_committed reader."""
         last = batches[-1]
         tid = self.transactional_id(last.tp)
-        lock, producer = transaction_producer(self.app, tid) if tid is not None else (None, None)
+        if tid is None:
+            return False
+        lock, producer = transaction_producer(self.app, tid)
         if lock is None or producer is None:
             return False
         offsets = {last.tp: last.last_offset + 1}
         async with lock:
             try:
+                if transaction_failed_fatally(producer):
+                    producer = await self._renew(tid, producer, last)
                 if not in_transaction(producer):
                     await producer.begin_transaction()
                 futures = await publish_batches(producer, records, self.partitioner) if records else []
@@ -306,6 +319,26 @@ class Transactions:
                 return False
         note_committed(self.app, offsets)
         return True
+
+    async def _renew(self, tid: str, producer: Any, batch: RecordBatch) -> Any:
+        """A new transactional producer in place of a dead one (`transaction_failed_fatally`), once per
+        consumer generation and transactional id; raises when it was renewed in this generation already.
+
+        A producer dies when the broker gave its transactional id a newer epoch (measured, the two-gate
+        failover test under load: the survivor's producers of its own partitions were fenced in the
+        rebalance after the other gate's kill) or timed its transaction out. Faust keeps a dead producer
+        until the partition is revoked, and while the partition stays here no revocation comes: every
+        commit of the partition failed and its entries were held back for good (87 of 1,000 after 120 s).
+        A worker that still owns the partition starts a new one. Once per generation: a zombie (its session
+        expired, it does not know yet) whose new producer fences the partition's new owner stops there, and
+        learns of the rebalance at its next heartbeat."""
+        generation = self.app.consumer_generation_id
+        if self.renewed.get(tid) == generation:
+            raise RuntimeError(f"the transactional producer {tid} died again in generation {generation}")
+        self.renewed[tid] = generation
+        log.warning("gate: the transactional producer %s is dead (%r); a new one goes on with %r", tid,
+                    producer_death(producer), batch)  # fmt: skip
+        return await renew_transaction_producer(self.app, tid)
 
 
 ABORT_TIMEOUT_S = 5.0

@@ -60,7 +60,9 @@ READ_COMMITTED = "read_committed"
 # (its record of when each partition last committed, which Faust's stall detector reads).
 FAUST_PRODUCER_TRANSACTION_PRODUCERS = "_transaction_producers"
 FAUST_PRODUCER_TRANSACTION_LOCKS = "_trn_locks"
+FAUST_PRODUCER_NEW = "_new_producer"  # the producer wrapper's factory of aiokafka producers (its settings)
 AIOKAFKA_PRODUCER_TXN_MANAGER = "_txn_manager"
+AIOKAFKA_PRODUCER_SENDER = "_sender"  # its Sender, whose task ends with what killed a dead producer
 FAUST_CONSUMER_THREAD = "_thread"
 FAUST_CONSUMER_COMMITTED_OFFSET = "_committed_offset"  # one of FAUST_CONSUMER_STATE
 
@@ -99,6 +101,31 @@ def transaction_producer(app: Any, transactional_id: str) -> tuple[Any, Any]:
     return (lock, txn) if lock is not None and txn is not None else (None, None)
 
 
+async def renew_transaction_producer(app: Any, transactional_id: str) -> Any:
+    """Replace one of Faust's transactional producers with a new one of the same transactional id (Faust's
+    settings; started, so that the broker gives it the next epoch and aborts what the old one left open)
+    and stop the old one. The caller holds the transaction's lock, which is kept."""
+    producer = app.producer
+    new = getattr(producer, FAUST_PRODUCER_NEW)(transactional_id=transactional_id)
+    await new.start()
+    old = getattr(producer, FAUST_PRODUCER_TRANSACTION_PRODUCERS).get(transactional_id)
+    getattr(producer, FAUST_PRODUCER_TRANSACTION_PRODUCERS)[transactional_id] = new
+    if old is not None:
+        try:
+            await old.stop()
+        except Exception:  # a dead producer's stop raises what killed it
+            pass
+    return new
+
+
+def producer_death(producer: Any) -> BaseException | None:
+    """What stopped an aiokafka producer's sender (None while it runs, or when it is not known)."""
+    task = getattr(getattr(producer, AIOKAFKA_PRODUCER_SENDER, None), "sender_task", None)
+    if task is None or not task.done() or task.cancelled():
+        return None
+    return task.exception()
+
+
 def own_transaction_producers(producer: Any) -> None:
     """Give a Faust producer dicts of its own for its transactional producers and their locks (Faust's are
     class attributes: one producer's stop would stop and forget every app's)."""
@@ -109,6 +136,13 @@ def own_transaction_producers(producer: Any) -> None:
 def in_transaction(producer: Any) -> bool:
     """Whether an aiokafka transactional producer has a transaction open (begun, not committing)."""
     return bool(getattr(producer, AIOKAFKA_PRODUCER_TXN_MANAGER).is_in_transaction())
+
+
+def transaction_failed_fatally(producer: Any) -> bool:
+    """Whether an aiokafka transactional producer is dead: its sender stopped on an error it cannot recover
+    from (fenced by a newer epoch of its transactional id, or its transaction timed out on the broker).
+    Every later begin_transaction raises; only a new producer goes on."""
+    return bool(getattr(producer, AIOKAFKA_PRODUCER_TXN_MANAGER).is_fatal_error())
 
 
 def note_committed(app: Any, offsets: dict[Any, int]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import subprocess
 import time
@@ -17,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 import streams.gate as gate_mod
 from episodic.bus.kafka import make_producer
 from episodic.kernel.settings import Settings
 from infra.broker import free_port
 from streams.gate import GateOptions, GateTopics
+from streams.internals import transaction_failed_fatally, transaction_producer
 from streams.runner import GateRunner
 from tests.integration.test_gate import (
     gate_command,
@@ -176,3 +178,42 @@ async def test_an_aborted_transaction_is_invisible_and_its_batch_written_again_i
     assert len(calls) >= 2 and calls[0] > 0
     assert [json.loads(r.value)["id"] for r in got] == [f"e-{i}" for i in range(n)]
     assert len(everything) == n + calls[0]
+
+
+async def test_a_fenced_transactional_producer_is_renewed_while_its_partition_stays_here(
+    broker: str, uid: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The broker gives the gate's transactional id a newer epoch while the gate keeps its partition (what the
+    two-gate failover test met under load: the survivor's producers of its own partitions fenced in a
+    rebalance; here another producer of the same id starts, as a new epoch would). aiokafka's producer is
+    then dead for good (its sender stopped: every begin_transaction raises) and Faust keeps it until the
+    partition is revoked, which does not come: before the renewal every later commit failed and the entries
+    behind it were held back. The gate starts a new producer and goes on: a read_committed reader sees every
+    entry once, in journal order."""
+    n = 100
+    topics = await one_partition_topics(broker, uid)
+    await produce_values(broker, topics.entries, [entry(i)[1] for i in range(n)], key=b"ws-0")
+    app_id = f"gate-{uid}"
+    runner = GateRunner(
+        eos_settings(broker, tmp_path), topics=topics, app_id=app_id, options=GateOptions(batch_size=50)
+    )
+    await runner.start(wait_assigned=30)
+    try:
+        first = await read_all(broker, [topics.embeddable], want=n, timeout=30, isolation_level=COMMITTED)
+        assert len(first) == n
+        assert runner.app is not None
+        tid = f"{app_id}-0-0"  # Faust's transactional id of input partition 0 (TransactionManager)
+        _, before = transaction_producer(runner.app, tid)
+        assert before is not None
+        fencer = AIOKafkaProducer(bootstrap_servers=broker, transactional_id=tid)
+        await fencer.start()  # InitProducerId: a newer epoch of the gate's transactional id
+        await fencer.stop()
+        with caplog.at_level(logging.WARNING, logger="streams.gate"):
+            await produce_values(broker, topics.entries, [entry(i)[1] for i in range(n, 2 * n)], key=b"ws-0")
+            got = await read_all(broker, [topics.embeddable], want=2 * n, timeout=60, isolation_level=COMMITTED)
+        _, after = transaction_producer(runner.app, tid)
+    finally:
+        await runner.stop()
+    assert [json.loads(r.value)["id"] for r in got] == [f"e-{i}" for i in range(2 * n)]
+    assert after is not None and after is not before and transaction_failed_fatally(before)
+    assert f"the transactional producer {tid} is dead" in caplog.text

@@ -116,6 +116,10 @@ async def test_the_names_the_gates_exactly_once_relies_on_exist() -> None:
     assert 'f"{group_id}-{group}-{tp.partition}"' in inspect.getsource(TransactionManager.commit)
     producer = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", transactional_id="probe")
     assert I.in_transaction(producer) is False
+    assert I.transaction_failed_fatally(producer) is False and I.producer_death(producer) is None
+    assert f"self.{I.AIOKAFKA_PRODUCER_SENDER} = Sender(" in inspect.getsource(AIOKafkaProducer.__init__)
+    assert callable(getattr(faust_aiokafka.Producer, I.FAUST_PRODUCER_NEW, None))
+    assert "transactional_id" in inspect.signature(getattr(faust_aiokafka.Producer, I.FAUST_PRODUCER_NEW)).parameters
     assert f"self.{I.AIOKAFKA_PRODUCER_TXN_MANAGER}" in inspect.getsource(AIOKafkaProducer.send_batch)
     consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1")
     assert getattr(consumer, I.AIOKAFKA_CONSUMER_ISOLATION) == "read_uncommitted"
