@@ -212,6 +212,8 @@ def _polar(word: str, stem: str) -> tuple[str, int] | None:
 
 _LIGHT_STEMS = frozenset(_STEMMER.stemWords(sorted(_LIGHT)))  # "thinking" is as light as "think"
 _SENTENCE_END = frozenset('.!?:;"(\n')
+# A period that ends an abbreviation ends no sentence: "at 2 a.m. UTC", "Postgres vs. MySQL"
+_ABBREVIATION = re.compile(r"(?:\b(?:[a-z]\.){2,}|\b(?:vs|etc|approx|incl|ca)\.)$", re.IGNORECASE)
 _APOSTROPHE = re.compile(r"[’‘]")
 
 
@@ -272,7 +274,7 @@ def reading(text: str) -> Reading:
         raw = m.group(0)
         word = raw.casefold()
         before = text[: m.start()].rstrip()
-        starts = not before or before[-1] in _SENTENCE_END
+        starts = not before or (before[-1] in _SENTENCE_END and not _ABBREVIATION.search(before))
         modifier, previous = previous, word
         if modifier.isalpha() and word.isalpha() and not starts:
             first, second = _stem(modifier), _stem(word)  # "timed out" is "timeout" once stemmed: both ways
@@ -418,8 +420,10 @@ def differences(a: Reading, b: Reading) -> str | None:
         return f"negations {a.negations} / {b.negations}"
     if a.facts != b.facts:
         return "different facts: " + ", ".join(sorted(a.facts ^ b.facts))
-    if (a.names - b.names) and (b.names - a.names):
-        return "different names: " + ", ".join(sorted(a.names ^ b.names))
+    # a name the other text holds as a word (at a sentence's start: "Postgres 12 ..." / "from Postgres 12")
+    # is the same name
+    if (a.names - b.content) and (b.names - a.content):
+        return "different names: " + ", ".join(sorted((a.names - b.content) | (b.names - a.content)))
     pa, pb = set(a.polar) - set(b.polar), set(b.polar) - set(a.polar)
     opposite = sorted({x for x, s in pa if (x, -s) in b.polar} | {x for x, s in pb if (x, -s) in a.polar})
     if opposite:  # one says passed, the other failed (an outcome one of them does not state is a word it adds)

@@ -31,6 +31,7 @@ def test_rewordings_fold() -> None:
         ("checkout deploy failed in canary", "payments service healthy after the rollback", "different"),
         ("The rollback restored checkout", "The rollback did not restore checkout", "negations"),
         ("I'm visiting my sister Emily in Denver", "I'm visiting my sister Anna in Denver", "different names"),
+        ("Emily flew to Denver with Tom", "Anna flew to Denver with Tom", "different words"),
         ("The load test passed at 2,000 rps", "The load test failed at 2,000 rps", "different outcomes"),
         ("The flag was turned on for all users", "The flag was turned off for all users", "different outcomes"),
         ("What about turbinado sugar in the frosting?", "What about muscovado sugar in the frosting?", "words"),
@@ -55,6 +56,9 @@ def test_changes_and_other_events_do_not_fold(new: str, old: str, why: str) -> N
          "The websocket disconnects were reproduced in staging by the on-call engineer."),
         ("Dana: I've been volunteering at the food bank every Saturday since January.",
          "Dana: Since January I volunteer at the food bank each Saturday."),
+        # a name at a sentence's start is the name written inside one; "a.m." ends no sentence
+        ("Postgres 16 upgrade of the reporting replica on Sunday at 02:00 UTC.",
+         "We upgrade the reporting replica to Postgres 16 on Sunday at 2 a.m. UTC."),
     ],
 )  # fmt: skip
 def test_rewordings_of_one_fact_fold(new: str, old: str) -> None:
@@ -81,7 +85,7 @@ def test_the_labelled_pairs_are_the_groups_expanded() -> None:
     pairs = load_pairs()
     assert pairs == build_pairs() and len(pairs) >= 300  # eval/data/README.md: regenerate with --build-pairs
     splits = {p["split"] for p in pairs}
-    assert {"dev", "holdout", "fresh", "fresh2"} <= splits <= {"dev", "holdout", "fresh", "fresh2", "fresh3"}
+    assert splits == {"dev", "holdout", "fresh", "fresh2", "fresh3", "fresh4"}
     for split in splits:  # a group's texts never sit in two splits
         mine = {p["group"] for p in pairs if p["split"] == split}
         assert not mine & {p["group"] for p in pairs if p["split"] != split}
