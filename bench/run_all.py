@@ -38,6 +38,7 @@ BENCHES: dict[str, str] = {
     "index_build": "bench.bench_index_build",
     "index_stall": "bench.bench_index_stall",
     "recall_tail": "bench.bench_recall_tail",  # needs ../shared/datasets/locomo-dev (or EPISODIC_LOCOMO_DIR)
+    "internal_topics": "bench.bench_internal_topics",  # two embedded brokers, one after the other
 }
 # Other benchmarks in the repo (owned elsewhere) that follow the same --quick convention; run if present.
 OPTIONAL: dict[str, str] = {"gate": "bench.bench_gate"}
@@ -58,6 +59,7 @@ TIMEOUT_S = {
     "render": 600,
     "index_build": 2400,
     "index_stall": 1800,
+    "internal_topics": 1200,
 }
 
 

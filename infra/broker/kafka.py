@@ -41,6 +41,15 @@ KAFKA_MAIN = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
 READY_LINE = "Kafka Server started"  # kafka.server.KafkaRaftServer, at INFO (log4j2.properties below)
 DEFAULT_HEAP_MB = 256
+# Kafka's own compacted topics (__consumer_offsets, __transaction_state) roll a segment at this size, not at
+# Kafka's 100 MiB: only a rolled segment is compacted, so each of their 20 partitions here kept every offset
+# commit and transaction state on disk until it reached 100 MiB. And the cleaner keeps the commit markers of
+# transactions (one per transaction in __consumer_offsets: the gate commits its offsets in its transactions)
+# for 1 hour after it cleaned their segment, not Kafka's 24 hours: with 24 the offsets topic grew by every
+# marker of the last day, linearly with the gate's transactions (measured: `python -m
+# bench.bench_internal_topics`, docs/configuration.md "The embedded broker").
+INTERNAL_SEGMENT_BYTES = 8 * 1024 * 1024
+MARKER_RETENTION_MS = 3_600_000
 RETENTION_CHECK_MS = 300_000  # Kafka's own default: how often segments past their topic's retention are deleted
 STOP_TIMEOUT_S = 30.0
 
@@ -124,6 +133,7 @@ class KafkaBroker:
         min_insync: int | None = None,
         security: Security | None = None,
         jvm_opts: tuple[str, ...] = (),
+        internal_segment_bytes: int | None = INTERNAL_SEGMENT_BYTES,
     ) -> None:
         refuse_remote(host, allow_remote)
         if nodes < 1:
@@ -138,6 +148,7 @@ class KafkaBroker:
         self.min_insync = min_insync if min_insync is not None else min(2, nodes)
         self.security = security
         self.jvm_opts = jvm_opts
+        self.internal_segment_bytes = internal_segment_bytes  # None: Kafka's default
         self.replicas = min(3, nodes)
         single = nodes == 1
         self.nodes = [
@@ -311,6 +322,11 @@ class KafkaBroker:
             "unclean.leader.election.enable": "false",
             "auto.create.topics.enable": "true",
         }
+        if self.internal_segment_bytes is not None:  # read when the topic is created (on first use)
+            conf["offsets.topic.segment.bytes"] = str(self.internal_segment_bytes)
+            conf["transaction.state.log.segment.bytes"] = str(self.internal_segment_bytes)
+            # every compacted topic's tombstones and markers (no delete-policy topic has any)
+            conf["log.cleaner.delete.retention.ms"] = str(MARKER_RETENTION_MS)
         if self.security is not None:
             mech = "SCRAM-SHA-512"
             jaas = (

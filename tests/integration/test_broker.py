@@ -167,3 +167,52 @@ def test_a_relative_data_directory_is_the_one_under_the_working_directory(
         assert (tmp_path / "rel" / "data" / "meta.properties").exists()
     finally:
         b.stop()
+
+
+def test_kafkas_own_compacted_topics_roll_small_segments_and_keep_markers_an_hour(tmp_path: Path) -> None:
+    """__consumer_offsets and __transaction_state (created on first use, by a transaction that commits offsets)
+    roll at 8 MiB, not Kafka's 100 MiB, and the cleaner keeps tombstones and transaction markers for an hour,
+    not a day: without both, the offsets topic kept every transaction marker of the last day (a linear growth
+    under the gate's transactions, `python -m bench.bench_internal_topics`)."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    from infra.broker.kafka import INTERNAL_SEGMENT_BYTES, MARKER_RETENTION_MS
+
+    broker = KafkaBroker(data_dir=tmp_path / "kafka", port=free_port(), log_file=tmp_path / "kafka.log")
+    broker.start(timeout=120)
+
+    async def go() -> dict[str, dict[str, str]]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1) for t in ("out", "in")])
+            producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="probe")
+            await producer.start()
+            try:
+                async with producer.transaction():
+                    await producer.send("out", b"x")
+                    await producer.send_offsets_to_transaction({TopicPartition("in", 0): 1}, "probe-group")
+            finally:
+                await producer.stop()
+            found = await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, t) for t in ("__consumer_offsets", "__transaction_state")]
+            )
+            return {
+                name: {key: value for key, value, *_ in configs}
+                for response in found
+                for _, _, _, name, configs in response.resources
+            }
+        finally:
+            await admin.close()
+
+    try:
+        configs = asyncio.run(go())
+    finally:
+        broker.stop()
+    assert set(configs) == {"__consumer_offsets", "__transaction_state"}
+    for conf in configs.values():
+        assert conf["cleanup.policy"] == "compact"
+        assert conf["segment.bytes"] == str(INTERNAL_SEGMENT_BYTES)
+        assert conf["delete.retention.ms"] == str(MARKER_RETENTION_MS)
