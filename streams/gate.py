@@ -262,7 +262,7 @@ class Transactions:
     def __init__(self, app: faust.App) -> None:
         self.app = app
         self.partitioner = DefaultPartitioner()
-        self.renewed: dict[str, int] = {}  # transactional id -> the consumer generation it was last renewed in
+        self.dead_since: dict[str, float] = {}  # transactional id -> when its producer was first found dead
 
     def transactional_id(self, tp: Any) -> str | None:
         """Faust's transactional id for an input partition (None before the assignment knows the topic)."""
@@ -293,11 +293,14 @@ class Transactions:
         lock, producer = transaction_producer(self.app, tid)
         if lock is None or producer is None:
             return False
+        if transaction_failed_fatally(producer):
+            await self._renew(tid, lock, producer, last)
+            return False  # the next try commits with the new producer
         offsets = {last.tp: last.last_offset + 1}
         async with lock:
+            if transaction_producer(self.app, tid) != (lock, producer):  # Faust replaced it while we waited
+                return False
             try:
-                if transaction_failed_fatally(producer):
-                    producer = await self._renew(tid, producer, last)
                 if not in_transaction(producer):
                     await producer.begin_transaction()
                 futures = await publish_batches(producer, records, self.partitioner) if records else []
@@ -320,25 +323,49 @@ class Transactions:
         note_committed(self.app, offsets)
         return True
 
-    async def _renew(self, tid: str, producer: Any, batch: RecordBatch) -> Any:
-        """A new transactional producer in place of a dead one (`transaction_failed_fatally`), once per
-        consumer generation and transactional id; raises when it was renewed in this generation already.
+    async def _renew(self, tid: str, lock: asyncio.Lock, dead: Any, batch: RecordBatch) -> None:
+        """Start a new transactional producer in place of a dead one (`transaction_failed_fatally`), once
+        this worker has owned the partition for `RENEW_AFTER_HEARTBEATS` heartbeats since it found it dead.
 
         A producer dies when the broker gave its transactional id a newer epoch (measured, the two-gate
         failover test under load: the survivor's producers of its own partitions were fenced in the
         rebalance after the other gate's kill) or timed its transaction out. Faust keeps a dead producer
         until the partition is revoked, and while the partition stays here no revocation comes: every
         commit of the partition failed and its entries were held back for good (87 of 1,000 after 120 s).
-        A worker that still owns the partition starts a new one. Once per generation: a zombie (its session
-        expired, it does not know yet) whose new producer fences the partition's new owner stops there, and
-        learns of the rebalance at its next heartbeat."""
-        generation = self.app.consumer_generation_id
-        if self.renewed.get(tid) == generation:
-            raise RuntimeError(f"the transactional producer {tid} died again in generation {generation}")
-        self.renewed[tid] = generation
-        log.warning("gate: the transactional producer %s is dead (%r); a new one goes on with %r", tid,
-                    producer_death(producer), batch)  # fmt: skip
-        return await renew_transaction_producer(self.app, tid)
+
+        Why the wait: the newer epoch may be the partition's new owner's, this worker a zombie (its session
+        expired while it stalled, and it does not know yet). A new producer would take the epoch back and
+        commit a batch the new owner commits too (aiokafka's offset commit in a transaction carries no group
+        generation the broker could refuse). A zombie's next heartbeat tells it of the rebalance, and the
+        revocation takes the partition away (`owns` is False, the batch is given up) before the wait ends.
+        The new producer is kept only if the dead one is still the one Faust holds for the id when it has
+        started (a rebalance in between: Faust's own is kept) and the partition is still here."""
+        now = time.monotonic()
+        first = self.dead_since.setdefault(tid, now)
+        if now - first < RENEW_AFTER_HEARTBEATS * float(self.app.conf.broker_heartbeat_interval):
+            return
+        async with lock:
+            if transaction_producer(self.app, tid)[1] is not dead or not self.owns(batch):
+                self.dead_since.pop(tid, None)
+                return
+            log.warning("gate: the transactional producer %s is dead (%r); a new one goes on with %r", tid,
+                        producer_death(dead), batch)  # fmt: skip
+            try:
+                kept = await renew_transaction_producer(
+                    self.app, tid, dead, still=lambda: self.owns(batch), timeout=RENEW_TIMEOUT_S
+                )
+            except Exception as e:  # the broker did not answer in time: tried again on the next commit
+                log.warning("gate: cannot start a new transactional producer %s: %r", tid, e)
+                return
+        self.dead_since.pop(tid, None)
+        if not kept:
+            log.info("gate: %s changed hands while its new producer started: the new one is stopped", tid)
+
+
+# A dead transactional producer is replaced after this many consumer heartbeats (`Transactions._renew`), within
+# this long for its start (InitProducerId retries until the broker answers).
+RENEW_AFTER_HEARTBEATS = 3
+RENEW_TIMEOUT_S = 30.0
 
 
 ABORT_TIMEOUT_S = 5.0

@@ -15,7 +15,9 @@ falling back to Faust's per-record path or breaking at-least-once delivery.
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 # Hooks of faust.transport.drivers.aiokafka.Consumer (and its base) that BatchConsumer overrides: if one is
@@ -101,21 +103,27 @@ def transaction_producer(app: Any, transactional_id: str) -> tuple[Any, Any]:
     return (lock, txn) if lock is not None and txn is not None else (None, None)
 
 
-async def renew_transaction_producer(app: Any, transactional_id: str) -> Any:
-    """Replace one of Faust's transactional producers with a new one of the same transactional id (Faust's
-    settings; started, so that the broker gives it the next epoch and aborts what the old one left open)
-    and stop the old one. The caller holds the transaction's lock, which is kept."""
-    producer = app.producer
-    new = getattr(producer, FAUST_PRODUCER_NEW)(transactional_id=transactional_id)
-    await new.start()
-    old = getattr(producer, FAUST_PRODUCER_TRANSACTION_PRODUCERS).get(transactional_id)
-    getattr(producer, FAUST_PRODUCER_TRANSACTION_PRODUCERS)[transactional_id] = new
-    if old is not None:
-        try:
-            await old.stop()
-        except Exception:  # a dead producer's stop raises what killed it
-            pass
-    return new
+async def renew_transaction_producer(
+    app: Any, transactional_id: str, dead: Any, *, still: Callable[[], bool], timeout: float
+) -> bool:
+    """Replace `dead`, one of Faust's transactional producers, with a new one of the same transactional id
+    (Faust's settings; started, so that the broker gives it the next epoch and aborts what the old one left
+    open), and stop the old one. The new one is kept only if, once started, `dead` is still the producer
+    Faust holds for the id and `still()` is true; else it is stopped and False returned. A start that takes
+    longer than `timeout` raises (the new producer stopped). The caller holds the transaction's lock."""
+    producers = getattr(app.producer, FAUST_PRODUCER_TRANSACTION_PRODUCERS)
+    new = getattr(app.producer, FAUST_PRODUCER_NEW)(transactional_id=transactional_id)
+    try:
+        await asyncio.wait_for(new.start(), timeout)
+    except BaseException:
+        await new.stop()
+        raise
+    if producers.get(transactional_id) is not dead or not still():
+        await new.stop()
+        return False
+    producers[transactional_id] = new
+    await dead.stop()  # a dead producer's stop returns: its sender's task has ended
+    return True
 
 
 def producer_death(producer: Any) -> BaseException | None:

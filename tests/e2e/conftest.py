@@ -81,13 +81,20 @@ async def poll(check: Callable[[], Any], *, timeout: float = 60.0, interval: flo
 
 
 async def read_topic(
-    bootstrap: str, topic: str, *, expect: int, timeout: float = 60.0, distinct: str | None = None
+    bootstrap: str,
+    topic: str,
+    *,
+    expect: int,
+    timeout: float = 60.0,
+    distinct: str | None = None,
+    isolation_level: str = "read_uncommitted",
 ) -> list[Any]:
     """Read `expect` records from the start of `topic` (a fresh group), or stop at the deadline.
 
     `distinct` names a JSON field: then `expect` counts the records with distinct values of it, so that a
     topic with re-deliveries (a killed member's batch written again by the survivor) is read until every id
-    has come, not until as many records as ids have (the re-delivered ones would end the read early)."""
+    has come, not until as many records as ids have (the re-delivered ones would end the read early).
+    `isolation_level` "read_committed" leaves out what aborted transactions wrote (the gate under exactly-once)."""
     c = AIOKafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
@@ -96,6 +103,7 @@ async def read_topic(
         enable_auto_commit=False,
         session_timeout_ms=10_000,
         heartbeat_interval_ms=1_000,
+        isolation_level=isolation_level,
     )
     await c.start()
     out: list[Any] = []
