@@ -194,8 +194,11 @@ def leaks(reads: list[Read], ids: set[str], texts: set[str], written: AbstractSe
             if re.search(rf"(?<![\w-]){re.escape(i)}(?![\w-])", bare if i in written else r.body):
                 found.append(f"{r.where}: id {i!r}")
         for t in sorted(texts):
-            if t in r.body and not any(t in a for a in r.asked):
-                found.append(f"{r.where}: text {t!r}")
+            # as a text, not inside a number or a word: the answers carry floats (scores, ages in seconds by the
+            # real clock) whose digits held "4471" now and then (a failure of the full suite, 2026-12-02)
+            hit = re.search(rf"(?<![\w.]){re.escape(t)}(?![\w])", r.body)
+            if hit and not any(t in a for a in r.asked):
+                found.append(f"{r.where}: text {t!r} in ...{r.body[max(0, hit.start() - 80) : hit.end() + 80]}...")
     return found
 
 
