@@ -212,7 +212,8 @@ def _polar(word: str, stem: str) -> tuple[str, int] | None:
 
 _LIGHT_STEMS = frozenset(_STEMMER.stemWords(sorted(_LIGHT)))  # "thinking" is as light as "think"
 _SENTENCE_END = frozenset('.!?:;"(\n')
-# A period that ends an abbreviation ends no sentence: "at 2 a.m. UTC", "Postgres vs. MySQL"
+# A period that ends an abbreviation ends no sentence: "at 2 a.m. UTC", "Postgres vs. MySQL" (searched in the
+# 16 characters before a word: `\b` still sees the character before them)
 _ABBREVIATION = re.compile(r"(?:\b(?:[a-z]\.){2,}|\b(?:vs|etc|approx|incl|ca)\.)$", re.IGNORECASE)
 _APOSTROPHE = re.compile(r"[’‘]")
 
@@ -273,8 +274,10 @@ def reading(text: str) -> Reading:
     for m in _WORD.finditer(text):
         raw = m.group(0)
         word = raw.casefold()
-        before = text[: m.start()].rstrip()
-        starts = not before or (before[-1] in _SENTENCE_END and not _ABBREVIATION.search(before))
+        end = m.start()  # the end of what comes before the word, its spaces left out (read in place: linear)
+        while end and text[end - 1].isspace():
+            end -= 1
+        starts = not end or (text[end - 1] in _SENTENCE_END and not _ABBREVIATION.search(text, max(0, end - 16), end))
         modifier, previous = previous, word
         if modifier.isalpha() and word.isalpha() and not starts:
             first, second = _stem(modifier), _stem(word)  # "timed out" is "timeout" once stemmed: both ways
