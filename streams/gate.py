@@ -262,7 +262,8 @@ class Transactions:
     def __init__(self, app: faust.App) -> None:
         self.app = app
         self.partitioner = DefaultPartitioner()
-        self.dead_since: dict[str, float] = {}  # transactional id -> when its producer was first found dead
+        # transactional id -> the dead producer found for it, and when it was first found dead
+        self.dead_since: dict[str, tuple[Any, float]] = {}
 
     def transactional_id(self, tp: Any) -> str | None:
         """Faust's transactional id for an input partition (None before the assignment knows the topic)."""
@@ -341,8 +342,10 @@ class Transactions:
         The new producer is kept only if the dead one is still the one Faust holds for the id when it has
         started (a rebalance in between: Faust's own is kept) and the partition is still here."""
         now = time.monotonic()
-        first = self.dead_since.setdefault(tid, now)
-        if now - first < RENEW_AFTER_HEARTBEATS * float(self.app.conf.broker_heartbeat_interval):
+        found = self.dead_since.get(tid)
+        if found is None or found[0] is not dead:  # this producer's death is new (not an older one's time)
+            self.dead_since[tid] = found = (dead, now)
+        if now - found[1] < RENEW_AFTER_HEARTBEATS * float(self.app.conf.broker_heartbeat_interval):
             return
         async with lock:
             if transaction_producer(self.app, tid)[1] is not dead or not self.owns(batch):

@@ -1,6 +1,7 @@
 """The gate's group commit under exactly-once (streams/gate.py `GroupCommit`), over a fake `Transactions`:
-which batches go into which transaction, in what order, and which are given up. The transactions
-themselves are tested against Kafka (tests/integration/test_gate_exactly_once.py)."""
+which batches go into which transaction, in what order, and which are given up; and when
+`Transactions._renew` replaces a dead producer, over a fake app. The transactions themselves are tested
+against Kafka (tests/integration/test_gate_exactly_once.py)."""
 
 from __future__ import annotations
 
@@ -125,3 +126,56 @@ def test_exactly_once_is_never_on_with_tansu_and_sets_how_the_gates_readers_read
     assert Settings(kafka_bootstrap="kafka-1:9092").exactly_once  # on by default (docs/pipeline.md)
     off = Settings(kafka_bootstrap="kafka-1:9092", gate_exactly_once=False)
     assert not off.exactly_once and off.isolation_level == "read_uncommitted"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+async def test_a_dead_producer_is_renewed_after_three_heartbeats_of_its_own_death(monkeypatch: Any) -> None:
+    """`Transactions._renew` waits 3 consumer heartbeats from when it first found *this* producer dead: a
+    producer that died after an earlier dead one was replaced by Faust (a rebalance) waits its own 3, it does
+    not inherit the earlier one's time (that would skip the wait that lets a zombie learn of its rebalance)."""
+    from types import SimpleNamespace
+
+    import streams.gate as gate_mod
+    from streams.gate import Transactions
+    from streams.internals import FAUST_PRODUCER_TRANSACTION_LOCKS, FAUST_PRODUCER_TRANSACTION_PRODUCERS
+
+    tid = "episodic-gate-0-0"
+    lock = asyncio.Lock()
+    producer = SimpleNamespace(
+        **{FAUST_PRODUCER_TRANSACTION_PRODUCERS: {}, FAUST_PRODUCER_TRANSACTION_LOCKS: {tid: lock}}
+    )
+    consumer = SimpleNamespace(assignment=lambda: {TP0})
+    app = SimpleNamespace(conf=SimpleNamespace(broker_heartbeat_interval=1.0), producer=producer,
+                          consumer=consumer, consumer_generation_id=1)  # fmt: skip
+    clock = _Clock()
+    monkeypatch.setattr(gate_mod, "time", clock)
+    renewed: list[Any] = []
+
+    async def renew(app: Any, transactional_id: str, dead: Any, *, still: Any, timeout: float) -> bool:
+        renewed.append(dead)
+        return True
+
+    monkeypatch.setattr(gate_mod, "renew_transaction_producer", renew)
+    txn = Transactions(app)  # type: ignore[arg-type]
+    b = batch(TP0, 0, 9)
+    first, later = object(), object()
+    producers = getattr(producer, FAUST_PRODUCER_TRANSACTION_PRODUCERS)
+    producers[tid] = first
+    for t in (0.0, 1.0, 2.9):
+        clock.now = t
+        await txn._renew(tid, lock, first, b)
+    assert renewed == []
+    producers[tid] = later  # Faust replaced the dead one (a rebalance), and the new one died later on
+    clock.now = 100.0
+    await txn._renew(tid, lock, later, b)
+    assert renewed == []  # its own wait starts now
+    clock.now = 103.0
+    await txn._renew(tid, lock, later, b)
+    assert renewed == [later]
