@@ -148,7 +148,7 @@ class KafkaBroker:
         self.min_insync = min_insync if min_insync is not None else min(2, nodes)
         self.security = security
         self.jvm_opts = jvm_opts
-        self.internal_segment_bytes = internal_segment_bytes  # None: Kafka's default
+        self.internal_segment_bytes = internal_segment_bytes  # None: Kafka's defaults (100 MiB, markers kept 24 h)
         self.replicas = min(3, nodes)
         single = nodes == 1
         self.nodes = [
