@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -60,10 +61,36 @@ def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
         return False
 
 
+_PICK = random.SystemRandom()  # not the global generator, which a test may seed (two workers, one port)
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out for outgoing connections (Linux; 32768 where it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free to listen on now, below the kernel's range for outgoing connections where that leaves room
+    (from 15000): a port taken from that range (bind to 0) can be the local end of another process's next
+    outgoing connection before the server that was meant to listen there has started (a broker then exits on
+    'Address already in use'); a port below it is taken only by another server."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    addr = host.strip("[]")
+    low = _ephemeral_low()
+    if low - 15000 >= 1000:
+        for _ in range(50):
+            port = _PICK.randrange(15000, low)
+            with socket.socket(family) as s:
+                try:
+                    s.bind((addr, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(family) as s:
-        s.bind((host.strip("[]"), 0))
+        s.bind((addr, 0))
         return int(s.getsockname()[1])
 
 

@@ -29,6 +29,41 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def test_a_free_port_is_taken_below_the_range_of_outgoing_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port from the kernel's range for outgoing connections can become another process's connection before
+    the broker binds it; free_port picks below that range, one that can be bound now, and falls back to the
+    kernel's choice where the range leaves no room below it."""
+    import socket
+
+    from infra.broker import common
+
+    low = common._ephemeral_low()
+    ports = {free_port() for _ in range(20)}
+    assert len(ports) > 1
+    for port in ports:
+        assert 15000 <= port < low
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # free indeed
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        monkeypatch.setattr(common, "_ephemeral_low", lambda: 15500)  # 500 ports below: no room
+        assert free_port() >= low  # the kernel's choice
+        busy = taken.getsockname()[1]
+        monkeypatch.setattr(common, "_ephemeral_low", lambda: 60000)
+        picks = iter([busy, busy, 20001])
+        monkeypatch.setattr(common._PICK, "randrange", lambda a, b: next(picks))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", 20001))
+            except OSError:
+                pytest.skip("port 20001 is in use here")
+        assert free_port() == 20001  # the bound port was passed over
+    finally:
+        taken.close()
+
+
 async def _produce(bootstrap: str, n: int, topic: str = "t") -> None:
     producer = make_producer(bootstrap)
     await producer.start()
