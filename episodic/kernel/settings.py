@@ -196,7 +196,9 @@ class Settings(BaseSettings, ClientSettings):
         "model_cache_dir) or the torch model",
     )
     model_cache_dir: Path | None = Field(
-        default=None, description="ONNX export cache; unset: $XDG_CACHE_HOME/episodic/onnx (~/.cache/episodic/onnx)"
+        default=None,
+        description="ONNX export cache, and in its `models` the packaged models joined from their packages "
+        "(all-mpnet-base-v2); unset: $XDG_CACHE_HOME/episodic/onnx and .../episodic/models (~/.cache/episodic)",
     )
     chunk_mode: Literal["sentences", "window"] = Field(
         default="sentences",
@@ -569,6 +571,15 @@ class Settings(BaseSettings, ClientSettings):
             return self.model_cache_dir
         base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
         return Path(base) / "episodic" / "onnx"
+
+    @property
+    def packaged_models_dir(self) -> Path:
+        """Where a model carried by packages in parts (all-mpnet-base-v2) is joined: `model_cache_dir`/models,
+        else the XDG cache's episodic/models."""
+        if self.model_cache_dir is not None:
+            return self.model_cache_dir / "models"
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        return Path(base) / "episodic" / "models"
 
     @property
     def sparse_only_forced(self) -> bool:
