@@ -10,11 +10,12 @@ import argparse
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 from episodic.kernel.settings import FUSION_BY_CHUNK_MODE, Settings
 from eval.bm25 import Bm25Spec
 from eval.context import ContextSpec, parse_ctx
-from eval.methods import Method, adjacent, dbsf, default_hybrid, formula, lexical, rrf, single, tree
+from eval.methods import Method, adjacent, dbsf, default_hybrid, formula, fused_prf, lexical, rrf, single, tree
 from eval.prf import Rm3
 from eval.views import Dense, Sparse, Views, build
 
@@ -650,6 +651,55 @@ def common_words(a: argparse.Namespace) -> Result:
     return views, ms, "Common words: the dense query without the words most of the workspace's memories hold (issue 46)"
 
 
+def dense_prf(a: argparse.Namespace) -> Result:
+    """Dense pseudo-relevance feedback (issue 46's query-side expansion, in the embedding space): the hybrid's
+    dense query moved towards its first pass's top d memories (each by its best piece), unit(q + beta x their
+    mean), then asked again; the BM25 legs keep the query. Against the shipped tree asked at the question's
+    date. ``--against "as of (shipped)"``."""
+    dp = Dense(split="p32", penalty=PIECE_PENALTY, candidates=200, common=0.5)
+    variants = [(3, 0.5), (5, 0.5), (5, 1.0), (10, 0.5), (10, 1.0), (3, 1.0)]
+    rows: dict = {"S": Sparse(), "DP": dp, "SC": Sparse(ctx=RECOMMENDED_CONTEXT)}
+    rows.update({f"DF{d}_{b}": replace(dp, prf=(d, b)) for d, b in variants})
+    views = build(a.sets, rows)
+    views.by_type = getattr(a, "by_type", False)
+
+    def asked(d: str = "DP") -> Method:
+        legs = [(d, 100), ("SC", d, 100), ("S", 100), ("SC", 100)]
+        return tree(legs, 3, [2.5, 0.5, 1, 1], LEXICAL_FULL, LEXICAL_FLOOR, time=1.0, relative="asked")
+
+    ms: dict[str, Method] = {"as of (shipped)": asked()}
+    for d, b in variants:
+        ms[f"dense PRF d{d} beta {b}"] = asked(f"DF{d}_{b}")
+    for d, b in [(3, 0.5), (5, 0.5), (5, 1.0), (10, 0.5)]:
+        ms[f"dense PRF from the fused top d{d} beta {b}"] = fused_prf(asked(), "DP", dp, d, b)
+    return views, ms, "Dense pseudo-relevance feedback: the dense query moved towards its first pass's top (issue 46)"
+
+
+def model_shipped(a: argparse.Namespace) -> Result:
+    """Another sentence-transformers model (``--model DIR``, its cache filled with ``--split p32``) as the
+    shipped tree's dense leg, asked at the question's date, beside MiniLM's: the dense leg alone and the hybrid.
+    ``--against "as of (shipped)"``."""
+    if not a.model:
+        raise SystemExit("model-shipped: --model DIR (a sentence-transformers directory with a filled cache)")
+    dp = Dense(split="p32", penalty=PIECE_PENALTY, candidates=200, common=0.5)
+    rows: dict = {"S": Sparse(), "DP": dp, "DM": replace(dp, model=a.model), "SC": Sparse(ctx=RECOMMENDED_CONTEXT)}
+    views = build(a.sets, rows)
+    views.by_type = getattr(a, "by_type", False)
+
+    def asked(d: str = "DP") -> Method:
+        legs = [(d, 100), ("SC", d, 100), ("S", 100), ("SC", 100)]
+        return tree(legs, 3, [2.5, 0.5, 1, 1], LEXICAL_FULL, LEXICAL_FLOOR, time=1.0, relative="asked")
+
+    name = Path(a.model).name
+    ms: dict[str, Method] = {
+        "as of (shipped)": asked(),
+        f"hybrid, dense leg {name}": asked("DM"),
+        "dense leg alone (MiniLM)": single("DP"),
+        f"dense leg alone ({name})": single("DM"),
+    }
+    return views, ms, f"The shipped tree with another dense model: {name} beside all-MiniLM-L6-v2 (issue 46)"
+
+
 EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "legs": legs,
     "bm25-options": bm25_options,
@@ -672,4 +722,6 @@ EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "time-legs": time_legs,
     "adaptive": adaptive,
     "common-words": common_words,
+    "dense-prf": dense_prf,
+    "model-shipped": model_shipped,
 }

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from eval import fusion as F
-from eval.views import Q
+from eval.views import Dense, Q
 
 DEPTH = 30
 Leg = tuple  # (row, n) or (row, inner_row, m)
@@ -213,3 +213,18 @@ def adjacent(
 # today's shipped hybrid: RRF k=3 over D100 (w 1), S100 re-scored over D100 (w .5), S100 (w 1), S5 (w .75)
 def default_hybrid(d: str = "D", s: str = "S") -> Method:
     return rrf([(d, 100), (s, d, 100), (s, 100), (s, 5)], 3, [1.0, 0.5, 1.0, 0.75])
+
+
+def fused_prf(inner: Method, name: str, row: Dense, d: int, beta: float) -> Method:
+    """Pseudo-relevance feedback from the fused answer: `inner` asked once, its dense row `name` (the ``Dense``
+    `row`) asked again with the query moved towards the fused top `d` (``eval.views.moved_row``), then `inner`
+    asked again over it; the BM25 rows keep the question."""
+    from eval.views import moved_row
+
+    def run(q: Q) -> Ranked:
+        idx, _ = inner(q)
+        again = Q({**q.rows, name: moved_row(q, row, q.text, idx[:d], beta)}, q.mem, q.evidence, q.type,
+                  text=q.text, id=q.id, asked=q.asked)  # fmt: skip
+        return inner(again)
+
+    return run

@@ -40,6 +40,7 @@ class Dense:
     penalty: float = 0.0  # > 0: max-sim - penalty * ln(pieces), the hybrid's dense leg (EPISODIC_RRF_PIECE_PENALTY)
     candidates: int = 0  # > 0 with a penalty: only the raw max-sim top N are re-ranked (the store's inner prefetch)
     common: float = 0.0  # > 0: the query without the words more than this share of the memories hold (the store's)
+    prf: tuple[int, float] = (0, 0.0)  # (d, beta): the query moved to unit(q + beta * mean of the top d's best pieces)
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ def informative_queries(mem: Memories, queries: list[str], above: float) -> list
 def dense_rows(mem: Memories, queries: list[str], row: Dense) -> np.ndarray | None:
     """Cosine, queries x memories; None when a chunk is not in the model's embedding cache."""
     c = cache(row.model)
+    asked = list(queries)
     if row.common > 0:  # new query texts: embedded here (a query is short; the documents' vectors are cached)
         queries = informative_queries(mem, queries, row.common)
         if missing := c.missing(queries, "query"):
@@ -144,9 +146,42 @@ def dense_rows(mem: Memories, queries: list[str], row: Dense) -> np.ndarray | No
         prev = mem.prev[np.asarray(owner)]
         dm = dm + row.mix * np.where((prev >= 0)[:, None], dm[starts[np.maximum(prev, 0)]], 0.0)
         dm /= np.linalg.norm(dm, axis=1, keepdims=True)
+    counts = np.diff(np.r_[starts, len(owner)])
+    VECTORS[(id(mem), row)] = (dict(zip(asked, qm, strict=True)), dm, starts, counts)
+    sims = _scored(qm, dm, starts, counts, row)
+    d, beta = row.prf
+    if d > 0 and beta > 0:  # dense pseudo-relevance feedback (Rocchio over the first pass's best pieces)
+        piece_sims = qm @ dm.T
+        top = np.argsort(-sims, axis=1, kind="stable")[:, :d]
+        moved = np.empty_like(qm)
+        for qi in range(len(qm)):
+            best = [starts[m] + int(np.argmax(piece_sims[qi, starts[m] : starts[m] + counts[m]])) for m in top[qi]]
+            v = qm[qi] + beta * dm[best].mean(axis=0)
+            moved[qi] = v / np.linalg.norm(v)
+        sims = _scored(moved, dm, starts, counts, row)
+    return sims
+
+
+# the vectors behind a dense row, for methods that ask the dense leg again (eval.methods.fused_prf):
+# (id(memories), row) -> (query text -> its vector as embedded, piece matrix, each memory's first piece, counts)
+VECTORS: dict[tuple[int, Dense], tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def moved_row(q: Q, row: Dense, text: str, toward: np.ndarray, beta: float) -> np.ndarray:
+    """The dense row asked again with its query moved towards the memories `toward` (each by its best piece
+    for the query): unit(q + beta x their mean)."""
+    qv, dm, starts, counts = VECTORS[(id(q.mem), row)]
+    v = qv[text]
+    best = [starts[m] + int(np.argmax(dm[starts[m] : starts[m] + counts[m]] @ v)) for m in toward]
+    v = v + beta * dm[best].mean(axis=0)
+    return _scored((v / np.linalg.norm(v))[None, :], dm, starts, counts, row)[0]
+
+
+def _scored(qm: np.ndarray, dm: np.ndarray, starts: np.ndarray, counts: np.ndarray, row: Dense) -> np.ndarray:
+    """Max-sim over each memory's pieces, with the store's piece prior over its candidates."""
     sims = np.maximum.reduceat(qm @ dm.T, starts, axis=1)
     if row.penalty:  # the store's piece prior over its count of rows (store_query.DenseLeg.piece_penalty)
-        penalised = sims - row.penalty * np.log(np.diff(np.r_[starts, len(owner)]))[None, :]
+        penalised = sims - row.penalty * np.log(counts)[None, :]
         if row.candidates and row.candidates < sims.shape[1]:
             raw_top = np.argpartition(-sims, row.candidates - 1, axis=1)[:, : row.candidates]
             keep = np.zeros(sims.shape, dtype=bool)
