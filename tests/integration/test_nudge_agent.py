@@ -67,16 +67,24 @@ async def produce(bootstrap: str, topic: str, values: list[bytes], key: str = "w
         await p.stop()
 
 
-async def read_all(bootstrap: str, topic: str, *, settle_s: float = 1.5) -> list[NudgeEvent]:
-    """Everything on `topic` (a fresh group), read until nothing new arrives for `settle_s`."""
-    c = AIOKafkaConsumer(
-        topic, bootstrap_servers=bootstrap, group_id=f"read-{time.monotonic_ns()}", auto_offset_reset="earliest"
-    )
+async def read_all(
+    bootstrap: str, topic: str, *, settle_s: float = 1.5, want: int = 0, timeout_s: float = 30.0
+) -> list[NudgeEvent]:
+    """Everything on `topic`, read from the start of every partition until at least `want` records came (within
+    `timeout_s`) and then nothing new for `settle_s`, timed from when the partitions are assigned: a fresh
+    group's join could take longer than the settle time under load, and the read ended before its first fetch."""
+    # no group: every partition of the topic is assigned as soon as its metadata is in
+    c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest")
     await c.start()
     out: list[NudgeEvent] = []
     try:
+        deadline = time.monotonic() + timeout_s
+        while not c.assignment():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no partition of {topic} was assigned within {timeout_s}s")
+            await asyncio.sleep(0.05)
         quiet_since = time.monotonic()
-        while time.monotonic() - quiet_since < settle_s:
+        while time.monotonic() - quiet_since < settle_s or (len(out) < want and time.monotonic() < deadline):
             got = await c.getmany(timeout_ms=300)
             for recs in got.values():
                 out.extend(NudgeEvent.from_json(r.value) for r in recs)
@@ -146,7 +154,7 @@ async def test_one_nudge_per_run_across_a_restart_of_the_agent(broker: str, stat
         await produce(broker, topics.entries, [entry(i) for i in range(40, 150)])
         await poll(lambda: counted(m2) >= 110, what="110 more entries counted")
         assert counted(m2, "replayed") == 40
-    nudges = await read_all(broker, topics.nudges)
+    nudges = await read_all(broker, topics.nudges, want=1)
     assert len(nudges) == 1
     (n,) = nudges
     assert (n.workspace_id, n.agent_id, n.run_id, n.count) == ("ws-n", "agent-a", "run-1", 60)
@@ -157,7 +165,7 @@ async def test_one_nudge_per_run_across_a_restart_of_the_agent(broker: str, stat
         await produce(broker, topics.entries, [entry(150, entry_type="memory.updated")])
         await produce(broker, topics.entries, [entry(i) for i in range(151, 211)])
         await poll(lambda: counted(m3) >= 61, what="the new window counted")
-    nudges = await read_all(broker, topics.nudges)
+    nudges = await read_all(broker, topics.nudges, want=2)
     assert [x.count for x in nudges] == [60, 60] and nudges[0].nudge_id != nudges[1].nudge_id
 
 
@@ -173,7 +181,7 @@ async def test_malformed_records_are_counted_and_skipped(broker: str, state: Sta
             "episodic_agent_malformed_total", {"agent": "nudge", "topic": topics.entries}
         )
         assert invalid == len(garbage)
-    assert [n.run_id for n in await read_all(broker, topics.nudges)] == ["run-g"]
+    assert [n.run_id for n in await read_all(broker, topics.nudges, want=1)] == ["run-g"]
 
 
 def _decide(book: NudgeBook, run: str) -> NudgeEvent:
@@ -220,7 +228,7 @@ async def test_the_outbox_publishes_each_nudge_exactly_once_after_a_crash(
         ) == (0, 0)
     finally:
         await producer.stop()
-    on_topic = await read_all(broker, topic)
+    on_topic = await read_all(broker, topic, want=2)
     assert sorted(e.run_id for e in on_topic) == ["run-a", "run-b"]
 
 
