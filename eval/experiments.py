@@ -17,7 +17,7 @@ from eval.bm25 import Bm25Spec
 from eval.context import ContextSpec, parse_ctx
 from eval.methods import Method, adjacent, dbsf, default_hybrid, formula, fused_prf, lexical, rrf, single, tree
 from eval.prf import Rm3
-from eval.views import Dense, Sparse, Views, build
+from eval.views import KEEP, Dense, Sparse, Views, build
 
 log = logging.getLogger("eval.sweep")
 
@@ -660,6 +660,7 @@ def dense_prf(a: argparse.Namespace) -> Result:
     variants = [(3, 0.5), (5, 0.5), (5, 1.0), (10, 0.5), (10, 1.0), (3, 1.0)]
     rows: dict = {"S": Sparse(), "DP": dp, "SC": Sparse(ctx=RECOMMENDED_CONTEXT)}
     rows.update({f"DF{d}_{b}": replace(dp, prf=(d, b)) for d, b in variants})
+    KEEP.add(dp)  # fused_prf asks its vectors again
     views = build(a.sets, rows)
     views.by_type = getattr(a, "by_type", False)
 

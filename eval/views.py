@@ -147,34 +147,38 @@ def dense_rows(mem: Memories, queries: list[str], row: Dense) -> np.ndarray | No
         dm = dm + row.mix * np.where((prev >= 0)[:, None], dm[starts[np.maximum(prev, 0)]], 0.0)
         dm /= np.linalg.norm(dm, axis=1, keepdims=True)
     counts = np.diff(np.r_[starts, len(owner)])
-    VECTORS[(id(mem), row)] = (dict(zip(asked, qm, strict=True)), dm, starts, counts)
+    if row in KEEP:
+        VECTORS[(id(mem), row)] = (dict(zip(asked, qm, strict=True)), dm, starts, counts)
     sims = _scored(qm, dm, starts, counts, row)
     d, beta = row.prf
     if d > 0 and beta > 0:  # dense pseudo-relevance feedback (Rocchio over the first pass's best pieces)
-        piece_sims = qm @ dm.T
         top = np.argsort(-sims, axis=1, kind="stable")[:, :d]
-        moved = np.empty_like(qm)
-        for qi in range(len(qm)):
-            best = [starts[m] + int(np.argmax(piece_sims[qi, starts[m] : starts[m] + counts[m]])) for m in top[qi]]
-            v = qm[qi] + beta * dm[best].mean(axis=0)
-            moved[qi] = v / np.linalg.norm(v)
+        moved = np.stack([_moved(qm[qi], dm, starts, counts, top[qi], beta) for qi in range(len(qm))])
         sims = _scored(moved, dm, starts, counts, row)
     return sims
 
 
-# the vectors behind a dense row, for methods that ask the dense leg again (eval.methods.fused_prf):
-# (id(memories), row) -> (query text -> its vector as embedded, piece matrix, each memory's first piece, counts)
+# the vectors behind the dense rows in KEEP, for methods that ask the dense leg again (eval.methods.fused_prf):
+# (id(memories), row) -> (query text -> its vector as embedded, piece matrix, each memory's first piece, counts);
+# only those rows, so that a sweep does not hold every row's piece matrix
+KEEP: set[Dense] = set()
 VECTORS: dict[tuple[int, Dense], tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray]] = {}
 
 
-def moved_row(q: Q, row: Dense, text: str, toward: np.ndarray, beta: float) -> np.ndarray:
-    """The dense row asked again with its query moved towards the memories `toward` (each by its best piece
-    for the query): unit(q + beta x their mean)."""
-    qv, dm, starts, counts = VECTORS[(id(q.mem), row)]
-    v = qv[text]
+def _moved(
+    v: np.ndarray, dm: np.ndarray, starts: np.ndarray, counts: np.ndarray, toward: np.ndarray, beta: float
+) -> np.ndarray:
+    """unit(v + beta x the mean of the memories `toward`, each by its best piece for `v`)."""
     best = [starts[m] + int(np.argmax(dm[starts[m] : starts[m] + counts[m]] @ v)) for m in toward]
     v = v + beta * dm[best].mean(axis=0)
-    return _scored((v / np.linalg.norm(v))[None, :], dm, starts, counts, row)[0]
+    return v / np.linalg.norm(v)
+
+
+def moved_row(q: Q, row: Dense, text: str, toward: np.ndarray, beta: float) -> np.ndarray:
+    """The dense row (one in KEEP when it was built) asked again with its query moved towards the memories
+    `toward` (``_moved``)."""
+    qv, dm, starts, counts = VECTORS[(id(q.mem), row)]
+    return _scored(_moved(qv[text], dm, starts, counts, toward, beta)[None, :], dm, starts, counts, row)[0]
 
 
 def _scored(qm: np.ndarray, dm: np.ndarray, starts: np.ndarray, counts: np.ndarray, row: Dense) -> np.ndarray:

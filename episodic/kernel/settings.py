@@ -34,6 +34,11 @@ KAFKA_FETCH_WAIT_MS = 200
 FUSION_BY_CHUNK_MODE: dict[str, tuple[float, int, float]] = {"sentences": (2.5, 0, 4.0), "window": (1.0, 5, 0.0)}
 
 
+def _xdg_cache() -> Path:
+    """The user's cache directory: XDG_CACHE_HOME, else ~/.cache."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"))
+
+
 class Settings(BaseSettings, ClientSettings):
     """The engine's settings: the client's (`episodic_client.settings.ClientSettings`: the service's address,
     EPISODIC_URL, EPISODIC_TOKEN, the identity, the client's timeout and retries, declared once there) and
@@ -569,8 +574,7 @@ class Settings(BaseSettings, ClientSettings):
         """The ONNX export cache: `model_cache_dir`, else the XDG cache (XDG_CACHE_HOME or ~/.cache)."""
         if self.model_cache_dir is not None:
             return self.model_cache_dir
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        return Path(base) / "episodic" / "onnx"
+        return _xdg_cache() / "episodic" / "onnx"
 
     @property
     def packaged_models_dir(self) -> Path:
@@ -578,8 +582,7 @@ class Settings(BaseSettings, ClientSettings):
         else the XDG cache's episodic/models."""
         if self.model_cache_dir is not None:
             return self.model_cache_dir / "models"
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        return Path(base) / "episodic" / "models"
+        return _xdg_cache() / "episodic" / "models"
 
     @property
     def sparse_only_forced(self) -> bool:
