@@ -701,6 +701,34 @@ def model_shipped(a: argparse.Namespace) -> Result:
     return views, ms, f"The shipped tree with another dense model: {name} beside all-MiniLM-L6-v2 (issue 46)"
 
 
+def short_turns(a: argparse.Namespace) -> Result:
+    """Issue 46, fourth pass: the neighbour lift and the run-level re-rank gated per memory by its length
+    (``eval.runlevel.short_neighbours``, ``short_runs``): chat lines lean on the lines around them, paragraphs
+    do not. Against the shipped tree asked at the question's date. ``--against "as of (shipped)"``."""
+    from eval import runlevel as R
+
+    dp = Dense(split="p32", penalty=PIECE_PENALTY, candidates=200, common=0.5)
+    rows: dict = {"S": Sparse(), "DP": dp, "SC": Sparse(ctx=RECOMMENDED_CONTEXT)}
+    views = build(a.sets, rows)
+    views.by_type = getattr(a, "by_type", False)
+
+    def asked(post: R.Post | None = None) -> Method:
+        legs = [("DP", 100), ("SC", "DP", 100), ("S", 100), ("SC", 100)]
+        return tree(legs, 3, [2.5, 0.5, 1, 1], LEXICAL_FULL, LEXICAL_FLOOR, time=1.0, relative="asked", post=post)
+
+    ms: dict[str, Method] = {"as of (shipped)": asked()}
+    for w in (0.25, 0.5):
+        ms[f"neighbour lift {w}"] = asked(R.neighbours(w))
+        for limit in (40, 60, 80, 100):
+            ms[f"neighbour lift {w}, both <= {limit} words"] = asked(R.short_neighbours(w, limit))
+        ms[f"neighbour lift {w}, both soft 60"] = asked(R.short_neighbours(w, 60, soft=True))
+        ms[f"neighbour lift {w}, the lifted <= 60 words"] = asked(R.short_neighbours(w, 60, both=False))
+    ms["neighbour lift 0.75, both <= 80 words"] = asked(R.short_neighbours(0.75, 80))
+    for limit in (40, 60):
+        ms[f"run-level 0.25 x share of turns <= {limit} words"] = asked(R.short_runs(0.25, limit))
+    return views, ms, "Short turns: neighbour lift and run-level gated by a memory's length (issue 46)"
+
+
 EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "legs": legs,
     "bm25-options": bm25_options,
@@ -725,4 +753,5 @@ EXPERIMENTS: dict[str, Callable[[argparse.Namespace], Result]] = {
     "common-words": common_words,
     "dense-prf": dense_prf,
     "model-shipped": model_shipped,
+    "short-turns": short_turns,
 }

@@ -56,6 +56,8 @@ MODES = ("dense", "sparse", "hybrid")
 CLIENTS = 4  # concurrent recall clients (the protocol's)
 # columns served by a restart of the same store with other settings: name -> environment
 RESTARTS: dict[str, dict[str, str]] = {
+    # issue 46, fourth pass: the default before the neighbour lift (a short memory lifted by its short neighbours)
+    "no neighbour lift (main's default)": {"EPISODIC_RRF_NEIGHBOUR_WEIGHT": "0"},
     # issue 46: the default before the time legs, and the run-level re-rank (an option, off by default)
     "main-default (no time legs)": {"EPISODIC_RRF_TIME_WEIGHT": "0"},
     "shipped-again (the default once more: A-B-A, for latency drift)": {},

@@ -183,3 +183,66 @@ def neighbours(weight: float, agg: str = "max") -> Post:
         return idx[o], final[o]
 
     return post
+
+
+def words(q: Q) -> np.ndarray:
+    """Each memory's length in words (its summary as the store holds it, the speaker included: what
+    ``episodic.domain.runs.neighbour_lift`` counts), computed once per workspace."""
+    got = getattr(q.mem, "_words", None)
+    if got is None:
+        turns = q.mem.corpus.turns
+        got = np.array([len(turns[i].text().split()) for i in q.mem.first], dtype=np.float64)
+        q.mem._words = got  # type: ignore[attr-defined]
+    return got
+
+
+def brevity(n: np.ndarray, limit: float, soft: bool) -> np.ndarray:
+    """1 for a turn of at most `limit` words; above it 0 (hard) or limit / words (soft)."""
+    return np.where(n <= limit, 1.0, (limit / np.maximum(n, 1.0)) if soft else 0.0)
+
+
+def short_neighbours(weight: float, limit: float, soft: bool = False, both: bool = True) -> Post:
+    """The neighbour lift (``neighbours``) only between short turns: memory i is lifted by neighbour n at
+    weight × brevity(i) × brevity(n) (`both`; else brevity(i) alone). A chat line ("Yes, last week!") says what
+    it is about through the lines around it; a paragraph stands alone, and so does its neighbour."""
+
+    def post(q: Q, idx: np.ndarray, sc: np.ndarray) -> Ranked:
+        unit = _unit(sc)
+        g = brevity(words(q), limit, soft)
+        at = {i: p for p, i in enumerate(idx.tolist())}
+        lift = np.zeros(len(idx))
+        for p, i in enumerate(idx.tolist()):
+            got = [
+                unit[at[int(n)]] * (g[int(n)] if both else 1.0)
+                for n in (q.mem.prev[i], q.mem.next[i])
+                if n >= 0 and int(n) in at
+            ]
+            lift[p] = g[i] * max(got) if got else 0.0
+        final = unit + weight * lift
+        o = np.lexsort((np.arange(len(idx)), -final))
+        return idx[o], final[o]
+
+    return post
+
+
+def short_runs(weight: float, limit: float, depth: int = 3) -> Post:
+    """The run-level re-rank (the store's: a run scored by the sum of its `depth` best candidates) at weight ×
+    the share of the run's turns that are short (at most `limit` words): a run of chat lines is one exchange."""
+
+    def post(q: Q, idx: np.ndarray, sc: np.ndarray) -> Ranked:
+        n = words(q)
+        runs = q.mem.run
+        key = ("_short", limit)
+        share = getattr(q.mem, "_short_share", {}).get(key)
+        if share is None:
+            short = np.bincount(runs, weights=(n <= limit).astype(np.float64), minlength=int(runs.max()) + 1)
+            total = np.bincount(runs, minlength=int(runs.max()) + 1)
+            share = short / np.maximum(total, 1)
+            q.mem._short_share = {**getattr(q.mem, "_short_share", {}), key: share}  # type: ignore[attr-defined]
+        unit = _unit(sc)
+        rs = run_scores(q, idx, sc, "fused", f"top{depth}", True)
+        final = unit + weight * share[runs[idx]] * _unit(rs)
+        o = np.lexsort((np.arange(len(idx)), -final))
+        return idx[o], final[o]
+
+    return post

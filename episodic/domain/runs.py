@@ -1,5 +1,6 @@
-"""Run-level evidence at recall: score a run (an agent's run, a conversation's session), then its memories.
-Pure, no IO (the store re-ranks the fused candidates with it: `episodic.store.facade.QdrantStore.query_hybrid`).
+"""Run-level evidence at recall: score a run (an agent's run, a conversation's session), then its memories;
+and the neighbour lift, a short memory lifted by the short memories next to it in its run.
+Pure, no IO (the store re-ranks the fused candidates with both: `episodic.store.facade.QdrantStore.query_hybrid`).
 
 A question about one episode is usually answered by several memories of the run it happened in, and one of
 them often matches the question's words less than its neighbours do (the reply after the question, the
@@ -20,6 +21,7 @@ evidence lies in several runs), so it is an option, off by default (`EPISODIC_RR
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 Candidate = tuple[str, float, Hashable | None]  # (point id, fused score, its run; None: a run of its own)
 
@@ -46,3 +48,47 @@ def run_level(candidates: Sequence[Candidate], weight: float, depth: int = 3) ->
     combined = [o + weight * s for o, s in zip(own, shared, strict=True)]
     order = sorted(range(len(candidates)), key=lambda i: (-combined[i], i))
     return [(candidates[i][0], combined[i]) for i in order]
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """A fused candidate as the neighbour lift sees it: its point, score, entry id, its run neighbours' entry
+    ids (its `previous` / `next` edges; None: none) and its summary's length in words."""
+
+    point_id: str
+    score: float
+    entry_id: str
+    previous: str | None
+    next: str | None
+    words: int
+
+
+def words(summary: str) -> int:
+    """A summary's length as the neighbour lift counts it: whitespace-separated words."""
+    return len(summary.split())
+
+
+def neighbour_lift(candidates: Sequence[Turn], weight: float, limit: int) -> list[tuple[str, float]]:
+    """The candidates re-ranked by the neighbour lift, best first, ties in the fused order:
+
+        score / best score + weight × the best of its run neighbours' score / best score
+
+    where a neighbour is the candidate's `previous` or `next` memory, counted only when it is a candidate
+    too and both it and the candidate are short (at most `limit` words). A line of a chat ("Yes, last week,
+    at the lake!") says what it is about through the lines around it, so the reply to a matching question
+    climbs with it; a paragraph says it alone, and so does the paragraph next to it, so a run of long
+    memories (an agent's reports, an assistant's answers) keeps its fused order. Measured (docs/quality.md,
+    "Short turns"): +6 to +7 points of R@5 on LoCoMo dev, LongMemEval oracle within noise (its turns are long).
+    `weight` <= 0 or no candidate: the fused order and scores."""
+    if weight <= 0 or not candidates:
+        return [(c.point_id, c.score) for c in candidates]
+    top = max(c.score for c in candidates)
+    unit = {c.entry_id: (c.score / top if top > 0 else 0.0) for c in reversed(candidates)}
+    short = {c.entry_id for c in candidates if c.words <= limit}
+    combined = []
+    for c in candidates:
+        own = c.score / top if top > 0 else 0.0
+        near = [unit[n] for n in (c.previous, c.next) if n is not None and n in short and n != c.entry_id]
+        combined.append(own + (weight * max(near) if near and c.words <= limit else 0.0))
+    order = sorted(range(len(candidates)), key=lambda i: (-combined[i], i))
+    return [(candidates[i].point_id, combined[i]) for i in order]

@@ -173,6 +173,10 @@ class Fusion:
 
     Run-level evidence (`run_weight` > 0, `episodic.domain.runs`): the fused top `run_pool` are re-ranked by
     their own score and their run's (the sum of its `run_depth` best fused scores among them), at `run_weight`.
+
+    Neighbour lift (`neighbour_weight` > 0, `episodic.domain.runs.neighbour_lift`): the same fused top
+    `run_pool`, each memory of at most `neighbour_words` words lifted by the best of its run neighbours
+    (`previous` / `next`) among them that are as short, at `neighbour_weight`; before the run-level re-rank.
     """
 
     method: Literal["rrf", "dbsf"] = "rrf"
@@ -193,6 +197,8 @@ class Fusion:
     run_weight: float = 0.0
     run_pool: int = 100
     run_depth: int = 3
+    neighbour_weight: float = 0.0
+    neighbour_words: int = 80
 
 
 @dataclass(slots=True)

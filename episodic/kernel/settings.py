@@ -330,8 +330,19 @@ class Settings(BaseSettings, ClientSettings):
     # score and their run's (its `rrf_run_depth` best scores summed), the run's share weighted this; 0: off. Off by
     # default: it gains on LoCoMo (one session holds the answer) and loses on LongMemEval's multi-session questions.
     rrf_run_weight: float = Field(default=0.0, ge=0.0, description="the run's score beside each memory's; 0: off")
-    rrf_run_pool: int = Field(default=100, ge=1, le=1000, description="fused candidates re-ranked by their run")
+    rrf_run_pool: int = Field(
+        default=100, ge=1, le=1000, description="fused candidates re-ranked by their run and by the neighbour lift"
+    )
     rrf_run_depth: int = Field(default=3, ge=1, le=100, description="a run's best candidates summed as its score")
+    # The neighbour lift (docs/quality.md, "Short turns"): a memory of at most `rrf_neighbour_words` words lifted
+    # by its previous / next memory in its run, as short and among the fused top `rrf_run_pool`, at this weight.
+    # Chat lines gain (LoCoMo), paragraphs are untouched (LongMemEval's turns, most agents' reports).
+    rrf_neighbour_weight: float = Field(
+        default=0.5, ge=0.0, le=10.0, description="a short memory's lift by its short run neighbours; 0: off"
+    )
+    rrf_neighbour_words: int = Field(
+        default=80, ge=1, le=100_000, description="the most words a memory has to lift or be lifted by a neighbour"
+    )
     # Episode adjacency at recall: a direct hit's previous/next memory in its run, scored below it, in k.
     recall_adjacent: bool = Field(default=False, description="default of the recall request's `adjacent`")
     adjacent_weight: float = Field(

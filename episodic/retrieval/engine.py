@@ -111,6 +111,8 @@ def fusion_from_settings(settings: Settings) -> Fusion:
         run_weight=settings.rrf_run_weight,
         run_pool=settings.rrf_run_pool,
         run_depth=settings.rrf_run_depth,
+        neighbour_weight=settings.rrf_neighbour_weight,
+        neighbour_words=settings.rrf_neighbour_words,
     )
 
 

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from episodic.domain.identity import point_id
-from episodic.domain.runs import run_level
+from episodic.domain.runs import Turn, neighbour_lift, run_level, words
 from episodic.kernel.errors import StoreError
 from episodic.kernel.ports import (
     CONTEXT,
@@ -313,6 +313,24 @@ def _newest_first(records: Iterable[Record]) -> list[Record]:
     """`ts` descending, then point id ascending (the order of a page)."""
     by_id = sorted(records, key=lambda r: str(r.id))
     return sorted(by_id, key=_instant, reverse=True)  # stable: ids stay ascending within an instant
+
+
+def _turn(pid: str, score: float, payload: Mapping[str, Any]) -> Turn:
+    """A pool candidate as the neighbour lift reads it: its `previous` / `next` edges and its summary's length."""
+    edges = {
+        e.get("relation"): str(e["dst"])
+        for e in payload.get("relations") or []
+        if isinstance(e, dict) and e.get("relation") in ("previous", "next") and e.get("dst")
+    }
+    summary = payload.get("summary")
+    return Turn(
+        pid,
+        score,
+        str(payload.get("entry_id", pid)),
+        edges.get("previous"),
+        edges.get("next"),
+        words(summary) if isinstance(summary, str) else 1 << 30,  # no summary: never short
+    )
 
 
 def _hit(record: Record, score: float, with_dense: bool, vector: str = DENSE) -> StoredHit:
@@ -1048,19 +1066,26 @@ class QdrantStore(MemoryStore):
         prefetch = self._leg_limit(limit, fusion.prefetch_limit)
         fusion = lexically_scaled(fusion, self._lexical_share(sparse, scope, flt, fusion))
         legs = hybrid_prefetch(vector, sparse, scope, flt, prefetch, fusion, name, context=self.has_context)
-        if fusion.run_weight <= 0 or fusion.run_pool <= limit:
+        if (fusion.run_weight <= 0 and fusion.neighbour_weight <= 0) or fusion.run_pool <= limit:
             return self._run(Query(legs, flt, limit, with_dense, using=name), name)
-        return self._by_run(
-            Query(legs, flt, fusion.run_pool, fields=("run_id",), using=name), limit, fusion, with_dense
-        )
+        fields = ("run_id", "entry_id", "relations", "summary") if fusion.neighbour_weight > 0 else ("run_id",)
+        return self._by_run(Query(legs, flt, fusion.run_pool, fields=fields, using=name), limit, fusion, with_dense)
 
     def _by_run(self, pool: Query, limit: int, fusion: Fusion, with_dense: bool) -> list[StoredHit]:
-        """Run-level evidence (`episodic.domain.runs`): the fused candidates of `pool` (their run ids only)
-        re-ranked by their run's score beside their own, then the best `limit` read whole (with their dense
-        rows when asked) and returned with the re-ranked score."""
+        """The fused candidates of `pool` (the payload fields the re-ranks read) re-ranked by the neighbour
+        lift and then by run-level evidence (`episodic.domain.runs`; each only when weighted), then the best
+        `limit` read whole (with their dense rows when asked) and returned with the re-ranked score."""
         records = self.engine.query(pool)
-        candidates = [(str(r.id), float(r.score), (r.payload or {}).get("run_id") or None) for r in records]
-        ranked = run_level(candidates, fusion.run_weight, fusion.run_depth)[:limit]
+        scored = [(str(r.id), float(r.score)) for r in records]
+        if fusion.neighbour_weight > 0:
+            turns = [_turn(pid, score, r.payload or {}) for (pid, score), r in zip(scored, records, strict=True)]
+            scored = neighbour_lift(turns, fusion.neighbour_weight, fusion.neighbour_words)
+        if fusion.run_weight > 0:
+            run_of = {str(r.id): (r.payload or {}).get("run_id") or None for r in records}
+            scored = run_level(
+                [(pid, score, run_of[pid]) for pid, score in scored], fusion.run_weight, fusion.run_depth
+            )
+        ranked = scored[:limit]
         vector = pool.using or self.vector
         found = {str(r.id): r for r in self.engine.retrieve([pid for pid, _ in ranked], with_dense, using=vector)}
         return [_hit(found[pid], score, with_dense, vector) for pid, score in ranked if pid in found]

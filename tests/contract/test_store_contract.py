@@ -6,6 +6,7 @@ import math
 import threading
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -438,6 +439,37 @@ def test_hybrid_run_level_lifts_a_run_of_matches_past_a_lone_one(
     assert hits[0].dense is not None and len(hits[0].dense) == 1
     # a pool no bigger than k: no re-ranking (nothing to lift from below)
     assert ids(store.query_hybrid(e(0), q, OWN, 5, replace(by_run, run_pool=5)))[0] == "lone"
+
+
+def _edges(src: str, previous: str | None, nxt: str | None) -> list[dict[str, Any]]:
+    at = "2026-01-01T00:00:01Z"
+    pairs = (("previous", previous), ("next", nxt))
+    return [{"src": src, "dst": d, "relation": r, "weight": 1.0, "created_at": at} for r, d in pairs if d]
+
+
+def test_hybrid_neighbour_lift_raises_a_short_reply_with_its_question(
+    store: MemoryStore, mk: MakePoint, bm25: Bm25Encoder
+) -> None:
+    """A chat: "q" asks about the ferry, "reply" answers without a word of it; "other" (another run) is only
+    nearer in meaning than the reply. The lift puts the reply above "other"; long memories keep the fused order."""
+    long = " and then we walked along the harbour wall for a while" * 8  # 90 more words
+    for tail, lifted in (("", True), (long, False)):
+        store.upsert(
+            [
+                mk("q", "did you take the ferry?" + tail, e(0), run_id="r1", relations=_edges("q", None, "reply")),
+                mk("reply", "yes, last week with Mel" + tail, e(1), run_id="r1", relations=_edges("reply", "q", None)),
+                mk("other", "a timetable of the boats" + tail, mix((0, 0.5), (2, math.sqrt(0.75))), run_id="r2"),
+                *(mk(f"filler-{i}", f"lunch menu {i}", e(3 + i), run_id="r3") for i in range(3)),
+            ]
+        )
+        q = bm25.query("ferry")
+        plain = Fusion(k=3, dense_weight=1.0, run_pool=6)
+        before = ids(store.query_hybrid(e(0), q, OWN, 3, plain))
+        assert before[:2] == ["q", "other"]
+        lifted_hits = store.query_hybrid(e(0), q, OWN, 3, replace(plain, neighbour_weight=1.0, neighbour_words=80))
+        assert ids(lifted_hits)[:2] == (["q", "reply"] if lifted else before[:2])  # third: a tie at 0 when long
+        assert [h.score for h in lifted_hits] == sorted((h.score for h in lifted_hits), reverse=True)
+        assert all(h.payload.get("summary") for h in lifted_hits)  # read whole
 
 
 def test_hybrid_time_legs_favour_the_memories_of_the_named_time(

@@ -1,12 +1,13 @@
 """Run-level evidence at recall (episodic.domain.runs): a run is scored from its candidates, then each candidate
-by its own score and its run's. Pure decisions: table cases and properties."""
+by its own score and its run's; the neighbour lift, a short memory lifted by its short run neighbours. Pure
+decisions: table cases and properties."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from episodic.domain.runs import run_level, run_scores
+from episodic.domain.runs import Turn, neighbour_lift, run_level, run_scores, words
 
 
 def test_a_run_of_several_good_candidates_lifts_them_past_a_lone_better_one() -> None:
@@ -54,3 +55,73 @@ def test_within_one_run_the_fused_order_stays(cands: list, weight: float) -> Non
     fused = [(f"p{i}", score, "same") for i, (score, _) in enumerate(cands)]
     fused.sort(key=lambda c: -c[1])
     assert [pid for pid, _ in run_level(fused, weight)] == [pid for pid, _, _ in fused]
+
+
+def _chat(*rows: tuple[str, float, int]) -> list[Turn]:
+    """Candidates of one run in this order of the conversation: (entry id, fused score, words); each one's
+    previous and next are the rows around it (the candidates are returned best first)."""
+    ids = [r[0] for r in rows]
+    turns = [
+        Turn(f"p-{e}", score, e, ids[i - 1] if i else None, ids[i + 1] if i + 1 < len(ids) else None, n)
+        for i, (e, score, n) in enumerate(rows)
+    ]
+    return sorted(turns, key=lambda t: -t.score)
+
+
+def test_a_short_reply_climbs_with_the_short_question_before_it() -> None:
+    # "When did you go to the lake?" matches the query; the reply "Last week, with Mel!" barely does
+    cands = _chat(("q", 1.0, 7), ("reply", 0.3, 4), ("far", 0.6, 6))
+    got = neighbour_lift(cands, 0.5, 80)
+    assert [pid for pid, _ in got] == ["p-q", "p-reply", "p-far"]  # fused: q, far, reply
+    assert dict(got)["p-reply"] == 0.3 + 0.5 * 1.0  # own + weight x its best neighbour's (both / best 1.0)
+    assert dict(got)["p-far"] == 0.6 + 0.5 * 0.3  # its one neighbour is the reply
+    assert dict(got)["p-q"] == 1.0 + 0.5 * 0.3
+
+
+def test_long_memories_neither_lift_nor_are_lifted() -> None:
+    cands = _chat(("report", 1.0, 200), ("next", 0.3, 5), ("other", 0.6, 5))
+    got = dict(neighbour_lift(cands, 0.5, 80))
+    assert got["p-report"] == 1.0  # long: not lifted by "next"
+    assert got["p-next"] == 0.3 + 0.5 * 0.6  # its long previous does not count, its short next does
+    assert [pid for pid, _ in neighbour_lift(_chat(("a", 1.0, 90), ("b", 0.3, 90)), 0.5, 80)] == ["p-a", "p-b"]
+    assert dict(neighbour_lift(_chat(("a", 1.0, 90), ("b", 0.3, 5)), 0.5, 80))["p-b"] == 0.3  # one side long
+
+
+def test_a_neighbour_outside_the_pool_lifts_nothing() -> None:
+    lone = [Turn("p-x", 0.5, "x", "gone", "also-gone", 3), Turn("p-y", 0.9, "y", None, None, 3)]
+    assert neighbour_lift(sorted(lone, key=lambda t: -t.score), 1.0, 80) == [("p-y", 1.0), ("p-x", 0.5 / 0.9)]
+
+
+def test_neighbour_weight_zero_is_the_fused_order_and_scores() -> None:
+    cands = _chat(("a", 0.9, 3), ("b", 0.5, 3))
+    assert neighbour_lift(cands, 0.0, 80) == [("p-a", 0.9), ("p-b", 0.5)]
+    assert neighbour_lift([], 1.0, 80) == []
+
+
+def test_words_counts_whitespace_separated_words() -> None:
+    assert words("Caroline: Yes,  last week!\n") == 4
+    assert words("") == 0
+
+
+chats = st.lists(
+    st.tuples(st.floats(min_value=0.0, max_value=10.0), st.integers(min_value=0, max_value=200)),
+    min_size=1,
+    max_size=40,
+)
+
+
+@given(chats, st.floats(min_value=0.01, max_value=4.0), st.integers(min_value=1, max_value=120))
+def test_the_lift_returns_every_candidate_once_best_first_and_never_lowers_one(
+    rows: list, weight: float, limit: int
+) -> None:
+    cands = _chat(*((f"e{i}", score, n) for i, (score, n) in enumerate(rows)))
+    got = neighbour_lift(cands, weight, limit)
+    assert sorted(pid for pid, _ in got) == sorted(c.point_id for c in cands)
+    scores = [s for _, s in got]
+    assert scores == sorted(scores, reverse=True)
+    top = max(c.score for c in cands)
+    for c in cands:
+        own = c.score / top if top > 0 else 0.0
+        assert dict(got)[c.point_id] >= own - 1e-12
+        if c.words > limit:
+            assert dict(got)[c.point_id] == own  # a long memory keeps its own share
