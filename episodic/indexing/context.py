@@ -58,6 +58,7 @@ from typing import Any
 
 from episodic.domain.context_mode import HEADER, ContextMode
 from episodic.domain.identity import point_id
+from episodic.domain.runs import adjacent
 from episodic.kernel.ports import Change, MemoryStore, Relation, SparseVec, merge_relations
 from episodic.store.sparse import Bm25Encoder
 from schemas.events import EmbeddableRecord
@@ -145,14 +146,6 @@ class Plan:
     # point id -> {relation: (was, now)}: the old neighbours of a memory that moved (a new version with
     # another `ts` or run) are joined across the gap it left, each edge only while it still points at it
     detach: dict[str, dict[str, tuple[str, str | None]]] = field(default_factory=dict)
-
-
-def adjacent(payload: dict[str, Any], relation: str) -> str | None:
-    """The entry id a memory's one `relation` (`previous` / `next`) edge points at, if any."""
-    for e in payload.get("relations") or []:
-        if isinstance(e, dict) and e.get("relation") == relation and e.get("dst"):
-            return str(e["dst"])
-    return None
 
 
 def set_adjacent(payload: dict[str, Any], relation: str, dst: str | None, created_at: str) -> bool:

@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from episodic.domain.identity import dedup_key, summary_digest
-from episodic.indexing.context import adjacent
+from episodic.domain.runs import adjacent
 from episodic.kernel.ports import MemoryStore, StateStore
 from episodic.lifecycle.forget import TEXT_TOMBSTONE, TOMBSTONE, parse_iso, tombstone_key
 from episodic.store.rules import vector_of_field

@@ -7,7 +7,9 @@ one engine batch with the same scope, filters, prefetch, fusion weights and lexi
 query used), and reports every hit's place in each. A leg's contribution to weighted RRF is Qdrant's
 `1 / (rank / weight + k - 1)` (rank one-based; `weight / (k + rank)` near enough for small weights; see
 eval/fusion.py); the fused score is their sum, and the hit's score is that × importance (dense and sparse
-modes: the leg's score × importance). A hit beyond a leg's prefetch is "not in this leg's top N".
+modes: the leg's score × importance), unless a re-rank of the fused pool raised it: the neighbour lift (a
+short memory gains `neighbour_weight` × its short run neighbour's fused score) or run-level evidence
+(`episodic.domain.runs`), both in the fused unit. A hit beyond a leg's prefetch is "not in this leg's top N".
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ class Explanation:
 
 def fusion_view(fusion: Fusion) -> dict[str, Any]:
     return {"method": fusion.method, "k": fusion.k, "lexical_full": fusion.lexical_full,
-            "piece_penalty": fusion.piece_penalty}  # fmt: skip
+            "piece_penalty": fusion.piece_penalty, "neighbour_weight": fusion.neighbour_weight,
+            "neighbour_words": fusion.neighbour_words, "run_weight": fusion.run_weight}  # fmt: skip
 
 
 def leg_rankings(engine: RecallEngine, req: RecallRequest, model: QueryModel) -> list[LegRanking]:

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from episodic.domain.identity import point_id
-from episodic.domain.runs import Turn, neighbour_lift, run_level, words
+from episodic.domain.runs import Turn, neighbour_lift, run_level
 from episodic.kernel.errors import StoreError
 from episodic.kernel.ports import (
     CONTEXT,
@@ -313,24 +313,6 @@ def _newest_first(records: Iterable[Record]) -> list[Record]:
     """`ts` descending, then point id ascending (the order of a page)."""
     by_id = sorted(records, key=lambda r: str(r.id))
     return sorted(by_id, key=_instant, reverse=True)  # stable: ids stay ascending within an instant
-
-
-def _turn(pid: str, score: float, payload: Mapping[str, Any]) -> Turn:
-    """A pool candidate as the neighbour lift reads it: its `previous` / `next` edges and its summary's length."""
-    edges = {
-        e.get("relation"): str(e["dst"])
-        for e in payload.get("relations") or []
-        if isinstance(e, dict) and e.get("relation") in ("previous", "next") and e.get("dst")
-    }
-    summary = payload.get("summary")
-    return Turn(
-        pid,
-        score,
-        str(payload.get("entry_id", pid)),
-        edges.get("previous"),
-        edges.get("next"),
-        words(summary) if isinstance(summary, str) else 1 << 30,  # no summary: never short
-    )
 
 
 def _hit(record: Record, score: float, with_dense: bool, vector: str = DENSE) -> StoredHit:
@@ -1078,7 +1060,7 @@ class QdrantStore(MemoryStore):
         records = self.engine.query(pool)
         scored = [(str(r.id), float(r.score)) for r in records]
         if fusion.neighbour_weight > 0:
-            turns = [_turn(pid, score, r.payload or {}) for (pid, score), r in zip(scored, records, strict=True)]
+            turns = [Turn.of(pid, score, r.payload or {}) for (pid, score), r in zip(scored, records, strict=True)]
             scored = neighbour_lift(turns, fusion.neighbour_weight, fusion.neighbour_words)
         if fusion.run_weight > 0:
             run_of = {str(r.id): (r.payload or {}).get("run_id") or None for r in records}

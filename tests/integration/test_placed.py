@@ -120,3 +120,21 @@ def test_the_explorer_says_why_and_reads_a_raised_score_as_placement_not_a_tie(c
     assert page.count("placed: newer") == 1 and "placed right above the older memory it supersedes" in page
     # t2 carries t1's score (it was moved above it): not a near tie between the legs' ranks
     assert "near-tied in a leg" not in page
+
+
+def test_the_explorer_reads_a_score_the_neighbour_lift_raised_as_its_run_not_a_tie(client: TestClient) -> None:
+    # the query matches d2 alone; d1 (short, d2's previous in run-x) gains half of d2's fused score (the default
+    # neighbour lift), and the page says so instead of calling the gap a near tie between the legs' ranks
+    q = "registry rejected the push quota"
+    params = {"workspace_id": "ws", "agent_id": "a1", "q": q, "k": "2", "mode": "hybrid"}
+    r = client.get("/ui/search", params=params)
+    assert r.status_code == 200, r.text
+    page = re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", r.text)))
+    # both are short and each is the other's neighbour: each gains half of the other's fused score
+    assert page.count("raised by its run: its own ranks give") == 2, page
+    assert "near-tied in a leg" not in page
+    rows = re.findall(r"(\d\.\d{4}) (d[12]) summary\.generated .*? fused (\d\.\d{5}) × importance (\d\.\d{3})", page)
+    assert [eid for _, eid, _, _ in rows] == ["d2", "d1"], rows
+    (s2, _, f2, imp2), (s1, _, f1, imp1) = ((float(a), e, float(b), float(c)) for a, e, b, c in rows)
+    w = Settings().rrf_neighbour_weight
+    assert abs(s2 - (f2 + w * f1) * imp2) < 1e-3 and abs(s1 - (f1 + w * f2) * imp1) < 1e-3

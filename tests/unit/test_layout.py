@@ -65,7 +65,8 @@ def tree_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("tree")
     shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
     for pkg in ROOT_PACKAGES:
-        ignore = shutil.ignore_patterns("__pycache__", "*.json", "*.y*ml")
+        # eval/results and eval/cache: what a run writes there (a file may vanish while it is copied)
+        ignore = shutil.ignore_patterns("__pycache__", "*.json", "*.y*ml", "results", "cache", "*.npy", "*.npz")
         shutil.copytree(ROOT / src(pkg), root / src(pkg), ignore=ignore)
     return root
 

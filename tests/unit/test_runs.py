@@ -28,6 +28,12 @@ def test_memories_without_a_run_are_runs_of_their_own_and_keep_the_fused_order()
     assert [pid for pid, _ in run_level(fused, 1.0)] == ["a", "b", "c"]
 
 
+def test_a_run_level_score_keeps_the_fused_unit() -> None:
+    # the fused score plus weight x the best fused score x its run's share: the best run's best gains weight x top
+    got = dict(run_level([("a", 0.02, "r1"), ("b", 0.01, "r2")], 0.5, depth=1))
+    assert got == {"a": 0.02 + 0.5 * 0.02, "b": 0.01 + 0.5 * 0.02 * 0.5}
+
+
 def test_weight_zero_is_the_fused_order_and_scores() -> None:
     fused = [("a", 0.9, "r1"), ("b", 0.5, "r2"), ("c", 0.4, "r2")]
     assert run_level(fused, 0.0) == [("a", 0.9), ("b", 0.5), ("c", 0.4)]
@@ -73,7 +79,7 @@ def test_a_short_reply_climbs_with_the_short_question_before_it() -> None:
     cands = _chat(("q", 1.0, 7), ("reply", 0.3, 4), ("far", 0.6, 6))
     got = neighbour_lift(cands, 0.5, 80)
     assert [pid for pid, _ in got] == ["p-q", "p-reply", "p-far"]  # fused: q, far, reply
-    assert dict(got)["p-reply"] == 0.3 + 0.5 * 1.0  # own + weight x its best neighbour's (both / best 1.0)
+    assert dict(got)["p-reply"] == 0.3 + 0.5 * 1.0  # own + weight x its best neighbour's, in the fused unit
     assert dict(got)["p-far"] == 0.6 + 0.5 * 0.3  # its one neighbour is the reply
     assert dict(got)["p-q"] == 1.0 + 0.5 * 0.3
 
@@ -89,7 +95,7 @@ def test_long_memories_neither_lift_nor_are_lifted() -> None:
 
 def test_a_neighbour_outside_the_pool_lifts_nothing() -> None:
     lone = [Turn("p-x", 0.5, "x", "gone", "also-gone", 3), Turn("p-y", 0.9, "y", None, None, 3)]
-    assert neighbour_lift(sorted(lone, key=lambda t: -t.score), 1.0, 80) == [("p-y", 1.0), ("p-x", 0.5 / 0.9)]
+    assert neighbour_lift(sorted(lone, key=lambda t: -t.score), 1.0, 80) == [("p-y", 0.9), ("p-x", 0.5)]
 
 
 def test_neighbour_weight_zero_is_the_fused_order_and_scores() -> None:
@@ -119,9 +125,7 @@ def test_the_lift_returns_every_candidate_once_best_first_and_never_lowers_one(
     assert sorted(pid for pid, _ in got) == sorted(c.point_id for c in cands)
     scores = [s for _, s in got]
     assert scores == sorted(scores, reverse=True)
-    top = max(c.score for c in cands)
     for c in cands:
-        own = c.score / top if top > 0 else 0.0
-        assert dict(got)[c.point_id] >= own - 1e-12
+        assert dict(got)[c.point_id] >= c.score
         if c.words > limit:
-            assert dict(got)[c.point_id] == own  # a long memory keeps its own share
+            assert dict(got)[c.point_id] == c.score  # a long memory keeps its fused score to the digit
