@@ -18,6 +18,7 @@ there is one (validation: 422 {"detail": [...], "error": "<field>: <message>"});
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Mapping
@@ -263,6 +264,7 @@ def create_app(
         jobs=dict(jobs or {}),
         produce=produce,
         health=health,
+        recall_slots=asyncio.Semaphore(settings.recall_concurrency) if settings.recall_concurrency else None,
     )
 
     async def auth_error(request: Request, exc: Exception) -> JSONResponse:

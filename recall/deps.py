@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,7 @@ class Services:
     produce: Produce | None = None  # POST /v1/journal answers 503 without it
     health: HealthJob | None = None  # the stored health snapshots (None: no state store in this process)
     dlq_index: Any = None  # the explorer's dead letters (episodic.lifecycle.dlq_index.DlqIndex), made on first use
+    recall_slots: asyncio.Semaphore | None = None  # EPISODIC_RECALL_CONCURRENCY (None: no limit)
 
 
 def get_services(request: Request) -> Services:

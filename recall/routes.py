@@ -114,9 +114,15 @@ async def _answer(
     compute: Callable[[Services, Principal, Any], Answer],
 ) -> Response:
     """Run `compute` in the thread pool (the store query, the model, rendering and the JSON encoding stay
-    off the loop that also carries the gate and the consumer in `episodic up`), then observe and publish."""
+    off the loop that also carries the gate and the consumer in `episodic up`), then observe and publish.
+    With `recall_slots` (EPISODIC_RECALL_CONCURRENCY) at most that many are computed at once, the others
+    waiting in arrival order (asyncio.Semaphore is fair); the latency observed includes the wait."""
     t0 = time.perf_counter()
-    answer = await run_in_threadpool(compute, services, principal, req)
+    if services.recall_slots is None:
+        answer = await run_in_threadpool(compute, services, principal, req)
+    else:
+        async with services.recall_slots:
+            answer = await run_in_threadpool(compute, services, principal, req)
     m = services.metrics
     m.recall_latency.labels(mode=req.mode).observe(time.perf_counter() - t0)
     m.recall_hits.observe(answer.n_hits)

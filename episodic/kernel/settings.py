@@ -343,6 +343,11 @@ class Settings(BaseSettings, ClientSettings):
     rrf_neighbour_words: int = Field(
         default=80, ge=1, le=100_000, description="the most words a memory has to lift or be lifted by a neighbour"
     )
+    # Recalls computed at once (the model, the store, the JSON); more wait their turn in arrival order
+    # (recall/routes.py). 0: as many as arrive, each a thread of the pool (docs/benchmarks.md, "admission").
+    recall_concurrency: int = Field(
+        default=0, ge=0, le=1024, description="recalls computed at once, the rest waiting in order; 0: no limit"
+    )
     # Episode adjacency at recall: a direct hit's previous/next memory in its run, scored below it, in k.
     recall_adjacent: bool = Field(default=False, description="default of the recall request's `adjacent`")
     adjacent_weight: float = Field(
