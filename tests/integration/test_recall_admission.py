@@ -26,30 +26,21 @@ from schemas.events import EmbeddableRecord
 pytestmark = pytest.mark.integration
 
 
+def record(i: str, summary: str, day: int) -> dict[str, Any]:
+    return {
+        "id": i, "workspace_id": "ws", "agent_id": "a1", "crew_id": "c1", "ts": f"2026-01-0{day + 1}T10:00:00Z",
+        "run_id": None, "entry_type": "summary.generated", "severity": "info", "summary": summary, "payload": {},
+        "base_importance": 0.5, "accepted_at": datetime(2026, 11, 1, tzinfo=UTC),
+    }  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[tuple[EdgeStore, Bm25Encoder]]:
     store = EdgeStore(Path(tmp_path_factory.mktemp("admission")) / "edge")
     store.ensure_collection(embedder.dim)
     bm25 = Bm25Encoder()
-    records = [
-        EmbeddableRecord.from_dict(
-            {
-                "id": f"m{i}",
-                "workspace_id": "ws",
-                "agent_id": "a1",
-                "crew_id": "c1",
-                "ts": f"2026-01-0{i + 1}T10:00:00Z",
-                "run_id": None,
-                "entry_type": "summary.generated",
-                "severity": "info",
-                "summary": text,
-                "payload": {},
-                "base_importance": 0.5,
-                "accepted_at": datetime(2026, 11, 1, tzinfo=UTC),
-            }
-        )  # fmt: skip
-        for i, text in enumerate(["the deploy failed on a quota error", "lunch moved to Friday", "the cache warmed"])
-    ]
+    texts = ["the deploy failed on a quota error", "lunch moved to Friday", "the cache warmed"]
+    records = [EmbeddableRecord.from_dict(record(f"m{i}", text, i)) for i, text in enumerate(texts)]
     Indexer(store=store, embedder=embedder, bm25=bm25).index_batch(records)
     try:
         yield store, bm25
