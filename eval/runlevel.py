@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from episodic.domain.runs import words as summary_words
 from eval.methods import DEPTH, Method, Ranked
 from eval.views import Q
 
@@ -191,7 +192,7 @@ def words(q: Q) -> np.ndarray:
     got = getattr(q.mem, "_words", None)
     if got is None:
         turns = q.mem.corpus.turns
-        got = np.array([len(turns[i].text().split()) for i in q.mem.first], dtype=np.float64)
+        got = np.array([summary_words(turns[i].text()) for i in q.mem.first], dtype=np.float64)
         q.mem._words = got  # type: ignore[attr-defined]
     return got
 

@@ -5,6 +5,7 @@ response is computed, and never fails a request."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -118,11 +119,8 @@ async def _answer(
     With `recall_slots` (EPISODIC_RECALL_CONCURRENCY) at most that many are computed at once, the others
     waiting in arrival order (asyncio.Semaphore is fair); the latency observed includes the wait."""
     t0 = time.perf_counter()
-    if services.recall_slots is None:
+    async with services.recall_slots or contextlib.nullcontext():
         answer = await run_in_threadpool(compute, services, principal, req)
-    else:
-        async with services.recall_slots:
-            answer = await run_in_threadpool(compute, services, principal, req)
     m = services.metrics
     m.recall_latency.labels(mode=req.mode).observe(time.perf_counter() - t0)
     m.recall_hits.observe(answer.n_hits)

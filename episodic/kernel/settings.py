@@ -344,7 +344,8 @@ class Settings(BaseSettings, ClientSettings):
         default=80, ge=1, le=100_000, description="the most words a memory has to lift or be lifted by a neighbour"
     )
     # Recalls computed at once (the model, the store, the JSON); more wait their turn in arrival order
-    # (recall/routes.py). 0: as many as arrive, each a thread of the pool (docs/benchmarks.md, "admission").
+    # (recall/routes.py). 0: as many as arrive, each a thread of the pool. Measured worse at 2 slots in one
+    # round (docs/configuration.md), so off.
     recall_concurrency: int = Field(
         default=0, ge=0, le=1024, description="recalls computed at once, the rest waiting in order; 0: no limit"
     )
