@@ -20,12 +20,13 @@ import asyncio
 import contextlib
 import functools
 import logging
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from episodic.bus.kafka import send_all, send_forget
 from episodic.embedding.cores import CoreBudget
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
     from streams.runner import GateRunner
 
 log = logging.getLogger("episodic")
+
+T = TypeVar("T")
 
 
 def utc_now() -> datetime:
@@ -235,7 +238,18 @@ class EmbedderRole(Role):
 
 
 class HttpRole(Role):
-    """The recall HTTP service (the FastAPI app in `recall/`) under uvicorn, in this loop."""
+    """The recall HTTP service (the FastAPI app in `recall/`) under uvicorn, on an event loop of its own in a
+    thread of its own.
+
+    Why its own loop: the stack's loop carries every Faust agent, the embedding consumer and their Kafka
+    clients, whose callbacks (a fetched batch decoded, a commit, an agent's step) run between a recall's
+    hand-offs to and from its worker thread; under the load right after a backfill those hand-offs waited
+    ~50 ms at the p99 each (docs/benchmarks.md, "what the tail waits on"). Here a recall's loop runs only
+    requests. Measured against the shared loop (bench.bench_recall_tail, three runs): the p99 within the
+    noise (0.87-1.19x), so what it buys is isolation: an agent holding the stack's loop (a slow callback, a
+    stalled Kafka client) no longer holds a recall. What the app awaits of Kafka (a forget's
+    acknowledgement, `POST /v1/journal`'s) runs on the stack's loop, where the producer lives (`on_loop`);
+    memory.referenced events go to the publisher's buffer from any thread (`Publisher.__call__`)."""
 
     name = "http"
     drain_rank = 2
@@ -247,7 +261,8 @@ class HttpRole(Role):
     def __init__(self) -> None:
         self.server: Any = None  # uvicorn.Server
         self.publisher: Publisher | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None  # what ended the service's thread, if not a drain
         self._host = ""
 
     async def start(self, res: Resources) -> None:
@@ -257,10 +272,11 @@ class HttpRole(Role):
 
         store, bm25 = res.need_store(self.name)
         s = res.settings
+        loop = asyncio.get_running_loop()
         self.publisher = Publisher(
             metrics=res.metrics,
             limit=s.referenced_buffer,
-            loop=asyncio.get_running_loop(),
+            loop=loop,
             producer=res.producer,
             connect=res.kafka_connect,
         )
@@ -273,8 +289,8 @@ class HttpRole(Role):
             bm25=bm25,
             publish=self.publisher,
             state=res.state,
-            forget_sink=functools.partial(_send_forget, self.publisher),
-            produce=functools.partial(_send_all, self.publisher),
+            forget_sink=on_loop(loop, functools.partial(_send_forget, self.publisher)),
+            produce=on_loop(loop, functools.partial(_send_all, self.publisher)),
             status=res.status,
             metrics=res.metrics,
             jobs=admin_jobs(res, self.publisher.connected),
@@ -293,9 +309,10 @@ class HttpRole(Role):
         self.server = uvicorn.Server(config)
         self.server.install_signal_handlers = lambda: None  # the Stack owns SIGINT/SIGTERM
         self._host = s.http_host
-        self._task = asyncio.create_task(self._serve(), name="http")
+        self._thread = threading.Thread(target=self._serve, name="recall-http", daemon=True)
+        self._thread.start()
         deadline = time.monotonic() + HTTP_START_S
-        while not self.server.started and time.monotonic() < deadline and not self._task.done():
+        while not self.server.started and time.monotonic() < deadline and self._thread.is_alive():
             await asyncio.sleep(0.05)
         if not self.server.started:
             raise EpisodicError(f"recall service did not start on {s.http_host}:{s.http_port}")
@@ -305,25 +322,51 @@ class HttpRole(Role):
         # the collector's full passes over it would stall every recall in flight (stack.heap).
         heap.settle()
 
-    async def _serve(self) -> None:
+    def _serve(self) -> None:
+        """The service's thread: its own loop until uvicorn stops (`drain`)."""
         try:
-            await self.server.serve()
+            asyncio.run(self.server.serve())
         except SystemExit as e:
-            # uvicorn exits the process when it cannot bind (its own ERROR line says why); here that only
-            # fails this role's start, and the Stack stops with "cannot start" and status 2.
+            # uvicorn exits when it cannot bind (its own ERROR line says why); here that only fails this
+            # role's start, and the Stack stops with "cannot start" and status 2.
             log.debug("uvicorn exited with %s", e.code)
+        except BaseException as e:  # reported by `crash`, which the Stack's watchdog polls
+            self._error = e
+            log.exception("recall service: its loop failed")
 
     async def drain(self) -> None:
         if self.server is not None:
             self.server.should_exit = True
-        await finish(self._task, HTTP_DRAIN_S)
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, HTTP_DRAIN_S)
+            if self._thread.is_alive():  # requests still in flight after the drain's time: closed now
+                self.server.force_exit = True
+                await asyncio.to_thread(self._thread.join, HTTP_DRAIN_S)
         if self.publisher is not None:  # the events of the last requests, while the producer is up
             await self.publisher.close(PUBLISH_DRAIN_S)
+
+    def crash(self) -> str | None:
+        """The service's thread ended while it was serving (not drained)."""
+        if self.server is None or not self.server.started or self.server.should_exit:
+            return None
+        if self._thread is not None and not self._thread.is_alive():
+            return f"the recall service stopped: {self._error!r}" if self._error else "the recall service stopped"
+        return None
 
     def describe(self) -> str | None:
         if self.server is None or self.http_port is None:
             return None
         return f"recall service: http://{self._host}:{self.http_port}  (OpenAPI: /docs, metrics: /metrics)"
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., Awaitable[T]]:
+    """`fn`'s coroutines run on `loop` (the stack's, where the producer lives), awaited from whichever loop
+    calls (the recall service's); a caller's cancellation (its timeout) cancels them there too."""
+
+    async def call(*args: Any) -> T:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fn(*args), loop))
+
+    return call
 
 
 async def _send_forget(publisher: Publisher, record: ForgetRecord) -> None:

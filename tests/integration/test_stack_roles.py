@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -82,3 +83,26 @@ async def test_a_busy_port_fails_the_start_and_not_the_process(tmp_path: Path, s
                 await role.start(resources(Settings(data_dir=tmp_path, http_port=port), store, []))
         finally:
             await role.drain()
+
+
+async def test_the_recall_service_answers_while_the_stacks_loop_is_blocked(tmp_path: Path, store: MemoryStore) -> None:
+    """The service runs on a loop of its own: a stack loop held by an agent's callback (here: blocked outright,
+    until the answer is in) does not hold a request. On the stack's loop this request could never be answered
+    and the wait would run out."""
+    settings = Settings(data_dir=tmp_path, http_port=0, embed_model="none")
+    role = HttpRole()
+    answered = threading.Event()
+    got: list[int] = []
+
+    def ask() -> None:
+        got.append(httpx.get(f"http://127.0.0.1:{role.http_port}/v1/memory/stats", timeout=10).status_code)
+        answered.set()
+
+    try:
+        await role.start(resources(settings, store, []))
+        threading.Thread(target=ask, daemon=True).start()
+        assert answered.wait(10), "the request waited for the stack's loop"  # blocks this loop, on purpose
+        assert got == [200] and role.crash() is None
+    finally:
+        await role.drain()
+    assert role.crash() is None  # drained, not crashed
