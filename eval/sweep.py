@@ -24,8 +24,9 @@ Experiments (each prints a table and writes eval/results/sweep-<experiment>.txt)
 - ``folding``: near-duplicate folding, supersession and MMR (eval.folding), rules swept, knowledge-update
   columns; ``folding-by-type``: what ships against neither and MMR, one row per set, part and question type.
 
-Every table has the dev and holdout parts of each set (``eval.data.holdout``: a third of the questions by
-a stable hash, never used to choose) and ``asst``: the oracle's dev single-session-assistant questions,
+Every table has the dev part of each set; the holdout parts (``eval.data.holdout``: a third of the questions
+by a stable hash, never used to choose) are scored and printed only with ``--holdout``, the final check of a
+choice already made on dev (so a sweep cannot be read, even by accident, for what the holdout says); and ``asst``: the oracle's dev single-session-assistant questions,
 whose evidence sits in long assistant turns (a check that a choice does not just fit short user turns).
 The harness mirrors the engine: BM25 is qdrant_edge's ``Bm25`` with Qdrant's IDF (``eval.bm25``), dense
 is max-sim over the cached chunk vectors (``eval.embcache``), fusions are Qdrant's (``eval.fusion``); on
@@ -40,6 +41,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 import numpy as np
 
@@ -134,13 +136,14 @@ def dev_mean(r: Mapping[str, Score], part: str = "dev") -> float:
 def table(res: dict[str, dict[str, Score]], title: str, views: Views, sort: bool = False) -> str:
     cols = [c for c in COLUMNS if any(c in r for r in res.values())]
     n = {c: next((r[c].n for r in res.values() if c in r), 0) for c in cols}
-    head = "| method | " + " | ".join(f"{c} ({n[c]} q)" for c in cols) + " | dev mean | holdout mean |"
-    lines = [f"## {title}", "", head, "|---" * (len(cols) + 3) + "|"]
+    holdout = any(c.endswith("/holdout") for c in cols)
+    head = "| method | " + " | ".join(f"{c} ({n[c]} q)" for c in cols) + " | dev mean |" + " holdout mean |" * holdout
+    lines = [f"## {title}", "", head, "|---" * (len(cols) + 2 + holdout) + "|"]
     names = sorted(res, key=lambda k: -dev_mean(res[k])) if sort else list(res)
     for name in names:
         r = res[name]
         cells = " | ".join(f"{r[c].recall5:.3f}/{r[c].recall10:.3f}" if c in r else "-" for c in cols)
-        lines.append(f"| {name} | {cells} | {dev_mean(r):.3f} | {dev_mean(r, 'holdout'):.3f} |")
+        lines.append(f"| {name} | {cells} | {dev_mean(r):.3f} |" + f" {dev_mean(r, 'holdout'):.3f} |" * holdout)
     if views.skipped:
         lines.append(f"\n(corpora left out, embeddings not cached: {views.skipped})")
     return "\n".join(lines)
@@ -212,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--by-type", action="store_true", help="conversations: the long table, every type apart")
     ap.add_argument("--part", default="dev", choices=["dev", "holdout"], help="--against: the part judged")
+    ap.add_argument(
+        "--holdout", action="store_true", help="also score and print the holdout parts: the final check of a choice"
+    )
     ap.add_argument("--tag", default="", help="suffix of the result files")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # the experiments' counts, on stderr
@@ -220,7 +226,11 @@ def main(argv: list[str] | None = None) -> int:
         n: load(n, limit=a.s_limit, only=None) if n != "oracle" else load(n, limit=a.oracle_limit, only=a.oracle_type)
         for n in set_names(a.set)
     }
+    if a.part == "holdout" and not a.holdout:
+        raise SystemExit("--part holdout: the holdout is scored only with --holdout (the final check of a choice)")
     views, methods, title = exps[a.experiment](a)
+    if not a.holdout:
+        views = replace(views, views={k: qs for k, qs in views.views.items() if "/holdout" not in k})
     t1 = time.monotonic()
     res = evaluate(views, methods)
     text = type_table(res, title, views) if views.by_type else table(res, title, views, a.sort)

@@ -3,7 +3,11 @@ type of each set and part apart, and MMR over folded memories keeps the owners' 
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
+import pytest
 
 from eval.data import Corpus, Turn
 from eval.folding import mmr
@@ -59,3 +63,24 @@ def test_mmr_over_folded_memories_keeps_what_each_owner_covers() -> None:
     picked = mmr(owners, 0.95)
     assert picked.cover(mem, 0) == ["s:0", "s:2"]  # type: ignore[attr-defined]
     assert not hasattr(mmr(single("D"), 0.95), "cover")
+
+
+def test_the_sweep_scores_the_holdout_only_when_asked(monkeypatch: Any, tmp_path: Path, capsys: Any) -> None:
+    """Choices are made on dev: a sweep prints no holdout column (nor scores one) unless `--holdout` asks for
+    the final check, and `--part holdout` alone is refused."""
+    from eval import experiments, sweep
+
+    mem = workspace()
+    views = Views({"oracle/dev": [question(mem, "s:0", "x")], "oracle/holdout": [question(mem, "s:1", "y")]}, {})
+    monkeypatch.setitem(experiments.EXPERIMENTS, "tiny", lambda a: (views, {"base": single("D")}, "tiny"))
+    monkeypatch.setattr(sweep, "load", lambda *a, **k: [])
+    monkeypatch.setattr(sweep, "RESULTS", tmp_path)
+    assert sweep.main(["tiny", "--set", "oracle"]) == 0
+    plain = capsys.readouterr().out
+    assert "oracle/dev (1 q)" in plain and "holdout" not in plain
+    assert "holdout" not in (tmp_path / "sweep-tiny.json").read_text()
+    assert sweep.main(["tiny", "--set", "oracle", "--holdout"]) == 0
+    full = capsys.readouterr().out
+    assert "oracle/holdout (1 q)" in full and "holdout mean" in full
+    with pytest.raises(SystemExit, match="only with --holdout"):
+        sweep.main(["tiny", "--set", "oracle", "--part", "holdout"])
