@@ -26,8 +26,9 @@ Experiments (each prints a table and writes eval/results/sweep-<experiment>.txt)
 
 Every table has the dev part of each set; the holdout parts (``eval.data.holdout``: a third of the questions
 by a stable hash, never used to choose) are scored and printed only with ``--holdout``, the final check of a
-choice already made on dev (so a sweep cannot be read, even by accident, for what the holdout says); and ``asst``: the oracle's dev single-session-assistant questions,
-whose evidence sits in long assistant turns (a check that a choice does not just fit short user turns).
+choice already made on dev (so a sweep cannot be read, even by accident, for what the holdout says); and
+``asst``: the oracle's dev single-session-assistant questions, whose evidence sits in long assistant turns
+(a check that a choice does not just fit short user turns).
 The harness mirrors the engine: BM25 is qdrant_edge's ``Bm25`` with Qdrant's IDF (``eval.bm25``), dense
 is max-sim over the cached chunk vectors (``eval.embcache``), fusions are Qdrant's (``eval.fusion``); on
 the phase-2/3 subsets the pipeline and ``POST /v1/recall`` gave exactly the mirror's numbers.

@@ -5,8 +5,9 @@
 run: `stack.engine`), Qdrant Edge under the data directory, the bundled
 all-MiniLM-L6-v2, the gate, the embedding consumer, the recall service, the linker and the importance
 agent (with the nightly decay; EPISODIC_LINKER_ENABLED=false leaves the linker out) on one asyncio loop
-(the recall service on a loop of its own, in a thread: `stack.roles.HttpRole`). The distributed roles (`episodic run ROLE`, `stack.commands.run`) run one role each against a shared Kafka,
-each with /metrics and /healthz on its HTTP port (`stack.ops_http` where the role is not the recall service).
+(the recall service on a loop of its own, in a thread: `stack.roles.HttpRole`). The distributed roles
+(`episodic run ROLE`, `stack.commands.run`) run one role each against a shared Kafka, each with /metrics
+and /healthz on its HTTP port (`stack.ops_http` where the role is not the recall service).
 
 SIGINT/SIGTERM drain: the gate stops taking journal records and delivers and commits its batches in
 flight, the consumer finishes and commits its batch in flight, then the HTTP service, the producer, the
