@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -51,6 +52,8 @@ class Publisher:
         self._own_producer = False  # connected here (and so stopped here)
         self._connect = connect
         self._queue: deque[Event] = deque()
+        self._transit = 0  # events handed over from other threads, not in the queue yet
+        self._transit_lock = threading.Lock()
         self._connecting = asyncio.Lock()  # one connection, whoever asks first
         self._nonempty = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -66,23 +69,43 @@ class Publisher:
             running = None
         if running is self._loop:
             self._put(event)
+            return
+        # From another thread (the recall service's loop): counted against the bound before it is handed
+        # over, so that events waiting for a busy stack loop are bounded too.
+        with self._transit_lock:
+            full = self._transit + len(self._queue) >= self._limit
+            if not full:
+                self._transit += 1
+        if full:
+            self._drop()  # here, not on the loop: nothing is handed over for an event that is not kept
         else:
-            self._loop.call_soon_threadsafe(self._put, event)
+            self._loop.call_soon_threadsafe(self._arrive, event)
+
+    def _arrive(self, event: Event) -> None:
+        with self._transit_lock:
+            self._transit -= 1
+        self._put(event)
 
     def _put(self, event: Event) -> None:
         if len(self._queue) >= self._limit:
-            self.dropped += 1
-            self._metrics.referenced_dropped.inc()
-            if self.dropped == 1 or self.dropped % 1000 == 0:
-                log.warning(
-                    "memory.referenced buffer full (%d events waiting for Kafka): %d dropped so far",
-                    self._limit,
-                    self.dropped,
-                )
+            self._drop()
             return
         self._queue.append(event)
         self._metrics.referenced_buffered.set(len(self._queue))
         self._nonempty.set()
+
+    def _drop(self) -> None:
+        """One event more than the buffer holds (any thread)."""
+        with self._transit_lock:
+            self.dropped += 1
+            dropped = self.dropped
+        self._metrics.referenced_dropped.inc()
+        if dropped == 1 or dropped % 1000 == 0:
+            log.warning(
+                "memory.referenced buffer full (%d events waiting for Kafka): %d dropped so far",
+                self._limit,
+                dropped,
+            )
 
     @property
     def buffered(self) -> int:

@@ -17,6 +17,7 @@ Size: over 400 lines because the table keeps every role in one place, each a sho
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import logging
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from episodic.bus.kafka import send_all, send_forget
 from episodic.embedding.cores import CoreBudget
-from episodic.kernel.errors import EpisodicError
+from episodic.kernel.errors import BrokerUnavailable, EpisodicError
 from episodic.kernel.metrics import Metrics
 from episodic.kernel.settings import Settings
 from episodic.kernel.transport_security import kafka_options
@@ -263,6 +264,9 @@ class HttpRole(Role):
         self.publisher: Publisher | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None  # what ended the service's thread, if not a drain
+        # sends to Kafka the service awaits (forgets, journal batches) not done yet: a forget answered "unknown"
+        # still settles its status when its send ends, on the service's loop, so the loop waits for them
+        self._sends: set[concurrent.futures.Future[Any]] = set()
         self._host = ""
 
     async def start(self, res: Resources) -> None:
@@ -289,8 +293,8 @@ class HttpRole(Role):
             bm25=bm25,
             publish=self.publisher,
             state=res.state,
-            forget_sink=on_loop(loop, functools.partial(_send_forget, self.publisher)),
-            produce=on_loop(loop, functools.partial(_send_all, self.publisher)),
+            forget_sink=on_loop(loop, functools.partial(_send_forget, self.publisher), self._sends),
+            produce=on_loop(loop, functools.partial(_send_all, self.publisher), self._sends),
             status=res.status,
             metrics=res.metrics,
             jobs=admin_jobs(res, self.publisher.connected),
@@ -335,6 +339,9 @@ class HttpRole(Role):
             log.exception("recall service: its loop failed")
 
     async def drain(self) -> None:
+        sends = [asyncio.wrap_future(f) for f in list(self._sends)]
+        if sends:  # before the service's loop stops: the settling of a late forget runs there
+            await asyncio.wait(sends, timeout=HTTP_DRAIN_S)
         if self.server is not None:
             self.server.should_exit = True
         if self._thread is not None:
@@ -359,12 +366,29 @@ class HttpRole(Role):
         return f"recall service: http://{self._host}:{self.http_port}  (OpenAPI: /docs, metrics: /metrics)"
 
 
-def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., Awaitable[T]]:
+def on_loop(
+    loop: asyncio.AbstractEventLoop,
+    fn: Callable[..., Coroutine[Any, Any, T]],
+    in_flight: set[concurrent.futures.Future[Any]] | None = None,
+) -> Callable[..., Awaitable[T]]:
     """`fn`'s coroutines run on `loop` (the stack's, where the producer lives), awaited from whichever loop
-    calls (the recall service's); a caller's cancellation (its timeout) cancels them there too."""
+    calls (the recall service's); a caller's cancellation (its timeout) cancels them there too, and one
+    cancelled there (the stack's loop stopping) is BrokerUnavailable to the caller (a 503, not a dropped
+    connection). Each call is in `in_flight` until it is done (`HttpRole.drain` waits for them)."""
 
     async def call(*args: Any) -> T:
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fn(*args), loop))
+        done = asyncio.run_coroutine_threadsafe(fn(*args), loop)
+        if in_flight is not None:
+            in_flight.add(done)
+            done.add_done_callback(in_flight.discard)
+        try:
+            return await asyncio.wrap_future(done)
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if me is not None and me.cancelling():
+                raise  # the caller's own cancellation (its timeout)
+            # cancelled over there (the stack's loop stopping): for the caller, Kafka is not there
+            raise BrokerUnavailable("the stack is stopping; the send was cancelled") from None
 
     return call
 

@@ -7,6 +7,7 @@ Size: one declaration per metric of every stage, in one registry object (a list,
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterable
 from typing import Any, get_args
 
@@ -439,11 +440,17 @@ class Metrics:
             self.health_workspaces.labels(band=b).set(0)
         self._health_latest: dict[str, tuple[float, str, dict[str, Any]]] = {}
         self._health_labelled: set[str] = set()
+        # the health agent (the stack's loop) and an admin health run (the recall service's loop) both fold
+        self._health_lock = threading.Lock()
 
     def set_health(self, snapshots: Iterable[Any], limit: int) -> None:
         """Fold workspace snapshots (`schemas.events.HealthSnapshot`) into the gauges: the band counts over
         every workspace; score and metrics labelled for the `limit` lowest scores only, so that the label set
-        stays bounded however many workspaces there are. Crew snapshots are not exported."""
+        stays bounded however many workspaces there are. Crew snapshots are not exported. Thread-safe."""
+        with self._health_lock:
+            self._set_health(list(snapshots), limit)
+
+    def _set_health(self, snapshots: list[Any], limit: int) -> None:
         for snap in snapshots:
             if snap.crew_id is None:
                 values = {m: getattr(snap.metrics, m) for m in METRICS}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import socket
 import threading
 from collections.abc import Iterator
@@ -10,15 +12,17 @@ from typing import Any
 
 import httpx
 import pytest
+from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry
 
 from episodic.kernel.errors import BrokerUnavailable, EpisodicError
 from episodic.kernel.metrics import Metrics
 from episodic.kernel.ports import MemoryStore
 from episodic.kernel.settings import Settings
+from episodic.lifecycle.forget import STATUS
 from episodic.store.sparse import Bm25Encoder
 from stack.roles import HttpRole, Resources
-from stack.stores import open_store
+from stack.stores import open_state, open_store
 
 pytestmark = pytest.mark.integration
 
@@ -106,3 +110,34 @@ async def test_the_recall_service_answers_while_the_stacks_loop_is_blocked(tmp_p
     finally:
         await role.drain()
     assert role.crash() is None  # drained, not crashed
+
+
+class LateFailingProducer:
+    """A broker that takes a second to refuse a forget (the service has long answered "unknown" by then)."""
+
+    async def send_and_wait(self, *args: Any, **kwargs: Any) -> None:
+        await asyncio.sleep(1.0)
+        raise KafkaError("the broker never acknowledged it")
+
+
+async def test_a_forget_answered_unknown_still_settles_when_the_service_drains(
+    tmp_path: Path, store: MemoryStore
+) -> None:
+    """A forget whose acknowledgement outlives its request settles its status when the send ends, on the
+    service's loop: draining the service waits for that send, so the status becomes `failed` rather than
+    staying `pending` for good."""
+    settings = Settings(data_dir=tmp_path, http_port=0, embed_model="none")
+    state = open_state(store)
+    res = dataclasses.replace(resources(settings, store, []), producer=LateFailingProducer(), state=state)
+    role = HttpRole()
+    try:
+        await role.start(res)
+        app = role.server.config.app
+        app.state.services = dataclasses.replace(app.state.services, forget_queue_timeout_s=0.2)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{role.http_port}", timeout=10) as http:
+            r = await http.post("/v1/memory/forget", json={"workspace_id": "w", "entry_ids": ["e1"]})
+        assert r.status_code == 202 and "unknown" in r.json()["note"], r.text
+        assert state.get(STATUS, r.json()["forget_id"])["status"] == "pending"
+    finally:
+        await role.drain()
+    assert state.get(STATUS, r.json()["forget_id"])["status"] == "failed"

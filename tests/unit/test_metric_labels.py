@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -110,3 +111,35 @@ def test_every_reason_and_stage_is_exported_at_zero() -> None:
             assert m.registry.get_sample_value("episodic_agent_events_total", labels) == 0.0
     for selector in FORGET_SELECTORS:
         assert m.registry.get_sample_value("episodic_forgets_total", {"selector": selector}) == 0.0
+
+
+def test_health_gauges_fold_from_two_threads_at_once_within_their_label_bound() -> None:
+    """The health agent (the stack's loop) and an admin health run (the recall service's own loop) may fold
+    snapshots at the same moment: neither raises, and the labelled workspaces stay the `limit` lowest."""
+    import threading
+    from types import SimpleNamespace
+
+    from episodic.domain.health import METRICS
+
+    metrics = Metrics(CollectorRegistry())
+    errors: list[BaseException] = []
+
+    def snap(ws: str, score: float) -> Any:
+        values = SimpleNamespace(**{m: score for m in METRICS})
+        return SimpleNamespace(workspace_id=ws, crew_id=None, score=score, band="green", metrics=values)
+
+    def fold(prefix: str) -> None:
+        try:
+            for i in range(300):
+                metrics.set_health([snap(f"{prefix}-{i}", (i % 97) / 97)], 5)
+        except BaseException as e:  # the test reports whatever a race raised
+            errors.append(e)
+
+    threads = [threading.Thread(target=fold, args=(p,)) for p in ("agent", "admin")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    labelled = {s.labels["workspace_id"] for m in metrics.health_score.collect() for s in m.samples}
+    assert len(labelled) == 5 and all(int(ws.split("-")[1]) % 97 == 0 for ws in labelled)
