@@ -39,6 +39,7 @@ FRESH = {
     DATA / "fold_groups_fresh2.jsonl": "fresh2",
     DATA / "fold_groups_fresh3.jsonl": "fresh3",
     DATA / "fold_groups_fresh4.jsonl": "fresh4",
+    DATA / "fold_groups_fresh5.jsonl": "fresh5",
 }
 PAIRS = DATA / "fold_pairs.jsonl"
 CACHE = Path(__file__).resolve().parent / "results" / "fold_vectors.npz"

@@ -6,8 +6,8 @@ health formula and bands (`health`), how a text is cut into pieces for the dense
 context mode as a value (`context_mode`), a memory's review state and what reviews do to importance
 (`review`: FSRS, issue 26), when two memories say the same thing (`folding`) and the lenient parsing of
 stored times (`times`).
-May import: the standard library, numpy, fsrs (py-fsrs: the FSRS formulas, pure) and snowballstemmer (the fold
-rule's stems, pure); nothing of ours.
+May import: the standard library, numpy, fsrs (py-fsrs: the FSRS formulas, pure), snowballstemmer (the fold
+rule's stems, pure) and text2num (its spelled-out numbers, pure); nothing of ours.
 
 Why these sit at the bottom rather than with their concern (scoring with maintenance, chunking and policy
 with embedding): the code says so. The metrics of every stage label their series with the health bands,

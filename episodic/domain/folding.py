@@ -9,6 +9,9 @@ its sets written blind to this rule):
 
 - **Cosine gates, it does not decide**: all-MiniLM-L6-v2 puts a near miss as close as a rewording (median
   0.92 against 0.95), so `cosine` (0.75) only says the two are about the same thing at all.
+- **One quantity is written one way first** (`quantities`): "$4,200" and "4.2k dollars", "half a minute" and
+  "30 seconds", "4:30 in the afternoon" and "4:30 pm" state one value each (text2num reads the spelled-out
+  numbers), so the facts below compare values, not their spellings.
 - **What the words say decides** (`Reading`, `differences`): the same negation count (a negative prefix
   counts: "unsure" is "not sure"), the same facts (numbers, spelled-out ones as digits, with their bound:
   "under 200" is not "over 200"; clock times on one clock; dates with their modifier), no name swapped for
@@ -39,6 +42,7 @@ from functools import lru_cache
 from typing import Any
 
 import snowballstemmer
+from text_to_num import alpha2digit
 
 from episodic.domain.synonyms import EMPTY, Lexicon
 from episodic.domain.synonyms import lexicon as words
@@ -238,6 +242,114 @@ def _unprefixed(word: str) -> str | None:
     return None
 
 
+# ------------------------------------------------------------------------------------------- quantities
+# One quantity is written many ways, and a rewording picks another: "$4,200" / "4.2k dollars", "a hundred and
+# sixty" / "160", "30-second" / "half a minute", "a fortnight" / "two weeks", "4:30 in the afternoon" /
+# "4:30 pm", "Tuesday night last week" / "last Tuesday night". `quantities` writes each the one way before the
+# words are read, so the facts compare values, not spellings (a number or date near miss changes the value,
+# which stays). Spelled-out numbers go through text2num's `alpha2digit` (a maintained parser of English number
+# words, groups and all: "eighty-five hundred" is 8500), after the multipliers it would read apart ("1
+# million" would be "1 1000000").
+_GROUPED = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # "3,000" is 3000 ("1,2" stays)
+_MULTIPLIERS = {"k": 1e3, "thousand": 1e3, "m": 1e6, "million": 1e6, "mn": 1e6, "bn": 1e9, "billion": 1e9}
+_SCALED = re.compile(r"\b(\d+(?:\.\d+)?)(?:([kK]|M|mn|bn)|\s+(thousand|million|billion))\b")
+_VERSION = re.compile(r"\b[vV](\d+(?:\.\d+)+)\b")  # "v3.4.1" is "3.4.1"
+_COUNTED = re.compile(r"\b(\d+(?:\.\d+)?)-(?=[^\W\d_]{2,})")  # "a 2-bedroom condo" is "a 2 bedroom condo"
+_ORDINAL = re.compile(r"\b(\d+)(?:st|nd|rd|th)\b")  # "the 30th" is "the thirtieth": both 30
+_ORDINAL_WORDS = {f"{w}ieth": str(n) for w, n in (("twent", 20), ("thirt", 30), ("fort", 40), ("fift", 50),
+                  ("sixt", 60), ("sevent", 70), ("eight", 80), ("ninet", 90))}  # fmt: skip
+_WEEKDAY = r"(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)"
+_NTH_WEEKDAY = re.compile(rf"\b(first|second|third|fourth|fifth)(?=\s+{_WEEKDAY})", re.IGNORECASE)
+_NTH = {"first": "1", "second": "2", "third": "3", "fourth": "4", "fifth": "5"}
+_WEEKDAYS = re.compile(rf"\b({_WEEKDAY})s\b")  # "alternate Sundays" dates as "every other Sunday" does
+_EVERY_WEEKDAY = re.compile(rf"\b(?:every|each)\s+(?={_WEEKDAY})", re.IGNORECASE)  # ... and "on Sundays" "every Sunday"
+_WEEK_OF = re.compile(rf"\b({_WEEKDAY})((?:\s+(?:morning|afternoon|evening|night))?)\s+(last|next|this)\s+week\b")
+_OF_DAY = re.compile(
+    r"\b(\d{1,2}(?::\d{2})?|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)\s+in\s+the\s+"
+    r"(morning|afternoon|evening)\b",
+    re.IGNORECASE,
+)
+_GLUED = re.compile(r"\b(\d+(?:\.\d+)?)(tb|gb|mb|kb|ms|am|pm|kg|km|lbs?)\b", re.IGNORECASE)  # "2TB" is "2 TB"
+_SLASH = re.compile(r"/(?=(?:sec|second|min|minute|hr|hour|day|week)\b)", re.IGNORECASE)  # "5k req/sec": "a sec"
+_TWICE = re.compile(r"\b(?:two|2)\s+times\b", re.IGNORECASE)
+# "4 hours and 12 minutes" is "4:12", as a race time is written
+_HOURS_MINUTES = re.compile(r"\b(\d{1,2}|an?|one)\s+hours?,?\s+(?:and\s+)?(\d{1,2})\s+min(?:ute)?s?\b", re.IGNORECASE)
+_COUPLE = re.compile(r"\ba\s+couple\s+of\b", re.IGNORECASE)
+_TIMES = {"double": "twice", "doubled": "twice", "triple": "three times", "tripled": "three times"}
+_FREQUENCY = {"hourly": "a hour", "daily": "a day", "weekly": "a week", "monthly": "a month", "yearly": "a year",
+              "annually": "a year"}  # fmt: skip
+_FREQUENT = re.compile(r"\b(" + "|".join([*_FREQUENCY, *_TIMES]) + r")\b", re.IGNORECASE)
+_UNIT_SECONDS = {"ms": 0.001, "millisecond": 0.001, "sec": 1, "second": 1, "min": 60, "minute": 60, "h": 3600,
+                 "hr": 3600, "hour": 3600, "day": 86400, "week": 604800, "fortnight": 1209600,
+                 "month": 2592000, "year": 31536000}  # fmt: skip
+_AMOUNT = {"a": 1.0, "an": 1.0, "one": 1.0, "half": 0.5, "quarter": 0.25, "three-quarter": 0.75,
+           "a half": 0.5, "half a": 0.5, "half an": 0.5, "a quarter of a": 0.25, "a quarter of an": 0.25}  # fmt: skip
+_DURATION = re.compile(
+    r"\b(\d+(?:\.\d+)?|a quarter of an?|half an?|a half|three-quarter|quarter|half|an?|one|two|three|four|five|six"
+    r"|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty|forty|fifty|sixty|ninety)[\s-]+"
+    r"(ms|milliseconds?|secs?|seconds?|mins?|minutes?|h|hrs?|hours?|days?|weeks?|fortnights?|months?|years?)\b"
+    r"(\s+back\b)?",
+    re.IGNORECASE,
+)
+_PER = re.compile(
+    r"\b(?:every(?:\s+single)?|each|per)\s+(?=(?:sec|second|min|minute|hour|day|week|month|year)\b)", re.IGNORECASE
+)
+_AGE = re.compile(r"\b(\d+)[\s-]+years?[\s-]+old\b", re.IGNORECASE)  # "he's 3 years old" is "he's 3"
+_FORTNIGHT = re.compile(r"\bfortnight\b", re.IGNORECASE)
+
+
+def _scaled(m: re.Match[str]) -> str:
+    value = float(m.group(1)) * _MULTIPLIERS[(m.group(2) or m.group(3)).casefold()]
+    return f"{value:.0f}"
+
+
+def _duration(m: re.Match[str]) -> str:
+    amount, unit, back = m.group(1).casefold(), m.group(2).casefold(), m.group(3)
+    unit = {"secs": "sec", "mins": "min", "hrs": "hr"}.get(unit, unit)
+    unit = unit[:-1] if unit.endswith("s") and unit[:-1] in _UNIT_SECONDS else unit
+    if amount == "one" and unit == "day":  # "one day I'll go" is no duration
+        return m.group(0)
+    count = _AMOUNT.get(amount)
+    if count is None:
+        spelled = _NUMBER_WORDS.get(amount, amount)
+        if not spelled.replace(".", "", 1).isdigit():
+            return m.group(0)
+        count = float(spelled)
+    seconds = round(count * _UNIT_SECONDS[unit], 3)
+    return f"{int(seconds) if seconds == int(seconds) else seconds}sec" + (
+        " ago" if back else ""
+    )  # "three months back" is "three months ago"
+
+
+@lru_cache(maxsize=4096)
+def quantities(text: str) -> str:
+    """`text` with its numbers, durations, clock times and relative days each written one way (see above)."""
+    text = _GROUPED.sub("", text)
+    text = _SCALED.sub(_scaled, text)
+    text = _VERSION.sub(r"\1", text)
+    text = _AGE.sub(r"\1", text)
+    text = _COUPLE.sub("two", text)
+    text = _NTH_WEEKDAY.sub(lambda m: _NTH[m.group(1).casefold()], text)
+    text = alpha2digit(text, "en")
+    text = _ORDINAL.sub(r"\1", text)
+    text = re.sub(r"\b(\w+ieth)\b", lambda m: _ORDINAL_WORDS.get(m.group(1).casefold(), m.group(1)), text)
+    text = _GLUED.sub(r"\1 \2", _SLASH.sub(" a ", _TWICE.sub("twice", text)))
+    text = _HOURS_MINUTES.sub(lambda m: f"{1 if m.group(1).isalpha() else int(m.group(1))}:{int(m.group(2)):02d}", text)
+    text = _FREQUENT.sub(lambda m: {**_FREQUENCY, **_TIMES}[m.group(1).casefold()], text)
+    text = _PER.sub("a ", text)
+    text = _FORTNIGHT.sub("2 week", text)
+    text = _OF_DAY.sub(
+        lambda m: (
+            f"{_NUMBER_WORDS.get(m.group(1).casefold(), m.group(1))} "
+            f"{'am' if m.group(2).casefold() == 'morning' else 'pm'}"
+        ),
+        text,
+    )
+    text = _WEEK_OF.sub(r"\3 \1\2", text)
+    text = _WEEKDAYS.sub(r"\1", _EVERY_WEEKDAY.sub("", text))
+    return _COUNTED.sub(r"\1 ", _DURATION.sub(_duration, text))
+
+
 @dataclass(frozen=True, slots=True)
 class Reading:
     """What a text states, as the fold rule compares it: its content words (stemmed, function words, light
@@ -259,7 +371,7 @@ class Reading:
 @lru_cache(maxsize=4096)
 def reading(text: str) -> Reading:
     """The text's `Reading` (memoised: the linker and the render compare one text with several)."""
-    text = _APOSTROPHE.sub("'", text)
+    text = quantities(_APOSTROPHE.sub("'", text))
     text = _BOUNDS.sub(_bound, text)
     text = _CONTRASTS.sub(f" {_CONTRAST} ", text)
     content: set[str] = set()

@@ -6,7 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from episodic.domain.folding import FoldRule, compatible, content_tokens, fact_tokens, jaccard, near_duplicate
+from episodic.domain.folding import (
+    FoldRule,
+    compatible,
+    content_tokens,
+    fact_tokens,
+    jaccard,
+    near_duplicate,
+    quantities,
+)
 from episodic.domain.synonyms import lexicon
 from episodic.indexing.folding import fold, folded_ids, owner_fields
 
@@ -85,7 +93,7 @@ def test_the_labelled_pairs_are_the_groups_expanded() -> None:
     pairs = load_pairs()
     assert pairs == build_pairs() and len(pairs) >= 300  # eval/data/README.md: regenerate with --build-pairs
     splits = {p["split"] for p in pairs}
-    assert splits == {"dev", "holdout", "fresh", "fresh2", "fresh3", "fresh4"}
+    assert splits == {"dev", "holdout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5"}
     for split in splits:  # a group's texts never sit in two splits
         mine = {p["group"] for p in pairs if p["split"] == split}
         assert not mine & {p["group"] for p in pairs if p["split"] != split}
@@ -271,3 +279,76 @@ def test_a_negative_prefix_reads_as_not(adjective: str, word: str) -> None:
         other.polar,
     )
     assert not near_duplicate(0.99, f"the {word} is {adjective}", f"the {word} is {negative}", RULE).fold
+
+
+# One quantity in two formats is one fact (`quantities`: the values compare, not their spellings).
+@pytest.mark.parametrize(
+    ("new", "old"),
+    [
+        ("The load test at 3,000 requests per second passed.", "The load test at 3k requests a second passed."),
+        ("user: The piano cost me $1,520.", "user: The piano cost me fifteen hundred and twenty dollars."),
+        ("Rafael: About 160 came to the gig.", "Rafael: About a hundred and sixty came to the gig."),
+        ("Retries back off for 30 seconds.", "Retries back off for half a minute."),
+        ("user: The lesson is 45 minutes, twice a week.", "user: The lesson is three-quarter-hour, twice weekly."),
+        ("user: I started Portuguese two weeks ago.", "user: I started Portuguese a fortnight ago."),
+        ("Jonah: I started Portuguese three months ago.", "Jonah: I started Portuguese three months back."),
+        ("user: My appointment is at 4:30 in the afternoon.", "user: My appointment is at 4:30 pm."),
+        ("Lucia: The baby was born last Tuesday night.", "Lucia: The baby was born on Tuesday night last week."),
+        ("Deployed search-indexer v3.4.1 to eu-west.", "Deployed search-indexer 3.4.1 to eu-west."),
+        ("Migrations over 10M rows need a flag.", "Migrations over 10 million rows need a flag."),
+        ("Hana: Yuki planned the party for my thirtieth.", "Hana: Yuki planned the party for my 30th."),
+        ("Marco: We adopted a rescue dog; he's 3 years old.", "Marco: We adopted a rescue dog; he's 3."),
+        ("Amara: I volunteer at the shelter every Sunday.", "Amara: I volunteer at the shelter on Sundays."),
+        ("Odette: The cat was two streets away.", "Odette: The cat was a couple of streets away."),
+        ("Median page load went down by 300 ms.", "Median page load went down by 0.3 seconds."),
+        ("user: My offer on the two-bedroom condo went in.", "user: My offer on the 2-bedroom condo went in."),
+        ("The gateway passed at 5,000 requests per second.", "The gateway passed at 5k requests/sec."),
+        ("user: I go to physio twice a week.", "user: I go to physio two times a week."),
+        ("Priyanka: I ran my first marathon in 4 hours and 12 minutes.", "Priyanka: I ran my first marathon in 4:12."),
+        ("Bea: My water broke at 2 am.", "Bea: My water broke at two in the morning."),
+        ("Grew the broker's volume to 2TB.", "Grew the broker's volume to 2 TB."),
+    ],
+)  # fmt: skip
+def test_one_quantity_written_two_ways_folds(new: str, old: str) -> None:
+    assert near_duplicate(0.9, new, old, RULE).fold, near_duplicate(0.9, new, old, RULE).reason
+    assert near_duplicate(0.9, old, new, RULE).fold
+
+
+@pytest.mark.parametrize(
+    ("new", "old"),
+    [
+        ("Retries back off for 30 seconds.", "Retries back off for a minute."),
+        ("user: I started Portuguese two weeks ago.", "user: I started Portuguese two months ago."),
+        ("The load test at 3k requests per second passed.", "The load test at 3k requests per minute passed."),
+        ("user: The piano cost me $1,520.", "user: The piano cost me twelve hundred and fifty dollars."),
+        ("Lucia: The baby was born last Tuesday night.", "Lucia: The baby was born on Tuesday night next week."),
+        ("user: My appointment is at 4:30 in the afternoon.", "user: My appointment is at 4:30 am."),
+        ("Migrations over 10M rows need a flag.", "Migrations over 10k rows need a flag."),
+        ("user: One day I'll visit Lisbon.", "user: In a day I'll visit Lisbon."),
+        ("Priyanka: I ran my first marathon in 4 hours and 12 minutes.", "Priyanka: I ran my first marathon in 4:42."),
+        ("Bea: My water broke at 2 am.", "Bea: My water broke at two in the afternoon."),
+        ("The gateway passed at 5k requests per second.", "The gateway passed at 5k requests/min."),
+    ],
+)  # fmt: skip
+def test_another_quantity_in_another_format_does_not_fold(new: str, old: str) -> None:
+    assert not near_duplicate(0.95, new, old, RULE).fold
+    assert not near_duplicate(0.95, old, new, RULE).fold
+
+
+_UNITS_OF_TIME = ["seconds", "minutes", "hours", "days", "weeks", "months", "years"]
+
+
+@given(
+    n=st.integers(1, 5000),
+    m=st.integers(1, 5000),
+    unit=st.sampled_from(_UNITS_OF_TIME),
+    other=st.sampled_from(_UNITS_OF_TIME),
+    scale=st.sampled_from(["", "k", " thousand", "M"]),
+)
+def test_two_quantities_fold_only_when_their_values_are_equal(
+    n: int, m: int, unit: str, other: str, scale: str
+) -> None:
+    same = (n, unit) == (m, other) or quantities(f"{n} {unit}") == quantities(f"{m} {other}")
+    assert near_duplicate(0.99, f"the job ran for {n} {unit}", f"the job ran for {m} {other}", RULE).fold == same
+    costs = near_duplicate(0.99, f"the budget is {n}{scale} dollars", f"the budget is {m}{scale} dollars", RULE).fold
+    assert costs == (n == m)
