@@ -38,6 +38,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
@@ -248,106 +249,144 @@ def _unprefixed(word: str) -> str | None:
 # "4:30 pm", "Tuesday night last week" / "last Tuesday night". `quantities` writes each the one way before the
 # words are read, so the facts compare values, not spellings (a number or date near miss changes the value,
 # which stays). Spelled-out numbers go through text2num's `alpha2digit` (a maintained parser of English number
-# words, groups and all: "eighty-five hundred" is 8500), after the multipliers it would read apart ("1
-# million" would be "1 1000000").
+# words, groups and all: "eighty-five hundred" is 8500), a sentence at a time (its time grows with the square
+# of a run of number words), after the multipliers it would read apart ("1 million" would be "1 1000000").
+# What a format does not say stays apart: an ordinal is no count ("the 3rd floor" / "3 floors"), a number keeps
+# its unit ("2TB" / "2 TB", never a bare 2), a month is no 30 days, how
+# often is no how long ("twice a week" is "twice every week"), and every value is exact (Decimal: "1.2 ms" is
+# not "1.4 ms", "9" * 400 + " years" no overflow). Measured on eval/data/fold_pairs.jsonl (eval/README.md).
 _GROUPED = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # "3,000" is 3000 ("1,2" stays)
-_MULTIPLIERS = {"k": 1e3, "thousand": 1e3, "m": 1e6, "million": 1e6, "mn": 1e6, "bn": 1e9, "billion": 1e9}
-_SCALED = re.compile(r"\b(\d+(?:\.\d+)?)(?:([kK]|M|mn|bn)|\s+(thousand|million|billion))\b")
+_MULTIPLIERS = {"k": 1000, "thousand": 1000, "m": 10**6, "million": 10**6, "mn": 10**6, "bn": 10**9, "billion": 10**9}
+_SCALED = re.compile(r"(?<![\d.,])(\d{1,3}(?:\.\d+)?)(?:(k|M|mn|bn)|\s+(thousand|million|billion))\b")
+_PLURAL_SCALE = re.compile(r"\b(dozens|hundreds|thousands|millions|billions)\b", re.IGNORECASE)  # "thousands of"
 _VERSION = re.compile(r"\b[vV](\d+(?:\.\d+)+)\b")  # "v3.4.1" is "3.4.1"
-_COUNTED = re.compile(r"\b(\d+(?:\.\d+)?)-(?=[^\W\d_]{2,})")  # "a 2-bedroom condo" is "a 2 bedroom condo"
-_ORDINAL = re.compile(r"\b(\d+)(?:st|nd|rd|th)\b")  # "the 30th" is "the thirtieth": both 30
-_ORDINAL_WORDS = {f"{w}ieth": str(n) for w, n in (("twent", 20), ("thirt", 30), ("fort", 40), ("fift", 50),
+_ORDINAL_WORDS = {f"{w}ieth": f"{n}th" for w, n in (("twent", 20), ("thirt", 30), ("fort", 40), ("fift", 50),
                   ("sixt", 60), ("sevent", 70), ("eight", 80), ("ninet", 90))}  # fmt: skip
+_TIETH = re.compile(r"\b(\w+ieth)\b")
 _WEEKDAY = r"(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)"
 _NTH_WEEKDAY = re.compile(rf"\b(first|second|third|fourth|fifth)(?=\s+{_WEEKDAY})", re.IGNORECASE)
-_NTH = {"first": "1", "second": "2", "third": "3", "fourth": "4", "fifth": "5"}
-_WEEKDAYS = re.compile(rf"\b({_WEEKDAY})s\b")  # "alternate Sundays" dates as "every other Sunday" does
-_EVERY_WEEKDAY = re.compile(rf"\b(?:every|each)\s+(?={_WEEKDAY})", re.IGNORECASE)  # ... and "on Sundays" "every Sunday"
+_NTH = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "fifth": "5th"}
+# A weekday in the plural, or "each", is the habit "every" says ("on Sundays", "each Sunday": "every Sunday")
+_WEEKDAYS = re.compile(rf"\b(?:(?:every|each)\s+)?({_WEEKDAY})(s)?\b", re.IGNORECASE)
 _WEEK_OF = re.compile(rf"\b({_WEEKDAY})((?:\s+(?:morning|afternoon|evening|night))?)\s+(last|next|this)\s+week\b")
-_OF_DAY = re.compile(
-    r"\b(\d{1,2}(?::\d{2})?|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)\s+in\s+the\s+"
+_CLOCK_HOURS = "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve"
+_OF_DAY = re.compile(  # "at 4:30 in the afternoon" is "at 4:30 pm" (after a word that says a time of day)
+    rf"\b(at|by|until|till|around|from|before|after)\s+(1[0-2]|0?[1-9](?::\d{{2}})?|{_CLOCK_HOURS})\s+in\s+the\s+"
     r"(morning|afternoon|evening)\b",
     re.IGNORECASE,
 )
-_GLUED = re.compile(r"\b(\d+(?:\.\d+)?)(tb|gb|mb|kb|ms|am|pm|kg|km|lbs?)\b", re.IGNORECASE)  # "2TB" is "2 TB"
-_SLASH = re.compile(r"/(?=(?:sec|second|min|minute|hr|hour|day|week)\b)", re.IGNORECASE)  # "5k req/sec": "a sec"
+_CLOCK_GLUED = re.compile(r"\b(\d{1,2}(?::\d{2})?)(am|pm)\b", re.IGNORECASE)  # "10am" is "10 am"
+_UNIT_SPACED = re.compile(r"\b(\d+(?:\.\d+)?)\s+(tb|gb|mb|kb|kg|km|lbs?)\b", re.IGNORECASE)  # "2 TB" is "2TB"
+_SLASH = re.compile(r"/(?=(?:sec|second|min|minute|hr|hour|day|week|month|year)\b)", re.IGNORECASE)  # "5k/sec"
 _TWICE = re.compile(r"\b(?:two|2)\s+times\b", re.IGNORECASE)
-# "4 hours and 12 minutes" is "4:12", as a race time is written
-_HOURS_MINUTES = re.compile(r"\b(\d{1,2}|an?|one)\s+hours?,?\s+(?:and\s+)?(\d{1,2})\s+min(?:ute)?s?\b", re.IGNORECASE)
-_COUPLE = re.compile(r"\ba\s+couple\s+of\b", re.IGNORECASE)
-_TIMES = {"double": "twice", "doubled": "twice", "triple": "three times", "tripled": "three times"}
-_FREQUENCY = {"hourly": "a hour", "daily": "a day", "weekly": "a week", "monthly": "a month", "yearly": "a year",
-              "annually": "a year"}  # fmt: skip
-_FREQUENT = re.compile(r"\b(" + "|".join([*_FREQUENCY, *_TIMES]) + r")\b", re.IGNORECASE)
-_UNIT_SECONDS = {"ms": 0.001, "millisecond": 0.001, "sec": 1, "second": 1, "min": 60, "minute": 60, "h": 3600,
-                 "hr": 3600, "hour": 3600, "day": 86400, "week": 604800, "fortnight": 1209600,
-                 "month": 2592000, "year": 31536000}  # fmt: skip
-_AMOUNT = {"a": 1.0, "an": 1.0, "one": 1.0, "half": 0.5, "quarter": 0.25, "three-quarter": 0.75,
-           "a half": 0.5, "half a": 0.5, "half an": 0.5, "a quarter of a": 0.25, "a quarter of an": 0.25}  # fmt: skip
+_DOUBLE = re.compile(r"\b(?:doubled|double(?=\s+(?:the|what|that|my|our|his|her|their|its)\b))", re.IGNORECASE)
+# How often: "twice a week", "per minute", "every day", "weekly", "/sec" are one rate ("1/week"), never a length
+_RATE_UNITS = {"hourly": "hour", "daily": "day", "weekly": "week", "monthly": "month", "yearly": "year",
+               "annually": "year", "nightly": "night"}  # fmt: skip
+_RATE_WORD = re.compile(r"\b(" + "|".join(_RATE_UNITS) + r")\b", re.IGNORECASE)
+_RATE = re.compile(
+    r"\b(?:(?<=twice )|(?<=once )|(?<=times ))?(?:(?<=twice )an?|(?<=once )an?|(?<=times )an?|per|every(?:\s+single)?"
+    r"|each)\s+(sec|second|min|minute|hour|day|night|week|month|year)\b",
+    re.IGNORECASE,
+)
+_RATE_OF = {"sec": "second", "min": "minute"}
+_COUNTED_RATE = re.compile(  # "300 requests a minute" is a rate as "300 requests per minute" is
+    r"\b(\d+(?:\.\d+)?\s+[^\W\d_]+s)\s+an?\s+(sec|second|min|minute|hour|day|night|week|month|year)\b", re.IGNORECASE
+)
+# How long, exactly: seconds for what a clock or calendar counts evenly, months and years apart (a month is no
+# 30 days); "3 years old" is an age, left to the words
+_SECONDS = {"ms": Decimal("0.001"), "millisecond": Decimal("0.001"), "sec": Decimal(1), "second": Decimal(1),
+            "min": Decimal(60), "minute": Decimal(60), "h": Decimal(3600), "hr": Decimal(3600),
+            "hour": Decimal(3600), "day": Decimal(86400), "week": Decimal(604800),
+            "fortnight": Decimal(1209600)}  # fmt: skip
+_CALENDAR_UNITS = {"month": "mo", "year": "yr"}
+_AMOUNT = {"a": Decimal(1), "an": Decimal(1), "one": Decimal(1), "half": Decimal("0.5"), "quarter": Decimal("0.25"),
+           "three-quarter": Decimal("0.75"), "a half": Decimal("0.5"), "half a": Decimal("0.5"),
+           "half an": Decimal("0.5"), "a quarter of a": Decimal("0.25"),
+           "a quarter of an": Decimal("0.25")}  # fmt: skip
 _DURATION = re.compile(
     r"\b(\d+(?:\.\d+)?|a quarter of an?|half an?|a half|three-quarter|quarter|half|an?|one|two|three|four|five|six"
     r"|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty|forty|fifty|sixty|ninety)[\s-]+"
     r"(ms|milliseconds?|secs?|seconds?|mins?|minutes?|h|hrs?|hours?|days?|weeks?|fortnights?|months?|years?)\b"
-    r"(\s+back\b)?",
+    r"(?![\s-]+old\b)(\s+back(?=\s*(?:[,.;:!?)]|$)))?",
     re.IGNORECASE,
 )
-_PER = re.compile(
-    r"\b(?:every(?:\s+single)?|each|per)\s+(?=(?:sec|second|min|minute|hour|day|week|month|year)\b)", re.IGNORECASE
-)
-_AGE = re.compile(r"\b(\d+)[\s-]+years?[\s-]+old\b", re.IGNORECASE)  # "he's 3 years old" is "he's 3"
 _FORTNIGHT = re.compile(r"\bfortnight\b", re.IGNORECASE)
+_SENTENCE = re.compile(r"(?<=[.!?;\n])")
+_COUPLE = re.compile(r"\ba\s+couple\s+of\b", re.IGNORECASE)
+
+
+def _decimal(value: Decimal) -> str:
+    """An exact value as its shortest plain numeral ("0.3", "7200", never "7.2E+3")."""
+    text = format(value.normalize(), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _scaled(m: re.Match[str]) -> str:
-    value = float(m.group(1)) * _MULTIPLIERS[(m.group(2) or m.group(3)).casefold()]
-    return f"{value:.0f}"
+    return _decimal(Decimal(m.group(1)) * _MULTIPLIERS[(m.group(2) or m.group(3)).casefold()])
 
 
 def _duration(m: re.Match[str]) -> str:
     amount, unit, back = m.group(1).casefold(), m.group(2).casefold(), m.group(3)
     unit = {"secs": "sec", "mins": "min", "hrs": "hr"}.get(unit, unit)
-    unit = unit[:-1] if unit.endswith("s") and unit[:-1] in _UNIT_SECONDS else unit
-    if amount == "one" and unit == "day":  # "one day I'll go" is no duration
-        return m.group(0)
+    unit = unit[:-1] if unit.endswith("s") and unit[:-1] in {*_SECONDS, *_CALENDAR_UNITS} else unit
+    if (amount == "one" and unit == "day") or len(amount) > 18:  # "one day I'll go" is no duration; nor is
+        return m.group(0)  # a number longer than exact arithmetic keeps (Decimal's 28 digits) one to convert
     count = _AMOUNT.get(amount)
     if count is None:
         spelled = _NUMBER_WORDS.get(amount, amount)
         if not spelled.replace(".", "", 1).isdigit():
             return m.group(0)
-        count = float(spelled)
-    seconds = round(count * _UNIT_SECONDS[unit], 3)
-    return f"{int(seconds) if seconds == int(seconds) else seconds}sec" + (
-        " ago" if back else ""
-    )  # "three months back" is "three months ago"
+        count = Decimal(spelled)
+    ago = " ago" if back else ""  # "three months back," is "three months ago,"
+    if unit in _CALENDAR_UNITS:
+        return f"{_decimal(count)}{_CALENDAR_UNITS[unit]}{ago}"
+    return f"{_decimal(count * _SECONDS[unit])}sec{ago}"
+
+
+def _counted_rate(m: re.Match[str]) -> str:
+    return f"{m.group(1)} 1/{_RATE_OF.get(m.group(2).casefold(), m.group(2).casefold())}"
+
+
+def _weekday(m: re.Match[str]) -> str:
+    day = m.group(1)[:1].upper() + m.group(1)[1:].casefold()
+    return f"every {day}" if m.group(2) or m.group(0)[:1] in "eE" else day
+
+
+def _numbers(text: str) -> str:
+    """text2num's reading of spelled-out numbers, a sentence at a time; a text it cannot encode (a lone
+    surrogate) as it is."""
+    try:
+        return "".join(alpha2digit(part, "en") if part.strip() else part for part in _SENTENCE.split(text))
+    except (UnicodeError, ValueError):
+        return text
 
 
 @lru_cache(maxsize=4096)
 def quantities(text: str) -> str:
-    """`text` with its numbers, durations, clock times and relative days each written one way (see above)."""
+    """`text` with its numbers, durations, rates, clock times and relative days each written one way (above)."""
     text = _GROUPED.sub("", text)
     text = _SCALED.sub(_scaled, text)
+    text = _PLURAL_SCALE.sub(lambda m: f"many-{m.group(1).casefold()}", text)  # "thousands of" is not "a thousand"
     text = _VERSION.sub(r"\1", text)
-    text = _AGE.sub(r"\1", text)
     text = _COUPLE.sub("two", text)
     text = _NTH_WEEKDAY.sub(lambda m: _NTH[m.group(1).casefold()], text)
-    text = alpha2digit(text, "en")
-    text = _ORDINAL.sub(r"\1", text)
-    text = re.sub(r"\b(\w+ieth)\b", lambda m: _ORDINAL_WORDS.get(m.group(1).casefold(), m.group(1)), text)
-    text = _GLUED.sub(r"\1 \2", _SLASH.sub(" a ", _TWICE.sub("twice", text)))
-    text = _HOURS_MINUTES.sub(lambda m: f"{1 if m.group(1).isalpha() else int(m.group(1))}:{int(m.group(2)):02d}", text)
-    text = _FREQUENT.sub(lambda m: {**_FREQUENCY, **_TIMES}[m.group(1).casefold()], text)
-    text = _PER.sub("a ", text)
+    text = _numbers(text)
+    text = _TIETH.sub(lambda m: _ORDINAL_WORDS.get(m.group(1).casefold(), m.group(1)), text)
+    text = _DOUBLE.sub("twice", _TWICE.sub("twice", text))
+    text = _UNIT_SPACED.sub(r"\1\2", _CLOCK_GLUED.sub(r"\1 \2", text))
+    text = _RATE_WORD.sub(lambda m: f"every {_RATE_UNITS[m.group(1).casefold()]}", _SLASH.sub(" per ", text))
+    text = _RATE.sub(lambda m: f"1/{_RATE_OF.get(m.group(1).casefold(), m.group(1).casefold())}", text)  # a fact
     text = _FORTNIGHT.sub("2 week", text)
     text = _OF_DAY.sub(
         lambda m: (
-            f"{_NUMBER_WORDS.get(m.group(1).casefold(), m.group(1))} "
-            f"{'am' if m.group(2).casefold() == 'morning' else 'pm'}"
+            f"{m.group(1)} {_NUMBER_WORDS.get(m.group(2).casefold(), m.group(2))} "
+            f"{'am' if m.group(3).casefold() == 'morning' else 'pm'}"
         ),
         text,
     )
-    text = _WEEK_OF.sub(r"\3 \1\2", text)
-    text = _WEEKDAYS.sub(r"\1", _EVERY_WEEKDAY.sub("", text))
-    return _COUNTED.sub(r"\1 ", _DURATION.sub(_duration, text))
+    text = _WEEKDAYS.sub(_weekday, _WEEK_OF.sub(r"\3 \1\2", text))
+    return _DURATION.sub(_duration, _COUNTED_RATE.sub(_counted_rate, text))
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,7 +15,7 @@ from episodic.domain.folding import (
     fact_tokens,
     jaccard,
     near_duplicate,
-    quantities,
+    reading,
 )
 from episodic.domain.synonyms import lexicon
 from episodic.indexing.folding import fold, folded_ids, owner_fields
@@ -285,7 +287,7 @@ def test_a_negative_prefix_reads_as_not(adjective: str, word: str) -> None:
 @pytest.mark.parametrize(
     ("new", "old"),
     [
-        ("The load test at 3,000 requests per second passed.", "The load test at 3k requests a second passed."),
+        ("The load test at 3,000 requests per second passed.", "The load test at 3k requests every second passed."),
         ("user: The piano cost me $1,520.", "user: The piano cost me fifteen hundred and twenty dollars."),
         ("Rafael: About 160 came to the gig.", "Rafael: About a hundred and sixty came to the gig."),
         ("Retries back off for 30 seconds.", "Retries back off for half a minute."),
@@ -301,10 +303,9 @@ def test_a_negative_prefix_reads_as_not(adjective: str, word: str) -> None:
         ("Amara: I volunteer at the shelter every Sunday.", "Amara: I volunteer at the shelter on Sundays."),
         ("Odette: The cat was two streets away.", "Odette: The cat was a couple of streets away."),
         ("Median page load went down by 300 ms.", "Median page load went down by 0.3 seconds."),
-        ("user: My offer on the two-bedroom condo went in.", "user: My offer on the 2-bedroom condo went in."),
         ("The gateway passed at 5,000 requests per second.", "The gateway passed at 5k requests/sec."),
         ("user: I go to physio twice a week.", "user: I go to physio two times a week."),
-        ("Priyanka: I ran my first marathon in 4 hours and 12 minutes.", "Priyanka: I ran my first marathon in 4:12."),
+        ("Priyanka: I ran a marathon in 4 hours and 12 minutes.", "Priyanka: I ran a marathon in 4 hours 12 minutes."),
         ("Bea: My water broke at 2 am.", "Bea: My water broke at two in the morning."),
         ("Grew the broker's volume to 2TB.", "Grew the broker's volume to 2 TB."),
     ],
@@ -328,6 +329,21 @@ def test_one_quantity_written_two_ways_folds(new: str, old: str) -> None:
         ("Priyanka: I ran my first marathon in 4 hours and 12 minutes.", "Priyanka: I ran my first marathon in 4:42."),
         ("Bea: My water broke at 2 am.", "Bea: My water broke at two in the afternoon."),
         ("The gateway passed at 5k requests per second.", "The gateway passed at 5k requests/min."),
+        # a review's false folds of the first draft (a helper's read of it)
+        ("p99 latency is 1.2 ms.", "p99 latency is 1.4 ms."),
+        ("Her office is on the 3rd floor.", "Her office is on 3 floors."),
+        ("A fifth of the users churned.", "Five users churned."),
+        ("Thousands of fans came.", "A thousand fans came."),
+        ("2TB SSD and 8GB RAM.", "8TB SSD and 2 GB RAM."),
+        ("I volunteer every Sunday.", "I volunteer this Sunday."),
+        ("We meet on the second Tuesday.", "We meet on two Tuesdays."),
+        ("The outage lasted 2 hours and 15 minutes.", "The outage lasted until 2:15."),
+        ("I ran 15 in the morning.", "I ran 3 in the morning."),
+        ("She flew 2 hours back to Boston.", "She flew to Boston 2 hours ago."),
+        ("I pay $50 monthly.", "I pay $50 for a month."),
+        ("We booked a double room.", "We booked a room twice."),
+        ("We bought a 3-year-old car.", "We bought 3 cars."),
+        ("The trial runs 30 days.", "The trial runs a month."),
     ],
 )  # fmt: skip
 def test_another_quantity_in_another_format_does_not_fold(new: str, old: str) -> None:
@@ -335,20 +351,36 @@ def test_another_quantity_in_another_format_does_not_fold(new: str, old: str) ->
     assert not near_duplicate(0.95, old, new, RULE).fold
 
 
-_UNITS_OF_TIME = ["seconds", "minutes", "hours", "days", "weeks", "months", "years"]
+# Each unit's length in seconds, as this test counts it (months and years are calendar units: no seconds)
+_SECONDS_OF = {"ms": Fraction(1, 1000), "seconds": Fraction(1), "minutes": Fraction(60), "hours": Fraction(3600),
+               "days": Fraction(86400), "weeks": Fraction(604800), "months": None, "years": None}  # fmt: skip
+
+
+def _length(amount: str, unit: str) -> tuple[Fraction, str]:
+    per = _SECONDS_OF[unit]
+    return (Fraction(amount) * per, "s") if per is not None else (Fraction(amount), unit)
 
 
 @given(
     n=st.integers(1, 5000),
     m=st.integers(1, 5000),
-    unit=st.sampled_from(_UNITS_OF_TIME),
-    other=st.sampled_from(_UNITS_OF_TIME),
+    tenths=st.booleans(),
+    unit=st.sampled_from(sorted(_SECONDS_OF)),
+    other=st.sampled_from(sorted(_SECONDS_OF)),
     scale=st.sampled_from(["", "k", " thousand", "M"]),
 )
 def test_two_quantities_fold_only_when_their_values_are_equal(
-    n: int, m: int, unit: str, other: str, scale: str
+    n: int, m: int, tenths: bool, unit: str, other: str, scale: str
 ) -> None:
-    same = (n, unit) == (m, other) or quantities(f"{n} {unit}") == quantities(f"{m} {other}")
-    assert near_duplicate(0.99, f"the job ran for {n} {unit}", f"the job ran for {m} {other}", RULE).fold == same
+    a, b = (f"{x / 10:.1f}" if tenths else str(x) for x in (n, m))
+    same = _length(a, unit) == _length(b, other)  # counted here, not by `quantities`
+    assert near_duplicate(0.99, f"the job ran for {a} {unit}", f"the job ran for {b} {other}", RULE).fold == same
     costs = near_duplicate(0.99, f"the budget is {n}{scale} dollars", f"the budget is {m}{scale} dollars", RULE).fold
     assert costs == (n == m)
+
+
+def test_odd_quantities_read_without_error() -> None:
+    odd = ("9" * 400 + " seconds", "9" * 40 + " years", "a \ud800 b", "½ k ٣k 1e5 3.5.6k", "", "k", "one " * 2000)
+    for text in odd:
+        reading(text)  # no exception
+    assert not near_duplicate(0.99, "9" * 40 + " years", "9" * 39 + "8 years", RULE).fold
