@@ -99,8 +99,13 @@ async def test_the_linker_agent_links_vector_events_and_survives_garbage(
             return ev.to_json()
 
         await produce(broker, topic, [*GARBAGE, indexed("new"), indexed("new"), indexed("x", "duplicate")])
+        # the batch's lag is observed after its handler returns (streams.agents): wait for both, not the first
         await until(
-            lambda: sample(metrics, "episodic_agent_events_total", agent="linker", outcome="already"), what="both"
+            lambda: (
+                sample(metrics, "episodic_agent_events_total", agent="linker", outcome="already")
+                and sample(metrics, "episodic_agent_lag_seconds_count", agent="linker") >= 3
+            ),
+            what="both",
         )
         rels = store.relations_of("ws-a", ["new"])
         assert [(r.src, r.dst, r.relation, round(r.weight, 3)) for r in rels] == [("new", "old", "similar", 1.0)]
