@@ -285,8 +285,8 @@ _RATE_UNITS = {"hourly": "hour", "daily": "day", "weekly": "week", "monthly": "m
                "annually": "year", "nightly": "night"}  # fmt: skip
 _RATE_WORD = re.compile(r"\b(" + "|".join(_RATE_UNITS) + r")\b", re.IGNORECASE)
 _RATE = re.compile(
-    r"\b(?:(?<=twice )|(?<=once )|(?<=times ))?(?:(?<=twice )an?|(?<=once )an?|(?<=times )an?|per|every(?:\s+single)?"
-    r"|each)\s+(sec|second|min|minute|hour|day|night|week|month|year)\b",
+    r"\b(?:(?:(?<=twice )|(?<=once )|(?<=times ))an?|per|every(?:\s+single)?|each)\s+"
+    r"(sec|second|min|minute|hour|day|night|week|month|year)\b",
     re.IGNORECASE,
 )
 _RATE_OF = {"sec": "second", "min": "minute"}
@@ -318,8 +318,7 @@ _COUPLE = re.compile(r"\ba\s+couple\s+of\b", re.IGNORECASE)
 
 def _decimal(value: Decimal) -> str:
     """An exact value as its shortest plain numeral ("0.3", "7200", never "7.2E+3")."""
-    text = format(value.normalize(), "f")
-    return text.rstrip("0").rstrip(".") if "." in text else text
+    return format(value.normalize(), "f")
 
 
 def _scaled(m: re.Match[str]) -> str:
@@ -344,8 +343,14 @@ def _duration(m: re.Match[str]) -> str:
     return f"{_decimal(count * _SECONDS[unit])}sec{ago}"
 
 
+def _per(unit: str) -> str:
+    """A rate's token: "1/second" (a fact: it holds a digit)."""
+    unit = unit.casefold()
+    return f"1/{_RATE_OF.get(unit, unit)}"
+
+
 def _counted_rate(m: re.Match[str]) -> str:
-    return f"{m.group(1)} 1/{_RATE_OF.get(m.group(2).casefold(), m.group(2).casefold())}"
+    return f"{m.group(1)} {_per(m.group(2))}"
 
 
 def _weekday(m: re.Match[str]) -> str:
@@ -362,8 +367,7 @@ def _numbers(text: str) -> str:
         return text
 
 
-@lru_cache(maxsize=4096)
-def quantities(text: str) -> str:
+def quantities(text: str) -> str:  # not memoised: `reading`, its one caller, is
     """`text` with its numbers, durations, rates, clock times and relative days each written one way (above)."""
     text = _GROUPED.sub("", text)
     text = _SCALED.sub(_scaled, text)
@@ -376,7 +380,7 @@ def quantities(text: str) -> str:
     text = _DOUBLE.sub("twice", _TWICE.sub("twice", text))
     text = _UNIT_SPACED.sub(r"\1\2", _CLOCK_GLUED.sub(r"\1 \2", text))
     text = _RATE_WORD.sub(lambda m: f"every {_RATE_UNITS[m.group(1).casefold()]}", _SLASH.sub(" per ", text))
-    text = _RATE.sub(lambda m: f"1/{_RATE_OF.get(m.group(1).casefold(), m.group(1).casefold())}", text)  # a fact
+    text = _RATE.sub(lambda m: _per(m.group(1)), text)
     text = _FORTNIGHT.sub("2 week", text)
     text = _OF_DAY.sub(
         lambda m: (
